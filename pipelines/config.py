@@ -1,0 +1,248 @@
+"""One resolved run configuration, from a TOML file plus command-line flags.
+
+Precedence: command line > TOML ``[run]`` / ``[[stream]]`` > defaults.
+Flags that name a column or duration take either a plain value (applies to
+every stream) or ``NAME=VALUE`` (that stream only), e.g. ``--window 5ms``
+and ``--window ball=1ms``.
+
+TOML layout (paths are relative to the TOML file)::
+
+    [run]
+    policy = "static"
+    retention = "50ms"
+    out = "out/sensors"
+
+    [[stream]]
+    name = "temperature"
+    path = "temperature.parquet"
+    ts = "ts"
+    arrival = "arrival"
+    keys = ["sensor_id"]
+    window = "250ms"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .policies import POLICY_NAMES, PolicySpec
+from .timeunits import TS_UNITS, parse_duration
+
+ROUTERS = ("none",)
+ENGINES = ("local",)
+DEFAULT_PERIOD_US = 60_000_000
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One input stream.  Times in microseconds."""
+
+    name: str
+    path: str
+    ts: str = "ts"
+    arrival: str | None = None
+    unit: str | None = None
+    window_us: int = 0
+    keys: tuple[str, ...] = ()
+    k_us: int | None = None
+    retention_us: int | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, resolved and validated."""
+
+    streams: tuple[StreamConfig, ...]
+    policy: PolicySpec
+    out: Path
+    router: str = "none"
+    engine: str = "local"
+    write_results: bool = True
+    recall_target: float | None = None
+    period_us: int = DEFAULT_PERIOD_US
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return tuple(s.window_us for s in self.streams)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for ``report.json``'s ``config``."""
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["policy"] = asdict(self.policy)
+        return d
+
+
+@dataclass
+class Flags:
+    """Raw command-line values (``None`` / empty = not given)."""
+
+    streams: list[str] = field(default_factory=list)        # NAME=PATH
+    ts: list[str] = field(default_factory=list)             # COL or NAME=COL
+    arrival: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    unit: list[str] = field(default_factory=list)
+    window: list[str] = field(default_factory=list)
+    k: list[str] = field(default_factory=list)
+    retention: list[str] = field(default_factory=list)
+    policy: str | None = None
+    router: str | None = None
+    engine: str | None = None
+    out: str | None = None
+    no_results: bool = False
+    recall: float | None = None
+    period: str | None = None
+
+
+def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
+    """``NAME=VALUE`` -> (NAME, VALUE); plain ``VALUE`` -> (None, VALUE)."""
+    if "=" in value:
+        name, _, rest = value.partition("=")
+        if name not in names:
+            raise InputError(f"{option} {value}: unknown stream name {name!r} (streams: {', '.join(names) or 'none'})")
+        return name, rest
+    return None, value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise InputError(f"{path}: config file not found")
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+
+
+def check_recall(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not (0.0 < float(value) <= 1.0):
+        raise InputError(f"--recall {value}: recall target must be in (0, 1]")
+    return float(value)
+
+
+def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
+    """Merge TOML and flags into a validated :class:`RunConfig`."""
+    doc: dict[str, Any] = _read_toml(config_path) if config_path else {}
+    base = config_path.parent if config_path else Path(".")
+    run = doc.get("run", {})
+    raw_streams = doc.get("stream", [])
+    if not isinstance(raw_streams, list):
+        raise InputError(f"{config_path}: [[stream]] must be an array of tables")
+
+    streams: dict[str, dict[str, Any]] = {}
+    for i, s in enumerate(raw_streams):
+        if "name" not in s or "path" not in s:
+            raise InputError(f"{config_path}: stream #{i + 1} needs a name and a path")
+        entry = dict(s)
+        p = Path(str(s["path"]))
+        entry["path"] = str(p if p.is_absolute() else base / p)
+        streams[str(s["name"])] = entry
+    for spec in flags.streams:
+        if "=" not in spec:
+            raise InputError(f"--stream {spec}: expected NAME=PATH")
+        name, _, path = spec.partition("=")
+        if not name:
+            raise InputError(f"--stream {spec}: empty stream name")
+        streams.setdefault(name, {"name": name})["path"] = path
+    names = list(streams)
+    if len(names) < 2:
+        raise InputError("a join needs at least two streams: give --stream NAME=PATH twice or [[stream]] tables in the config")
+
+    def apply(option: str, values: list[str], field_name: str, convert=lambda v: v, multi: bool = False):
+        cleared: set[str] = set()
+        for raw in values:
+            name, value = _split_override(raw, names, option)
+            targets = [name] if name else names
+            for t in targets:
+                if multi:
+                    # the first flag for a stream replaces the TOML list
+                    if t not in cleared:
+                        streams[t][field_name] = []
+                        cleared.add(t)
+                    streams[t][field_name].append(convert(value))
+                else:
+                    streams[t][field_name] = convert(value)
+
+    apply("--ts", flags.ts, "ts")
+    apply("--arrival", flags.arrival, "arrival")
+    apply("--key", flags.keys, "keys", multi=True)
+    apply("--unit", flags.unit, "unit")
+    apply("--window", flags.window, "window")
+    apply("--k", flags.k, "k")
+    apply("--retention", flags.retention, "retention")
+
+    # run-level defaults from TOML, then flags
+    for key in ("k", "retention", "window"):
+        if key in run:
+            for s in streams.values():
+                s.setdefault(key, run[key])
+
+    resolved = []
+    for name, s in streams.items():
+        if "path" not in s:
+            raise InputError(f"stream {name!r} has no path")
+        unit = s.get("unit")
+        if unit is not None and unit not in TS_UNITS:
+            raise InputError(f"stream {name!r}: unit {unit!r} is not one of {', '.join(TS_UNITS)}")
+        if "window" not in s:
+            raise InputError(f"stream {name!r} has no window: give --window DURATION")
+        keys = s.get("keys", [])
+        if isinstance(keys, str):
+            keys = [keys]
+        resolved.append(StreamConfig(
+            name=name,
+            path=str(s["path"]),
+            ts=str(s.get("ts", "ts")),
+            arrival=s.get("arrival"),
+            unit=unit,
+            window_us=parse_duration(s["window"], what=f"window of stream {name!r}"),
+            keys=tuple(str(k) for k in keys),
+            k_us=parse_duration(s["k"], what=f"k of stream {name!r}") if s.get("k") is not None else None,
+            retention_us=parse_duration(s["retention"], what=f"retention of stream {name!r}") if s.get("retention") is not None else None,
+        ))
+    key_counts = {len(s.keys) for s in resolved}
+    if len(key_counts) > 1:
+        raise InputError("every stream needs the same number of key columns (keys are matched by position)")
+
+    policy_name = flags.policy or run.get("policy", "none")
+    if policy_name not in POLICY_NAMES:
+        raise InputError(f"--policy {policy_name}: expected one of {', '.join(POLICY_NAMES)}")
+    k = tuple(s.k_us for s in resolved) if policy_name == "kslack" else None
+    retention = tuple(s.retention_us for s in resolved) if policy_name == "static" else None
+    if k is not None and any(v is None for v in k):
+        raise InputError("policy kslack needs --k DURATION (for every stream)")
+    if retention is not None and any(v is None for v in retention):
+        raise InputError("policy static needs --retention DURATION (for every stream)")
+    policy = PolicySpec(name=policy_name, k=k, retention=retention)
+
+    router = flags.router or run.get("router", "none")
+    if router not in ROUTERS:
+        raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
+    engine = flags.engine or run.get("engine", "local")
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    out_raw = flags.out or run.get("out")
+    if not out_raw:
+        raise InputError("no output directory: give --out DIR")
+    # `out` is relative to the working directory (where cron's job runs),
+    # unlike input paths, which belong with the config that names them.
+    out = Path(out_raw)
+    period_raw = flags.period or run.get("period")
+    period = parse_duration(period_raw, what="period") if period_raw is not None else DEFAULT_PERIOD_US
+    if period <= 0:
+        raise InputError("--period must be > 0")
+    recall = check_recall(flags.recall if flags.recall is not None else run.get("recall"))
+    return RunConfig(
+        streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
+        write_results=not (flags.no_results or run.get("no_results", False)),
+        recall_target=recall, period_us=period,
+    )
+
+
+__all__ = ["Flags", "RunConfig", "StreamConfig", "resolve", "check_recall", "replace"]

@@ -1,0 +1,32 @@
+"""Errors a user can act on.
+
+Every problem with the user's input (files, columns, types, durations,
+options) is raised as :class:`InputError` with a one-line message that says
+which file/column/option and what was expected.  The CLI prints it as
+``error: <message>`` and exits with :data:`EXIT_USAGE`; nothing else is
+printed and no partial output is left behind.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_TARGET_MISSED = 3
+EXIT_LOCKED = 4
+
+
+class StreamjoinError(Exception):
+    """Base class: a failure with a one-line, user-facing message."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, message: str):
+        # One line, always: multi-line messages break cron log parsing.
+        super().__init__(" ".join(str(message).split()))
+
+
+class InputError(StreamjoinError):
+    """Bad input: missing file/column, wrong type, bad duration, bad option."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,72 @@
+"""The terminal summary: a rich table on a TTY, plain ``key: value`` lines otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..timeunits import format_duration
+
+
+def _fmt_rate(v):
+    return "-" if v is None else f"{v:,.1f}/s"
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """Plain-text summary (cron logs, pipes): one fact per line."""
+    lat = report["latency_us"]
+    lines = [
+        f"policy: {report['config']['policy']['name']}  router: {report['routing']['router']}",
+        f"truth_results: {report['truth_results']}",
+        f"emitted_results: {report['emitted_results']}",
+        f"recall: {report['recall']:.6f}",
+        f"duplicates: {report['duplicates']}",
+        f"latency: mean {format_duration(lat['mean'])} p50 {format_duration(lat['p50'])} "
+        f"p95 {format_duration(lat['p95'])} p99 {format_duration(lat['p99'])} max {format_duration(lat['max'])}",
+        f"memory_tuples: peak {report['memory_tuples']['peak']} mean {report['memory_tuples']['mean']:.1f}",
+    ]
+    for s in report["streams"]:
+        d = s["delay_us"]
+        lines.append(
+            f"stream {s['name']}: rows {s['rows']} quarantined {s['quarantined']} rate {_fmt_rate(s['rate_per_s'])} "
+            f"delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} max {format_duration(d['max'])} "
+            f"dropped_late {s['dropped_late']} expired_on_arrival {s['expired_on_arrival']}"
+        )
+    total = report["timings_s"].get("total")
+    if total is not None:
+        lines.append(f"time: {total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} input tuples/s)")
+    lines.append(f"report: {report['outputs'].get('report', '-')}")
+    return lines
+
+
+def render_rich(report: dict[str, Any], console) -> None:
+    """A table per concern, for people at a terminal."""
+    from rich.table import Table
+
+    lat = report["latency_us"]
+    head = Table(title="streamjoin run", show_header=False)
+    head.add_column("metric", style="bold")
+    head.add_column("value")
+    head.add_row("policy / router", f"{report['config']['policy']['name']} / {report['routing']['router']}")
+    head.add_row("truth results", f"{report['truth_results']:,}")
+    head.add_row("emitted results", f"{report['emitted_results']:,}")
+    recall_style = "green" if report["recall"] >= (report.get("recall_target") or 0) else "red"
+    head.add_row("recall", f"[{recall_style}]{report['recall']:.4%}[/]")
+    head.add_row("duplicates", str(report["duplicates"]))
+    head.add_row("latency mean / p95 / max",
+                 f"{format_duration(lat['mean'])} / {format_duration(lat['p95'])} / {format_duration(lat['max'])}")
+    head.add_row("memory peak / mean (tuples)",
+                 f"{report['memory_tuples']['peak']:,} / {report['memory_tuples']['mean']:,.1f}")
+    total = report["timings_s"].get("total")
+    if total is not None:
+        head.add_row("time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)")
+    console.print(head)
+    t = Table(title="streams")
+    for col in ("stream", "rows", "quarantined", "rate", "delay p50", "delay p95", "delay max", "dropped late", "expired"):
+        t.add_column(col, justify="right" if col != "stream" else "left")
+    for s in report["streams"]:
+        d = s["delay_us"]
+        t.add_row(s["name"], f"{s['rows']:,}", str(s["quarantined"]), _fmt_rate(s["rate_per_s"]),
+                  format_duration(d["p50"]), format_duration(d["p95"]), format_duration(d["max"]),
+                  str(s["dropped_late"]), str(s["expired_on_arrival"]))
+    console.print(t)
+    console.print(f"report: {report['outputs'].get('report', '-')}")

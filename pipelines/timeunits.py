@@ -1,0 +1,79 @@
+"""Time inside streamjoin: int64 microseconds, durations, units.
+
+Every time in the engine is an ``int64`` count of microseconds (SPEC §1).
+"Minus infinity" (no tuple seen yet) is :data:`NEG_INF`, a sentinel far below
+any real timestamp but far enough above ``int64`` min that subtracting a
+duration from it cannot overflow.  Input timestamps are checked to lie within
+``±MAX_ABS_TS`` so that arithmetic on them never meets the sentinel.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InputError
+
+NEG_INF = -(2**62)
+MAX_ABS_TS = 2**60  # ~36,000 years of microseconds either side of 0
+
+#: microseconds per unit, for integer timestamp columns and durations
+UNIT_US = {
+    "ps": 1e-6,
+    "ns": 1e-3,
+    "us": 1,
+    "µs": 1,
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "min": 60_000_000,
+    "h": 3_600_000_000,
+    "d": 86_400_000_000,
+}
+
+#: the units an integer timestamp column may be declared in (SPEC §1)
+TS_UNITS = ("s", "ms", "us", "ns", "ps")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ps|ns|us|µs|ms|s|min|m|h|d)\s*$")
+
+
+def parse_duration(text: str | int, *, what: str = "duration") -> int:
+    """Parse ``250ms``, ``2s``, ``1.5s``, ``1h``, ``500us`` into microseconds.
+
+    ``0`` alone is accepted (no unit needed for nothing).  Negative values,
+    missing units and unknown units raise :class:`InputError` naming ``what``.
+    Fractions that do not land on a whole microsecond are rounded to nearest.
+    """
+    if isinstance(text, bool):
+        raise InputError(f"bad {what} {text!r}: expected e.g. 250ms, 2s, 1.5s, 1h, 500us")
+    if isinstance(text, int):
+        if text < 0:
+            raise InputError(f"bad {what} {text!r}: must be >= 0")
+        return text
+    s = str(text).strip()
+    if s in ("0", "0.0"):
+        return 0
+    if s.startswith("-"):
+        raise InputError(f"bad {what} {text!r}: must be >= 0")
+    m = _DURATION.match(s)
+    if not m:
+        raise InputError(f"bad {what} {text!r}: expected a number with a unit, e.g. 250ms, 2s, 1.5s, 1h, 500us")
+    value, unit = m.groups()
+    us = round(float(value) * UNIT_US[unit])
+    return int(us)
+
+
+def format_duration(us: float | int | None) -> str:
+    """Human form of a microsecond count: ``1.25s``, ``340ms``, ``12us``."""
+    if us is None:
+        return "-"
+    us = float(us)
+    a = abs(us)
+    if a >= 3_600_000_000:
+        return f"{us / 3_600_000_000:.3g}h"
+    if a >= 60_000_000:
+        return f"{us / 60_000_000:.3g}min"
+    if a >= 1_000_000:
+        return f"{us / 1_000_000:.3g}s"
+    if a >= 1_000:
+        return f"{us / 1_000:.3g}ms"
+    return f"{us:.3g}us"
