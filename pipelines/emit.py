@@ -29,49 +29,50 @@ emitted at ``arrival[5]`` with latency ``arrival[5] - arrival[1]``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
+from .candidates import Combos
 from .policies import SYMMETRIC
 from .progress import Decisions, Replay
 
 
-def emission(combos: pl.DataFrame, replay: Replay, windows: Sequence[int], decisions: Decisions) -> pl.DataFrame:
-    """Add ``a{k}`` (arrival indexes), ``last``, ``emitted``, ``emit_us`` and ``latency_us``.
+@dataclass
+class Emission:
+    """Per valid combination (parallel to :class:`~streamjoin.pipelines.candidates.Combos`).
 
-    Args:
-        combos: truth from :func:`~streamjoin.pipelines.candidates.enumerate_truth`.
-    Returns: ``combos`` with the new columns; emission columns are null where
-    the combination was not emitted.
+    ``a[k]``: arrival index of member ``k``; ``last``: the last-arriving
+    member's index; ``emitted``: the mask; ``emit_us`` / ``latency_us``:
+    meaningful only where ``emitted`` (computed for all rows to avoid copies).
     """
+
+    a: list[np.ndarray]
+    last: np.ndarray
+    emitted: np.ndarray
+    emit_us: np.ndarray
+    latency_us: np.ndarray
+
+
+def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: Decisions) -> Emission:
+    """Apply the closed forms to every valid combination."""
     n = replay.n
     N = replay.N
     W = np.asarray(windows, dtype=np.int64)
-    a = [replay.index_of[k][combos[f"r{k}"].to_numpy()] for k in range(n)]
-    last = np.maximum.reduce(a) if n > 1 else a[0]
+    a = [replay.index_of[k][combos.rows[k]] for k in range(n)]
+    last = np.maximum.reduce(a) if len(combos) else np.empty(0, np.int64)
+    emitted = np.ones(len(combos), dtype=bool)
     if decisions.family == SYMMETRIC:
-        emitted = np.ones(len(last), dtype=bool)
         for k in range(n):
-            still_buffered = combos[f"t{k}"].to_numpy() + W[k] >= decisions.H[k][last]
+            still_buffered = combos.ts(k) + W[k] >= decisions.H[k][last]
             emitted &= (a[k] == last) | still_buffered
         emit_index = last
     else:
-        emitted = np.ones(len(last), dtype=bool)
-        rel = []
         for k in range(n):
             emitted &= ~decisions.dropped[a[k]]
-            rel.append(decisions.release[a[k]])
         # rel = N means "flushed at end of input": emitted at the last arrival.
-        emit_index = np.minimum(np.maximum.reduce(rel), N - 1) if len(last) else last
-    emit_us = replay.arrival[emit_index] if len(last) else np.empty(0, np.int64)
-    latency = emit_us - replay.arrival[last] if len(last) else np.empty(0, np.int64)
-    return combos.with_columns(
-        [pl.Series(f"a{k}", a[k]) for k in range(n)]
-        + [
-            pl.Series("last", last, dtype=pl.Int64),
-            pl.Series("emitted", emitted),
-            pl.when(pl.Series(emitted)).then(pl.Series(emit_us, dtype=pl.Int64)).alias("emit_us"),
-            pl.when(pl.Series(emitted)).then(pl.Series(latency, dtype=pl.Int64)).alias("latency_us"),
-        ]
-    )
+        emit_index = np.maximum.reduce([decisions.release[a[k]] for k in range(n)]) if len(combos) else last
+        np.minimum(emit_index, N - 1, out=emit_index)
+    emit_us = replay.arrival[emit_index]
+    latency = emit_us - replay.arrival[last]
+    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)

@@ -57,31 +57,51 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
     Columns per stream ``s``: ``s_row``, ``s_ts_us``, ``s_arrival_us`` and every
     payload column as ``s_<col>``; then ``emit_us`` and ``latency_us``.
     """
-    n = len(streams)
-    emitted = outcome.combos.filter(pl.col("emitted")).sort(["emit_us", "last", *[f"r{k}" for k in range(n)]])
+    em = outcome.emission
+    mask = em.emitted
+    rows = [r[mask] for r in outcome.combos.rows]
+    emit_us = em.emit_us[mask]
+    # deterministic order: emission time, then arrival of the last member, then rows
+    order = np.lexsort([*reversed(rows), em.last[mask], emit_us])
     parts = []
     for k, s in enumerate(streams):
-        rows = emitted[f"r{k}"]
-        idx = rows.to_numpy()
-        cols = [
-            rows.alias(f"{s.name}_row"),
-            pl.Series(f"{s.name}_ts_us", s.ts[idx], dtype=pl.Int64),
-            pl.Series(f"{s.name}_arrival_us", s.arrival[idx], dtype=pl.Int64),
-        ]
-        payload = s.payload.select(pl.all().gather(rows)).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
-        parts.append(pl.DataFrame(cols).hstack(payload))
-    frame = pl.concat(parts, how="horizontal") if parts else pl.DataFrame()
-    return frame.with_columns(emitted["emit_us"], emitted["latency_us"])
+        idx = rows[k][order]
+        cols = pl.DataFrame({
+            f"{s.name}_row": idx,
+            f"{s.name}_ts_us": s.ts[idx],
+            f"{s.name}_arrival_us": s.arrival[idx],
+        })
+        payload = s.payload[idx].rename({c: f"{s.name}_{c}" for c in s.payload.columns})
+        parts.append(cols.hstack(payload))
+    frame = pl.concat(parts, how="horizontal")
+    return frame.with_columns(
+        pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
+        pl.Series("latency_us", em.latency_us[mask][order], dtype=pl.Int64),
+    )
+
+
+def count_duplicates(rows: list[np.ndarray], sizes: list[int]) -> int:
+    """Emitted combinations that occur more than once (must be 0)."""
+    if not len(rows[0]):
+        return 0
+    code = np.zeros(len(rows[0]), dtype=np.int64)
+    capacity = 1
+    for r, size in zip(rows, sizes):
+        capacity *= max(size, 1)
+    if capacity < 2**62:  # exact packing: one int64 per combination
+        for r, size in zip(rows, sizes):
+            code = code * max(size, 1) + r
+        unique = pl.Series(code).n_unique()
+    else:
+        unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
+    return len(rows[0]) - unique
 
 
 def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome: JoinOutcome) -> dict[str, Any]:
-    combos = outcome.combos
-    emitted_mask = combos["emitted"]
-    emitted = combos.filter(emitted_mask)
-    truth_n = combos.height
-    emitted_n = emitted.height
-    n = len(streams)
-    duplicates = int(emitted.select([f"r{k}" for k in range(n)]).is_duplicated().sum()) if emitted_n else 0
+    em = outcome.emission
+    truth_n = len(outcome.combos)
+    emitted_n = int(em.emitted.sum())
+    emitted_rows = [r[em.emitted] for r in outcome.combos.rows] if truth_n else [np.empty(0, np.int64)]
     mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
     return {
         "schema_version": report_json.SCHEMA_VERSION,
@@ -97,11 +117,11 @@ def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outc
         "recall": metrics.recall_of(emitted_n, truth_n),
         # every emitted combination is one of the truth rows by construction
         "precision": 1.0,
-        "duplicates": duplicates,
-        "latency_us": metrics.latency_summary(emitted["latency_us"].to_numpy()),
+        "duplicates": count_duplicates(emitted_rows, [s.rows for s in streams]),
+        "latency_us": metrics.latency_summary(em.latency_us[em.emitted]),
         "memory_tuples": mem_t,
         "memory_bytes": mem_b,
-        "periods": metrics.periods(combos, outcome.replay.arrival, cfg.period_us, cfg.recall_target),
+        "periods": metrics.periods(em.last, em.emitted, outcome.replay.arrival, cfg.period_us, cfg.recall_target),
         "recall_target": cfg.recall_target,
         "routing": {
             "router": cfg.router,

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from .policies import SORTING, SYMMETRIC
 
@@ -45,16 +44,19 @@ def recall_of(emitted: int, truth: int) -> float:
     return 1.0 if truth == 0 else emitted / truth
 
 
-def periods(combos: pl.DataFrame, arrival: np.ndarray, period_us: int, target: float | None) -> list[dict[str, Any]]:
-    """Recall per period of replay time (period of a result = arrival of its last member)."""
+def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, period_us: int,
+            target: float | None) -> list[dict[str, Any]]:
+    """Recall per period of replay time (period of a result = arrival of its last member).
+
+    Periods are ``[start + i*P, start + (i+1)*P)`` from the first arrival.
+    """
     if len(arrival) == 0:
         return []
     start = int(arrival[0])
     count = int((int(arrival[-1]) - start) // period_us) + 1
-    last_time = arrival[combos["last"].to_numpy()]
-    p = (last_time - start) // period_us
+    p = (arrival[last] - start) // period_us
     truth = np.bincount(p, minlength=count)
-    emitted = np.bincount(p[combos["emitted"].to_numpy()], minlength=count)
+    emitted = np.bincount(p[emitted_mask], minlength=count)
     return [
         {
             "start_us": start + i * period_us,

@@ -10,31 +10,31 @@ from streamjoin.pipelines.policies import SORTING, PolicySpec
 from streamjoin.pipelines.reference import RefTuple, ReferenceResult
 
 
-def _keys_frame(stream: list[RefTuple]) -> pl.DataFrame | None:
-    width = len(stream[0].key) if stream else 0
+def _key_frames(streams: list[list[RefTuple]]) -> list[pl.DataFrame | None]:
+    """Key columns ``__key0..`` per stream, one dtype across streams (inferred)."""
+    width = max((len(t.key) for s in streams for t in s), default=0)
     if width == 0:
-        return None
-    return pl.DataFrame({f"__key{i}": pl.Series([t.key[i] for t in stream], dtype=pl.Int64) for i in range(width)})
+        return [None] * len(streams)
+    every = pl.DataFrame({f"__key{i}": [t.key[i] for s in streams for t in s] for i in range(width)})
+    out, offset = [], 0
+    for s in streams:
+        out.append(every.slice(offset, len(s)))
+        offset += len(s)
+    return out
 
 
-def local_engine(streams: list[list[RefTuple]], windows: tuple[int, ...], policy: PolicySpec) -> ReferenceResult:
+def local_engine(streams: list[list[RefTuple]], windows: tuple[int, ...], policy: PolicySpec,
+                 method: str = "auto") -> ReferenceResult:
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     arrival = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
-    key_width = max((len(t.key) for s in streams for t in s), default=0)
-    if key_width:
-        keys = [
-            _keys_frame(s) if s else pl.DataFrame({f"__key{i}": pl.Series([], dtype=pl.Int64) for i in range(key_width)})
-            for s in streams
-        ]
-    else:
-        keys = [None] * len(streams)
-    out = join(ts, arrival, keys, windows, policy)
+    keys = _key_frames(streams)
+    out = join(ts, arrival, keys, windows, policy, candidates_method=method)
     n = len(streams)
-    rows = [out.combos[f"r{k}"].to_list() for k in range(n)]
+    rows = [r.tolist() for r in out.combos.rows]
     combos = list(zip(*rows)) if n else []
-    emitted_mask = out.combos["emitted"].to_list()
-    emit_us = out.combos["emit_us"].to_list()
-    latency = out.combos["latency_us"].to_list()
+    emitted_mask = out.emission.emitted.tolist()
+    emit_us = out.emission.emit_us.tolist()
+    latency = out.emission.latency_us.tolist()
     emitted = {c: (e, l) for c, m, e, l in zip(combos, emitted_mask, emit_us, latency) if m}
     order = list(zip(out.replay.stream.tolist(), out.replay.row.tolist()))
     d = out.decisions
@@ -48,3 +48,8 @@ def local_engine(streams: list[list[RefTuple]], windows: tuple[int, ...], policy
         expired=marked if d.family != SORTING else set(),
         order=order,
     )
+
+
+def local_engine_bucketed(streams, windows, policy) -> ReferenceResult:
+    """The local engine forced onto the bucket-join enumeration (the overflow fallback)."""
+    return local_engine(streams, windows, policy, method="bucket")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import local_engine
+from local_adapter import local_engine, local_engine_bucketed
 
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.reference import RefTuple, brute_force_truth, replay
@@ -69,10 +69,19 @@ def test_local_engine_equals_reference_two_streams_larger(problem):
 
 
 @SETTINGS
-@given(problems())
+@given(problems(n_streams=st.integers(2, 4)))
 def test_truth_equals_brute_force(problem):
     streams, windows, policy = problem
-    assert local_engine(streams, windows, policy).truth == brute_force_truth(streams, windows)
+    expected = brute_force_truth(streams, windows)
+    assert local_engine(streams, windows, policy).truth == expected
+    assert local_engine(streams, windows, policy, method="bucket").truth == expected
+
+
+@SETTINGS
+@given(problems())
+def test_bucket_fallback_equals_reference(problem):
+    streams, windows, policy = problem
+    _assert_same(local_engine_bucketed(streams, windows, policy), replay(streams, windows, policy))
 
 
 @settings(max_examples=100, deadline=None)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..candidates import enumerate_truth, member_frame
-from ..emit import emission
+from ..candidates import Combos, enumerate_truth
+from ..emit import Emission, emission
 from ..policies import PolicySpec
 from ..progress import Decisions, Replay, build_replay, decide, memory_per_stream
 
@@ -31,14 +31,15 @@ from ..progress import Decisions, Replay, build_replay, decide, memory_per_strea
 class JoinOutcome:
     """Everything a replay computed, before reporting.
 
-    ``combos`` holds every valid combination (truth) with ``r{k}``, ``t{k}``,
-    ``a{k}``, ``last``, ``emitted``, ``emit_us``, ``latency_us``.
+    ``combos`` holds every valid combination (truth); ``emission`` says, per
+    combination, whether, when and with what latency it was emitted.
     ``memory`` is tuples held per stream after every arrival index ``(n, N)``.
     """
 
     replay: Replay
     decisions: Decisions
-    combos: pl.DataFrame
+    combos: Combos
+    emission: Emission
     memory: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
 
@@ -49,6 +50,7 @@ def join(
     keys: Sequence[pl.DataFrame | None],
     windows: Sequence[int],
     policy: PolicySpec,
+    candidates_method: str = "auto",
 ) -> JoinOutcome:
     """Replay ``n`` streams through ``policy`` and join them.
 
@@ -58,6 +60,8 @@ def join(
             stream), or ``None`` for a time-only join.
         windows: ``W_i`` per stream, microseconds.
         policy: the disorder policy.
+        candidates_method: truth enumeration method (see
+            :func:`~streamjoin.pipelines.candidates.enumerate_truth`).
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -67,13 +71,12 @@ def join(
     timings["progress"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    key_names = list(keys[0].columns) if keys and keys[0] is not None else []
-    frames = [member_frame(k, ts[k], keys[k]) for k in range(len(ts))]
-    truth = enumerate_truth(frames, W.tolist(), key_names)
+    truth = enumerate_truth(ts, keys, W.tolist(), method=candidates_method)
     timings["candidates"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    combos = emission(truth, replay, W, decisions)
+    emitted = emission(truth, replay, W, decisions)
     memory = memory_per_stream(replay, W, decisions)
     timings["emit"] = time.perf_counter() - t0
-    return JoinOutcome(replay=replay, decisions=decisions, combos=combos, memory=memory, timings_s=timings)
+    return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
+                       timings_s=timings)
