@@ -1,6 +1,6 @@
 """The ``streamjoin`` command: parse, call a pipeline, print.  Nothing else.
 
-Exit codes: 0 success, 1 failure, 2 usage or bad input.
+Exit codes: 0 success, 1 failure, 2 usage or bad input, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from streamjoin.pipelines.errors import EXIT_FAILURE, StreamjoinError
 app = typer.Typer(
     name="streamjoin",
     help="Batch-replay correlation of timestamped streams: know exactly what an online join would have produced.\n\n"
-         "Exit codes: 0 success, 1 failure, 2 usage or bad input.",
+         "Exit codes: 0 success, 1 failure, 2 usage or bad input, 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -166,15 +166,39 @@ def generate(
         typer.echo(str(p))
 
 
+def _click_exception_type() -> type[BaseException]:
+    try:  # recent typer vendors click
+        from typer._click.exceptions import ClickException
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click.exceptions import ClickException
+    return ClickException
+
+
 def main() -> None:
+    click_exception = _click_exception_type()
     try:
-        app()
+        # not standalone: usage errors come back to us, to be printed as one
+        # line (cron logs) instead of click's multi-line box
+        rv = app(standalone_mode=False)
     except StreamjoinError as exc:  # pragma: no cover - commands catch their own
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(EXIT_FAILURE)
+    except click_exception as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `streamjoin`: show the help
+            exc.show()
+            sys.exit(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = " ".join(exc.format_message().split())
+        typer.echo(f"error: {message}{hint}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
         typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
         sys.exit(EXIT_FAILURE)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

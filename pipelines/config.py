@@ -29,12 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .output import check_target
 from .policies import POLICY_NAMES, PolicySpec
 from .timeunits import TS_UNITS, parse_duration
 
 ROUTERS = ("none",)
 ENGINES = ("local",)
 DEFAULT_PERIOD_US = 60_000_000
+
+#: keys a config TOML may hold; anything else is a typo and is refused
+#: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
+#: Extend these sets when a new setting is read from the TOML.
+TOML_TABLES = ("run", "stream")
+RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window")
+STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
 
 
 @dataclass(frozen=True)
@@ -118,10 +126,31 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
 
 
+def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> None:
+    if not isinstance(table, dict):
+        raise InputError(f"{where} must be a table")
+    unknown = [k for k in table if k not in allowed]
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r} (expected one of {', '.join(allowed)})")
+
+
+def _duration(value: Any, what: str) -> int:
+    """A duration from a flag or the TOML: a string with a unit (``0`` alone is fine)."""
+    if isinstance(value, str) or (type(value) is int and value == 0):
+        return parse_duration(value, what=what)
+    raise InputError(f"bad {what} {value!r}: expected a string with a unit, e.g. \"250ms\", \"2s\"")
+
+
 def check_recall(value: float | None) -> float | None:
     if value is None:
         return None
-    if not (0.0 < float(value) <= 1.0):
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--recall {value!r}: expected a number in (0, 1]") from None
+    if not (0.0 < value <= 1.0):
         raise InputError(f"--recall {value}: recall target must be in (0, 1]")
     return float(value)
 
@@ -130,13 +159,16 @@ def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`."""
     doc: dict[str, Any] = _read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
+    _check_keys(doc, TOML_TABLES, f"{config_path}")
     run = doc.get("run", {})
+    _check_keys(run, RUN_KEYS, f"{config_path}: [run]")
     raw_streams = doc.get("stream", [])
     if not isinstance(raw_streams, list):
         raise InputError(f"{config_path}: [[stream]] must be an array of tables")
 
     streams: dict[str, dict[str, Any]] = {}
     for i, s in enumerate(raw_streams):
+        _check_keys(s, STREAM_KEYS, f"{config_path}: stream #{i + 1}")
         if "name" not in s or "path" not in s:
             raise InputError(f"{config_path}: stream #{i + 1} needs a name and a path")
         entry = dict(s)
@@ -195,16 +227,18 @@ def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
         keys = s.get("keys", [])
         if isinstance(keys, str):
             keys = [keys]
+        if not isinstance(keys, list):
+            raise InputError(f"stream {name!r}: keys {keys!r}: expected a list of column names")
         resolved.append(StreamConfig(
             name=name,
             path=str(s["path"]),
             ts=str(s.get("ts", "ts")),
             arrival=s.get("arrival"),
             unit=unit,
-            window_us=parse_duration(s["window"], what=f"window of stream {name!r}"),
+            window_us=_duration(s["window"], f"window of stream {name!r}"),
             keys=tuple(str(k) for k in keys),
-            k_us=parse_duration(s["k"], what=f"k of stream {name!r}") if s.get("k") is not None else None,
-            retention_us=parse_duration(s["retention"], what=f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
+            retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
         ))
     key_counts = {len(s.keys) for s in resolved}
     if len(key_counts) > 1:
@@ -233,8 +267,9 @@ def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
     # `out` is relative to the working directory (where cron's job runs),
     # unlike input paths, which belong with the config that names them.
     out = Path(out_raw)
+    check_target(out)  # refuse a foreign non-empty --out before any work is done
     period_raw = flags.period or run.get("period")
-    period = parse_duration(period_raw, what="period") if period_raw is not None else DEFAULT_PERIOD_US
+    period = _duration(period_raw, "period") if period_raw is not None else DEFAULT_PERIOD_US
     if period <= 0:
         raise InputError("--period must be > 0")
     recall = check_recall(flags.recall if flags.recall is not None else run.get("recall"))

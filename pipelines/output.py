@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import InputError
@@ -21,6 +25,48 @@ from .errors import InputError
 #: a file every streamjoin output directory holds; its presence makes an
 #: existing directory safe to replace
 MARKER = "report.json"
+
+
+def check_target(out: Path) -> None:
+    """Refuse an ``--out`` that must not be replaced (see :class:`AtomicOutput`).
+
+    Called when the configuration is resolved, so a bad ``--out`` fails before
+    any work is done, and again just before staging.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: output path exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
+
+
+@contextmanager
+def _sigint_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C while directories are created, renamed or removed.
+
+    A SIGINT landing between two of those steps would leave a staging or old
+    directory behind (or a previous output moved aside).  Inside this block a
+    SIGINT is only recorded; the list yielded tells the caller whether one
+    came.  Outside the main thread (no signal handlers there) it does nothing.
+    """
+    pending: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield pending
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _redeliver_sigint() -> None:
+    """Act on a held SIGINT as the process's own handler would have."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.default_int_handler or handler == signal.SIG_DFL:
+        raise KeyboardInterrupt
+    if callable(handler):
+        handler(signal.SIGINT, None)
 
 
 class AtomicOutput:
@@ -38,26 +84,33 @@ class AtomicOutput:
 
     def __enter__(self) -> Path:
         out = self.out
-        if out.exists() and not out.is_dir():
-            raise InputError(f"{out}: output path exists and is not a directory")
-        if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-            raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
+        check_target(out)
         parent = out.parent if str(out.parent) else Path(".")
         parent.mkdir(parents=True, exist_ok=True)
-        self.staging = parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
-        self.staging.mkdir()
-        return self.staging
+        staging = parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
+        with _sigint_held() as interrupted:
+            staging.mkdir()
+        if interrupted:  # Ctrl-C came while staging was being made: leave nothing
+            with _sigint_held():
+                staging.rmdir()
+            _redeliver_sigint()
+        self.staging = staging
+        return staging
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         assert self.staging is not None
         if exc_type is not None:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            with _sigint_held():  # a second Ctrl-C must not stop the clean-up
+                shutil.rmtree(self.staging, ignore_errors=True)
             return False
-        old = None
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:12]}"
-            os.replace(self.out, old)
-        os.replace(self.staging, self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        # Publishing is a few renames; a Ctrl-C during them is held and then
+        # ignored: the run is complete and its output is whole.
+        with _sigint_held():
+            old = None
+            if self.out.exists():
+                old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:12]}"
+                os.replace(self.out, old)
+            os.replace(self.staging, self.out)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         return False
