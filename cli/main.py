@@ -175,6 +175,9 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
+    from streamjoin.pipelines.allocator import reuse_freed_memory
+
+    reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
     click_exception = _click_exception_type()
     try:
         # not standalone: usage errors come back to us, to be printed as one

@@ -129,12 +129,14 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     # Anchors in (key, ts) order: the binary searches then walk the sorted
     # array monotonically, which is several times faster than random probes.
     v0 = packed(0)
-    anchor_order = np.argsort(v0, kind="stable").astype(idx, copy=False)
+    # ties (same key and ts) may come in any order: the set is the same, and
+    # the unstable sort is twice as fast (and still deterministic)
+    anchor_order = np.argsort(v0).astype(idx, copy=False)
     rows = [anchor_order]
     anchor_v = v0[anchor_order]
     for k in range(1, n):
         vk = packed(k)
-        order = np.argsort(vk, kind="stable").astype(idx, copy=False)
+        order = np.argsort(vk).astype(idx, copy=False)
         vs = vk[order]
         lo = np.searchsorted(vs, anchor_v - W[k], side="left")
         hi = np.searchsorted(vs, anchor_v + W[0], side="right")
