@@ -74,5 +74,8 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
         emit_index = np.maximum.reduce([decisions.release[a[k]] for k in range(n)]) if len(combos) else last
         np.minimum(emit_index, N - 1, out=emit_index)
     emit_us = replay.arrival[emit_index]
-    latency = emit_us - replay.arrival[last]
+    if decisions.family == SYMMETRIC:
+        latency = np.zeros(len(last), dtype=np.int64)  # emitted the moment the last member arrives
+    else:
+        latency = emit_us - replay.arrival[last]
     return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)

@@ -85,13 +85,14 @@ def count_duplicates(rows: list[np.ndarray], sizes: list[int]) -> int:
     """Emitted combinations that occur more than once (must be 0)."""
     if not len(rows[0]):
         return 0
-    code = np.zeros(len(rows[0]), dtype=np.int64)
     capacity = 1
-    for r, size in zip(rows, sizes):
+    for size in sizes:
         capacity *= max(size, 1)
-    if capacity < 2**62:  # exact packing: one int64 per combination
-        for r, size in zip(rows, sizes):
-            code = code * max(size, 1) + r
+    if capacity < 2**62:  # exact packing: one int64 per combination, built in place
+        code = rows[0].astype(np.int64)
+        for r, size in zip(rows[1:], sizes[1:]):
+            code *= max(size, 1)
+            code += r
         unique = pl.Series(code).n_unique()
     else:
         unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
