@@ -61,6 +61,10 @@ class Combos:
         """Event time of member ``k`` of every combination."""
         return self.stream_ts[k][self.rows[k]]
 
+    def filter(self, mask: np.ndarray) -> Combos:
+        """The combinations where ``mask`` is true."""
+        return Combos([r[mask] for r in self.rows], self.stream_ts)
+
 
 def key_ids(keys: Sequence[pl.DataFrame | None]) -> list[np.ndarray] | None:
     """Dense int64 ids for the key columns, shared by every stream.
@@ -91,25 +95,81 @@ def key_ids(keys: Sequence[pl.DataFrame | None]) -> list[np.ndarray] | None:
     return out
 
 
-def _band_ok(rows, ts, W, k) -> np.ndarray:
-    """Bands between member k and members 1..k-1 (the anchor's band holds)."""
-    ok = np.ones(len(rows[0]), dtype=bool)
-    tk = ts[k][rows[k]]  # gathered here only for n >= 3
-    for j in range(1, k):
-        tj = ts[j][rows[j]]
-        ok &= (tk - tj <= W[j]) & (tj - tk <= W[k])
-    return ok
-
-
 def index_dtype(*sizes: int):
     """int32 row indexes when they fit: half the memory traffic of int64."""
     return np.int32 if max(sizes, default=0) < 2**31 else np.int64
 
 
-def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int]) -> Combos | None:
-    """Sorted-range enumeration; ``None`` if ``(key, ts)`` cannot be packed."""
+@dataclass(frozen=True)
+class Space:
+    """The distance predicate on vector columns, and its grid.
+
+    Members must be within ``threshold`` (Euclidean) of each other.  The grid
+    cell is a hair larger than the threshold, so two points within the
+    threshold lie in the same or adjacent cells along every axis even after
+    floating-point rounding; candidates are looked up in the ``3^d`` cells
+    around one member and then checked exactly.
+    """
+
+    vectors: list[np.ndarray]        # per stream, float64 (rows, d)
+    threshold: float
+
+    @property
+    def dims(self) -> int:
+        return self.vectors[0].shape[1]
+
+    @property
+    def cell(self) -> float:
+        return self.threshold * (1 + 1e-6) if self.threshold > 0 else 1.0
+
+    def cells(self, k: int) -> np.ndarray:
+        return np.floor(self.vectors[k] / self.cell).astype(np.int64)
+
+    def offsets(self) -> np.ndarray:
+        grid = np.array(np.meshgrid(*[[-1, 0, 1]] * self.dims, indexing="ij")).reshape(self.dims, -1).T
+        return grid.astype(np.int64)
+
+    def within(self, k: int, rows_k: np.ndarray, m: int, rows_m: np.ndarray) -> np.ndarray:
+        """Exact check: squared distance between members ``k`` and ``m`` <= threshold^2."""
+        a, b = self.vectors[k], self.vectors[m]
+        sq = np.zeros(len(rows_k), dtype=np.float64)
+        for d in range(self.dims):
+            diff = a[rows_k, d] - b[rows_m, d]
+            sq += diff * diff
+        return sq <= self.threshold * self.threshold
+
+
+def _grid_radix(space: Space | None) -> tuple[list[np.ndarray] | None, np.ndarray, list[int]]:
+    """Cells per stream, the origin (min cell - 1) and the radix per axis."""
+    if space is None:
+        return None, np.zeros(0, np.int64), []
+    cells = [space.cells(k) for k in range(len(space.vectors))]
+    nonempty = [c for c in cells if len(c)]
+    if not nonempty:
+        return cells, np.zeros(space.dims, np.int64), [1] * space.dims
+    lo = np.min([c.min(axis=0) for c in nonempty], axis=0) - 1
+    hi = np.max([c.max(axis=0) for c in nonempty], axis=0) + 1
+    return cells, lo, [int(h - l) + 1 for h, l in zip(hi, lo)]
+
+
+def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
+                     space: Space | None = None, order: Sequence[int] | None = None) -> Combos | None:
+    """Sorted-range enumeration; ``None`` if ``(key, cell, ts)`` cannot be packed into int64.
+
+    Partial combinations grow one stream at a time in ``order``.  Every
+    member of a partial combination has the same key, and the band
+    conditions with all of them intersect into one time range for the next
+    stream ``k``::
+
+        t_k in [ max_j t_j - W_k ,  min_j (t_j + W_j) ]
+
+    so a single binary-searched range per partial combination (per
+    neighbouring cell with a distance predicate) yields exactly the
+    time-and-key-valid extensions; only distances are checked afterwards.
+    """
     n = len(ts)
     W = [int(w) for w in windows]
+    order = list(order) if order is not None else list(range(n))
     idx = index_dtype(*(len(t) for t in ts))
     if any(len(t) == 0 for t in ts):
         return Combos([np.empty(0, idx) for _ in range(n)], ts)
@@ -118,77 +178,126 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     wmax = max(W)
     base = tmin - wmax - 1
     span = tmax - tmin + 2 * wmax + 3
-    kmax = max(int(i.max()) for i in ids) if ids is not None else 0
-    if (kmax + 1) * span >= PACK_LIMIT:
+    kradix = (max(int(i.max()) for i in ids) + 1) if ids is not None else 1
+    cells, origin, radix = _grid_radix(space)
+    ncodes = kradix
+    for r in radix:
+        ncodes *= r
+    if ncodes * span >= PACK_LIMIT:
         return None
 
-    def packed(k: int) -> np.ndarray:
-        v = ts[k] - base
-        return v if ids is None else ids[k] * span + v
+    def code(key: np.ndarray | None, cell: np.ndarray | None, size: int) -> np.ndarray:
+        c = key.astype(np.int64) if key is not None else np.zeros(size, np.int64)
+        if cell is not None:
+            for d, r in enumerate(radix):
+                c = c * r + (cell[:, d] - origin[d])
+        return c
 
-    # Anchors in (key, ts) order: the binary searches then walk the sorted
-    # array monotonically, which is several times faster than random probes.
-    v0 = packed(0)
-    # ties (same key and ts) may come in any order: the set is the same, and
-    # the unstable sort is twice as fast (and still deterministic)
-    anchor_order = np.argsort(v0).astype(idx, copy=False)
-    rows = [anchor_order]
-    anchor_v = v0[anchor_order]
-    for k in range(1, n):
-        vk = packed(k)
-        order = np.argsort(vk).astype(idx, copy=False)
-        vs = vk[order]
-        lo = np.searchsorted(vs, anchor_v - W[k], side="left")
-        hi = np.searchsorted(vs, anchor_v + W[0], side="right")
-        counts = hi - lo
-        total = int(counts.sum())
-        parent = np.repeat(np.arange(len(counts), dtype=index_dtype(len(counts))), counts)
-        # position in `vs` of each output: lo of its anchor + its rank in the run
-        shift = lo - (np.cumsum(counts) - counts)
-        pos = np.arange(total, dtype=np.int64)
-        pos += shift[parent]
-        rows = [r[parent] for r in rows] + [order[pos]]
-        if k < n - 1:
-            anchor_v = anchor_v[parent]
-        if k >= 2:
-            ok = _band_ok(rows, ts, W, k)
-            rows = [r[ok] for r in rows]
-            if k < n - 1:
-                anchor_v = anchor_v[ok]
-    return Combos(rows, ts)
+    first = order[0]
+    n_first = len(ts[first])
+    rows: dict[int, np.ndarray] = {first: np.arange(n_first, dtype=idx)}
+    p_key = ids[first] if ids is not None else None
+    p_cell = cells[first] if cells is not None else None
+    p_tmax = ts[first]
+    p_tlim = ts[first] + W[first]
+    offsets = space.offsets() if space is not None else [None]
+    for step, k in enumerate(order[1:], start=1):
+        vk = code(ids[k] if ids is not None else None, cells[k] if cells is not None else None, len(ts[k])) * span \
+            + (ts[k] - base)
+        korder = np.argsort(vk).astype(idx, copy=False)  # ties in any order: same set, 2x faster
+        vs = vk[korder]
+        size = len(p_tmax)
+        parents, positions = [], []
+        for off in offsets:
+            cell = None if off is None else p_cell + off
+            qcode = code(p_key, cell, size) * span
+            lo_q = qcode + (p_tmax - W[k] - base)
+            hi_q = qcode + (p_tlim - base)
+            # queries in sorted order: the binary searches then walk `vs`
+            # monotonically, several times faster than random probes
+            qorder = np.argsort(lo_q)
+            lo = np.searchsorted(vs, lo_q[qorder], side="left")
+            hi = np.searchsorted(vs, hi_q[qorder], side="right")
+            counts = np.maximum(hi - lo, 0)
+            total = int(counts.sum())
+            run = np.repeat(np.arange(size, dtype=np.int64), counts)
+            shift = lo - (np.cumsum(counts) - counts)
+            pos = np.arange(total, dtype=np.int64)
+            pos += shift[run]
+            parents.append(qorder[run].astype(index_dtype(size), copy=False))
+            positions.append(pos)
+        parent = np.concatenate(parents) if len(parents) > 1 else parents[0]
+        pos = np.concatenate(positions) if len(positions) > 1 else positions[0]
+        new_rows = korder[pos]
+        if space is not None:
+            ok = np.ones(len(parent), dtype=bool)
+            for m, r in rows.items():
+                ok &= space.within(k, new_rows, m, r[parent])
+            parent, new_rows = parent[ok], new_rows[ok]
+        rows = {m: r[parent] for m, r in rows.items()}
+        rows[k] = new_rows
+        if step < n - 1:  # carry the partial combinations' state to the next stream
+            tk = ts[k][new_rows]
+            p_tmax = np.maximum(p_tmax[parent], tk)
+            p_tlim = np.minimum(p_tlim[parent], tk + W[k])
+            p_key = p_key[parent] if p_key is not None else None
+            p_cell = p_cell[parent] if p_cell is not None else None
+    return Combos([rows[k] for k in range(n)], ts)
 
 
-def enumerate_bucketed(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int]) -> Combos:
-    """Bucket equi-join enumeration (works for any key count and time span)."""
+def enumerate_bucketed(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
+                       space: Space | None = None) -> Combos:
+    """Bucket equi-join enumeration (any key count, time span or grid size)."""
     n = len(ts)
     W = [int(w) for w in windows]
+    cells, _, _ = _grid_radix(space)
+    dims = space.dims if space is not None else 0
+    cell_cols = [f"_c{d}" for d in range(dims)]
 
     def frame(k):
         cols = {f"r{k}": np.arange(len(ts[k]), dtype=np.int64), f"t{k}": ts[k]}
         if ids is not None:
             cols["_key"] = ids[k]
+        for d in range(dims):
+            cols[cell_cols[d]] = cells[k][:, d]
         return pl.DataFrame(cols)
 
-    on = ["_key", "_b"] if ids is not None else ["_b"]
+    on = (["_key"] if ids is not None else []) + cell_cols + ["_b"]
     combos = frame(0)
     for k in range(1, n):
         B = W[0] + W[k] + 1
         right = frame(k).with_columns(((pl.col(f"t{k}") + W[k]) // B).alias("_b"))
         left_b = pl.col("t0") // B
         left = pl.concat([combos.with_columns(left_b.alias("_b")), combos.with_columns((left_b + 1).alias("_b"))])
+        if space is not None:  # member 0's neighbouring cells
+            left = pl.concat([
+                left.with_columns([(pl.col(c) + int(o)).alias(c) for c, o in zip(cell_cols, off)])
+                for off in space.offsets()
+            ])
         joined = left.join(right, on=on, how="inner").drop("_b")
         band = [
             ((pl.col(f"t{k}") - pl.col(f"t{j}")) <= W[j]) & ((pl.col(f"t{j}") - pl.col(f"t{k}")) <= W[k])
             for j in range(k)
         ]
         combos = joined.filter(pl.all_horizontal(band))
+        if space is not None:
+            rk = combos[f"r{k}"].to_numpy()
+            ok = np.ones(combos.height, dtype=bool)
+            for j in range(k):
+                ok &= space.within(k, rk, j, combos[f"r{j}"].to_numpy())
+            combos = combos.filter(pl.Series(ok))
+        # restore member 0's own cell for the next stream's neighbourhood
+        if space is not None and k < n - 1:
+            r0 = combos["r0"].to_numpy()
+            combos = combos.with_columns([pl.Series(c, cells[0][r0, d]) for d, c in enumerate(cell_cols)])
     idx = index_dtype(*(len(t) for t in ts))
     return Combos([combos[f"r{k}"].to_numpy().astype(idx) for k in range(n)], ts)
 
 
 def enumerate_truth(ts: Sequence[np.ndarray], keys: Sequence[pl.DataFrame | None], windows: Sequence[int],
-                    method: str = "auto") -> Combos:
-    """All valid combinations (see :class:`Combos`).
+                    method: str = "auto", *, space: Space | None = None,
+                    order: Sequence[int] | None = None) -> Combos:
+    """All combinations that are valid on time, keys and distance (see :class:`Combos`).
 
     Args:
         ts: per stream, event times (int64 us) in row order.
@@ -196,14 +305,17 @@ def enumerate_truth(ts: Sequence[np.ndarray], keys: Sequence[pl.DataFrame | None
         windows: ``W_k`` in microseconds.
         method: ``"auto"`` (sorted ranges, bucket join if packing overflows),
             ``"sorted"`` or ``"bucket"``.
+        space: the distance predicate, if any.
+        order: the probe order (a permutation of the streams; see
+            :mod:`~streamjoin.pipelines.plan`); it changes the work, never the set.
     Guarantees: each valid combination appears exactly once.
     """
     ts = [np.asarray(t, dtype=np.int64) for t in ts]
     ids = key_ids(keys)
     if method in ("auto", "sorted"):
-        out = enumerate_sorted(ts, ids, windows)
+        out = enumerate_sorted(ts, ids, windows, space, order)
         if out is not None:
             return out
         if method == "sorted":
-            raise OverflowError("(key, ts) cannot be packed into int64 for this input")
-    return enumerate_bucketed(ts, ids, windows)
+            raise OverflowError("(key, cell, ts) cannot be packed into int64 for this input")
+    return enumerate_bucketed(ts, ids, windows, space)

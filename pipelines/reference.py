@@ -69,6 +69,8 @@ class RefTuple:
         arrival: arrival time, int microseconds.
         key: key values; the join predicate is equality of these tuples across
             all members of a combination.
+        vec: vector values (distance predicates, expressions); only the
+            ``predicate`` passed to :func:`replay` looks at them.
     """
 
     stream: int
@@ -76,6 +78,7 @@ class RefTuple:
     ts: int
     arrival: int
     key: tuple = ()
+    vec: tuple = ()
 
 
 @dataclass

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from streamjoin.pipelines.candidates import Space
 from streamjoin.pipelines.engines.local import join
+from streamjoin.pipelines.predicates import compile_where, prefixed_columns, where_mask
 from streamjoin.pipelines.policies import SORTING, PolicySpec
 from streamjoin.pipelines.reference import RefTuple, ReferenceResult
 
@@ -24,11 +26,33 @@ def _key_frames(streams: list[list[RefTuple]]) -> list[pl.DataFrame | None]:
 
 
 def local_engine(streams: list[list[RefTuple]], windows: tuple[int, ...], policy: PolicySpec,
-                 method: str = "auto") -> ReferenceResult:
+                 method: str = "auto", *, distance: float | None = None, where: str | None = None,
+                 order=None) -> ReferenceResult:
+    """Run the local engine on reference tuples.
+
+    ``distance``: every pair of members within this Euclidean distance on
+    ``vec``; ``where``: a SQL expression over ``s{k}_v{d}``, ``s{k}_ts_us``,
+    ``s{k}_arrival_us``, ``s{k}_row`` (stream ``k`` is named ``s{k}``).
+    """
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     arrival = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
     keys = _key_frames(streams)
-    out = join(ts, arrival, keys, windows, policy, candidates_method=method)
+    dims = max((len(t.vec) for s in streams for t in s), default=0) or 2  # empty streams still have columns
+    space = None
+    if distance is not None:
+        vectors = [np.array([t.vec for t in s], dtype=np.float64).reshape(len(s), dims) for s in streams]
+        space = Space(vectors, float(distance))
+    where_fn = None
+    if where is not None:
+        names = [f"s{k}" for k in range(len(streams))]
+        payloads = [pl.DataFrame({f"v{d}": pl.Series([t.vec[d] for t in s], dtype=pl.Int64) for d in range(dims)})
+                    for s in streams]
+        compiled = compile_where(where, prefixed_columns(names, [p.columns for p in payloads]))
+
+        def where_fn(combos):
+            return where_mask(compiled, combos.rows, names, ts, arrival, payloads)
+    out = join(ts, arrival, keys, windows, policy, candidates_method=method, space=space, where=where_fn,
+               order=order)
     n = len(streams)
     rows = [r.tolist() for r in out.combos.rows]
     combos = list(zip(*rows)) if n else []

@@ -15,15 +15,16 @@ is a numpy or polars operation over a whole column.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
-from ..candidates import Combos, enumerate_truth
+from ..candidates import Combos, Space, enumerate_truth
 from ..emit import Emission, emission
+from ..plan import Plan, probe_order
 from ..policies import PolicySpec
 from ..progress import Decisions, Replay, build_replay, decide, memory_per_stream
 
@@ -43,6 +44,7 @@ class JoinOutcome:
     emission: Emission
     memory: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
+    plan: Plan | None = None
 
 
 def join(
@@ -52,6 +54,10 @@ def join(
     windows: Sequence[int],
     policy: PolicySpec,
     candidates_method: str = "auto",
+    *,
+    space: Space | None = None,
+    where: Callable[[Combos], np.ndarray] | None = None,
+    order: Sequence[int] | None = None,
 ) -> JoinOutcome:
     """Replay ``n`` streams through ``policy`` and join them.
 
@@ -63,6 +69,10 @@ def join(
         policy: the disorder policy.
         candidates_method: truth enumeration method (see
             :func:`~streamjoin.pipelines.candidates.enumerate_truth`).
+        space: the distance predicate (vector columns + threshold), if any.
+        where: an extra predicate: combinations -> boolean mask (``--where``).
+        order: probe order; ``None`` = chosen from observed selectivity
+            (:mod:`~streamjoin.pipelines.plan`).
     """
     timings: dict[str, float] = {}
 
@@ -81,12 +91,18 @@ def join(
     # Truth does not depend on arrival order, and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL
     # in their column loops), which is what a 2-core machine can give.
+    plan = timed("plan", probe_order, ts, keys, W.tolist(), space) if order is None else Plan(order=list(order))
+
+    def truth():
+        combos = enumerate_truth(ts, keys, W.tolist(), candidates_method, space=space, order=plan.order)
+        return combos.filter(where(combos)) if where is not None else combos
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        truth_job = pool.submit(timed, "candidates", enumerate_truth, ts, keys, W.tolist(), method=candidates_method)
+        truth_job = pool.submit(timed, "candidates", truth)
         replay, decisions = timed("progress", progress)
         memory_job = pool.submit(timed, "memory", memory_per_stream, replay, W, decisions)
         truth = truth_job.result()
         emitted = timed("emit", emission, truth, replay, W, decisions)
         memory = memory_job.result()
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
-                       timings_s=timings)
+                       timings_s=timings, plan=plan)
