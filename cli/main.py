@@ -1,6 +1,7 @@
 """The ``streamjoin`` command: parse, call a pipeline, print.  Nothing else.
 
-Exit codes: 0 success, 1 failure, 2 usage or bad input, 130 interrupted.
+Exit codes: 0 success, 1 failure, 2 usage or bad input, 3 recall target missed
+(``--fail-under-target``), 4 locked by another run, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from streamjoin.pipelines.errors import EXIT_FAILURE, StreamjoinError
 app = typer.Typer(
     name="streamjoin",
     help="Batch-replay correlation of timestamped streams: know exactly what an online join would have produced.\n\n"
-         "Exit codes: 0 success, 1 failure, 2 usage or bad input, 130 interrupted.",
+         "Exit codes: 0 success, 1 failure, 2 usage or bad input, 3 recall target missed (--fail-under-target), "
+         "4 locked by another run (skipped), 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -51,6 +53,32 @@ def _stage_reporter(total: int):
     return None, log
 
 
+def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False, fail_under_target=False,
+             log_format=None, json_summary=False):
+    """Nightly settings from the TOML and flags (booleans: only a given flag overrides the TOML)."""
+    from streamjoin.pipelines.backfill import nightly_options
+
+    try:
+        return nightly_options(config, date=date, from_=from_, to=to, lookback=lookback, force=force or None,
+                               fail_under_target=fail_under_target or None, log_format=log_format,
+                               json=json_summary or None)
+    except StreamjoinError as exc:
+        _fail(exc)
+
+
+def _json_log(nightly):
+    from streamjoin.pipelines.runlog import RunLog
+
+    return RunLog("json") if nightly.log_format == "json" else None
+
+
+def _target_code(nightly, cfg, report) -> int:
+    from streamjoin.pipelines.errors import EXIT_OK, EXIT_TARGET_MISSED
+
+    target = cfg.recall_target
+    return EXIT_TARGET_MISSED if nightly.fail_under_target and target is not None and report["recall"] < target else EXIT_OK
+
+
 @app.command()
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
@@ -61,17 +89,34 @@ def run(
     unit: Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")] = None,
     window: Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")] = None,
     router: Annotated[Optional[str], typer.Option("--router", help="none")] = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none|kslack|mpkslack|static")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none|kslack|mpkslack|static|qjoin|qkslack")] = None,
     k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms (or NAME=DUR)")] = None,
     retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms (or NAME=DUR)")] = None,
-    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period")] = None,
+    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period; required by qjoin/qkslack")] = None,
     period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default 60s)")] = None,
+    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default 1s)")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: delay granularity g (default 10ms)")] = None,
+    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b (default 10ms)")] = None,
     engine: Annotated[Optional[str], typer.Option("--engine", help="local")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
+    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
+    date: Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")] = None,
+    from_: Annotated[Optional[str], typer.Option("--from", help="nightly: first day of a range (with --to), one partition per day")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="nightly: last day of a range")] = None,
+    lookback: Annotated[Optional[str], typer.Option("--lookback", help="nightly: tail of earlier days replayed first (default max(1h, 2x(window+K/retention)))")] = None,
+    force: Annotated[bool, typer.Option("--force", help="nightly: redo partitions that are up to date")] = False,
+    fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")] = False,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json (json: one line per stage + a summary line)")] = None,
 ) -> None:
-    """Replay streams through a disorder policy, join them, and report recall, latency and memory."""
+    """Replay streams through a disorder policy, join them, and report recall, latency and memory.
+
+    With --date or --from/--to: a nightly run, one atomically published partition per day
+    (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
+    3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
+    """
     from streamjoin.pipelines.config import Flags, resolve
     from streamjoin.pipelines.job import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
@@ -80,11 +125,18 @@ def run(
         streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
         window=window or [], k=k or [], retention=retention or [], policy=policy, router=router,
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
+        distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
+    if nightly.days:
+        from streamjoin.pipelines.backfill import cli_run
+
+        raise typer.Exit(cli_run(config, flags, nightly, command))
+    log = _json_log(nightly)
     try:
         cfg = resolve(config, flags)
-        progress, on_stage = _stage_reporter(len(STAGES))
+        progress, on_stage = _stage_reporter(len(STAGES)) if log is None else (None, log.stage)
         if progress is not None:
             with progress:
                 report = run_job(cfg, command=command, on_stage=on_stage)
@@ -95,8 +147,13 @@ def run(
     except KeyboardInterrupt:
         typer.echo("error: interrupted; nothing was published", err=True)
         raise typer.Exit(130)
+    code = _target_code(nightly, cfg, report)
     if json_summary:
         typer.echo(json.dumps(report, indent=2))
+    elif log is not None:
+        log.summary(code, truth_results=report["truth_results"], emitted_results=report["emitted_results"],
+                    recall=report["recall"], recall_target=report.get("recall_target"), outputs=report["outputs"])
+        raise typer.Exit(code)
     elif sys.stdout.isatty():
         from rich.console import Console
 
@@ -104,6 +161,8 @@ def run(
     else:
         for line in summary_lines(report):
             typer.echo(line)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -164,6 +223,117 @@ def generate(
         _fail(exc)
     for p in paths:
         typer.echo(str(p))
+
+
+@app.command("tune-buffer")
+def tune_buffer(
+    config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
+    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K)")] = "static",
+    per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
+    granularity: Annotated[str, typer.Option("--granularity", help="grid step of the settings, e.g. 10ms")] = "10ms",
+    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default 60s)")] = None,
+    stream: Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")] = None,
+    ts: Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL")] = None,
+    arrival: Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")] = None,
+    key: Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")] = None,
+    unit: Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")] = None,
+    window: Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")] = None,
+    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns")] = None,
+    out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
+    json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
+) -> None:
+    """Exact offline buffer recommendation for a recall target (SPEC §7): curve, per-stream values, config snippet."""
+    from streamjoin.pipelines.config import Flags, check_recall, resolve
+    from streamjoin.pipelines.errors import InputError
+    from streamjoin.pipelines.tune import render_tune_rich, run_tune, tune_lines
+
+    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        if recall is None:
+            raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
+        check_recall(recall)
+        flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
+                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where)
+        cfg = resolve(config, flags)
+        result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
+    except StreamjoinError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted; nothing was published", err=True)
+        raise typer.Exit(130)
+    if json_summary:
+        typer.echo(json.dumps(result, indent=2))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        render_tune_rich(result, Console())
+    else:
+        for line in tune_lines(result):
+            typer.echo(line)
+
+
+@app.command("report")
+def report_cmd(
+    directory: Annotated[Path, typer.Argument(help="a streamjoin --out directory (report.json or tune.json)")],
+) -> None:
+    """Re-render report.html (or tune.html) from the JSON in DIR."""
+    from streamjoin.pipelines.report.html import rerender
+
+    try:
+        path = rerender(directory)
+    except StreamjoinError as exc:
+        _fail(exc)
+    typer.echo(str(path))
+
+
+@app.command()
+def backfill(
+    config: Annotated[Path, typer.Argument(help="TOML config of a partitioned job (stream paths with {date} or date=... dirs)")],
+    from_: Annotated[Optional[str], typer.Option("--from", help="first day, YYYY-MM-DD|yesterday|today")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="last day (inclusive)")] = None,
+    plan: Annotated[bool, typer.Option("--plan", help="dry run: list each day as missing, stale or up to date, and why")] = False,
+    force: Annotated[bool, typer.Option("--force", help="redo days that are up to date")] = False,
+    lookback: Annotated[Optional[str], typer.Option("--lookback", help="tail of earlier days replayed first")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="output root (holds date=YYYY-MM-DD/ partitions)")] = None,
+    fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when a day's recall < recall target")] = False,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+) -> None:
+    """Run (or with --plan, list) every day from --from to --to, one partition per day.
+
+    Each day: lock, skip if up to date (same inputs and config), else replay the day plus
+    the lookback and publish OUT/date=D/ atomically (results.parquet, _manifest.json, _SUCCESS).
+    Exit codes: 0 ok, 1 failure, 2 usage/bad input, 3 recall target missed
+    (--fail-under-target), 4 locked by another run; the most serious day wins.
+    """
+    from streamjoin.pipelines.backfill import cli_run
+    from streamjoin.pipelines.config import Flags
+
+    nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
+    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        code = cli_run(config, Flags(out=out), nightly, command, plan_only=plan)
+    except StreamjoinError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(
+    config: Annotated[Path, typer.Argument(help="TOML config")],
+    date: Annotated[Optional[str], typer.Option("--date", help="check this day's partitions (default: every day found)")] = None,
+    from_: Annotated[Optional[str], typer.Option("--from", help="first day to check")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="last day to check")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="output directory to check")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+) -> None:
+    """Check a config and its inputs (files, columns, types, partitions) without running. Exit 0 ok, 2 bad."""
+    from streamjoin.pipelines.backfill import cli_validate
+    from streamjoin.pipelines.config import Flags
+
+    nightly = _nightly(config, date, from_, to, None, False, False, log_format)
+    raise typer.Exit(cli_validate(config, Flags(out=out), nightly))
 
 
 def _click_exception_type() -> type[BaseException]:

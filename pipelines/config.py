@@ -30,7 +30,8 @@ from typing import Any
 
 from .errors import InputError
 from .output import check_target
-from .policies import POLICY_NAMES, PolicySpec
+from .policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget
+from .predicates import DistanceSpec, parse_distance
 from .timeunits import TS_UNITS, parse_duration
 
 ROUTERS = ("none",)
@@ -41,7 +42,13 @@ DEFAULT_PERIOD_US = 60_000_000
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
 #: Extend these sets when a new setting is read from the TOML.
 TOML_TABLES = ("run", "stream")
-RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window")
+RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window",
+            # nightly runs (pipelines/backfill.py)
+            "date", "from", "to", "lookback", "force", "fail_under_target", "log_format", "json",
+            # predicates beyond keys (pipelines/predicates.py)
+            "distance", "where",
+            # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
+            "interval", "granularity", "basic_window")
 STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
 
 
@@ -58,6 +65,7 @@ class StreamConfig:
     keys: tuple[str, ...] = ()
     k_us: int | None = None
     retention_us: int | None = None
+    vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class RunConfig:
     write_results: bool = True
     recall_target: float | None = None
     period_us: int = DEFAULT_PERIOD_US
+    distance: DistanceSpec | None = None   # --distance COLS<=THRESHOLD
+    where: str | None = None               # --where SQL over prefixed columns
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -82,6 +92,8 @@ class RunConfig:
         d = asdict(self)
         d["out"] = str(self.out)
         d["policy"] = asdict(self.policy)
+        if d["policy"].get("target") is None:
+            d["policy"].pop("target", None)  # only recall-target policies have one
         return d
 
 
@@ -104,6 +116,11 @@ class Flags:
     no_results: bool = False
     recall: float | None = None
     period: str | None = None
+    interval: str | None = None       # qjoin / qkslack: re-decide every L
+    granularity: str | None = None    # delay granularity g
+    basic_window: str | None = None   # basic window b
+    distance: str | None = None
+    where: str | None = None
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -155,8 +172,29 @@ def check_recall(value: float | None) -> float | None:
     return float(value)
 
 
-def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
-    """Merge TOML and flags into a validated :class:`RunConfig`."""
+def _recall_policy(name: str, recall: float | None, period: int, flags: Flags, run: dict[str, Any]) -> PolicySpec:
+    """``qjoin`` / ``qkslack``: the recall target and its controller settings (SPEC §4.3)."""
+    if recall is None:
+        raise InputError(f"policy {name} needs --recall Q (a recall target in (0, 1])")
+    settings = {}
+    for flag_value, key, option in ((flags.interval, "interval", "--interval"),
+                                    (flags.granularity, "granularity", "--granularity"),
+                                    (flags.basic_window, "basic_window", "--basic-window")):
+        raw = flag_value if flag_value is not None else run.get(key)
+        if raw is not None:
+            value = _duration(raw, option.lstrip("-"))
+            if value <= 0:
+                raise InputError(f"{option} must be > 0")
+            settings[f"{key}_us"] = value
+    return PolicySpec(name=name, target=RecallTarget(recall=recall, period_us=period, **settings))
+
+
+def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -> RunConfig:
+    """Merge TOML and flags into a validated :class:`RunConfig`.
+
+    ``check_out=False``: the caller checks ``out`` itself (a partitioned
+    output root, pipelines/publish.py).
+    """
     doc: dict[str, Any] = _read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
     _check_keys(doc, TOML_TABLES, f"{config_path}")
@@ -253,7 +291,8 @@ def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
         raise InputError("policy kslack needs --k DURATION (for every stream)")
     if retention is not None and any(v is None for v in retention):
         raise InputError("policy static needs --retention DURATION (for every stream)")
-    policy = PolicySpec(name=policy_name, k=k, retention=retention)
+    # recall-target policies are built once --recall and --period are known
+    policy = PolicySpec(name=policy_name, k=k, retention=retention) if policy_name not in ADAPTIVE else None
 
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
@@ -267,16 +306,26 @@ def resolve(config_path: Path | None, flags: Flags) -> RunConfig:
     # `out` is relative to the working directory (where cron's job runs),
     # unlike input paths, which belong with the config that names them.
     out = Path(out_raw)
-    check_target(out)  # refuse a foreign non-empty --out before any work is done
+    if check_out:
+        check_target(out)  # refuse a foreign non-empty --out before any work is done
     period_raw = flags.period or run.get("period")
     period = _duration(period_raw, "period") if period_raw is not None else DEFAULT_PERIOD_US
     if period <= 0:
         raise InputError("--period must be > 0")
     recall = check_recall(flags.recall if flags.recall is not None else run.get("recall"))
+    if policy is None:
+        policy = _recall_policy(policy_name, recall, period, flags, run)
+    distance_raw = flags.distance or run.get("distance")
+    distance = parse_distance(distance_raw) if distance_raw else None
+    if distance is not None:
+        resolved = [replace(s, vectors=distance.columns) for s in resolved]
+    where = flags.where or run.get("where")
+    if where is not None and not str(where).strip():
+        raise InputError("--where: empty expression")
     return RunConfig(
         streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
         write_results=not (flags.no_results or run.get("no_results", False)),
-        recall_target=recall, period_us=period,
+        recall_target=recall, period_us=period, distance=distance, where=where,
     )
 
 

@@ -87,7 +87,7 @@ from .errors import InputError
 
 __all__ = ["KINDS", "generate", "window_pair_count"]
 
-KINDS = ("soccer", "sensors", "bench")
+KINDS = ("soccer", "sensors", "bench", "bench3")
 
 #: rows per Parquet row group (fixed, so files are byte-identical run to run)
 ROW_GROUP_SIZE = 1 << 17
@@ -96,7 +96,7 @@ COMPRESSION_LEVEL = 3
 _DELTA_COLUMNS = ("ts", "arrival")
 
 #: default durations (seconds) at scale 1
-DEFAULT_DURATION_S = {"soccer": 60.0, "sensors": 450.0, "bench": 300.0}
+DEFAULT_DURATION_S = {"soccer": 60.0, "sensors": 450.0, "bench": 300.0, "bench3": 300.0}
 
 _UNITS_PER_S = {"ps": 10**12, "us": 10**6}
 
@@ -124,6 +124,8 @@ BENCH_KEYS = 278  # tuned (with the Zipf exponent and duration) for ~2.7 pairs p
 BENCH_ZIPF = 0.5
 BENCH_WINDOW_US = 100_000
 BENCH_WINDOW = "100ms"
+BENCH3_ROWS = 500_000   # per stream, at scale 1
+BENCH3_KEYS = 190       # with 300 s: ~3 results per input tuple for a 3-way join within 100 ms
 
 _KIND_ID = {k: i for i, k in enumerate(KINDS)}
 
@@ -590,8 +592,24 @@ def _sensors(seed: int, duration: float):
 # ----------------------------------------------------------------------------
 
 
+def _keyed_table(rng, n: int, grid, duration: float, key_ids, weights) -> pa.Table:
+    """One benchmark stream: Poisson arrivals with rate changes, Zipf keys, moderate disorder."""
+    m = _piecewise_multiplier(rng, grid, mean_len=10.0, lo=0.6, hi=1.4)
+    t = _poisson_times(rng, n, grid, _cumulative(grid, m))
+    key = key_ids[rng.choice(len(key_ids), size=n, p=weights)]
+    value = rng.normal(0.0, 1.0, n)
+    delay, _ = _delays(rng, t, duration, jitter_mean=0.002, jitter_sigma=0.8, stall_every=20.0,
+                       stall_min=0.05, stall_max=1.0)
+    ts, arrival = _quantise(t, delay, BENCH_T0_US, "us")
+    return pa.table({
+        "key": pa.array(key, pa.int64()),
+        "ts": pa.array(ts, pa.int64()),
+        "arrival": pa.array(arrival, pa.int64()),
+        "value": pa.array(value, pa.float64()),
+    })
+
+
 def _bench(seed: int, duration: float, scale: float):
-    disorder = dict(jitter_sigma=0.8, stall_every=20.0, stall_min=0.05, stall_max=1.0)
     grid = _grid(duration)
     # key popularity: Zipf-like (rank^-BENCH_ZIPF), fixed (not random) so the pair rate is stable
     weights = 1.0 / np.arange(1, BENCH_KEYS + 1) ** BENCH_ZIPF
@@ -600,22 +618,8 @@ def _bench(seed: int, duration: float, scale: float):
     key_ids = world.permutation(np.arange(1, BENCH_KEYS + 1, dtype=np.int64) * 1009)  # not rank-ordered
     tables = {}
     for stream_no, name, rows in ((1, "left", BENCH_LEFT_ROWS), (2, "right", BENCH_RIGHT_ROWS)):
-        n = int(round(rows * scale))
         rng = _rng(seed, "bench", stream_no)
-        m = _piecewise_multiplier(rng, grid, mean_len=10.0, lo=0.6, hi=1.4)
-        t = _poisson_times(rng, n, grid, _cumulative(grid, m))
-        key = key_ids[rng.choice(BENCH_KEYS, size=n, p=weights)]
-        value = rng.normal(0.0, 1.0, n)
-        delay, _ = _delays(rng, t, duration, jitter_mean=0.002, **disorder)
-        ts, arrival = _quantise(t, delay, BENCH_T0_US, "us")
-        tables[name] = pa.table(
-            {
-                "key": pa.array(key, pa.int64()),
-                "ts": pa.array(ts, pa.int64()),
-                "arrival": pa.array(arrival, pa.int64()),
-                "value": pa.array(value, pa.float64()),
-            }
-        )
+        tables[name] = _keyed_table(rng, int(round(rows * scale)), grid, duration, key_ids, weights)
     l_, r_ = tables["left"], tables["right"]
     pairs = window_pair_count(
         l_["ts"].to_numpy(), r_["ts"].to_numpy(), BENCH_WINDOW_US, BENCH_WINDOW_US, l_["key"].to_numpy(), r_["key"].to_numpy()
@@ -638,6 +642,32 @@ def _bench(seed: int, duration: float, scale: float):
         _stream_toml("left", "left.parquet", unit="us", window=BENCH_WINDOW, keys=["key"]),
         _stream_toml("right", "right.parquet", unit="us", window=BENCH_WINDOW, keys=["key"]),
     ]
+    return tables, header, run, streams
+
+
+def _bench3(seed: int, duration: float, scale: float):
+    """Three keyed streams of the same shape as ``bench`` (multi-way benchmark)."""
+    grid = _grid(duration)
+    weights = 1.0 / np.arange(1, BENCH3_KEYS + 1) ** BENCH_ZIPF
+    weights /= weights.sum()
+    world = _rng(seed, "bench3", 0)
+    key_ids = world.permutation(np.arange(1, BENCH3_KEYS + 1, dtype=np.int64) * 1009)
+    tables = {}
+    n = int(round(BENCH3_ROWS * scale))
+    for stream_no, name in ((1, "a"), (2, "b"), (3, "c")):
+        tables[name] = _keyed_table(_rng(seed, "bench3", stream_no), n, grid, duration, key_ids, weights)
+    a_ = tables["a"]
+    header = [
+        f"bench3: three keyed streams a, b, c ({n} rows each), {duration:g} s, scale {scale:g}, seed {seed}.",
+        f"int64 key ({BENCH3_KEYS} keys, Zipf {BENCH_ZIPF:g}), ts/arrival int64 microseconds, value float64.",
+        f"Disorder: lognormal jitter + network stalls (a: {_delay_stats(a_['ts'].to_numpy(), a_['arrival'].to_numpy(), 1e6)}).",
+        "",
+        "The join makes (a, b, c) triples with the same key whose members are all within 100 ms",
+        "of each other (every W = 100 ms).",
+        "Generated by: streamjoin generate bench3 --out <dir> --seed 7 [--scale S]",
+    ]
+    run = ['policy = "static"          # or none / kslack / mpkslack', 'retention = "50ms"', 'out = "out/bench3"']
+    streams = [_stream_toml(x, f"{x}.parquet", unit="us", window=BENCH_WINDOW, keys=["key"]) for x in ("a", "b", "c")]
     return tables, header, run, streams
 
 
@@ -680,6 +710,8 @@ def generate(kind: str, out_dir: Path, *, seed: int = 7, duration_s: float | Non
         tables, header, run, streams = _soccer(int(seed), duration)
     elif kind == "sensors":
         tables, header, run, streams = _sensors(int(seed), duration)
+    elif kind == "bench3":
+        tables, header, run, streams = _bench3(int(seed), duration, float(scale))
     else:
         tables, header, run, streams = _bench(int(seed), duration, float(scale))
 

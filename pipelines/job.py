@@ -21,9 +21,13 @@ import polars as pl
 
 from . import metrics
 from .config import RunConfig
+from .candidates import Combos, Space
 from .engines.local import JoinOutcome, join
+from .predicates import compile_where, prefixed_columns, where_mask
 from .load import LoadedStream, load_all
 from .output import AtomicOutput
+from .policies.controller import bad_arrivals_of, report_entries
+from .report import html as report_html
 from .report import json as report_json
 
 StageCallback = Callable[[str, float], None]
@@ -81,6 +85,29 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
     )
 
 
+def space_of(cfg: RunConfig, streams: list[LoadedStream]) -> Space | None:
+    """The distance predicate over the loaded vector columns."""
+    if cfg.distance is None:
+        return None
+    return Space([s.vectors for s in streams], cfg.distance.threshold)
+
+
+def where_of(cfg: RunConfig, streams: list[LoadedStream]):
+    """``--where`` compiled against the streams' prefixed columns, as a mask function."""
+    if not cfg.where:
+        return None
+    names = [s.name for s in streams]
+    payloads = [s.payload for s in streams]
+    compiled = compile_where(cfg.where, prefixed_columns(names, [p.columns for p in payloads]))
+    ts = [s.ts for s in streams]
+    arrival = [s.arrival for s in streams]
+
+    def mask(combos: Combos) -> np.ndarray:
+        return where_mask(compiled, combos.rows, names, ts, arrival, payloads)
+
+    return mask
+
+
 def count_duplicates(rows: list[np.ndarray], sizes: list[int]) -> int:
     """Emitted combinations that occur more than once (must be 0)."""
     if not len(rows[0]):
@@ -135,6 +162,9 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         "memory_bytes": mem_b,
         "periods": metrics.periods(em.last, em.emitted, outcome.replay.arrival, cfg.period_us, cfg.recall_target),
         "recall_target": cfg.recall_target,
+        # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
+        "policy_decisions": report_entries(outcome.decisions.policy_log, [s.name for s in streams]),
+        "plan": outcome.plan.to_dict([s.name for s in streams]) if outcome.plan else None,
         "routing": {
             "router": cfg.router,
             "partitions": 1,
@@ -159,13 +189,18 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     started = time.perf_counter()
     with stages("load"):
         streams = load_all(list(cfg.streams))
+        # checked with the inputs, so a bad --where fails before any work
+        where_fn = where_of(cfg, streams)
     with stages("join"):
         outcome = join(
             [s.ts for s in streams], [s.arrival for s in streams],
             [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
+            space=space_of(cfg, streams), where=where_fn,
+            bad_arrivals=bad_arrivals_of(streams) if cfg.policy.adaptive else None,
         )
     with stages("metrics"):
         report = build_report(cfg, command, streams, outcome)
+        report.update(report_html.extras(cfg, outcome))  # memory series, latency histogram, tuning curve
     with AtomicOutput(cfg.out) as staging:
         outputs: dict[str, str] = {}
         with stages("write"):
@@ -178,6 +213,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                     qdir.mkdir(exist_ok=True)
                     s.quarantine.write_parquet(qdir / f"{s.name}.parquet")
                     outputs[f"quarantine_{s.name}"] = str(cfg.out / "quarantine" / f"{s.name}.parquet")
+            # rendered from the report alone, as `streamjoin report DIR` re-renders it
+            (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")
+            outputs["report_html"] = str(cfg.out / "report.html")
         outputs["report"] = str(cfg.out / "report.json")
         report["outputs"] = outputs
         timings = dict(stages.timings)

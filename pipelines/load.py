@@ -46,6 +46,7 @@ class LoadedStream:
     quarantine: pl.DataFrame  # rejected rows with a `reason` column
     files: list[Path]
     row_bytes: float          # Arrow bytes per row (memory estimates)
+    vectors: np.ndarray | None = None  # (rows, d) float64 for the distance predicate
 
     @property
     def name(self) -> str:
@@ -120,7 +121,7 @@ def load_stream(cfg: StreamConfig) -> LoadedStream:
     table, files = read_table(cfg.path, cfg.name)
     where = f"{cfg.path} (stream {cfg.name!r})"
     names = table.column_names
-    wanted = [cfg.ts] + ([cfg.arrival] if cfg.arrival else []) + list(cfg.keys)
+    wanted = [cfg.ts] + ([cfg.arrival] if cfg.arrival else []) + list(cfg.keys) + list(cfg.vectors)
     for c in wanted:
         if c not in names:
             raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
@@ -141,6 +142,11 @@ def load_stream(cfg: StreamConfig) -> LoadedStream:
         reason = reason.when(pl.col("__arrival").is_null() | (pl.col("__arrival").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
     for k in cfg.keys:
         reason = reason.when(pl.col(k).is_null()).then(pl.lit(f"null key {k}"))
+    for v in cfg.vectors:
+        dtype = original.schema[v]
+        if not dtype.is_numeric():
+            raise InputError(f"{where}: column {v!r} has type {dtype}; the distance predicate needs numbers")
+        reason = reason.when(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan()).then(pl.lit(f"null {v}"))
     frame = frame.with_columns(reason.otherwise(None).alias("reason"))
     bad_mask = frame["reason"].is_not_null()
     if bad_mask.any():
@@ -149,6 +155,8 @@ def load_stream(cfg: StreamConfig) -> LoadedStream:
     else:
         quarantine = original.head(0).with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
     keys = frame.select([f"__key{i}" for i in range(len(cfg.keys))])
+    vectors = (frame.select([pl.col(v).cast(pl.Float64) for v in cfg.vectors]).to_numpy()
+               if cfg.vectors else None)
     drop = {cfg.ts, "__ts", "__arrival", "reason"} | ({cfg.arrival} if cfg.arrival else set())
     drop |= {f"__key{i}" for i in range(len(cfg.keys))}
     payload = frame.select([c for c in frame.columns if c not in drop])
@@ -162,6 +170,7 @@ def load_stream(cfg: StreamConfig) -> LoadedStream:
         payload=payload,
         quarantine=quarantine,
         files=files,
+        vectors=vectors,
         row_bytes=row_bytes,
     )
 

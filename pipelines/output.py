@@ -25,6 +25,8 @@ from .errors import InputError
 #: a file every streamjoin output directory holds; its presence makes an
 #: existing directory safe to replace
 MARKER = "report.json"
+#: every file whose presence marks a streamjoin output (``tune.json``: tune-buffer)
+MARKERS = (MARKER, "tune.json")
 
 
 def check_target(out: Path) -> None:
@@ -36,7 +38,7 @@ def check_target(out: Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: output path exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+    if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in MARKERS):
         raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
 
 

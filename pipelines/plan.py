@@ -6,7 +6,11 @@ sample -- ``sigma_ij`` = valid (time, key, distance) pairs divided by
 ``N_i * N_j`` -- and grow combinations greedily::
 
     start with the pair (i, j) with the fewest estimated pairs
-    repeat: add the stream k that minimises  |partial| * N_k * prod_m sigma_mk
+    repeat: add the stream k that minimises  |partial| * N_k * min_m sigma_mk
+
+(the *most* selective pair bounds the fan-out: with key equality and time
+bands the pair conditions are strongly correlated, so multiplying every
+pair's selectivity as if independent underestimates by orders of magnitude).
 
 The order changes only the work done, never the set of combinations
 (property-tested).  Estimates are reported in ``report.json`` (``plan``).
@@ -80,7 +84,7 @@ def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
         rest = [k for k in range(n) if k not in order]
 
         def grow(k):
-            return est[-1] * sizes[k] * float(np.prod([s(m, k) for m in order]))
+            return est[-1] * sizes[k] * min(s(m, k) for m in order)
 
         k = min(rest, key=lambda k: (grow(k), k))
         est.append(grow(k))

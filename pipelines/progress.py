@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .policies import SORTING, SYMMETRIC, PolicySpec, slack_matrix, retention_matrix
+from .policies import SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
 from .timeunits import NEG_INF
 
 
@@ -78,6 +78,9 @@ class Decisions:
 
     Sorting family: ``R``, ``dropped``, ``release`` (``N`` = flushed).
     Symmetric family: ``H`` (shape ``(n, N)``), ``expired``.
+    Recall-target policies (``qjoin``, ``qkslack``) also keep the values
+    they decided (``d`` or ``K``, shape ``(n, N)``) and ``policy_log``, one
+    entry per decision (time, reason, values).
     """
 
     family: str
@@ -87,6 +90,8 @@ class Decisions:
     H: np.ndarray | None = None
     expired: np.ndarray | None = None
     K: np.ndarray | None = field(default=None, repr=False)
+    d: np.ndarray | None = field(default=None, repr=False)
+    policy_log: list | None = field(default=None, repr=False)
 
 
 def _running_max(values: np.ndarray) -> np.ndarray:
@@ -135,13 +140,19 @@ def _minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(a == NEG_INF, NEG_INF, a - b)
 
 
-def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec) -> Decisions:
-    """Apply ``policy`` to the replay: horizons, drops, releases, expiries."""
+def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals=None) -> Decisions:
+    """Apply ``policy`` to the replay: horizons, drops, releases, expiries.
+
+    ``bad_arrivals``: per stream, arrival times (us) of quarantined rows; the
+    recall-target policies re-decide early on a burst of them (seed 003).
+    """
     N = replay.N
     idx = np.arange(N)
     W = np.asarray(windows, dtype=np.int64)
+    schedule = adaptive_schedule(replay, W, policy, bad_arrivals) if policy.adaptive else None
+    log = schedule.log if schedule is not None else None
     if policy.family == SORTING:
-        K = slack_matrix(replay, policy)                       # (n, N) or (n, 1)
+        K = schedule.values if schedule is not None else slack_matrix(replay, policy)   # (n, N) or (n, 1)
         R = _running_max(_minus(replay.M, K).min(axis=0)) if N else np.empty(0, np.int64)
         R_before = np.concatenate([[NEG_INF], R[:-1]]) if N else R
         dropped = replay.ts < R_before
@@ -149,13 +160,13 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec) -> Decisions
         # a tuple cannot be released before it arrives.
         release = np.maximum(np.searchsorted(R, replay.ts, side="left"), idx)
         release[dropped] = N  # never released (no effect: dropped tuples emit nothing)
-        return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K)
+        return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K, policy_log=log)
     if policy.family == SYMMETRIC:
-        d = retention_matrix(replay, policy)                    # (n, N) or (n, 1)
+        d = schedule.values if schedule is not None else retention_matrix(replay, policy)  # (n, N) or (n, 1)
         H = _running_max(_minus(np.broadcast_to(replay.T, (replay.n, N)), d)) if N else np.empty((replay.n, 0), np.int64)
         horizon_own = H[replay.stream, idx] if N else np.empty(0, np.int64)
         expired = replay.ts + W[replay.stream] < horizon_own
-        return Decisions(family=SYMMETRIC, H=H, expired=expired)
+        return Decisions(family=SYMMETRIC, H=H, expired=expired, d=d if schedule is not None else None, policy_log=log)
     raise AssertionError(policy.family)
 
 

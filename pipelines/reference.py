@@ -175,6 +175,7 @@ def replay(
     windows: Sequence[int],
     policy: PolicySpec,
     predicate: Predicate | None = None,
+    schedule: Sequence[Sequence[int]] | None = None,
 ) -> ReferenceResult:
     """Replay the streams arrival by arrival under ``policy`` (SPEC §2–§4).
 
@@ -185,6 +186,11 @@ def replay(
         policy: a :class:`PolicySpec` of the symmetric or sorting family.
         predicate: optional extra join condition on the members (ANDed with key
             equality).
+        schedule: optional time-varying values, ``schedule[i][a]`` = ``d_i(a)``
+            (symmetric family) or ``K_i(a)`` (sorting family) at arrival index
+            ``a``; they replace the policy's own values (required for the
+            recall-target policies ``qjoin`` / ``qkslack``, whose values an
+            online controller decides).  Without it nothing changes.
 
     Returns:
         A :class:`ReferenceResult`.  Guarantees (asserted before returning):
@@ -194,11 +200,15 @@ def replay(
     """
     _check_inputs(streams, windows, policy)
     order = replay_order(streams)
+    if schedule is None and policy.adaptive:
+        raise ValueError(f"policy {policy.name} needs a schedule (the values its controller decided)")
+    if schedule is not None and (len(schedule) != len(streams) or any(len(v) != len(order) for v in schedule)):
+        raise ValueError("schedule needs one value per stream and arrival index")
     truth = brute_force_truth(streams, windows, predicate)
     if policy.family == SYMMETRIC:
-        result, horizons = _replay_symmetric(order, len(streams), windows, policy, predicate)
+        result, horizons = _replay_symmetric(order, len(streams), windows, policy, predicate, schedule)
     elif policy.family == SORTING:
-        result = _replay_sorting(order, len(streams), windows, policy, predicate)
+        result = _replay_sorting(order, len(streams), windows, policy, predicate, schedule)
     else:  # pragma: no cover - PolicySpec already validates the name
         raise ValueError(f"unknown policy family {policy.family!r}")
     result.truth = truth
@@ -236,7 +246,8 @@ def _emit(emitted: dict, members: Sequence[RefTuple], now: int) -> None:
 
 
 def _replay_symmetric(
-    order: list[RefTuple], n: int, windows: Sequence[int], policy: PolicySpec, predicate: Predicate | None
+    order: list[RefTuple], n: int, windows: Sequence[int], policy: PolicySpec, predicate: Predicate | None,
+    schedule: Sequence[Sequence[int]] | None = None,
 ) -> tuple[ReferenceResult, list[list[float]]]:
     """SPEC §4.1: per-stream buffers, a tuple joins the moment it arrives.
 
@@ -249,13 +260,13 @@ def _replay_symmetric(
     H_history: list[list[float]] = []  # H after each index, for the closed-form self-check
     out = ReferenceResult()
 
-    for y in order:
+    for a, y in enumerate(order):
         s = y.stream
-        # 1. update M, T, H including y
+        # 1. update M, T, H including y (d_i(a) from the schedule when one is given)
         M[s] = max(M[s], y.ts)
         T = min(M)
         for i in range(n):
-            H[i] = max(H[i], T - d[i])
+            H[i] = max(H[i], T - (d[i] if schedule is None else schedule[i][a]))
         H_history.append(list(H))
         # 2. purge every buffered x of stream i whose window ends before H_i
         for i in range(n):
@@ -276,7 +287,8 @@ def _replay_symmetric(
 
 
 def _replay_sorting(
-    order: list[RefTuple], n: int, windows: Sequence[int], policy: PolicySpec, predicate: Predicate | None
+    order: list[RefTuple], n: int, windows: Sequence[int], policy: PolicySpec, predicate: Predicate | None,
+    schedule: Sequence[Sequence[int]] | None = None,
 ) -> ReferenceResult:
     """SPEC §4.2: K-slack sort buffer + synchronising merge + in-order window join."""
     M = [NEG_INF] * n  # M_i(a)
@@ -304,7 +316,7 @@ def _replay_sorting(
         for x in ready:
             release(x, now)
 
-    for y in order:
+    for a, y in enumerate(order):
         s = y.stream
         # The drop decision uses R(a-1): only what was known before y arrived.
         late = y.ts < R
@@ -313,6 +325,8 @@ def _replay_sorting(
         M[s] = max(M[s], y.ts)
         if policy.name == "mpkslack":
             K[s] = max(K[s], M[s] - y.ts)  # δ(y) = M_s(a_y) − y.ts
+        if schedule is not None:
+            K = [schedule[i][a] for i in range(n)]  # K_i(a) decided by a controller
         R = max(R, min(M[i] - K[i] for i in range(n)))
         if late:
             out.dropped.add((s, y.row))

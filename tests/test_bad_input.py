@@ -252,7 +252,7 @@ def test_previous_output_is_replaced_whole_and_failed_runs_leave_it_untouched(da
     (out / "stale-extra-file.txt").write_text("left by someone\n")
     second = run_cli(["run", *AB, *OK_WINDOW, "--no-results", "--out", "out"], cwd=data)
     assert second.returncode == 0, second.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json"]
     report = json.loads((out / "report.json").read_text())
     assert [s["quarantined"] for s in report["streams"]] == [0, 0]
     assert "results" not in report["outputs"]
@@ -261,7 +261,7 @@ def test_previous_output_is_replaced_whole_and_failed_runs_leave_it_untouched(da
     third = run_cli(["run", *AB, *OK_WINDOW, "--out", "out"], cwd=data)
     assert third.returncode == 0, third.stderr
     before = snapshot(out)
-    assert set(before) == {"report.json", "results.parquet"}
+    assert set(before) == {"report.html", "report.json", "results.parquet"}
 
     # failing runs -- at option resolution and while loading -- leave it byte for byte
     for bad in (["--window", "5xs"], [*OK_WINDOW, "--ts", "zz"], [*OK_WINDOW, "--recall", "2"]):

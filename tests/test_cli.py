@@ -203,7 +203,7 @@ def test_no_results_writes_report_only(sensors: dict) -> None:
     d = sensors["dir"]
     run_cli(["run", *SENSOR_ARGS, "--no-results", "--out", "out"], cwd=d)
     out = d / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json"]
     report = read_report(out)
     assert "results" not in report["outputs"]
     assert report["config"]["write_results"] is False

@@ -55,7 +55,8 @@ def _files(d: Path) -> dict[str, bytes]:
 # --- determinism ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, kw", [("soccer", {"duration_s": 5}), ("sensors", {"duration_s": 20}), ("bench", {"scale": 0.005})])
+@pytest.mark.parametrize("kind, kw", [("soccer", {"duration_s": 5}), ("sensors", {"duration_s": 20}), ("bench", {"scale": 0.005}),
+                                     ("bench3", {"scale": 0.005})])
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path, kind, kw):
     a = generate(kind, tmp_path / "a", seed=3, **kw)
     b = generate(kind, tmp_path / "b", seed=3, **kw)
@@ -86,7 +87,7 @@ def test_bad_arguments(tmp_path):
         generate("soccer", tmp_path, duration_s=-1)
     with pytest.raises(InputError):
         generate("soccer", tmp_path, seed=-1)
-    assert KINDS == ("soccer", "sensors", "bench")
+    assert KINDS == ("soccer", "sensors", "bench", "bench3")
 
 
 # --- schemas ----------------------------------------------------------------------

@@ -58,6 +58,7 @@ def join(
     space: Space | None = None,
     where: Callable[[Combos], np.ndarray] | None = None,
     order: Sequence[int] | None = None,
+    bad_arrivals: Sequence[np.ndarray] | None = None,
 ) -> JoinOutcome:
     """Replay ``n`` streams through ``policy`` and join them.
 
@@ -73,6 +74,8 @@ def join(
         where: an extra predicate: combinations -> boolean mask (``--where``).
         order: probe order; ``None`` = chosen from observed selectivity
             (:mod:`~streamjoin.pipelines.plan`).
+        bad_arrivals: per stream, arrival times of quarantined rows (recall-target
+            policies re-decide early on a burst of them).
     """
     timings: dict[str, float] = {}
 
@@ -86,7 +89,7 @@ def join(
 
     def progress():
         replay = build_replay(list(ts), list(arrival))
-        return replay, decide(replay, W, policy)
+        return replay, decide(replay, W, policy, bad_arrivals=bad_arrivals)
 
     # Truth does not depend on arrival order, and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL

@@ -2,10 +2,10 @@
 
 Two families:
 
-* **symmetric** (``static``; ``qjoin`` later): every stream keeps a buffer, a
+* **symmetric** (``static``, ``qjoin``): every stream keeps a buffer, a
   tuple joins the moment it arrives; the retention ``d_i`` sets how far behind
   the frontier a stream's state horizon trails.
-* **sorting** (``none``, ``kslack``, ``mpkslack``; ``qkslack`` later): tuples
+* **sorting** (``none``, ``kslack``, ``mpkslack``, ``qkslack``): tuples
   pass a K-slack sort buffer, a synchronising merge, then an in-order window
   join; ``K_i`` sets how long the sort buffer waits.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
+from .controller import RecallTarget
 
 SORTING = "sorting"
 SYMMETRIC = "symmetric"
@@ -28,7 +29,12 @@ FAMILY = {
     "kslack": SORTING,
     "mpkslack": SORTING,
     "static": SYMMETRIC,
+    "qjoin": SYMMETRIC,
+    "qkslack": SORTING,
 }
+
+#: policies whose values are decided online for a recall target (SPEC §4.3)
+ADAPTIVE = ("qjoin", "qkslack")
 
 POLICY_NAMES = tuple(FAMILY)
 
@@ -42,11 +48,14 @@ class PolicySpec:
         k: per-stream K in microseconds (``kslack`` only), one per stream.
         retention: per-stream retention ``d_i`` in microseconds (``static``
             only), one per stream.
+        target: the recall target and controller settings (``qjoin`` and
+            ``qkslack`` only; see :mod:`.controller`).
     """
 
     name: str
     k: tuple[int, ...] | None = None
     retention: tuple[int, ...] | None = None
+    target: RecallTarget | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:
@@ -55,6 +64,8 @@ class PolicySpec:
             raise InputError("policy kslack needs --k DURATION")
         if self.name == "static" and self.retention is None:
             raise InputError("policy static needs --retention DURATION")
+        if self.name in ADAPTIVE and self.target is None:
+            raise InputError(f"policy {self.name} needs --recall Q (a recall target in (0, 1])")
         for label, values in (("k", self.k), ("retention", self.retention)):
             if values is not None and any(v < 0 for v in values):
                 raise InputError(f"--{label} must be >= 0")
@@ -62,6 +73,10 @@ class PolicySpec:
     @property
     def family(self) -> str:
         return FAMILY[self.name]
+
+    @property
+    def adaptive(self) -> bool:
+        return self.name in ADAPTIVE
 
 
 def slack_matrix(replay, policy: PolicySpec):
@@ -76,3 +91,11 @@ def retention_matrix(replay, policy: PolicySpec):
     from . import static
 
     return {"static": static}[policy.name].retention(replay, policy)
+
+
+def adaptive_schedule(replay, windows, policy: PolicySpec, bad_arrivals=None):
+    """``d_i(a)`` (``qjoin``) or ``K_i(a)`` (``qkslack``) decided online: a
+    :class:`~.controller.Schedule` with the ``(n, N)`` values and the decision log."""
+    from . import qjoin, qkslack
+
+    return {"qjoin": qjoin, "qkslack": qkslack}[policy.name].schedule(replay, windows, policy, bad_arrivals)

@@ -35,6 +35,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if total is not None:
         lines.append(f"time: {total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} input tuples/s)")
     lines.append(f"report: {report['outputs'].get('report', '-')}")
+    if report["outputs"].get("report_html"):
+        lines.append(f"report_html: {report['outputs']['report_html']}")
     return lines
 
 

@@ -1,0 +1,326 @@
+"""``report.html`` / ``tune.html``: self-contained pages people look at.
+
+One file, no external resources: the plots are PNGs embedded as base64
+``data:`` URIs and the styles are inline, so the page can be mailed, archived
+or opened from a cron host's output directory.  ``report.html`` is rendered
+from ``report.json`` alone (the extra keys :func:`extras` adds hold the
+downsampled memory series, the latency histogram and the tuning curve), so
+``streamjoin report DIR`` re-renders it without the input data.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..timeunits import format_duration
+from ..tune import fmt_recall
+
+#: memory series points kept in report.json (per-arrival memory is downsampled)
+MAX_SERIES_POINTS = 2_000
+LATENCY_BINS = 60
+#: grid of the run report's tuning curve (tune-buffer's default --granularity)
+DEFAULT_GRANULARITY_US = 10_000
+TUNING_TARGETS = (0.9, 0.95, 0.99, 0.999)
+
+
+# ---------------------------------------------------------------------------
+# extra report.json keys (computed from the replay)
+# ---------------------------------------------------------------------------
+
+
+def memory_series(memory: np.ndarray, arrival: np.ndarray, points: int = MAX_SERIES_POINTS) -> dict[str, Any]:
+    """Tuples held after each arrival, in <= ``points`` equal-count buckets (peak and mean each)."""
+    total = memory.sum(axis=0) if memory.ndim == 2 else memory
+    N = int(total.shape[0])
+    if N == 0:
+        return {"arrival_us": [], "peak": [], "mean": [], "points": 0, "arrivals_per_point": 0}
+    b = min(points, N)
+    starts = np.unique(np.linspace(0, N, b, endpoint=False).astype(np.int64))
+    sizes = np.diff(np.append(starts, N))
+    return {
+        "arrival_us": arrival[starts].tolist(),
+        "peak": np.maximum.reduceat(total, starts).tolist(),
+        "mean": (np.add.reduceat(total, starts) / sizes).round(3).tolist(),
+        "points": int(len(starts)),
+        "arrivals_per_point": float(N / len(starts)),
+    }
+
+
+def latency_histogram(latency: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:
+    if len(latency) == 0:
+        return {"edges_us": [], "counts": []}
+    hi = int(latency.max())
+    counts, edges = np.histogram(latency, bins=bins if hi > 0 else 1, range=(0, max(hi, 1)))
+    return {"edges_us": edges.round(1).tolist(), "counts": counts.tolist()}
+
+
+def extras(cfg, outcome) -> dict[str, Any]:
+    """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
+    from ..policies import SYMMETRIC
+    from ..tune import curve_only
+
+    em = outcome.emission
+    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
+    tuning = curve_only(outcome.replay, outcome.combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
+                        cfg.recall_target, TUNING_TARGETS)
+    return {
+        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
+        "latency_histogram": latency_histogram(em.latency_us[em.emitted]),
+        "tuning": tuning,
+    }
+
+
+# ---------------------------------------------------------------------------
+# "what to do"
+# ---------------------------------------------------------------------------
+
+
+def _current_setting(policy: dict[str, Any]) -> int | None:
+    values = policy.get("retention") if policy.get("name") == "static" else policy.get("k") if policy.get("name") == "kslack" else None
+    return max(values) if values else None
+
+
+def what_to_do(report: dict[str, Any]) -> list[str]:
+    """A few plain sentences: is the target met, and which setting to move."""
+    out: list[str] = []
+    policy = report.get("config", {}).get("policy", {})
+    name = policy.get("name", "?")
+    target = report.get("recall_target")
+    recall = report["recall"]
+    tuning = report.get("tuning") or {}
+    knob = "retention" if tuning.get("policy") == "static" else "K"
+    flag = "--retention" if knob == "retention" else "--k"
+    tuned_policy = tuning.get("policy")
+    at = tuning.get("setting_for_recall") or {}
+    current = _current_setting(policy)
+    if report.get("duplicates"):
+        out.append(f"{report['duplicates']} duplicate results were emitted: this is a bug, please report it.")
+    if target is not None:
+        need = at.get(f"{target:g}")
+        low = [p for p in report.get("periods", []) if p["truth"] and p["recall"] < target]
+        with_truth = [p for p in report.get("periods", []) if p["truth"]]
+        if recall < target:
+            if need is not None and name == tuned_policy:
+                hint = ("one value for every stream; `streamjoin tune-buffer --recall {q}` finds per-stream values"
+                        if knob == "retention" else
+                        "one K for every stream; `streamjoin tune-buffer --recall {q} --policy kslack` shows its "
+                        "memory and latency").format(q=f"{target:g}")
+                out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}: raise {flag} from "
+                           f"{format_duration(current)} to {format_duration(need)} ({hint}).")
+            elif need is not None:
+                out.append(f"Recall {fmt_recall(recall)} is below the target {target:g} with policy {name}: "
+                           f"`--policy {tuned_policy} {flag} {format_duration(need)}` meets it "
+                           f"(`streamjoin tune-buffer --recall {target:g} --policy {tuned_policy}` for details).")
+            else:
+                out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}: run `streamjoin tune-buffer --recall {target:g}`.")
+        else:
+            msg = f"Recall {fmt_recall(recall)} meets the target {target:g}."
+            if need is not None and current is not None and name == tuned_policy and need < current:
+                msg += (f" {flag} {format_duration(need)} would still meet it with less memory "
+                        f"(now {format_duration(current)}; mean {report['memory_tuples']['mean']:,.0f} tuples).")
+            out.append(msg)
+        if low:
+            out.append(f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))}); "
+                       f"`streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that meets it in every period.")
+    else:
+        parts = [f"{q} -> {format_duration(v)}" for q, v in at.items()]
+        if parts and tuned_policy:
+            out.append(f"No --recall target given (recall {fmt_recall(recall)}). With policy {tuned_policy}, the {knob} needed "
+                       f"for a recall of " + ", ".join(parts) + ".")
+        else:
+            out.append(f"No --recall target given (recall {fmt_recall(recall)}).")
+    lat = report.get("latency_us") or {}
+    if lat.get("p95"):
+        out.append(f"Latency p95 is {format_duration(lat['p95'])}: a sorting policy holds results until its slack "
+                   f"passes; `--policy static` joins on arrival (latency 0) at a memory cost.")
+    quarantined = sum(s.get("quarantined", 0) for s in report.get("streams", []))
+    if quarantined:
+        out.append(f"{quarantined:,} input rows were quarantined (null time or key): see quarantine/.")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# page assembly
+# ---------------------------------------------------------------------------
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f8fafc;color:#0f172a}
+main{max-width:960px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
+.sub{color:#64748b;font-size:13px;margin-bottom:16px;word-break:break-all}
+.cards{display:flex;flex-wrap:wrap;gap:12px}
+.card{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:10px 14px;min-width:150px}
+.card .k{color:#64748b;font-size:12px}.card .v{font-size:20px;font-weight:600}
+.ok{color:#15803d}.bad{color:#b91c1c}
+table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
+th,td{border:1px solid #e2e8f0;padding:4px 8px;text-align:right}th{background:#f1f5f9}
+td:first-child,th:first-child{text-align:left}
+img{max-width:100%;background:#fff;border:1px solid #e2e8f0;border-radius:8px;margin:6px 0}
+.todo{background:#fff7ed;border:1px solid #fed7aa;border-radius:8px;padding:8px 16px}
+pre{background:#0f172a;color:#e2e8f0;padding:12px;border-radius:8px;overflow-x:auto;font-size:13px}
+"""
+
+
+def _e(v: Any) -> str:
+    return html.escape(str(v))
+
+
+def _page(title: str, body: list[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{STYLE}</style></head>"
+            f"<body><main>{''.join(body)}</main></body></html>\n")
+
+
+def _card(k: str, v: str, cls: str = "") -> str:
+    return f"<div class=\"card\"><div class=\"k\">{_e(k)}</div><div class=\"v {cls}\">{_e(v)}</div></div>"
+
+
+def _img(uri: str, alt: str) -> str:
+    return f"<img src=\"{uri}\" alt=\"{_e(alt)}\">"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_report(report: dict[str, Any]) -> str:
+    """The run report page, from ``report.json`` content."""
+    from . import plots
+
+    target = report.get("recall_target")
+    recall = report["recall"]
+    lat = report["latency_us"]
+    pol = report.get("config", {}).get("policy", {})
+    ok = "ok" if target is None or recall >= target else "bad"
+    body = [
+        "<h1>streamjoin run report</h1>",
+        f"<div class=\"sub\">{_e(report.get('command', ''))} &middot; streamjoin {_e(report.get('tool_version', ''))}</div>",
+        "<div class=\"cards\">",
+        _card("policy", pol.get("name", "?")),
+        _card("recall" + ("" if target is None else f" (target {target:g})"), f"{fmt_recall(recall)}", ok),
+        _card("results emitted / truth", f"{report['emitted_results']:,} / {report['truth_results']:,}"),
+        _card("latency mean / p95", f"{format_duration(lat['mean'])} / {format_duration(lat['p95'])}"),
+        _card("memory peak / mean", f"{report['memory_tuples']['peak']:,} / {report['memory_tuples']['mean']:,.0f} tuples"),
+        _card("duplicates", str(report.get("duplicates")), "bad" if report.get("duplicates") else ""),
+        "</div>",
+        "<h2>What to do</h2><div class=\"todo\"><ul>",
+        *[f"<li>{_e(line)}</li>" for line in what_to_do(report)],
+        "</ul></div>",
+        "<h2>Recall per period</h2>", _img(plots.recall_per_period(report.get("periods", []), target), "recall per period"),
+    ]
+    series = report.get("memory_series")
+    if series:
+        body += ["<h2>Memory</h2>", _img(plots.memory_over_time(series), "memory over replay time"),
+                 f"<div class=\"sub\">{series['points']:,} points, each the peak / mean over "
+                 f"{series['arrivals_per_point']:,.1f} arrivals</div>"]
+    hist = report.get("latency_histogram")
+    if hist is not None and report["emitted_results"] and not lat.get("max"):
+        body += ["<h2>Latency</h2>", f"<p>All {report['emitted_results']:,} results were emitted the moment their "
+                 "last member arrived (latency 0: the symmetric join emits on arrival).</p>"]
+    elif hist is not None:
+        body += ["<h2>Latency</h2>", _img(plots.latency_distribution(hist, lat), "latency distribution")]
+    tuning = report.get("tuning")
+    if tuning and tuning.get("curve"):
+        label = "retention" if tuning["policy"] == "static" else "K"
+        cur = _current_setting(pol) if pol.get("name") == tuning["policy"] else None
+        marks = {"current": cur} if cur is not None else {}
+        if tuning.get("setting_us") is not None:
+            marks["needed for target"] = tuning["setting_us"]
+        body += [f"<h2>Tuning curve ({_e(tuning['policy'])})</h2>",
+                 _img(plots.tuning_curve(tuning["curve"], target=target, label=label, marks=marks), "tuning curve"),
+                 "<div class=\"sub\">exact: every valid combination's required " + _e(label) +
+                 " (SPEC §7); `streamjoin tune-buffer` adds memory and latency per setting</div>"]
+    rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
+             format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
+             s["expired_on_arrival"]] for s in report["streams"]]
+    body += ["<h2>Streams</h2>", _table(["stream", "rows", "quarantined", "delay p50", "delay p95", "delay max",
+                                          "dropped late", "expired on arrival"], rows)]
+    periods = report.get("periods", [])
+    if periods:
+        start = periods[0]["start_us"]
+        prow = [[f"+{(p['start_us'] - start) / 1e6:g}s", f"{p['truth']:,}", f"{p['emitted']:,}", fmt_recall(p["recall"]),
+                 "-" if p["target"] is None else f"{p['target']:g}"] for p in periods]
+        body += ["<h2>Periods</h2>", _table(["start", "truth", "emitted", "recall", "target"], prow)]
+    return _page("streamjoin report", body)
+
+
+def render_tune(t: dict[str, Any]) -> str:
+    from . import plots
+
+    rec = t["recommendation"]
+    label = "retention" if t["policy"] == "static" else "K"
+    body = [
+        f"<h1>streamjoin tune-buffer: {_e(t['policy'])}, recall &ge; {t['recall_target']:g}</h1>",
+        f"<div class=\"sub\">{_e(t.get('command', ''))}</div>",
+        "<div class=\"cards\">",
+        _card(f"recommended {label}", format_duration(rec["setting_us"]), "ok"),
+        _card("exact minimum", format_duration(rec["exact_us"])),
+        _card("recall there", fmt_recall(rec["recall"])),
+        _card("one step less", fmt_recall(rec["recall_one_step_below"])),
+        _card("memory peak / mean", f"{rec['memory_tuples']['peak']:,} / {rec['memory_tuples']['mean']:,.0f}"),
+        "</div>",
+        "<h2>Summary</h2><div class=\"todo\"><ul>", *[f"<li>{_e(x)}</li>" for x in t["summary"]], "</ul></div>",
+        "<h2>Paste into your config</h2>", f"<pre>{_e(t['toml'])}</pre>",
+        "<h2>Curve</h2>",
+        _img(plots.tuning_curve(t["curve"], target=t["recall_target"], label=label,
+                                marks={"recommended": rec["setting_us"]}, candidates=t["candidates"]), "tuning curve"),
+    ]
+    if t["policy"] == "kslack":
+        body.append(_img(plots.latency_curve(t["candidates"], label), "latency curve"))
+    crow = [[format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+             f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
+             format_duration(c["latency_us"]["p95"])] for c in t["candidates"]]
+    body += ["<h2>Replayed settings</h2>",
+             _table([label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"], crow)]
+    if t.get("periods"):
+        start = t["periods"][0]["start_us"]
+        prow = [[f"+{(p['start_us'] - start) / 1e6:g}s", f"{p['truth']:,}", format_duration(p["exact_us"]),
+                 format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])] for p in t["periods"]]
+        body += ["<h2>Per period</h2>",
+                 _table(["start", "truth", f"exact {label}", f"{label} on grid", "recall at recommendation"], prow)]
+    body += ["<h2>What this means in Spark and Flink</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
+    return _page("streamjoin tune-buffer", body)
+
+
+# ---------------------------------------------------------------------------
+# files
+# ---------------------------------------------------------------------------
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def rerender(directory: Path) -> Path:
+    """``streamjoin report DIR``: rebuild ``report.html`` (or ``tune.html``) from its JSON."""
+    directory = Path(directory)
+    if (directory / "report.json").is_file():
+        try:
+            report = json.loads((directory / "report.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"{directory / 'report.json'}: not readable JSON ({exc})") from None
+        target = directory / "report.html"
+        write_text_atomic(target, render_report(report))
+        return target
+    if (directory / "tune.json").is_file():
+        try:
+            t = json.loads((directory / "tune.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"{directory / 'tune.json'}: not readable JSON ({exc})") from None
+        target = directory / "tune.html"
+        write_text_atomic(target, render_tune(t))
+        return target
+    raise InputError(f"{directory}: no report.json or tune.json (give a streamjoin --out directory)")

@@ -1,0 +1,194 @@
+"""ATR -- aligned tuple routing (seed 000, Figs. 7, 11, 14; theorems A, B).
+
+The master stream ``A`` (the fastest) is cut by event time into disjoint
+segments ``[t_j, t_{j+1})``, each placed on the least-loaded partition
+(LLF).  Every slave stream ``i`` sends ``[t_j - W_i, t_{j+1} + W_A)`` to the
+same partition, so the partition of segment ``j`` holds every member of
+every combination whose master member falls in ``j``::
+
+    master A   |--- seg 0 (p1) ---|--- seg 1 (p0) ---|--- seg 2 (p1) ---|
+    slave i  [----- to p1 ------------)
+                            [-W_i ----- to p0 -----------+W_A)
+                     overlap = W_i + W_A per boundary  ->  theorem B:
+                     extra tuples/s = sum_{i != A} r_i (W_i + W_A) / T
+
+Ownership (no duplicates, no loss -- theorem A): a combination is produced
+only by the partition owning the segment of its master member.  With role
+switches (the master may change at a segment end, when another stream has
+become faster, and ``T`` may change there too) the rule generalises to
+
+    owner(c) = min { j : ts of c's member from stream A_j  <  t_{j+1} }
+
+which is the segment of the master member while the master does not change,
+and picks exactly one segment across a switch.  The partition of ``j`` must
+then receive, from stream ``k``, ``[L_j - W_k, t_{j+1} + W_{A_j})`` (slaves)
+and ``[L_j, t_{j+1})`` (the master), where ``L_j = t_j`` if ``A_j`` was also
+the master of ``j - 1`` and ``t_j - W_{A_j}`` right after a switch (the
+seed's transition phase).
+
+Worked example (the seed's Fig. 7): ``r = 1/s``, ``T = 5``, ``W = (2, 2, 3)``,
+master ``S1`` with segments ``[0,5)``, ``[5,10)``, ``[10,15)`` on ``v1, v2,
+v3``: ``S2`` sends ``[-2, 7)`` to ``v1``, ``[3, 12)`` to ``v2``; ``S3`` sends
+``[-3, 7)`` to ``v1``, ``[2, 12)`` to ``v2`` -- tuples of ``S2`` in
+``[3, 7)`` go to both (``W_2 + W_1 = 4`` per boundary).  A pair
+``(s1 @ 6, s2 @ 5)`` is owned by segment 1 (``6 < 10``), produced on ``v2``
+only, although ``s2 @ 5`` is on ``v1`` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import BIG, Histogram, Loads, theorem_b
+
+
+@dataclass
+class AtrPlan:
+    """Segments of the master stream(s): ``start[j]`` .. ``end[j]`` (event time, us)."""
+
+    start: np.ndarray          # start[0] = -BIG
+    end: np.ndarray            # end[-1] = +BIG
+    master: np.ndarray
+    part: np.ndarray
+    windows: np.ndarray
+    partitions: int
+    lengths: list[int] = field(default_factory=list)     # T used for each segment
+    switches: int = 0
+    adaptations: list[tuple[int, int]] = field(default_factory=list)   # (segment, new T)
+    estimated: Loads | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.windows)
+
+    def ranges(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Half-open event-time range each segment receives from stream ``k``."""
+        W = self.windows
+        J = len(self.start)
+        prev = np.concatenate([[-1], self.master[:-1]])
+        L = np.where((prev == self.master) | (np.arange(J) == 0), self.start, self.start - W[self.master])
+        L[0] = -BIG
+        is_master = self.master == k
+        lo = np.where(is_master, L, L - W[k])
+        hi = np.where(is_master, self.end, self.end + W[self.master])
+        lo[0], hi[-1] = -BIG, BIG
+        return lo, hi
+
+    def to_dict(self) -> dict:
+        return {"segments": int(len(self.start)), "segment_us_mean": float(np.mean(self.lengths)) if self.lengths else None,
+                "role_switches": self.switches, "adaptations": len(self.adaptations),
+                "masters": sorted({int(m) for m in self.master})}
+
+
+def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weights=(1.0, 1.0, 1.0),
+         adapt: bool = False, delta: int | None = None) -> AtrPlan:
+    """Cut the master stream(s) into segments and place them by LLF (seed Fig. 14)."""
+    W = np.asarray(windows, dtype=np.int64)
+    n = len(W)
+    T = max(int(T), 1)
+    loads = Loads(partitions, tuple(weights))
+    starts, ends, masters, parts, lengths, adaptations = [], [], [], [], [], []
+    rates = hist.rates()
+    master = int(np.argmax(rates)) if len(rates) else 0
+    t = hist.t0
+    t_end = hist.t_end
+    switches = 0
+    delta = delta or max(T // 4, 1)
+    while True:
+        end = t + T
+        j = len(starts)
+        prev_master = masters[-1] if masters else master
+        L = t if (j == 0 or prev_master == master) else t - int(W[master])
+        est = 0.0
+        for k in range(n):
+            if k == master:
+                est += float(hist.count(k, L, end))
+            else:
+                est += float(hist.count(k, L - W[k], end + W[master]))
+        p = loads.least()
+        loads.add(p, cpu=est, mem=est, net=est)
+        starts.append(t)
+        ends.append(end)
+        masters.append(master)
+        parts.append(p)
+        lengths.append(T)
+        if end >= t_end:
+            break
+        # only at a segment end: role switch to the fastest stream of the segment just finished
+        seen = np.array([float(hist.count(k, t, end)) for k in range(n)])
+        fastest = int(np.argmax(seen))
+        if seen[fastest] > seen[master]:
+            master = fastest
+            switches += 1
+        if adapt:   # try T - dT and T + dT on the sample just seen (seed: sampling-based profiling)
+            span = max(end - hist.t0, T)
+            r = np.array([float(hist.count(k, max(hist.t0, end - 8 * T), end)) for k in range(n)]) / (min(span, 8 * T) / 1e6)
+            horizon = max(t_end - hist.t0, 1) / max(partitions, 1)
+
+            def cost(x):
+                over = theorem_b(r, W.tolist(), master, x) / max(r.sum(), 1e-12)
+                return over + x / horizon   # replication per tuple + load-balance granularity
+            best = min((T - delta, T, T + delta), key=lambda x: (cost(x), x) if x > 0 else (float("inf"), x))
+            if best != T:
+                T = best
+                adaptations.append((j + 1, T))
+        t = end
+    start = np.asarray(starts, dtype=np.int64)
+    start[0] = -BIG
+    end = np.asarray(ends, dtype=np.int64)
+    end[-1] = BIG
+    return AtrPlan(start=start, end=end, master=np.asarray(masters, dtype=np.int64), part=np.asarray(parts, np.int64),
+                   windows=W, partitions=partitions, lengths=lengths, switches=switches, adaptations=adaptations,
+                   estimated=loads)
+
+
+def assign(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of stream ``k``'s tuples: ``(tuple index, partition)``, one per partition.
+
+    Also returns nothing about segments: a tuple sent to a partition serves
+    every segment of that partition (the partition runs one local join).
+    """
+    idx, seg = assign_segments(plan, k, ts)
+    if not len(idx):
+        return idx, idx
+    key = np.unique(idx * plan.partitions + plan.part[seg])
+    return key // plan.partitions, key % plan.partitions
+
+
+def assign_segments(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (tuple, segment) with the tuple inside the segment's receive range."""
+    lo, hi = plan.ranges(k)
+    ts = np.asarray(ts, dtype=np.int64)
+    # segments are sorted by start; a range is at most max(T) + 2 max(W) long
+    reach = int(max(plan.lengths, default=1) + 2 * int(plan.windows.max()) + 1)
+    first = np.maximum(np.searchsorted(plan.start, ts - reach, side="left") - 1, 0)
+    last = np.searchsorted(plan.start, ts + reach, side="right")
+    counts = last - first
+    idx = np.repeat(np.arange(len(ts), dtype=np.int64), counts)
+    seg = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    ok = (lo[seg] <= ts[idx]) & (ts[idx] < hi[seg])
+    return idx[ok], seg[ok]
+
+
+def owner_segment(plan: AtrPlan, member_ts: Sequence[np.ndarray]) -> np.ndarray:
+    """``min{j : ts of the member from stream A_j < end_j}`` for every combination."""
+    J = len(plan.start)
+    m = len(member_ts[0]) if member_ts else 0
+    best = np.full(m, J, dtype=np.int64)
+    for s in np.unique(plan.master):
+        # next_s[i] = first segment >= i whose master is s
+        is_s = plan.master == s
+        nxt = np.full(J + 1, J, dtype=np.int64)
+        pos = np.flatnonzero(is_s)
+        nxt[:J] = np.where(np.arange(J) <= (pos[-1] if len(pos) else -1),
+                           pos[np.minimum(np.searchsorted(pos, np.arange(J)), max(len(pos) - 1, 0))] if len(pos) else J, J)
+        seg = np.searchsorted(plan.start, member_ts[int(s)], side="right") - 1
+        best = np.minimum(best, nxt[np.maximum(seg, 0)])
+    return best
+
+
+def owner_partition(plan: AtrPlan, member_ts: Sequence[np.ndarray]) -> np.ndarray:
+    return plan.part[owner_segment(plan, member_ts)]

@@ -1,0 +1,170 @@
+"""CTR -- constrained tuple routing (seed 000, Figs. 8, 12, 15; theorems C, D).
+
+Every stream is cut into segments of length ``T`` by event time
+(``slot = floor((ts - base) / T)``); each segment is *stored* on one
+partition, chosen by least load (LLF; among partitions within
+``LOCALITY_SLACK`` of the least load, the one already storing most of the
+segment's probe partners -- SPEC §6: storing only where the partners live
+would collapse everything onto one host).  The routing table maps
+``(stream, slot) -> partition`` and forgets a slot once no future tuple can
+meet it (``slot end + max W`` behind the current time).
+
+A combination is produced by its *prober*: the member with the largest
+``(ts, stream)``.  The prober meets the other streams one hop at a time in
+its stream's probe order ``i -> i1 -> i2 ...``; hop ``h`` needs the segments
+of ``i_h`` overlapping ``[t_j - W_{i_h}, t_{j+1})`` (``j`` = the prober's
+slot)::
+
+    stream i   segment j = [t_j, t_j+T) stored on p2
+    stream i1  |  s  |  s  |  s  |   segments overlapping [t_j - W_i1, t_j + T)
+                 p0    p2    p3      -> cover {p0, p3} (+ p2 where the probe already is)
+    hop 1: the prober's copies go to p0, p3 (p2 holds it already) and join the
+           i1 tuples *stored* there  -> partial results (y, x1)
+    hop 2: each partial on host v goes to v itself plus the cover of the i2
+           segments not stored on v, and joins the i2 tuples stored there
+
+The host set of a hop is a greedy weighted minimum set cover (weights = LLF
+load) of the needed segments; every partial joins only the tuples *stored*
+on the host it is at (the route annotation "probe ``eta`` at ``v`` only"),
+and every segment is stored exactly once, so each extension happens at one
+host -- by induction on the hops each combination is produced exactly once
+(theorem C).  Replication of original tuples is ``M_i`` copies (1 stored +
+probe copies); intermediate results are shipped too (theorem D's ``O*``).
+
+Worked example: ``T = 10``, ``W = (5, 5)``, ``S0`` slot 1 (``[10, 20)``) on
+p1, ``S1`` slot 0 on p0 and slot 1 on p1.  A prober ``y = (S0, ts 12)``
+needs ``S1`` in ``[5, 20)`` = slots 0 and 1 -> hosts {p1 (own), p0}: one
+probe copy to p0.  ``(y, x = (S1, 8))`` is produced on p0, where ``x`` is
+stored; ``(y, (S1, 11))`` on p1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from . import Histogram, Loads, greedy_set_cover
+
+LOCALITY_SLACK = 0.10
+
+
+@dataclass
+class CtrPlan:
+    base: int
+    T: int
+    host: np.ndarray            # (n, slots): storage partition of each segment
+    windows: np.ndarray
+    orders: list[list[int]]     # per prober stream: the other streams in probe order
+    partitions: int
+    weights: np.ndarray         # final load per partition (set-cover weights)
+    table_peak: int = 0
+    estimated: Loads | None = None
+    _dest_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.windows)
+
+    @property
+    def slots(self) -> int:
+        return self.host.shape[1]
+
+    def slot(self, ts: np.ndarray) -> np.ndarray:
+        return np.clip((np.asarray(ts, dtype=np.int64) - self.base) // self.T, 0, self.slots - 1)
+
+    def needed(self, i: int, j: int, k: int) -> range:
+        """Slots of stream ``k`` overlapping ``[t_j - W_k, t_{j+1})`` (the prober segment's window)."""
+        lo = self.base + j * self.T - int(self.windows[k])
+        first = max(0, (lo - self.base) // self.T) if j > 0 or lo >= self.base else 0
+        return range(int(first), j + 1)
+
+    def dest(self, i: int, j: int, hop: int, at: int) -> tuple[int, ...]:
+        """Hosts a partial of prober segment ``(i, j)`` at host ``at`` visits for hop ``hop`` (1-based).
+
+        ``at`` itself (local join with what is stored there) plus a greedy
+        weighted set cover of the partner segments not stored on ``at``.
+        """
+        key = (i, j, hop, at)
+        got = self._dest_cache.get(key)
+        if got is not None:
+            return got
+        k = self.orders[i][hop - 1]
+        segs = [s for s in self.needed(i, j, k)]
+        remote = {s for s in segs if self.host[k, s] != at}
+        subsets: dict[int, set] = {}
+        for s in remote:
+            subsets.setdefault(int(self.host[k, s]), set()).add(s)
+        cover = greedy_set_cover(remote, subsets, {h: float(self.weights[h]) for h in subsets}) if remote else []
+        got = tuple(sorted({at, *cover}))
+        self._dest_cache[key] = got
+        return got
+
+    def to_dict(self) -> dict:
+        return {"segment_us": int(self.T), "segments_per_stream": int(self.slots), "routing_table_peak": int(self.table_peak),
+                "probe_orders": [list(map(int, o)) for o in self.orders]}
+
+
+def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, order: Sequence[int],
+         weights=(1.0, 1.0, 1.0)) -> CtrPlan:
+    """Store every segment by LLF (with co-location among near-least hosts) and fix probe orders."""
+    W = np.asarray(windows, dtype=np.int64)
+    n = len(W)
+    T = max(int(T), 1)
+    base = hist.t0
+    slots = max(1, -(-(hist.t_end - base) // T))
+    host = np.zeros((n, slots), dtype=np.int64)
+    loads = Loads(partitions, tuple(weights))
+    wmax = int(W.max()) if n else 0
+    back = -(-wmax // T) + 1
+    table, peak = 0, 0
+    for j in range(slots):
+        lo, hi = base + j * T, base + (j + 1) * T
+        for k in range(n):
+            cnt = float(hist.count(k, lo, hi))
+            w = loads.w()
+            floor = w.min()
+            near = [p for p in range(partitions) if w[p] <= floor * (1 + LOCALITY_SLACK) + 1e-9]
+            # co-location score: partner segments (other streams, slots in reach) already on p
+            def score(p):
+                s = 0.0
+                for m in range(n):
+                    if m == k:
+                        continue
+                    for jj in range(max(0, j - back), j + 1):
+                        if host[m, jj] == p and (jj < j or m < k):
+                            s += float(hist.count(m, base + jj * T, base + (jj + 1) * T))
+                return s
+            p = min(near, key=lambda p: (-score(p), w[p], p))
+            host[k, j] = p
+            loads.add(p, cpu=cnt, mem=cnt, net=cnt)
+        # routing table: slots still reachable by a future tuple
+        table = min(j + 1, back + 1) * n
+        peak = max(peak, table)
+    full = list(order)
+    orders = [[k for k in full if k != i] for i in range(n)]
+    plan_ = CtrPlan(base=base, T=T, host=host, windows=W, orders=orders, partitions=partitions,
+                    weights=loads.w(), table_peak=peak, estimated=loads)
+    return plan_
+
+
+def storage(plan: CtrPlan, k: int, ts: np.ndarray) -> np.ndarray:
+    """Storage partition of each tuple of stream ``k``."""
+    return plan.host[k, plan.slot(ts)]
+
+
+def probe_copies(plan: CtrPlan, i: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hop-1 copies of stream ``i``'s tuples: ``(tuple index, partition)`` (includes the storage host)."""
+    slots = plan.slot(ts)
+    idx_out, part_out = [], []
+    for j in np.unique(slots):
+        sel = np.flatnonzero(slots == j)
+        at = int(plan.host[i, j])
+        for d in plan.dest(i, int(j), 1, at):
+            idx_out.append(sel)
+            part_out.append(np.full(len(sel), d, dtype=np.int64))
+    if not idx_out:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(idx_out), np.concatenate(part_out)

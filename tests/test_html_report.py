@@ -1,0 +1,138 @@
+"""``report.html``: written by every run, self-contained, re-rendered from report.json, opens cleanly in Chromium.
+
+The browser check loads the page in headless Chromium (installed by
+``.ci/run``; the test is skipped where it is absent): no console output or
+script errors, no failed resource loads, and every ``<img>`` decoded.  A small
+probe script is put in front of a *copy* of the page to observe that from
+inside the page; the untouched page is also loaded and must log nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_cli import run_cli
+
+from streamjoin.pipelines.report.html import MAX_SERIES_POINTS, what_to_do
+from streamjoin.pipelines.report.json import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "")
+                 if p and Path(p).exists()), None)
+
+PROBE = """<script>
+window.__errs = [];
+addEventListener('error', function (e) {
+  var t = e.target;
+  __errs.push(t && t !== window && t.tagName ? 'resource ' + t.tagName : 'script ' + e.message);
+}, true);
+['error', 'warn', 'log', 'info'].forEach(function (level) {
+  var orig = console[level];
+  console[level] = function () { __errs.push('console.' + level + ' ' + Array.prototype.join.call(arguments, ' ')); orig.apply(console, arguments); };
+});
+addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  var pre = document.createElement('pre');
+  pre.id = '__probe';
+  pre.textContent = JSON.stringify({images: imgs.length, decoded: ok, errors: __errs,
+                                    external: document.querySelectorAll('[src^="http"],[href^="http"]').length});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
+            "--virtual-time-budget=5000", *extra, url]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def soccer_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("html")
+    out = tmp / "out"
+    run_cli(["run", str(ROOT / "samples/soccer/soccer.toml"), "--policy", "kslack", "--k", "5ms", "--recall", "0.97",
+             "--no-results", "--out", str(out)], tmp)
+    return out
+
+
+def test_every_run_writes_a_self_contained_report(soccer_run):
+    html = (soccer_run / "report.html").read_text()
+    report = json.loads((soccer_run / "report.json").read_text())
+    validate(report)
+    assert report["outputs"]["report_html"].endswith("report.html")
+    images = re.findall(r'<img src="([^"]+)"', html)
+    assert len(images) == 4  # recall per period, memory, latency, tuning curve
+    assert all(src.startswith("data:image/png;base64,") for src in images)
+    assert not re.search(r'(src|href)="(https?:)?//', html), "no external resources"
+    # the extra keys the page is rendered from
+    series = report["memory_series"]
+    assert 0 < series["points"] <= MAX_SERIES_POINTS == 2000
+    assert len(series["arrival_us"]) == len(series["peak"]) == len(series["mean"]) == series["points"]
+    assert max(series["peak"]) == report["memory_tuples"]["peak"]
+    assert sum(report["latency_histogram"]["counts"]) == report["emitted_results"]
+    tuning = report["tuning"]
+    assert tuning["policy"] == "kslack" and tuning["truth_results"] == report["truth_results"]
+    # recall 5ms < target 0.97: the summary says which setting to raise, and to what
+    assert report["recall"] < 0.97
+    todo = what_to_do(report)
+    assert any("raise --k" in line and "below the target" in line for line in todo), todo
+
+
+def test_report_command_rerenders_from_report_json_alone(soccer_run, tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(soccer_run / "report.json", copy / "report.json")  # no inputs, no results: the JSON alone
+    proc = run_cli(["report", str(copy)], tmp_path)
+    assert proc.stdout.strip().endswith("report.html")
+    assert (copy / "report.html").read_text() == (soccer_run / "report.html").read_text()
+
+
+def test_report_command_bad_directory(tmp_path):
+    proc = run_cli(["report", str(tmp_path / "nope")], tmp_path, ok=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_static_run_report_says_latency_zero(tmp_path):
+    out = tmp_path / "out"
+    run_cli(["run", str(ROOT / "samples/soccer/soccer.toml"), "--policy", "static", "--retention", "50ms",
+             "--no-results", "--out", str(out)], tmp_path)
+    html = (out / "report.html").read_text()
+    assert "latency 0" in html
+    assert len(re.findall(r"<img ", html)) == 3
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("page", ["report.html", "tune.html"])
+def test_html_opens_in_headless_chromium(soccer_run, tmp_path, page):
+    if page == "tune.html":
+        out = tmp_path / "tune"
+        run_cli(["tune-buffer", str(ROOT / "samples/soccer/soccer.toml"), "--recall", "0.95", "--policy", "kslack",
+                 "--out", str(out)], tmp_path)
+        src = out / page
+    else:
+        src = soccer_run / page
+    # 1. the page itself: loads, and nothing is logged to the console
+    plain = _chromium(src.as_uri(), tmp_path, "--dump-dom")
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert "<img" in plain.stdout
+    console = [line for line in plain.stderr.splitlines() if "CONSOLE" in line]
+    assert not console, console
+    # 2. a copy with the probe in front: no errors of any kind, every image decoded
+    probed = tmp_path / f"probed-{page}"
+    probed.write_text(src.read_text().replace("<head>", "<head>" + PROBE, 1))
+    proc = _chromium(probed.as_uri(), tmp_path, "--dump-dom")
+    match = re.search(r'<pre id="__probe">(.*?)</pre>', proc.stdout, re.S)
+    assert match, proc.stdout[-2000:]
+    facts = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert facts["errors"] == [], facts
+    assert facts["external"] == 0
+    assert facts["images"] >= 2 and facts["decoded"] == facts["images"], facts
