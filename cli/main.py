@@ -88,7 +88,7 @@ def run(
     key: Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")] = None,
     unit: Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")] = None,
     window: Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")] = None,
-    router: Annotated[Optional[str], typer.Option("--router", help="none")] = None,
+    router: Annotated[Optional[str], typer.Option("--router", help="none|atr|ctr|auto (Spark engine; SPEC §6)")] = None,
     policy: Annotated[Optional[str], typer.Option("--policy", help="none|kslack|mpkslack|static|qjoin|qkslack")] = None,
     k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms (or NAME=DUR)")] = None,
     retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms (or NAME=DUR)")] = None,
@@ -97,7 +97,13 @@ def run(
     interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default 1s)")] = None,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: delay granularity g (default 10ms)")] = None,
     basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b (default 10ms)")] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", help="local")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="spark|local (default spark, or $STREAMJOIN_ENGINE)")] = None,
+    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (default local[*]), e.g. spark://host:7077")] = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over")] = None,
+    spark_conf: Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")] = None,
+    segment: Annotated[Optional[str], typer.Option("--segment", help="ATR/CTR segment length T, e.g. 2s (default: from the data)")] = None,
+    load_weights: Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default 1,1,1)")] = None,
+    adapt_segment: Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")] = False,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
@@ -126,6 +132,8 @@ def run(
         window=window or [], k=k or [], retention=retention or [], policy=policy, router=router,
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
+        master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
+        load_weights=load_weights, adapt_segment=adapt_segment,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

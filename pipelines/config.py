@@ -34,8 +34,10 @@ from .policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget
 from .predicates import DistanceSpec, parse_distance
 from .timeunits import TS_UNITS, parse_duration
 
-ROUTERS = ("none",)
-ENGINES = ("local",)
+ROUTERS = ("none", "atr", "ctr", "auto")
+ENGINES = ("spark", "local")
+#: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
+ENGINE_ENV = "STREAMJOIN_ENGINE"
 DEFAULT_PERIOD_US = 60_000_000
 
 #: keys a config TOML may hold; anything else is a typo and is refused
@@ -48,7 +50,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # predicates beyond keys (pipelines/predicates.py)
             "distance", "where",
             # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
-            "interval", "granularity", "basic_window")
+            "interval", "granularity", "basic_window",
+            # Spark engine and routing (pipelines/engines/spark.py, pipelines/route/)
+            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment")
 STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
 
 
@@ -82,6 +86,13 @@ class RunConfig:
     period_us: int = DEFAULT_PERIOD_US
     distance: DistanceSpec | None = None   # --distance COLS<=THRESHOLD
     where: str | None = None               # --where SQL over prefixed columns
+    # Spark engine and routing (SPEC §6)
+    master: str = "local[*]"
+    partitions: int | None = None          # None: the master's default parallelism
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
+    load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    adapt_segment: bool = False
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -121,6 +132,12 @@ class Flags:
     basic_window: str | None = None   # basic window b
     distance: str | None = None
     where: str | None = None
+    master: str | None = None
+    partitions: int | None = None
+    spark_conf: list[str] = field(default_factory=list)   # KEY=VALUE
+    segment: str | None = None
+    load_weights: str | None = None
+    adapt_segment: bool = False
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -297,7 +314,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
-    engine = flags.engine or run.get("engine", "local")
+    import os
+
+    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or "spark"
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     out_raw = flags.out or run.get("out")
@@ -322,11 +341,47 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     where = flags.where or run.get("where")
     if where is not None and not str(where).strip():
         raise InputError("--where: empty expression")
+    spark_settings = _spark_settings(flags, run)
+    if router != "none" and engine != "spark":
+        raise InputError(f"--router {router} needs --engine spark")
     return RunConfig(
+        **spark_settings,
         streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
         write_results=not (flags.no_results or run.get("no_results", False)),
         recall_target=recall, period_us=period, distance=distance, where=where,
     )
+
+
+def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
+    """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``, ``--adapt-segment``."""
+    from .route import parse_weights
+
+    out: dict[str, Any] = {}
+    master = flags.master or run.get("master")
+    if master is not None:
+        out["master"] = str(master)
+    parts = flags.partitions if flags.partitions is not None else run.get("partitions")
+    if parts is not None:
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+            raise InputError(f"--partitions {parts!r}: expected an integer >= 1")
+        out["partitions"] = int(parts)
+    conf = list(run.get("spark_conf", {}).items()) if isinstance(run.get("spark_conf"), dict) else []
+    for raw in flags.spark_conf:
+        key, eq, value = raw.partition("=")
+        if not eq or not key:
+            raise InputError(f"--spark-conf {raw}: expected KEY=VALUE")
+        conf.append((key, value))
+    out["spark_conf"] = tuple((str(k), str(v)) for k, v in conf)
+    seg = flags.segment or run.get("segment")
+    if seg is not None:
+        out["segment_us"] = _duration(seg, "segment")
+        if out["segment_us"] <= 0:
+            raise InputError("--segment must be > 0")
+    weights = flags.load_weights or run.get("load_weights")
+    if weights is not None:
+        out["load_weights"] = parse_weights(weights if isinstance(weights, str) else [float(x) for x in weights])
+    out["adapt_segment"] = bool(flags.adapt_segment or run.get("adapt_segment", False))
+    return out
 
 
 __all__ = ["Flags", "RunConfig", "StreamConfig", "resolve", "check_recall", "replace"]

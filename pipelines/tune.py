@@ -128,6 +128,27 @@ def required_static(replay: Replay, combos: Combos, windows: Sequence[int]) -> n
     return out
 
 
+def required_static_common(replay: Replay, combos: Combos, windows: Sequence[int],
+                           members: tuple[list[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Required *common* retention per combination: ``max_k r_k(c)``, without the ``(n, C)`` matrix.
+
+    ``max_k (T(a_y) - x_k.ts - W_k)`` over the non-last members is
+    ``T(a_y) - min_k (x_k.ts + W_k)``, so one running minimum suffices.
+    ``members`` may pass ``(a, last)`` already known (the engine's emission).
+    """
+    W = np.asarray(windows, dtype=np.int64)
+    a, last = members if members is not None else member_indexes(replay, combos)
+    if not len(combos):
+        return np.empty(0, np.int64)
+    lowest = np.full(len(combos), np.iinfo(np.int64).max, dtype=np.int64)
+    for k in range(replay.n):
+        reach = combos.ts(k) + W[k]
+        reach[a[k] == last] = np.iinfo(np.int64).max  # the last member needs nothing
+        np.minimum(lowest, reach, out=lowest)
+    need = replay.T[last] - lowest  # overflows to negative only where every member is last (n == 1)
+    return np.maximum(need, 0, out=need)
+
+
 def required_k_per_tuple(replay: Replay) -> np.ndarray:
     """``k(x) = max(0, T(a_x - 1) - x.ts)`` per arrival index (0 where ``T(a_x - 1) = -inf``)."""
     if replay.N == 0:
@@ -370,14 +391,16 @@ def _downsample_curve(settings: np.ndarray, recall: np.ndarray, keep: Sequence[i
 
 
 def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: str, g: int,
-               q: float | None, targets: Sequence[float] = ()) -> dict[str, Any]:
+               q: float | None, targets: Sequence[float] = (),
+               members: tuple[list[np.ndarray], np.ndarray] | None = None) -> dict[str, Any]:
     """The cheap part (no replays): the recall curve and the settings meeting targets.
 
     Used by ``run`` for its report ("what to do" and the tuning plot):
     ``setting_us`` / ``exact_us`` meet ``q``; ``setting_for_recall`` maps
     each of ``targets`` (and ``q``) to its grid setting.
     """
-    values = required_static(replay, combos, windows).max(axis=0) if policy == "static" else required_kslack(replay, combos)
+    values = (required_static_common(replay, combos, windows, members) if policy == "static"
+              else required_kslack(replay, combos))
     settings, counts = recall_curve(values, g)
     C = len(values)
     recall = counts / C if C else np.ones(len(counts))

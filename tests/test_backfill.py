@@ -391,7 +391,7 @@ def test_partition_readable_by_polars_and_spark(job):
     hive = pl.scan_parquet(str(job / "out" / "date=*" / "results.parquet"), hive_partitioning=True).collect()
     assert hive.height == sum(counts.values())
 
-    pyspark = pytest.importorskip("pyspark.sql")
+    import pyspark.sql as pyspark  # a hard dependency: never skipped
     spark = (pyspark.SparkSession.builder.master("local[2]").appName("streamjoin-test")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.extraJavaOptions", "-Dlog4j2.rootLogger.level=ERROR").getOrCreate())

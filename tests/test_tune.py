@@ -309,3 +309,13 @@ def test_bad_tune_input(tmp_path, args, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
     assert not (tmp_path / "t").exists()
+
+
+
+@SETTINGS
+@given(problems())
+def test_common_static_requirement_equals_max_of_per_stream(problem):
+    """The fused form every run's report uses equals the per-stream matrix's max."""
+    replay, combos, windows = _truth(problem)
+    expected = T.required_static(replay, combos, windows).max(axis=0) if len(combos) else np.empty(0, np.int64)
+    np.testing.assert_array_equal(T.required_static_common(replay, combos, windows), expected)

@@ -340,7 +340,7 @@ def default_segment(ts: Sequence[np.ndarray], windows, partitions: int) -> int:
     return max(1, int(span // (16 * max(partitions, 1))), int(max(windows, default=0)))
 
 
-def make_plans(ts, windows, settings: RouteSettings, order: Sequence[int]):
+def make_plans(ts, windows, settings: RouteSettings, order: Sequence[int], selectivity: dict | None = None):
     """Plan ATR and/or CTR (both for ``auto``) and their predicted overheads."""
     hist = histogram(ts)
     T = settings.segment_us or default_segment(ts, windows, settings.partitions)
@@ -354,7 +354,7 @@ def make_plans(ts, windows, settings: RouteSettings, order: Sequence[int]):
     if settings.router in ("ctr", "auto"):
         p = ctr_mod.plan(hist, windows, T, settings.partitions, order, settings.weights)
         M, Mint = _ctr_multiplicity(p, hist)
-        o, o_star = theorem_d(rates, list(windows), M, p.orders, {}, Mint)
+        o, o_star = theorem_d(rates, list(windows), M, p.orders, selectivity or {}, Mint)
         out["ctr"] = (p, o, o_star)
     return out, T, rates
 
@@ -551,7 +551,7 @@ def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> d
     from pyspark.sql import functions as F
 
     base = {"stream": tab["stream"], "row": tab["row"], "ts": tab["ts"], "arrival": tab["arrival"]}
-    df = spark.createDataFrame(_arrow(base).to_pandas() if False else _arrow(base))
+    df = spark.createDataFrame(_arrow(base))
     df = df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
     df = df.localCheckpoint(eager=True)
 
@@ -596,7 +596,7 @@ def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> d
         yield pa.RecordBatch.from_pydict({k: f[k] for k in cols})
 
     fdf = df.mapInArrow(run_facts, schema).localCheckpoint(eager=True)
-    last_arrival = int(max((s[0] and 0) for s in s1)) if False else None
+    last_arrival = None
     rel_cols = None
     if policy.family == SORTING and N:
         q = fdf.filter(~F.col("dropped")).select(F.col("ts").alias("value"), F.lit(0).cast("tinyint").alias("kind"), "a", "arrival")
@@ -733,7 +733,7 @@ def spark_plane(spark, tab: dict, n: int, W, family: str, router: str, plan, key
     stored_df = spark.createDataFrame(_arrow({**tab, "host": home}))
     pcols = partial_columns(n)
     proto = initial_partials({c: v[:1] for c, v in tab.items()}, n, slots[:1])
-    pschema = _schema({**proto, "dest": np.zeros(1, INT)})
+    pschema = _schema({**{c: proto[c] for c in pcols}, "dest": np.zeros(1, INT)})
     base = spark.createDataFrame(_arrow({**tab, "host": home, "slot": slots.astype(INT)}))
 
     def first_hop(it):
@@ -765,7 +765,8 @@ def spark_plane(spark, tab: dict, n: int, W, family: str, router: str, plan, key
     for hop in range(1, n):
         final = hop == n - 1
 
-        def hop_fn(left, right, hop=hop, final=final):
+        def make_hop(hop, final):
+          def hop_fn(left, right):
             S = _np(left)
             Pt = _np(right)
             if not len(Pt.get("dest", [])):
@@ -793,6 +794,8 @@ def spark_plane(spark, tab: dict, n: int, W, family: str, router: str, plan, key
             d["dest"] = dest
             d["src"] = np.full(len(dest), host, INT)
             return pa.Table.from_pydict(d)
+          return hop_fn
+        hop_fn = make_hop(hop, final)
 
         schema = schema_out if final else pschema + ", src bigint"
         res = stored_df.groupBy("host").cogroup(partials.groupBy("dest")).applyInArrow(hop_fn, schema)
@@ -868,7 +871,7 @@ def spark_join(
     timings["progress"] = time.perf_counter() - t0
     full = attach_facts(tab, f, n)
     t0 = time.perf_counter()
-    plans, T, rates = make_plans(ts, W.tolist(), settings, plan_.order) if settings.router != "none" else ({}, None, None)
+    plans, T, rates = make_plans(ts, W.tolist(), settings, plan_.order, plan_.selectivity) if settings.router != "none" else ({}, None, None)
     router = settings.router
     predicted = {"atr": plans["atr"][1] if "atr" in plans else None,
                  "ctr": (plans["ctr"][1] + plans["ctr"][2]) if "ctr" in plans else None}
@@ -906,3 +909,41 @@ def spark_join(
                              predicted.get(router) or 0.0, settings.weights, extra)
     out.routing = routing
     return out
+
+
+# ------------------------------------------------------------------ job glue
+
+def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
+    """``streamjoin run --engine spark``: open the run's SparkSession, join, keep the
+    session for the Spark Parquet writer; :meth:`SparkOutcome.close` stops it."""
+    from contextlib import ExitStack
+
+    stack = ExitStack()
+    partitions = cfg.partitions
+    spark = stack.enter_context(spark_session(cfg.master, partitions or 4, cfg.spark_conf))
+    try:
+        if partitions is None:
+            partitions = max(1, int(spark.sparkContext.defaultParallelism))
+        settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
+                                 weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment)
+        out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
+                         [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
+                         space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark)
+    except BaseException:
+        stack.close()
+        raise
+    out.routing["master"] = cfg.master
+    out.writer = spark_writer(spark, out, [s.name for s in streams], [s.payload for s in streams],
+                              [s.ts for s in streams], [s.arrival for s in streams])
+    out._stack = stack
+    return out
+
+
+def _close(self) -> None:
+    stack = getattr(self, "_stack", None)
+    if stack is not None:
+        self._stack = None
+        stack.close()
+
+
+SparkOutcome.close = _close

@@ -69,7 +69,7 @@ def extras(cfg, outcome) -> dict[str, Any]:
     em = outcome.emission
     policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
     tuning = curve_only(outcome.replay, outcome.combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
-                        cfg.recall_target, TUNING_TARGETS)
+                        cfg.recall_target, TUNING_TARGETS, members=(em.a, em.last))
     return {
         "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
         "latency_histogram": latency_histogram(em.latency_us[em.emitted]),

@@ -45,6 +45,12 @@ import numpy as np
 from . import BIG, Histogram, Loads, theorem_b
 
 
+#: another stream must be this much faster (over the segment just finished) to
+#: become the master: with similar rates, sampling noise would otherwise flip the
+#: roles at every segment end, and each switch replicates a transition range
+ROLE_SWITCH_MARGIN = 1.2
+
+
 @dataclass
 class AtrPlan:
     """Segments of the master stream(s): ``start[j]`` .. ``end[j]`` (event time, us)."""
@@ -120,7 +126,7 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
         # only at a segment end: role switch to the fastest stream of the segment just finished
         seen = np.array([float(hist.count(k, t, end)) for k in range(n)])
         fastest = int(np.argmax(seen))
-        if seen[fastest] > seen[master]:
+        if seen[fastest] > ROLE_SWITCH_MARGIN * seen[master]:
             master = fastest
             switches += 1
         if adapt:   # try T - dT and T + dT on the sample just seen (seed: sampling-based profiling)
@@ -146,11 +152,9 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
 
 
 def assign(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Copies of stream ``k``'s tuples: ``(tuple index, partition)``, one per partition.
-
-    Also returns nothing about segments: a tuple sent to a partition serves
-    every segment of that partition (the partition runs one local join).
-    """
+    """Copies of stream ``k``'s tuples: ``(tuple index, partition)``, one per partition:
+    a tuple sent to a partition serves every segment placed there (the
+    partition runs one local join and keeps the combinations it owns)."""
     idx, seg = assign_segments(plan, k, ts)
     if not len(idx):
         return idx, idx
