@@ -5,7 +5,7 @@
 Generates the ``bench`` set once into ``benchmarks/data/`` (seeded, about
 2.7 valid pairs per input tuple), then times the real command end to end::
 
-    streamjoin run benchmarks/data/bench/bench.toml --router none \
+    streamjoin run benchmarks/data/bench/bench.toml --engine local --router none \
         --policy static --retention 50ms --no-results --out <tmp>
 
 Each run is a fresh process; the table shows the process wall time (imports
@@ -29,6 +29,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "bench"
+#: the single-machine engine this benchmark measures (Spark: benchmarks/bench_routing.py)
+ENGINE = "local"
 
 
 def streamjoin_cmd() -> list[str]:
@@ -53,7 +55,8 @@ def one_run(config: Path, policy_args: list[str]) -> dict:
         out = Path(tmp) / "out"
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [*streamjoin_cmd(), "run", str(config), "--router", "none", *policy_args, "--no-results", "--out", str(out)],
+            [*streamjoin_cmd(), "run", str(config), "--engine", ENGINE, "--router", "none", *policy_args,
+             "--no-results", "--out", str(out)],
             capture_output=True, text=True,
         )
         wall = time.perf_counter() - t0

@@ -5,7 +5,7 @@
 Generates the ``bench3`` set once into ``benchmarks/data/bench3/`` and times
 the real command end to end (a fresh process per run, one uncounted warm-up)::
 
-    streamjoin run benchmarks/data/bench3/bench3.toml --router none \\
+    streamjoin run benchmarks/data/bench3/bench3.toml --engine local --router none \\
         --policy static --retention 50ms --no-results --out <tmp>
 
 It prints the time per input tuple next to the 2-stream core benchmark's

@@ -8,7 +8,6 @@ and plain log lines in cron.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,11 +33,6 @@ from .report import json as report_json
 StageCallback = Callable[[str, float], None]
 
 STAGES = ("load", "join", "metrics", "write")
-
-
-def _import_plotting() -> None:
-    from matplotlib.backends import backend_agg  # noqa: F401
-    from matplotlib import figure  # noqa: F401
 
 
 def tool_version() -> str:
@@ -193,9 +187,6 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     """
     stages = _Stages(on_stage)
     started = time.perf_counter()
-    # matplotlib's import (~0.3 s) overlaps loading and joining instead of
-    # delaying the report at the end
-    threading.Thread(target=_import_plotting, name="import-plotting", daemon=True).start()
     with stages("load"):
         streams = load_all(list(cfg.streams))
         # checked with the inputs, so a bad --where fails before any work

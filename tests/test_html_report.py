@@ -137,3 +137,23 @@ def test_html_opens_in_headless_chromium(soccer_run, tmp_path, page):
     assert facts["errors"] == [], facts
     assert facts["external"] == 0
     assert facts["images"] >= 2 and facts["decoded"] == facts["images"], facts
+
+
+def test_large_runs_estimate_the_tuning_curve_from_a_sample(monkeypatch):
+    """Above TUNING_SAMPLE results the run's curve is a 1-in-k sample, said so, and close to exact."""
+
+    from streamjoin.pipelines.config import Flags, resolve
+    from streamjoin.pipelines.engines.local import join
+    from streamjoin.pipelines.load import load_all
+    from streamjoin.pipelines.report import html as H
+
+    cfg = resolve(ROOT / "samples/soccer/soccer.toml", Flags(policy="kslack", k=["5ms"], recall=0.97, out="unused"))
+    streams = load_all(list(cfg.streams))
+    outcome = join([s.ts for s in streams], [s.arrival for s in streams], [None, None], cfg.windows, cfg.policy)
+    exact = H.extras(cfg, outcome)["tuning"]
+    monkeypatch.setattr(H, "TUNING_SAMPLE", 50_000)
+    sampled = H.extras(cfg, outcome)["tuning"]
+    assert exact["sample_every"] == 1 and sampled["sample_every"] == -(-len(outcome.combos) // 50_000) > 1
+    assert sampled["truth_results"] == exact["truth_results"] == len(outcome.combos)
+    for q in ("0.9", "0.95", "0.99"):  # within two grid steps of the exact setting
+        assert abs(sampled["setting_for_recall"][q] - exact["setting_for_recall"][q]) <= 2 * exact["granularity_us"]
