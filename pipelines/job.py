@@ -13,7 +13,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np

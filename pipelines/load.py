@@ -160,7 +160,6 @@ def load_stream(cfg: StreamConfig) -> LoadedStream:
     drop = {cfg.ts, "__ts", "__arrival", "reason"} | ({cfg.arrival} if cfg.arrival else set())
     drop |= {f"__key{i}" for i in range(len(cfg.keys))}
     payload = frame.select([c for c in frame.columns if c not in drop])
-    rows = frame.height
     row_bytes = (table.nbytes / table.num_rows) if table.num_rows else 0.0
     return LoadedStream(
         config=cfg,

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest

@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,28 +26,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from test_cli import CMD, _env  # one way to start the real command, shared
 
 # ----------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------
-
-
-def _command() -> list[str]:
-    script = Path(sys.executable).with_name("streamjoin")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "streamjoin.cli.main"]
-
-
-CMD = _command()
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS"):
-        env.pop(var, None)
-    env["TERM"] = "xterm-256color"  # colour-capable terminal type, but no TTY
-    return env
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -651,7 +651,6 @@ def spark_plane(spark, tab: dict, n: int, W, family: str, router: str, plan, key
     """Routing and kernels as Spark jobs (the same kernels as :func:`run_plane`)."""
     import pyarrow as pa
 
-    cols = list(tab)
     N = len(tab["ts"])
     out_cols = [f"r{k}" for k in range(n)] + ["emitted", "emit_us", "latency_us", "last"]
     stat_cols = ["n_in", "n_cand", "n_out", "t_us"]
@@ -814,8 +813,6 @@ def spark_writer(spark, outcome: JoinOutcome, names: Sequence[str], payloads, ts
     """A function writing results.parquet (a directory of part files) with Spark;
     same columns and order as :func:`~streamjoin.pipelines.job.results_frame`."""
     def write(path):
-        from pyspark.sql import functions as F
-
         em = outcome.emission
         mask = em.emitted
         rows = [r[mask].astype(INT) for r in outcome.combos.rows]
