@@ -28,6 +28,14 @@ app = typer.Typer(
 
 Multi = Optional[list[str]]
 
+# stream options shared by every command that reads streams (run, tune-buffer)
+StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
+TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL")]
+ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")]
+KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")]
+UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")]
+WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
+
 
 def _fail(exc: StreamjoinError) -> None:
     typer.echo(f"error: {exc}", err=True)
@@ -82,12 +90,12 @@ def _target_code(nightly, cfg, report) -> int:
 @app.command()
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
-    stream: Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")] = None,
-    ts: Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL")] = None,
-    arrival: Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")] = None,
-    key: Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")] = None,
-    unit: Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")] = None,
-    window: Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")] = None,
+    stream: StreamOpt = None,
+    ts: TsOpt = None,
+    arrival: ArrivalOpt = None,
+    key: KeyOpt = None,
+    unit: UnitOpt = None,
+    window: WindowOpt = None,
     router: Annotated[Optional[str], typer.Option("--router", help="none|atr|ctr|auto (Spark engine; SPEC §6)")] = None,
     policy: Annotated[Optional[str], typer.Option("--policy", help="none|kslack|mpkslack|static|qjoin|qkslack")] = None,
     k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms (or NAME=DUR)")] = None,
@@ -241,12 +249,12 @@ def tune_buffer(
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
     granularity: Annotated[str, typer.Option("--granularity", help="grid step of the settings, e.g. 10ms")] = "10ms",
     period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default 60s)")] = None,
-    stream: Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")] = None,
-    ts: Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL")] = None,
-    arrival: Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")] = None,
-    key: Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")] = None,
-    unit: Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")] = None,
-    window: Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")] = None,
+    stream: StreamOpt = None,
+    ts: TsOpt = None,
+    arrival: ArrivalOpt = None,
+    key: KeyOpt = None,
+    unit: UnitOpt = None,
+    window: WindowOpt = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns")] = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
