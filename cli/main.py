@@ -114,6 +114,7 @@ def run(
     adapt_segment: Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")] = False,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
+    chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
@@ -141,7 +142,7 @@ def run(
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
-        load_weights=load_weights, adapt_segment=adapt_segment,
+        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

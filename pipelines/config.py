@@ -52,7 +52,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
             "interval", "granularity", "basic_window",
             # Spark engine and routing (pipelines/engines/spark.py, pipelines/route/)
-            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment")
+            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
+            # bounded-memory local engine (pipelines/chunked_job.py)
+            "chunk_rows")
 STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
 
 
@@ -93,6 +95,8 @@ class RunConfig:
     segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
     load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     adapt_segment: bool = False
+    # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/chunked_job.py)
+    chunk_rows: int | None = None
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -138,6 +142,7 @@ class Flags:
     segment: str | None = None
     load_weights: str | None = None
     adapt_segment: bool = False
+    chunk_rows: int | None = None
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -344,7 +349,11 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     spark_settings = _spark_settings(flags, run)
     if router != "none" and engine != "spark":
         raise InputError(f"--router {router} needs --engine spark")
+    chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
+        raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
     return RunConfig(
+        chunk_rows=chunk_rows,
         **spark_settings,
         streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
         write_results=not (flags.no_results or run.get("no_results", False)),

@@ -177,8 +177,12 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     }
 
 
-def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | None = None) -> dict[str, Any]:
+def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | None = None,
+            on_chunk: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
     """Run the whole job and publish its outputs under ``cfg.out``.
+
+    ``on_chunk(done, chunks, seconds)`` is called after each chunk of a
+    bounded-memory run (:mod:`~streamjoin.pipelines.chunked_job`).
 
     Returns the report (as written to ``report.json``).  Raises
     :class:`~streamjoin.pipelines.errors.InputError` on bad input, before
@@ -186,6 +190,12 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     """
     stages = _Stages(on_stage)
     started = time.perf_counter()
+    from .chunked_job import chunk_rows_for, run_chunked_job
+
+    chunk_rows = chunk_rows_for(cfg)
+    if chunk_rows is not None:  # bounded memory: the replay in arrival-time chunks
+        return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
+                               on_chunk=on_chunk)
     with stages("load"):
         streams = load_all(list(cfg.streams))
         # checked with the inputs, so a bad --where fails before any work

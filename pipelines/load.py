@@ -75,19 +75,32 @@ def resolve_files(path: str, stream: str) -> list[Path]:
     return [p]
 
 
-def read_table(path: str, stream: str) -> tuple[pa.Table, list[Path]]:
+def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
+    """The stream's Parquet dataset (files in sorted path order, hive partitions allowed)."""
     files = resolve_files(path, stream)
     try:
         if len(files) == 1 and not Path(path).is_dir():
-            table = ds.dataset(str(files[0]), format="parquet").to_table()
+            dataset = ds.dataset(str(files[0]), format="parquet")
         else:
             base = path if Path(path).is_dir() else None
             dataset = ds.dataset([str(f) for f in files], format="parquet",
                                  partitioning="hive", partition_base_dir=base)
-            table = dataset.to_table()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"{path}: not a readable Parquet dataset (stream {stream!r}): {first}") from None
+        raise _unreadable(path, stream, exc) from None
+    return dataset, files
+
+
+def _unreadable(path: str, stream: str, exc: Exception) -> InputError:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return InputError(f"{path}: not a readable Parquet dataset (stream {stream!r}): {first}")
+
+
+def read_table(path: str, stream: str) -> tuple[pa.Table, list[Path]]:
+    dataset, files = open_dataset(path, stream)
+    try:
+        table = dataset.to_table()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise _unreadable(path, stream, exc) from None
     return table, files
 
 
@@ -116,10 +129,27 @@ def _to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) 
     return values
 
 
-def load_stream(cfg: StreamConfig) -> LoadedStream:
-    """Read, validate and normalise one stream (see module docstring)."""
-    table, files = read_table(cfg.path, cfg.name)
-    where = f"{cfg.path} (stream {cfg.name!r})"
+@dataclass
+class Normalised:
+    """One table of a stream after validation (see :func:`normalise`)."""
+
+    ts: np.ndarray
+    arrival: np.ndarray
+    keys: pl.DataFrame
+    payload: pl.DataFrame
+    quarantine: pl.DataFrame
+    vectors: np.ndarray | None
+
+
+def stream_where(cfg: StreamConfig) -> str:
+    """How error messages name a stream."""
+    return f"{cfg.path} (stream {cfg.name!r})"
+
+
+def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
+    """Validate and normalise one table of a stream: the whole stream, or one
+    row group of it (the bounded-memory engine reads a stream piece by piece)."""
+    where = stream_where(cfg)
     names = table.column_names
     wanted = [cfg.ts] + ([cfg.arrival] if cfg.arrival else []) + list(cfg.keys) + list(cfg.vectors)
     for c in wanted:
@@ -160,16 +190,24 @@ def load_stream(cfg: StreamConfig) -> LoadedStream:
     drop = {cfg.ts, "__ts", "__arrival", "reason"} | ({cfg.arrival} if cfg.arrival else set())
     drop |= {f"__key{i}" for i in range(len(cfg.keys))}
     payload = frame.select([c for c in frame.columns if c not in drop])
+    return Normalised(ts=frame["__ts"].to_numpy(), arrival=frame["__arrival"].to_numpy(), keys=keys,
+                      payload=payload, quarantine=quarantine, vectors=vectors)
+
+
+def load_stream(cfg: StreamConfig) -> LoadedStream:
+    """Read, validate and normalise one stream (see module docstring)."""
+    table, files = read_table(cfg.path, cfg.name)
+    part = normalise(table, cfg)
     row_bytes = (table.nbytes / table.num_rows) if table.num_rows else 0.0
     return LoadedStream(
         config=cfg,
-        ts=frame["__ts"].to_numpy(),
-        arrival=frame["__arrival"].to_numpy(),
-        keys=keys,
-        payload=payload,
-        quarantine=quarantine,
+        ts=part.ts,
+        arrival=part.arrival,
+        keys=part.keys,
+        payload=part.payload,
+        quarantine=part.quarantine,
         files=files,
-        vectors=vectors,
+        vectors=part.vectors,
         row_bytes=row_bytes,
     )
 
