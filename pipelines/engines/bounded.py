@@ -205,6 +205,8 @@ class BoundedReplay:
         self.series_peak = np.zeros(len(self.series_starts), np.int64)
         self.series_sum = np.zeros(len(self.series_starts), np.float64)
         self.series_arrival = np.zeros(len(self.series_starts), np.int64)
+        #: tests set this to a list: per chunk, memory after every arrival and every truth row
+        self.trace: list[dict[str, Any]] | None = None
         self.timings: dict[str, float] = {"progress": 0.0, "candidates": 0.0, "emit": 0.0, "memory": 0.0, "results": 0.0}
 
     # ------------------------------------------------------------------ chunks
@@ -369,6 +371,8 @@ class BoundedReplay:
             self.held_ts[i] = np.concatenate([ts_old[~done_old], s.ts[carry]])
             self.held_rel[i] = np.concatenate([rel_old[~done_old], s.rel[carry]])
         total = mem.sum(axis=0)
+        if self.trace is not None:
+            self.trace.append({"memory": mem.copy()})
         nbytes = (mem * self.weights).sum(axis=0)
         acc = self.acc
         acc.mem_peak = max(acc.mem_peak, int(total.max()))
@@ -431,6 +435,8 @@ class BoundedReplay:
         last = np.maximum.reduce(a)
         arrival_last = arr[last - A0]
         acc.truth += len(combos)
+        if self.trace is not None:
+            self.trace[-1]["truth"] = [windows[k].row[rows[k]] for k in range(n)]
         if self.sorting:
             emitted = np.ones(len(combos), dtype=bool)
             for k in range(n):
