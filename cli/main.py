@@ -61,6 +61,19 @@ def _stage_reporter(total: int):
     return None, log
 
 
+def _chunk_reporter(progress):
+    """Chunks of a bounded-memory run: the bar's caption on a terminal, a log line in cron."""
+    if progress is not None:
+        def on_chunk(done: int, chunks: int, seconds: float) -> None:
+            progress.update(progress.task_ids[0], description=f"join: chunk {done}/{chunks}")
+        return on_chunk
+
+    def log(done: int, chunks: int, seconds: float) -> None:
+        typer.echo(f"streamjoin: chunk {done}/{chunks} done in {seconds:.2f}s", err=True)
+
+    return log
+
+
 def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False, fail_under_target=False,
              log_format=None, json_summary=False):
     """Nightly settings from the TOML and flags (booleans: only a given flag overrides the TOML)."""
@@ -154,11 +167,12 @@ def run(
     try:
         cfg = resolve(config, flags)
         progress, on_stage = _stage_reporter(len(STAGES)) if log is None else (None, log.stage)
+        on_chunk = _chunk_reporter(progress) if log is None else None
         if progress is not None:
             with progress:
-                report = run_job(cfg, command=command, on_stage=on_stage)
+                report = run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
         else:
-            report = run_job(cfg, command=command, on_stage=on_stage)
+            report = run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
     except StreamjoinError as exc:
         _fail(exc)
     except KeyboardInterrupt:

@@ -26,7 +26,15 @@ class Tally:
         """Count ``values`` (any order, repeats allowed)."""
         if not len(values):
             return
-        v, c = np.unique(np.asarray(values, dtype=np.int64), return_counts=True)
+        values = np.asarray(values, dtype=np.int64)
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < max(len(values), 1 << 16):  # a dense range: count without sorting
+            counts = np.bincount(values - lo)
+            v = np.flatnonzero(counts)
+            c = counts[v]
+            v = v + lo
+        else:
+            v, c = np.unique(values, return_counts=True)
         if not len(self.values):
             self.values, self.counts = v, c.astype(np.int64)
             return

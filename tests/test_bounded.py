@@ -241,3 +241,22 @@ def test_pieces_keep_row_numbers_with_hive_partitions(tmp_path):
                              StreamConfig("s1", str(other), "ts", "arrival", "us", 40, ("k",))),
                     policy=PolicySpec("kslack", k=(100, 100)), out=tmp_path / "o", engine="local")
     _assert_same(cfg, 97)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.integers(-5, 40), st.integers(-10**12, 10**12)), max_size=30), max_size=5))
+def test_tally_percentiles_and_histogram_equal_those_of_the_whole_column(parts):
+    """Value counts merged chunk by chunk give the whole column's nearest-rank percentiles and histogram."""
+    from streamjoin.pipelines.metrics import distribution
+    from streamjoin.pipelines.report.html import latency_histogram
+    from streamjoin.pipelines.tally import Tally
+
+    tally = Tally()
+    for p in parts:
+        tally.add(np.asarray(p, dtype=np.int64))
+    column = np.asarray([v for p in parts for v in p], dtype=np.int64)
+    qs = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]
+    assert tally.quantiles(qs) == distribution(column, qs)
+    assert tally.n == len(column)
+    if len(column) and column.min() >= 0:  # latencies are never negative
+        assert tally.histogram(60) == latency_histogram(column)

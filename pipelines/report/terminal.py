@@ -31,6 +31,10 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
             f"delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} max {format_duration(d['max'])} "
             f"dropped_late {s['dropped_late']} expired_on_arrival {s['expired_on_arrival']}"
         )
+    bounded = report.get("bounded")
+    if bounded:
+        lines.append(f"bounded memory: {bounded['chunks']} chunks of ~{bounded['chunk_rows']:,} tuples, "
+                     f"state peak {bounded['state_peak_tuples']:,} tuples between chunks")
     total = report["timings_s"].get("total")
     if total is not None:
         lines.append(f"time: {total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} input tuples/s)")

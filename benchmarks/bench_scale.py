@@ -1,0 +1,123 @@
+"""Bounded memory (issue 7): 20M and 40M input tuples on one machine, peak RSS.
+
+    python benchmarks/bench_scale.py [--sizes 20 40] [--results]
+
+Generates the core benchmark's streams at a constant rate (the ``bench`` set:
+two keyed streams, 2:1 rows, 278 keys, W = 100 ms, ~2.7 valid pairs per input
+tuple) but longer: ``N`` million tuples over ``N/3 * 300`` seconds, so the
+window, the rate and the disorder stay those of the core benchmark while the
+input grows.  Then runs, as a fresh process under ``/usr/bin/time -v``::
+
+    streamjoin run <data>/bench.toml --engine local --router none \
+        --policy static --retention 50ms --no-results --out <tmp>
+
+(``--results``: also with results written to Parquet) and prints wall time,
+peak RSS (``Maximum resident set size``), chunks, the state held between
+chunks and the results.  The bounded-memory engine is chosen automatically
+above 6M input rows (``--chunk-rows`` default); ``--in-memory`` also runs
+``--chunk-rows 0`` for comparison (it needs memory proportional to the input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+
+
+def streamjoin_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("streamjoin")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "streamjoin.cli.main"]
+
+
+def ensure_data(millions: int) -> Path:
+    """``millions`` M tuples at the core benchmark's rate (3M per 300 s)."""
+    out = DATA / f"scale{millions}"
+    config = out / "bench.toml"
+    if not (config.exists() and (out / ".complete").exists()):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        scale = millions / 3
+        t0 = time.perf_counter()
+        subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", str(out), "--seed", "7",
+                        "--scale", f"{scale:g}", "--duration", f"{300 * scale:g}"], check=True, stdout=subprocess.DEVNULL)
+        (out / ".complete").touch()
+        print(f"generated {millions}M tuples in {time.perf_counter() - t0:.0f}s -> {out}", file=sys.stderr)
+    return config
+
+
+def timed_run(config: Path, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(dir=DATA) as tmp:
+        out = Path(tmp) / "out"
+        cmd = ["/usr/bin/time", "-v", *streamjoin_cmd(), "run", str(config), "--engine", "local", "--router", "none",
+               "--policy", "static", "--retention", "50ms", *extra, "--out", str(out)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
+        report = json.loads((out / "report.json").read_text())
+        results_bytes = sum(p.stat().st_size for p in out.glob("results.parquet*"))
+    rows = sum(s["rows"] for s in report["streams"])
+    bounded = report.get("bounded") or {}
+    return {
+        "rows": rows, "wall_s": wall, "rss_gb": rss_kb / 1024 ** 2, "tuples_per_s": rows / wall,
+        "truth": report["truth_results"], "emitted": report["emitted_results"],
+        "chunks": bounded.get("chunks", 1), "state_peak": bounded.get("state_peak_tuples"),
+        "results_mb": results_bytes / 1e6, "timings": report["timings_s"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[20, 40], help="millions of input tuples")
+    ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
+    ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
+    args = ap.parse_args()
+    modes = [("bounded, --no-results", ["--no-results"])]
+    if args.results:
+        modes.append(("bounded, results written", []))
+    if args.in_memory:
+        modes.append(("in memory, --no-results", ["--no-results", "--chunk-rows", "0"]))
+    configs = {m: ensure_data(m) for m in args.sizes}
+    rows = []
+    for m in args.sizes:
+        for label, extra in modes:
+            r = timed_run(configs[m], extra)
+            rows.append((m, label, r))
+            print(f"  {m}M {label}: {r['wall_s']:.1f}s, peak RSS {r['rss_gb']:.2f} GB", file=sys.stderr)
+    print()
+    print("| input tuples | mode | wall s | tuples/s | peak RSS GB | chunks | state peak | truth | emitted | results MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m, label, r in rows:
+        print(f"| {r['rows']:,} | {label} | {r['wall_s']:.1f} | {r['tuples_per_s']:,.0f} | {r['rss_gb']:.2f} | "
+              f"{r['chunks']} | {r['state_peak'] if r['state_peak'] is not None else '-'} | {r['truth']:,} | "
+              f"{r['emitted']:,} | {r['results_mb']:.0f} |")
+    by_size = {(m, label): r for m, label, r in rows}
+    sizes = sorted(args.sizes)
+    if len(sizes) >= 2:
+        small, big = sizes[0], sizes[-1]
+        for label, _ in modes:
+            if (small, label) in by_size and (big, label) in by_size:
+                ratio = by_size[(big, label)]["rss_gb"] / by_size[(small, label)]["rss_gb"]
+                print(f"\npeak RSS {big}M / {small}M ({label}): {ratio:.2f}x")
+    print("\nstage timings (s) of each run:")
+    for m, label, r in rows:
+        t = r["timings"]
+        keys = ["load", "join", "join.progress", "join.memory", "join.candidates", "join.emit", "join.results",
+                "metrics", "write", "total"]
+        print(f"  {m}M {label}: " + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
+
+
+if __name__ == "__main__":
+    main()
