@@ -37,7 +37,7 @@ from .report import json as report_json
 #: inputs above this many rows run in bounded memory unless --chunk-rows says otherwise
 AUTO_ROWS = 6_000_000
 #: tuples per chunk when the size is chosen automatically
-DEFAULT_CHUNK_ROWS = 2_000_000
+DEFAULT_CHUNK_ROWS = 1_000_000
 
 
 def chunk_rows_for(cfg: RunConfig) -> int | None:

@@ -460,8 +460,10 @@ class BoundedReplay:
             emit_us = arrival_last[done]
             latency = np.zeros(len(emit_us), dtype=np.int64)
         acc.emitted += int(emitted.sum())
-        self._count_periods(arrival_last, emitted)
-        acc.duplicates += self._duplicates([windows[k].row[rows[k][emitted]] for k in range(n)])
+        self._count_periods(last - A0, emitted, arr)
+        # window rows stand for stream rows one to one within a chunk; a combination
+        # is produced in one chunk only (its last member's), so this is the exact count
+        acc.duplicates += self._duplicates([rows[k][emitted] for k in range(n)], [len(w) for w in windows])
         acc.latency.add(latency)
         if self.sink is not None:
             frame = self._frame(windows, [r[done] for r in rows])
@@ -502,21 +504,28 @@ class BoundedReplay:
                                frame=filter_rows(p.frame, rest) if p.frame is not None else None)
         return frames
 
-    def _count_periods(self, arrival_last: np.ndarray, emitted: np.ndarray) -> None:
-        P = self.cfg.period_us
-        period = (arrival_last - self.first_arrival) // P
-        size = int(period.max()) + 1
+    def _count_periods(self, last_local: np.ndarray, emitted: np.ndarray, arr: np.ndarray) -> None:
+        """Truth and emitted per period of the last member's arrival (as ``metrics.periods``):
+        counts per arrival index of the chunk, then summed over each period's index range."""
+        P, C = self.cfg.period_us, len(arr)
+        first = (int(arr[0]) - self.first_arrival) // P
+        count = (int(arr[-1]) - self.first_arrival) // P - first + 1
+        edges = self.first_arrival + P * np.arange(first, first + count + 1, dtype=np.int64)
+        bounds = np.searchsorted(arr, edges, side="left")
         acc = self.acc
+        size = first + count
         if size > len(acc.period_truth):
-            acc.period_truth = np.concatenate([acc.period_truth, np.zeros(size - len(acc.period_truth), np.int64)])
-            acc.period_emitted = np.concatenate([acc.period_emitted, np.zeros(size - len(acc.period_emitted), np.int64)])
-        acc.period_truth[:size] += np.bincount(period, minlength=size)
-        acc.period_emitted[:size] += np.bincount(period[emitted], minlength=size)
+            grow = size - len(acc.period_truth)
+            acc.period_truth = np.concatenate([acc.period_truth, np.zeros(grow, np.int64)])
+            acc.period_emitted = np.concatenate([acc.period_emitted, np.zeros(grow, np.int64)])
+        for total, picked in ((acc.period_truth, last_local), (acc.period_emitted, last_local[emitted])):
+            running = np.concatenate([[0], np.cumsum(np.bincount(picked, minlength=C))])
+            total[first:size] += running[bounds[1:]] - running[bounds[:-1]]
 
-    def _duplicates(self, rows: list[np.ndarray]) -> int:
+    def _duplicates(self, rows: list[np.ndarray], sizes: list[int]) -> int:
         from ..job import count_duplicates
 
-        return count_duplicates(rows, [s.rows for s in self.survey.streams])
+        return count_duplicates(rows, sizes)
 
     def _frame(self, windows: list[Slab], rows: list[np.ndarray]) -> pl.DataFrame:
         """Result columns (as ``job.results_frame``) of the given window rows."""
