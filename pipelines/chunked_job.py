@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from . import metrics
 from .chunks import Chunk, Survey, _empty_stream, read_chunks, survey
 from .config import RunConfig
-from .engines.bounded import BoundedReplay
+from .engines.bounded import BoundedReplay, result_order
 from .errors import InputError
 from .load import open_dataset
 from .output import AtomicOutput
@@ -56,26 +56,58 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
 
 
 class ResultsWriter:
-    """Appends result frames to one Parquet file (zstd), one row group per chunk."""
+    """Appends result frames to one Parquet file (zstd), one row group per chunk.
 
-    def __init__(self, path):
+    Ordering, Arrow conversion and compression run on a second thread while
+    the engine replays the next chunk; at most one frame is in flight, so
+    memory stays bounded.  No dictionary encoding: result columns are row
+    numbers and times with few repeats, where it halves the write speed and
+    does not shrink the file.
+    """
+
+    def __init__(self, path, names: list[str]):
         self.path = path
+        self.names = names
         self.writer: pq.ParquetWriter | None = None
         self.rows = 0
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.in_flight = None
 
     def write(self, frame) -> None:
-        table = frame.to_arrow()
+        self._wait()
+        self.in_flight = self.pool.submit(self._write, frame)
+
+    def _wait(self) -> None:
+        if self.in_flight is not None:
+            done, self.in_flight = self.in_flight, None
+            done.result()  # a failure in the writer thread surfaces here
+
+    def _write(self, frame, ordered: bool = False) -> None:
+        table = (frame if ordered else result_order(frame, self.names)).to_arrow()
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", use_dictionary=False)
         elif table.schema != self.writer.schema:
             table = table.cast(self.writer.schema)
         self.writer.write_table(table)
         self.rows += table.num_rows
 
     def close(self, empty_frame) -> None:
+        """Finish the file (an empty one with the results schema if nothing was emitted)."""
+        self._wait()
         if self.writer is None:
-            self.write(empty_frame)
+            self._write(empty_frame, ordered=True)
         self.writer.close()
+        self.pool.shutdown()
+
+    def abort(self) -> None:
+        """Stop after a failure or Ctrl-C (the staging directory is removed by the caller)."""
+        try:
+            self._wait()
+        except Exception:  # the run is failing already; its own error is the one to report
+            pass
+        self.pool.shutdown()
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _prefetched(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
@@ -105,25 +137,17 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
     names = [s.config.name for s in sv.streams]
     with AtomicOutput(cfg.out) as staging:
         outputs: dict[str, str] = {}
-        writer = ResultsWriter(staging / "results.parquet") if cfg.write_results else None
+        writer = ResultsWriter(staging / "results.parquet", names) if cfg.write_results else None
         quarantine: dict[int, pq.ParquetWriter] = {}
         engine = BoundedReplay(cfg, sv, writer.write if writer else None, row_bytes)
-        with stages("join"):
-            for chunk in _prefetched(read_chunks(sv, payload=cfg.write_results or bool(cfg.where))):
-                for i, q in enumerate(chunk.quarantine):
-                    if q is not None and q.height:
-                        table = q.to_arrow()
-                        if i not in quarantine:
-                            (staging / "quarantine").mkdir(exist_ok=True)
-                            quarantine[i] = pq.ParquetWriter(staging / "quarantine" / f"{names[i]}.parquet", table.schema)
-                        quarantine[i].write_table(table.cast(quarantine[i].schema))
-                t0 = time.perf_counter()
-                engine.on_chunk(chunk)
-                if on_chunk is not None:
-                    on_chunk(chunk.index + 1, sv.chunks, time.perf_counter() - t0)
-            engine.on_eof()
-        with stages("metrics"):
-            report = chunked_report(cfg, command, sv, engine)
+        try:
+            report = _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on_chunk)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            for w in quarantine.values():
+                w.close()
+            raise
         with stages("write"):
             if writer is not None:
                 writer.close(engine.empty_frame())
@@ -142,6 +166,25 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
         report["input_tuples_per_s"] = sv.rows / timings["total"] if timings["total"] > 0 else None
         report_json.write(report, staging / "report.json")
     return report
+
+
+def _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on_chunk) -> dict[str, Any]:
+    with stages("join"):
+        for chunk in _prefetched(read_chunks(sv, payload=cfg.write_results or bool(cfg.where))):
+            for i, q in enumerate(chunk.quarantine):
+                if q is not None and q.height:
+                    table = q.to_arrow()
+                    if i not in quarantine:
+                        (staging / "quarantine").mkdir(exist_ok=True)
+                        quarantine[i] = pq.ParquetWriter(staging / "quarantine" / f"{names[i]}.parquet", table.schema)
+                    quarantine[i].write_table(table.cast(quarantine[i].schema))
+            t0 = time.perf_counter()
+            engine.on_chunk(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk.index + 1, sv.chunks, time.perf_counter() - t0)
+        engine.on_eof()
+    with stages("metrics"):
+        return chunked_report(cfg, command, sv, engine)
 
 
 def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedReplay) -> dict[str, Any]:

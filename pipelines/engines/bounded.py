@@ -162,7 +162,8 @@ class BoundedReplay:
     Args:
         cfg: the run (streams, windows, non-adaptive policy, predicates).
         survey: pass 1 of the input (:func:`~streamjoin.pipelines.chunks.survey`).
-        sink: receives the emitted results chunk by chunk, in final order
+        sink: receives the emitted results chunk by chunk, each frame with a
+            ``__last`` column to be put in order by :func:`result_order`
             (``None``: results are counted, not materialised).
         row_bytes: per stream, Arrow bytes per row (memory estimates in bytes).
         series_points: memory series resolution for the HTML report.
@@ -313,8 +314,7 @@ class BoundedReplay:
         if self.sink is not None and frames:
             out = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
             if out.height:
-                out = out.sort(["emit_us", "__last", *[f"{s}_row" for s in self.names]]).drop("__last")
-                self.sink(out)
+                self.sink(out)  # in emission order once put in `result_order` (by the sink, off this thread)
         t0 = self._timed("results", t0)
 
         # compaction: keep only tuples a later arrival can still join with
@@ -574,6 +574,17 @@ class BoundedReplay:
             "points": int(len(self.series_starts)),
             "arrivals_per_point": float(self.N / len(self.series_starts)),
         }
+
+
+def result_order(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """A chunk's results in the in-memory engine's order: emission time, the
+    last member's arrival index, then the members' rows; drops ``__last``.
+
+    Chunks hold disjoint, increasing emission-time ranges (every result a
+    chunk emits has its emission index inside the chunk), so ordering each
+    chunk orders the whole file.
+    """
+    return frame.sort(["emit_us", "__last", *[f"{s}_row" for s in names]]).drop("__last")
 
 
 def _concat_pending(a: Pending, b: Pending) -> Pending:
