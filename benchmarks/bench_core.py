@@ -9,16 +9,22 @@ Generates the ``bench`` set once into ``benchmarks/data/`` (seeded, about
         --policy static --retention 50ms --no-results --out <tmp>
 
 Each run is a fresh process; the table shows the process wall time (imports
-included) and the job's own stage timings from ``report.json``.  The first
-run is a warm-up and is not counted: on a VM whose memory is faulted in from
-the host on first touch, the first pass over fresh memory can be many times
-slower than any later one (see docs/performance.md).
+included), its CPU time (user + system) and peak memory, and the job's own
+stage timings from ``report.json``.  The first run is a warm-up and is not
+counted: on a VM whose memory is faulted in from the host on first touch, the
+first pass over fresh memory can be many times slower than any later one (see
+docs/performance.md).
+
+``--compare PYTHONPATH`` alternates every run with the same command run on
+another checkout (a directory holding a ``streamjoin`` package whose ``cli``
+and ``pipelines`` point at the other tree), for A/B numbers on a noisy host.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -50,21 +56,50 @@ def ensure_data(scale: float) -> Path:
     return config
 
 
-def one_run(config: Path, policy_args: list[str]) -> dict:
+def one_run(config: Path, policy_args: list[str], *, pythonpath: str | None = None) -> dict:
+    """One fresh ``streamjoin run``: its report plus ``wall_s``, ``cpu_s`` and ``maxrss_mb``.
+
+    ``pythonpath``: run another checkout's code (``python -m streamjoin.cli.main``).
+    """
+    cmd = [sys.executable, "-m", "streamjoin.cli.main"] if pythonpath else streamjoin_cmd()
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            [*streamjoin_cmd(), "run", str(config), "--engine", ENGINE, "--router", "none", *policy_args,
-             "--no-results", "--out", str(out)],
-            capture_output=True, text=True,
-        )
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise SystemExit(f"run failed: {proc.stderr.strip()}")
+        with open(Path(tmp) / "stderr", "w+") as err:
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(
+                [*cmd, "run", str(config), "--engine", ENGINE, "--router", "none", *policy_args,
+                 "--no-results", "--out", str(out)],
+                stdout=subprocess.DEVNULL, stderr=err, env=env,
+            )
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time and peak memory
+            wall = time.perf_counter() - t0
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode != 0:
+                err.seek(0)
+                raise SystemExit(f"run failed: {err.read().strip()}")
         report = json.loads((out / "report.json").read_text())
     report["wall_s"] = wall
+    report["cpu_s"] = usage.ru_utime + usage.ru_stime
+    report["maxrss_mb"] = usage.ru_maxrss / 1024
     return report
+
+
+def table(reports: list[dict], rows: int) -> None:
+    stages = ["load", "join.progress", "join.candidates", "join.emit", "metrics", "write", "total"]
+    print(f"{'run':>4} {'wall s':>8} {'cpu s':>7} {'MB':>6} {'tuples/s (wall)':>16} {'tuples/s (job)':>15}  "
+          + " ".join(f"{s:>15}" for s in stages))
+    for i, r in enumerate(reports, 1):
+        t = r["timings_s"]
+        print(f"{i:>4} {r['wall_s']:>8.2f} {r['cpu_s']:>7.2f} {r['maxrss_mb']:>6.0f} {rows / r['wall_s']:>16,.0f} "
+              f"{rows / t['total']:>15,.0f}  " + " ".join(f"{t.get(s, 0.0):>15.3f}" for s in stages))
+    walls = [r["wall_s"] for r in reports]
+    jobs = [r["timings_s"]["total"] for r in reports]
+    cpus = [r["cpu_s"] for r in reports]
+    print(f"median: wall {statistics.median(walls):.2f}s = {rows / statistics.median(walls):,.0f} tuples/s; "
+          f"job {statistics.median(jobs):.2f}s = {rows / statistics.median(jobs):,.0f} tuples/s; "
+          f"cpu {statistics.median(cpus):.2f}s; "
+          f"best wall {min(walls):.2f}s = {rows / min(walls):,.0f} tuples/s")
 
 
 def main() -> None:
@@ -72,6 +107,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--policy", default="static", help="static (default), none, kslack, mpkslack")
+    ap.add_argument("--compare", metavar="PYTHONPATH", help="alternate each run with another checkout's code")
     args = ap.parse_args()
     config = ensure_data(args.scale)
     policy_args = ["--policy", args.policy]
@@ -80,21 +116,22 @@ def main() -> None:
     elif args.policy == "kslack":
         policy_args += ["--k", "50ms"]
     one_run(config, policy_args)  # warm-up, not counted
-    reports = [one_run(config, policy_args) for _ in range(args.runs)]
+    if args.compare:
+        one_run(config, policy_args, pythonpath=args.compare)
+    reports, others = [], []
+    for _ in range(args.runs):
+        reports.append(one_run(config, policy_args))
+        if args.compare:  # alternate, so both sides see the same host
+            others.append(one_run(config, policy_args, pythonpath=args.compare))
     rows = sum(s["rows"] for s in reports[0]["streams"])
     print(f"data: {rows:,} input tuples, truth {reports[0]['truth_results']:,} "
           f"({reports[0]['truth_results'] / rows:.2f} per input tuple), emitted {reports[0]['emitted_results']:,}")
-    stages = ["load", "join.progress", "join.candidates", "join.emit", "metrics", "write", "total"]
-    print(f"{'run':>4} {'wall s':>8} {'tuples/s (wall)':>16} {'tuples/s (job)':>15}  " + " ".join(f"{s:>15}" for s in stages))
-    for i, r in enumerate(reports, 1):
-        t = r["timings_s"]
-        print(f"{i:>4} {r['wall_s']:>8.2f} {rows / r['wall_s']:>16,.0f} {rows / t['total']:>15,.0f}  "
-              + " ".join(f"{t.get(s, 0.0):>15.3f}" for s in stages))
-    walls = [r["wall_s"] for r in reports]
-    jobs = [r["timings_s"]["total"] for r in reports]
-    print(f"median: wall {statistics.median(walls):.2f}s = {rows / statistics.median(walls):,.0f} tuples/s; "
-          f"job {statistics.median(jobs):.2f}s = {rows / statistics.median(jobs):,.0f} tuples/s; "
-          f"best wall {min(walls):.2f}s = {rows / min(walls):,.0f} tuples/s")
+    if args.compare:
+        print("this checkout:")
+    table(reports, rows)
+    if args.compare:
+        print(f"--compare {args.compare}:")
+        table(others, rows)
 
 
 if __name__ == "__main__":

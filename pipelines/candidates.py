@@ -77,6 +77,9 @@ def key_ids(keys: Sequence[pl.DataFrame | None]) -> list[np.ndarray] | None:
     if not keys or keys[0] is None or keys[0].width == 0:
         return None
     sizes = [k.height for k in keys]
+    direct = _integer_ids(keys)
+    if direct is not None:
+        return direct
     allk = pl.concat(list(keys), how="vertical")
     if allk.width == 1 and allk.dtypes[0].is_integer() and allk.height:
         col = allk.to_series()
@@ -93,6 +96,27 @@ def key_ids(keys: Sequence[pl.DataFrame | None]) -> list[np.ndarray] | None:
         out.append(np.ascontiguousarray(ids[offset:offset + s]))
         offset += s
     return out
+
+
+def _integer_ids(keys: Sequence[pl.DataFrame]) -> list[np.ndarray] | None:
+    """One integer key column over a small range: ``value - min`` per stream,
+    straight from each stream's column (what :func:`key_ids` computes on the
+    concatenation, without building it).  None when that does not apply."""
+    if any(k.width != 1 for k in keys) or not any(k.height for k in keys):
+        return None
+    cols = [k.to_series() for k in keys]
+    dtype = cols[0].dtype
+    if not (dtype.is_signed_integer() or dtype in (pl.UInt8, pl.UInt16, pl.UInt32)):
+        return None
+    if any(c.dtype != dtype or c.null_count() for c in cols):
+        return None
+    values = [c.to_numpy() for c in cols]
+    nonempty = [v for v in values if len(v)]
+    lo = min(int(v.min()) for v in nonempty)
+    hi = max(int(v.max()) for v in nonempty)
+    if hi - lo >= 2**31:
+        return None
+    return [np.subtract(v, lo, dtype=np.int64) for v in values]
 
 
 def index_dtype(*sizes: int):
@@ -152,6 +176,60 @@ def _grid_radix(space: Space | None) -> tuple[list[np.ndarray] | None, np.ndarra
     return cells, lo, [int(h - l) + 1 for h, l in zip(hi, lo)]
 
 
+#: queries per block of :func:`_search_sorted_queries`
+SEARCH_BLOCK = 8192
+#: outputs per block of :func:`_gather_ranges`
+GATHER_BLOCK = 1 << 20
+
+
+def _search_sorted_queries(a: np.ndarray, q: np.ndarray, side: str, dtype=np.int64) -> np.ndarray:
+    """``np.searchsorted(a, q, side)`` for (nearly) sorted queries, block by block.
+
+    Each block of queries only searches the slice of ``a`` between its
+    smallest and largest query, so the binary searches stay short and in
+    cache instead of starting over the whole array for every query.
+    ``dtype``: of the result (``int32`` when ``len(a) < 2**31`` halves it).
+    """
+    n = len(q)
+    if n <= 4 * SEARCH_BLOCK:
+        return np.searchsorted(a, q, side=side).astype(dtype, copy=False)
+    out = np.empty(n, dtype=dtype)
+    for s in range(0, n, SEARCH_BLOCK):
+        qb = q[s:s + SEARCH_BLOCK]
+        lo = int(np.searchsorted(a, qb.min(), side="left"))
+        hi = int(np.searchsorted(a, qb.max(), side="right"))
+        np.add(np.searchsorted(a[lo:hi], qb, side=side), lo, out=out[s:s + SEARCH_BLOCK])
+    return out
+
+
+def _gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``values[lo[0] : lo[0] + counts[0]]``, ``values[lo[1] : ...]``, ... concatenated.
+
+    Output ``c`` of range ``q`` is ``values[lo[q] + (c - first output of q)]``:
+    the positions are built and gathered a block of outputs at a time (in the
+    index dtype), so no position array the size of the output exists.
+    """
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    out = np.empty(total, dtype=values.dtype)
+    pdt = np.int32 if total < 2**31 and len(values) < 2**31 else np.int64
+    shift = lo - ends
+    shift += counts                          # lo - (first output of the range)
+    cuts = np.unique(np.searchsorted(ends, np.arange(GATHER_BLOCK, total, GATHER_BLOCK), side="left"))
+    q0 = 0
+    for q1 in [*cuts.tolist(), len(counts)]:
+        if q1 <= q0:
+            continue
+        o0 = int(ends[q0 - 1]) if q0 else 0
+        o1 = int(ends[q1 - 1])
+        if o1 > o0:
+            pos = np.repeat(shift[q0:q1].astype(pdt), counts[q0:q1])
+            pos += np.arange(o0, o1, dtype=pdt)
+            np.take(values, pos, out=out[o0:o1], mode="clip")  # in range by construction
+        q0 = q1
+    return out
+
+
 def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
                      space: Space | None = None, order: Sequence[int] | None = None) -> Combos | None:
     """Sorted-range enumeration; ``None`` if ``(key, cell, ts)`` cannot be packed into int64.
@@ -207,7 +285,7 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
         korder = np.argsort(vk).astype(idx, copy=False)  # ties in any order: same set, 2x faster
         vs = vk[korder]
         size = len(p_tmax)
-        parents, positions = [], []
+        parents, members = [], []
         for off in offsets:
             cell = None if off is None else p_cell + off
             qcode = code(p_key, cell, size) * span
@@ -216,25 +294,27 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             # queries in sorted order: the binary searches then walk `vs`
             # monotonically, several times faster than random probes
             qorder = np.argsort(lo_q)
-            lo = np.searchsorted(vs, lo_q[qorder], side="left")
-            hi = np.searchsorted(vs, hi_q[qorder], side="right")
+            lo = _search_sorted_queries(vs, lo_q[qorder], "left")
+            hi = _search_sorted_queries(vs, hi_q[qorder], "right")
+            del lo_q, hi_q
             counts = np.maximum(hi - lo, 0)
-            total = int(counts.sum())
-            run = np.repeat(np.arange(size, dtype=np.int64), counts)
-            shift = lo - (np.cumsum(counts) - counts)
-            pos = np.arange(total, dtype=np.int64)
-            pos += shift[run]
-            parents.append(qorder[run].astype(index_dtype(size), copy=False))
-            positions.append(pos)
+            del hi
+            parents.append(np.repeat(qorder.astype(index_dtype(size)), counts))
+            del qorder
+            members.append(_gather_ranges(korder, lo, counts))
+            del lo, counts
         parent = np.concatenate(parents) if len(parents) > 1 else parents[0]
-        pos = np.concatenate(positions) if len(positions) > 1 else positions[0]
-        new_rows = korder[pos]
+        new_rows = np.concatenate(members) if len(members) > 1 else members[0]
+        del parents, members
         if space is not None:
             ok = np.ones(len(parent), dtype=bool)
             for m, r in rows.items():
                 ok &= space.within(k, new_rows, m, r[parent])
             parent, new_rows = parent[ok], new_rows[ok]
-        rows = {m: r[parent] for m, r in rows.items()}
+        if step == 1:  # the first stream's rows are 0..n-1: the parents themselves
+            rows = {first: parent.astype(idx, copy=False)}
+        else:
+            rows = {m: r[parent] for m, r in rows.items()}
         rows[k] = new_rows
         if step < n - 1:  # carry the partial combinations' state to the next stream
             tk = ts[k][new_rows]

@@ -28,7 +28,9 @@ emitted at ``arrival[5]`` with latency ``arrival[5] - arrival[1]``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +46,8 @@ class Emission:
 
     ``a[k]``: arrival index of member ``k``; ``last``: the last-arriving
     member's index; ``emitted``: the mask; ``emit_us`` / ``latency_us``:
-    meaningful only where ``emitted`` (computed for all rows to avoid copies).
+    meaningful only where ``emitted`` (computed for all rows to avoid copies;
+    ``latency_us`` is a read-only broadcast 0 for the symmetric family).
     """
 
     a: list[np.ndarray]
@@ -54,11 +57,150 @@ class Emission:
     latency_us: np.ndarray
 
 
-def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: Decisions) -> Emission:
-    """Apply the closed forms to every valid combination."""
+def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: Decisions, *,
+             expiry_index: list[np.ndarray] | None = None) -> Emission:
+    """Apply the closed forms to every valid combination.
+
+    ``expiry_index``: :func:`~streamjoin.pipelines.progress.expiry` if already
+    computed (symmetric family).
+    """
+    W = np.asarray(windows, dtype=np.int64)
+    if not len(combos):
+        return _emission_columns(combos, replay, W, decisions)
+    if decisions.family == SYMMETRIC:
+        if expiry_index is None and not _never_decreasing(decisions.H):
+            return _emission_columns(combos, replay, W, decisions)
+        return _emission_symmetric(combos, replay, W, decisions, expiry_index)
+    return _emission_sorting(combos, replay, decisions)
+
+
+def _never_decreasing(H: np.ndarray) -> bool:
+    return bool(H.shape[1] < 2 or (H[:, 1:] >= H[:, :-1]).all())
+
+
+#: combinations per block of the fused emission passes
+BLOCK = 1 << 20
+
+
+#: threads sharing the blocks (numpy's gathers and ufuncs release the GIL)
+WORKERS = min(2, os.cpu_count() or 1)
+
+
+def _run_blocks(total: int, work: Callable[[slice, int], None]) -> None:
+    """``work(block, worker)`` for consecutive blocks of ``total`` combinations,
+    spread over :data:`WORKERS` threads (blocks write disjoint slices)."""
+    blocks = [slice(c0, min(c0 + BLOCK, total)) for c0 in range(0, total, BLOCK)]
+    workers = min(WORKERS, len(blocks))
+    if workers <= 1:
+        for sl in blocks:
+            work(sl, 0)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda j: [work(sl, j) for sl in blocks[j::workers]], range(workers)))
+
+
+def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions,
+                        expiry_index: list[np.ndarray] | None) -> Emission:
+    """Symmetric family, one gather per member for the condition.
+
+    ``H_i`` never decreases, so member ``x`` is still buffered when the last
+    member arrives (``x.ts + W_i >= H_i(a_y)``) iff ``a_y < e_x`` with ``e_x``
+    the tuple's expiry index (:func:`~streamjoin.pipelines.progress.expiry`).
+    With ``b_x = max(e_x, a_x + 1)`` the last member itself passes too, so::
+
+        emitted  <=>  last < min_k b_k
+
+    Computed a block of combinations at a time, so the per-member columns are
+    still in cache when they are combined.
+    """
+    from .progress import expiry
+
+    ends = expiry(replay, W, decisions) if expiry_index is None else expiry_index
+    idx = replay.index_of[0].dtype
+    bound = []
+    for k in range(replay.n):
+        # per row of stream k: b = max(e, a + 1) <= N, so it fits the index dtype
+        b = replay.index_of[k].astype(np.int64)
+        b += 1
+        np.maximum(b, ends[k], out=b)
+        bound.append(b.astype(idx, copy=False))
+    C = len(combos)
+    a = [np.empty(C, dtype=idx) for _ in range(replay.n)]
+    last = np.empty(C, dtype=idx)
+    emitted = np.empty(C, dtype=bool)
+    emit_us = np.empty(C, dtype=replay.arrival.dtype)
+    scratch = [(np.empty(min(C, BLOCK), dtype=idx), np.empty(min(C, BLOCK), dtype=idx)) for _ in range(WORKERS)]
+
+    def work(sl: slice, worker: int) -> None:
+        m = sl.stop - sl.start
+        lb, ob = scratch[worker][0][:m], scratch[worker][1][:m]
+        for k in range(replay.n):
+            r = combos.rows[k][sl]
+            np.take(replay.index_of[k], r, out=a[k][sl], mode="clip")
+            np.take(bound[k], r, out=lb if k == 0 else ob, mode="clip")
+            if k == 0:
+                last[sl] = a[k][sl]
+            else:
+                np.maximum(last[sl], a[k][sl], out=last[sl])
+                np.minimum(lb, ob, out=lb)
+        np.less(last[sl], lb, out=emitted[sl])
+        np.take(replay.arrival, last[sl], out=emit_us[sl], mode="clip")
+
+    _run_blocks(C, work)
+    # emitted the moment the last member arrives: latency 0 for all (read-only)
+    latency = np.broadcast_to(np.zeros(1, dtype=np.int64), (C,))
+    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+
+
+def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> Emission:
+    """Sorting family, one gather per member for both conditions.
+
+    Per tuple ``v = release`` (``N`` = flushed) or ``N + 1`` if dropped: a
+    combination is emitted iff ``max_k v_k <= N``, and its emission index is
+    ``min(max_k v_k, N - 1)`` (a dropped member never lets it be emitted).
+    """
+    N = replay.N
+    idx = replay.index_of[0].dtype
+    v = np.where(decisions.dropped, N + 1, decisions.release)
+    value = [v[replay.index_of[k]] for k in range(replay.n)]
+    del v
+    C = len(combos)
+    a = [np.empty(C, dtype=idx) for _ in range(replay.n)]
+    last = np.empty(C, dtype=idx)
+    emitted = np.empty(C, dtype=bool)
+    emit_us = np.empty(C, dtype=replay.arrival.dtype)
+    latency = np.empty(C, dtype=replay.arrival.dtype)
+    vdt = value[0].dtype
+    scratch = [(np.empty(min(C, BLOCK), dtype=vdt), np.empty(min(C, BLOCK), dtype=vdt)) for _ in range(WORKERS)]
+
+    def work(sl: slice, worker: int) -> None:
+        m = sl.stop - sl.start
+        mb, ob = scratch[worker][0][:m], scratch[worker][1][:m]
+        for k in range(replay.n):
+            r = combos.rows[k][sl]
+            np.take(replay.index_of[k], r, out=a[k][sl], mode="clip")
+            np.take(value[k], r, out=mb if k == 0 else ob, mode="clip")
+            if k == 0:
+                last[sl] = a[k][sl]
+            else:
+                np.maximum(last[sl], a[k][sl], out=last[sl])
+                np.maximum(mb, ob, out=mb)
+        np.less_equal(mb, N, out=emitted[sl])
+        # rel = N means "flushed at end of input": emitted at the last arrival.
+        np.minimum(mb, N - 1, out=mb)
+        np.take(replay.arrival, mb, out=emit_us[sl], mode="clip")
+        np.take(replay.arrival, last[sl], out=latency[sl], mode="clip")
+        np.subtract(emit_us[sl], latency[sl], out=latency[sl])
+
+    _run_blocks(C, work)
+    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+
+
+def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions) -> Emission:
+    """The closed forms as written, one column operation per condition (the
+    general path: empty input, or horizons that are not running maxima)."""
     n = replay.n
     N = replay.N
-    W = np.asarray(windows, dtype=np.int64)
     a = [replay.index_of[k][combos.rows[k]] for k in range(n)]
     last = np.maximum.reduce(a) if len(combos) else np.empty(0, np.int64)
     emitted = np.ones(len(combos), dtype=bool)

@@ -107,32 +107,111 @@ def where_of(cfg: RunConfig, streams: list[LoadedStream]):
     return mask
 
 
-def count_duplicates(rows: list[np.ndarray], sizes: list[int]) -> int:
-    """Emitted combinations that occur more than once (must be 0)."""
-    if not len(rows[0]):
+def count_duplicates(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray | None = None) -> int:
+    """Emitted combinations that occur more than once (must be 0).
+
+    ``mask``: count over ``[r[mask] for r in rows]`` only (without copying).
+
+    Exact, and usually without hashing every combination: truth is produced
+    grouped by one member (every combination of an anchor tuple is
+    contiguous) and, within a group, in the order of another member's sorted
+    ``(key, ts)`` -- which for time-ordered rows means increasing rows.  If the
+    runs of one member's rows each hold a distinct row, duplicates can only
+    occur inside a run, and a run whose other members strictly increase has
+    none; only the remaining runs (ties in ``ts``, unordered input) are counted
+    by hashing.  Without such a structure every combination is hashed.
+    """
+    if not len(rows[0]) or (mask is not None and not mask.any()):
         return 0
+    grouped = _duplicates_in_runs(rows, sizes, mask)
+    if grouped is not None:
+        return grouped
+    if mask is not None:
+        rows = [r[mask] for r in rows]
+    return _hashed_duplicates(rows, sizes)
+
+
+def _pack(rows: list[np.ndarray], sizes: list[int]) -> np.ndarray | None:
+    """One int64 per combination (a mixed-radix number), or None if it would overflow."""
     capacity = 1
     for size in sizes:
         capacity *= max(size, 1)
-    if capacity < 2**62:  # exact packing: one int64 per combination, built in place
-        code = rows[0].astype(np.int64)
-        for r, size in zip(rows[1:], sizes[1:]):
-            code *= max(size, 1)
-            code += r
+    if capacity >= 2**62:
+        return None
+    code = rows[0].astype(np.int64)
+    for r, size in zip(rows[1:], sizes[1:]):
+        code *= max(size, 1)
+        code += r
+    return code
+
+
+def _hashed_duplicates(rows: list[np.ndarray], sizes: list[int]) -> int:
+    code = _pack(rows, sizes)  # exact packing: one int64 per combination, built in place
+    if code is not None:
         unique = pl.Series(code).n_unique()
     else:
         unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
     return len(rows[0]) - unique
 
 
+def _duplicates_in_runs(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray | None) -> int | None:
+    """The exact duplicate count when some member's rows come in runs of distinct
+    values (see :func:`count_duplicates`); None when no member does."""
+    C = len(rows[0])
+    if len(rows) < 2:
+        return None
+    for g in range(len(rows)):
+        r = rows[g]
+        if not 0 <= int(r.min()) <= int(r.max()) < max(sizes[g], 1):
+            continue
+        change = r[1:] != r[:-1]                    # change[i]: a run starts at i + 1
+        starts = np.flatnonzero(change)
+        starts += 1
+        seen = np.zeros(max(sizes[g], 1), dtype=bool)
+        seen[r[0]] = True
+        seen[r[starts]] = True
+        if int(np.count_nonzero(seen)) != len(starts) + 1:
+            continue                                # a row heads two runs: not grouped by this member
+        del seen
+        others = [rows[k] for k in range(len(rows)) if k != g]
+        if len(others) == 1:
+            other = others[0]
+        else:
+            other = _pack(others, [sizes[k] for k in range(len(rows)) if k != g])
+            if other is None:
+                return None
+        # strictly increasing inside a run: no duplicate there -- nor among
+        # any subset of it, such as the combinations counted under ``mask``
+        unordered = other[1:] <= other[:-1]
+        unordered &= ~change
+        del change
+        bad = np.flatnonzero(unordered)
+        del unordered
+        if not len(bad):
+            return 0
+        # hash the combinations of the runs holding an unordered step
+        # (duplicates never cross runs)
+        bounds = np.concatenate([[0], starts, [C]])
+        run = np.unique(np.searchsorted(bounds, bad + 1, side="right") - 1)
+        lo, hi = bounds[run], bounds[run + 1]
+        pick = np.repeat(lo - np.concatenate([[0], np.cumsum(hi - lo)[:-1]]), hi - lo)
+        pick += np.arange(len(pick))
+        if mask is not None:
+            pick = pick[mask[pick]]
+        sub = [x[pick] for x in rows]
+        return _hashed_duplicates(sub, sizes) if len(pick) else 0
+    return None
+
+
 def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome: JoinOutcome) -> dict[str, Any]:
     em = outcome.emission
     truth_n = len(outcome.combos)
-    emitted_n = int(em.emitted.sum())
-    emitted_rows = [r[em.emitted] for r in outcome.combos.rows] if truth_n else [np.empty(0, np.int64)]
-    # the duplicate count is the costliest metric; it overlaps the rest
+    emitted_n = int(np.count_nonzero(em.emitted))
+    rows = outcome.combos.rows if truth_n else [np.empty(0, np.int64)]
+    # the duplicate count overlaps the rest (it may have to hash combinations)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        duplicates = pool.submit(count_duplicates, emitted_rows, [s.rows for s in streams])
+        duplicates = pool.submit(count_duplicates, rows, [s.rows for s in streams],
+                                 em.emitted if truth_n else None)
         report = _report_body(cfg, command, streams, outcome, truth_n, emitted_n)
         report["duplicates"] = duplicates.result()
     return report
@@ -156,7 +235,7 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         # every emitted combination is one of the truth rows by construction
         "precision": 1.0,
         "duplicates": None,  # filled in by build_report
-        "latency_us": metrics.latency_summary(em.latency_us[em.emitted]),
+        "latency_us": metrics.latency_summary_of(em.latency_us, em.emitted),
         "memory_tuples": mem_t,
         "memory_bytes": mem_b,
         "periods": metrics.periods(em.last, em.emitted, outcome.replay.arrival, cfg.period_us, cfg.recall_target),

@@ -15,6 +15,9 @@ import numpy as np
 
 from .policies import SORTING, SYMMETRIC
 
+#: results per block of the per-period count
+BLOCK = 1 << 20
+
 
 def nearest_rank(values: np.ndarray, q: float) -> int | None:
     """The nearest-rank ``q``-quantile (``0 < q <= 1``) of ``values``; None if empty."""
@@ -30,7 +33,8 @@ def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[st
     if len(values) == 0:
         return {name: None for name, _ in qs}
     ks = sorted({max(1, math.ceil(q * len(values))) - 1 for _, q in qs})
-    part = np.partition(values, ks)
+    # several order statistics: a (vectorised) full sort beats repeated selection
+    part = np.sort(values) if len(ks) > 1 else np.partition(values, ks)
     return {name: int(part[max(1, math.ceil(q * len(values))) - 1]) for name, q in qs}
 
 
@@ -38,6 +42,16 @@ def latency_summary(latency: np.ndarray) -> dict[str, float | int | None]:
     d: dict[str, Any] = {"mean": float(latency.mean()) if len(latency) else None}
     d.update(distribution(latency, [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]))
     return d
+
+
+def latency_summary_of(latency: np.ndarray, mask: np.ndarray) -> dict[str, float | int | None]:
+    """``latency_summary(latency[mask])``; without the copy when every latency
+    is 0 (the symmetric family emits the moment the last member arrives)."""
+    if len(latency) and not latency.any():
+        count = int(np.count_nonzero(mask))
+        zero = 0 if count else None
+        return {"mean": 0.0 if count else None, "p50": zero, "p95": zero, "p99": zero, "max": zero}
+    return latency_summary(latency[mask])
 
 
 def recall_of(emitted: int, truth: int) -> float:
@@ -54,17 +68,23 @@ def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, per
         return []
     start = int(arrival[0])
     count = int((int(arrival[-1]) - start) // period_us) + 1
-    # Count per arrival index, then sum over each period's index range
-    # (arrival is sorted): two bincounts instead of a division per result.
+    # arrival is sorted, so period p holds the arrival indexes
+    # [bounds[p], bounds[p+1]): a result's period is the number of upper
+    # bounds at or below the index of its last member.  One binary search
+    # per result over a handful of bounds, then one count of
+    # (period, emitted) codes -- no table the size of the input.
     N = len(arrival)
     bounds = np.searchsorted(arrival, start + period_us * np.arange(count + 1, dtype=np.int64), side="left")
-
-    def per_period(indexes: np.ndarray) -> np.ndarray:
-        running = np.concatenate([[0], np.cumsum(np.bincount(indexes, minlength=N))])
-        return running[bounds[1:]] - running[bounds[:-1]]
-
-    truth = per_period(last)
-    emitted = per_period(last[emitted_mask])
+    upper = bounds[1:].astype(last.dtype if last.dtype.kind == "i" and N < 2**31 else np.int64)
+    both = np.zeros(2 * count + 2, dtype=np.int64)
+    for c0 in range(0, len(last), BLOCK):  # a block at a time: small temporaries
+        code = np.searchsorted(upper, last[c0:c0 + BLOCK], side="right")
+        code <<= 1
+        code |= emitted_mask[c0:c0 + BLOCK]
+        both += np.bincount(code, minlength=2 * count + 2)
+    both = both[:2 * count]
+    emitted = both[1::2]
+    truth = both[0::2] + emitted
     return [
         {
             "start_us": start + i * period_us,
@@ -82,12 +102,12 @@ def stream_facts(names, rows, quarantined, ts_by_stream, replay, decisions) -> l
     """Per stream: rows, quarantined, rate, delay distribution, drops, expiries."""
     out = []
     for i, name in enumerate(names):
-        mask = replay.stream == i
-        delay = replay.delay[mask]
+        at = replay.index_of[i]  # the stream's arrival indexes (in row order)
+        delay = replay.delay[at]
         ts = ts_by_stream[i]
         span_s = (int(ts.max()) - int(ts.min())) / 1e6 if len(ts) else 0.0
-        dropped = int(decisions.dropped[mask].sum()) if decisions.family == SORTING else 0
-        expired = int(decisions.expired[mask].sum()) if decisions.family == SYMMETRIC else 0
+        dropped = int(np.count_nonzero(decisions.dropped[at])) if decisions.family == SORTING else 0
+        expired = int(np.count_nonzero(decisions.expired[at])) if decisions.family == SYMMETRIC else 0
         out.append({
             "name": name,
             "rows": int(rows[i]),
@@ -105,9 +125,16 @@ def memory_summary(memory: np.ndarray, row_bytes: Sequence[float]) -> tuple[dict
     if memory.shape[1] == 0:
         return {"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0}
     total = memory.sum(axis=0)
-    weights = np.asarray(row_bytes, dtype=np.float64).reshape(-1, 1)
-    nbytes = (memory * weights).sum(axis=0)
-    return (
-        {"peak": int(total.max()), "mean": float(total.mean())},
-        {"peak": int(round(float(nbytes.max()))), "mean": float(nbytes.mean())},
-    )
+    tuples = {"peak": int(total.max()), "mean": float(total.mean())}
+    weights = np.asarray(row_bytes, dtype=np.float64)
+    # (memory * weights).sum(axis=0) -- the same products added in the same
+    # order, element by element -- into total's buffer, a block at a time:
+    # no (n, N) float temporary
+    nbytes = total.view(np.float64) if total.dtype.itemsize == 8 else np.empty(total.shape, np.float64)
+    N = memory.shape[1]
+    for c0 in range(0, N, BLOCK):
+        out = nbytes[c0:c0 + BLOCK]
+        np.multiply(memory[0, c0:c0 + BLOCK], weights[0], out=out)
+        for i in range(1, memory.shape[0]):
+            out += memory[i, c0:c0 + BLOCK] * weights[i]
+    return tuples, {"peak": int(round(float(nbytes.max()))), "mean": float(nbytes.mean())}

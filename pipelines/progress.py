@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .candidates import _search_sorted_queries
 from .policies import SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
 from .timeunits import NEG_INF
 
@@ -98,6 +99,38 @@ def _running_max(values: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(values, axis=-1)
 
 
+def _arrival_order(arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The stable sort of ``arrival``: (order, sorted arrival).
+
+    When ``(arrival - min, position)`` packs into one int64, the packed
+    values are distinct, so any (fast, unstable) sort of them yields exactly
+    the stable order -- and the sorted arrival times with it.
+    """
+    N = arrival.shape[0]
+    if N == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    lo, hi = int(arrival.min()), int(arrival.max())
+    bits = max(N - 1, 1).bit_length()
+    if hi - lo >= 1 << (62 - bits):
+        order = np.argsort(arrival, kind="stable")
+        return order, arrival[order]
+    packed = arrival - lo
+    packed <<= bits
+    packed |= np.arange(N, dtype=np.int64)
+    packed.sort()
+    order = packed & ((1 << bits) - 1)
+    packed >>= bits
+    packed += lo
+    return order, packed
+
+
+def _own(stream: np.ndarray, per_stream: np.ndarray) -> np.ndarray:
+    """``per_stream[stream[a], a]`` for every ``a`` (one value per arrival index)."""
+    if per_stream.shape[0] <= 32:
+        return np.choose(stream, per_stream)
+    return per_stream[stream, np.arange(per_stream.shape[1])]
+
+
 def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndarray]) -> Replay:
     """Put the tuples of all streams in replay order and compute M, T, delays.
 
@@ -108,29 +141,40 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     """
     n = len(ts_by_stream)
     sizes = [len(t) for t in ts_by_stream]
-    stream = np.concatenate([np.full(s, i, dtype=np.int32) for i, s in enumerate(sizes)])
-    row = np.concatenate([np.arange(s, dtype=np.int64) for s in sizes])
-    ts = np.concatenate([np.asarray(t, dtype=np.int64) for t in ts_by_stream])
-    arrival = np.concatenate([np.asarray(t, dtype=np.int64) for t in arrival_by_stream])
-    # The concatenation is already in (stream, row) order, so a *stable* sort
-    # on arrival alone gives (arrival, stream, row) -- cheaper than a lexsort.
-    order = np.argsort(arrival, kind="stable")
-    stream, row, ts, arrival = stream[order], row[order], ts[order], arrival[order]
-    N = ts.shape[0]
+    offsets = np.cumsum([0, *sizes], dtype=np.int64)
+    ts_all = np.concatenate([np.asarray(t, dtype=np.int64) for t in ts_by_stream]) if n else np.empty(0, np.int64)
+    arrival_all = (np.concatenate([np.asarray(t, dtype=np.int64) for t in arrival_by_stream]) if n
+                   else np.empty(0, np.int64))
+    # The concatenation is in (stream, row) order, so the *stable* order by
+    # arrival alone is the replay order (arrival, stream, row).
+    order, arrival = _arrival_order(arrival_all)
+    del arrival_all
+    N = order.shape[0]
+    # stream and row of each position follow from the position in the concatenation
+    if n <= 8:
+        stream = np.zeros(N, dtype=np.int32)
+        for off in offsets[1:-1]:
+            stream += order >= off
+    else:
+        stream = (np.searchsorted(offsets, order, side="right") - 1).astype(np.int32)
+    row = order - offsets[stream]
+    ts = ts_all[order]
+    del ts_all
     index_of = []
     idx = np.int32 if N < 2**31 else np.int64  # half the memory traffic when it fits
     positions = np.empty(N, dtype=idx)
     positions[order] = np.arange(N, dtype=idx)
-    offset = 0
-    for s in sizes:
-        index_of.append(positions[offset:offset + s])
-        offset += s
+    del order
+    for i in range(n):
+        index_of.append(positions[offsets[i]:offsets[i + 1]])
     M = np.empty((n, N), dtype=np.int64)
     for i in range(n):
-        M[i] = _running_max(np.where(stream == i, ts, NEG_INF))
+        M[i] = NEG_INF
+        np.copyto(M[i], ts, where=stream == i)
+        np.maximum.accumulate(M[i], out=M[i])
     T = M.min(axis=0) if N else np.empty(0, dtype=np.int64)
-    own_max = M[stream, np.arange(N)] if N else np.empty(0, dtype=np.int64)
-    delay = own_max - ts
+    delay = _own(stream, M) if N else np.empty(0, dtype=np.int64)
+    delay -= ts
     return Replay(n=n, stream=stream, row=row, ts=ts, arrival=arrival,
                   index_of=index_of, M=M, T=T, delay=delay)
 
@@ -140,6 +184,32 @@ def _minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(a == NEG_INF, NEG_INF, a - b)
 
 
+def _horizons(T: np.ndarray, d: np.ndarray, n: int) -> np.ndarray:
+    """``H = running_max(_minus(T, d))`` per stream, one row at a time (no ``(n, N)`` temporaries)."""
+    N = T.shape[0]
+    H = np.empty((n, N), dtype=np.int64)
+    if N == 0:
+        return H
+    unseen = T == NEG_INF
+    d = np.asarray(d)
+    for i in range(n):
+        np.subtract(T, d[i], out=H[i])
+        np.copyto(H[i], NEG_INF, where=unseen)
+        np.maximum.accumulate(H[i], out=H[i])
+    return H
+
+
+def _release_horizon(M: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """``R = running_max(min_i _minus(M_i, K_i))``, one stream at a time."""
+    R = None
+    for i in range(M.shape[0]):
+        v = np.subtract(M[i], K[i])
+        np.copyto(v, NEG_INF, where=M[i] == NEG_INF)
+        R = v if R is None else np.minimum(R, v, out=R)
+    np.maximum.accumulate(R, out=R)
+    return R
+
+
 def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals=None) -> Decisions:
     """Apply ``policy`` to the replay: horizons, drops, releases, expiries.
 
@@ -147,30 +217,56 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
     recall-target policies re-decide early on a burst of them (seed 003).
     """
     N = replay.N
-    idx = np.arange(N)
     W = np.asarray(windows, dtype=np.int64)
     schedule = adaptive_schedule(replay, W, policy, bad_arrivals) if policy.adaptive else None
     log = schedule.log if schedule is not None else None
     if policy.family == SORTING:
         K = schedule.values if schedule is not None else slack_matrix(replay, policy)   # (n, N) or (n, 1)
-        R = _running_max(_minus(replay.M, K).min(axis=0)) if N else np.empty(0, np.int64)
+        R = _release_horizon(replay.M, np.asarray(K)) if N else np.empty(0, np.int64)
         R_before = np.concatenate([[NEG_INF], R[:-1]]) if N else R
         dropped = replay.ts < R_before
         # R never decreases, so the first a with R(a) >= ts is a binary search;
         # a tuple cannot be released before it arrives.
-        release = np.maximum(np.searchsorted(R, replay.ts, side="left"), idx)
+        release = np.maximum(np.searchsorted(R, replay.ts, side="left"), np.arange(N))
         release[dropped] = N  # never released (no effect: dropped tuples emit nothing)
         return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K, policy_log=log)
     if policy.family == SYMMETRIC:
         d = schedule.values if schedule is not None else retention_matrix(replay, policy)  # (n, N) or (n, 1)
-        H = _running_max(_minus(np.broadcast_to(replay.T, (replay.n, N)), d)) if N else np.empty((replay.n, 0), np.int64)
-        horizon_own = H[replay.stream, idx] if N else np.empty(0, np.int64)
-        expired = replay.ts + W[replay.stream] < horizon_own
+        H = _horizons(replay.T, d, replay.n) if N else np.empty((replay.n, 0), np.int64)
+        horizon_own = _own(replay.stream, H) if N else np.empty(0, np.int64)
+        limit = W[replay.stream]
+        limit += replay.ts
+        expired = limit < horizon_own
         return Decisions(family=SYMMETRIC, H=H, expired=expired, d=d if schedule is not None else None, policy_log=log)
     raise AssertionError(policy.family)
 
 
-def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions) -> np.ndarray:
+def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np.ndarray] | None:
+    """Symmetric family: per stream, in row order, the first arrival index at
+    which each tuple is no longer buffered -- the first ``a`` with
+    ``H_i(a) > ts + W_i`` (``N`` if none; it may precede the tuple's own index
+    when it expired on arrival).  ``None`` for the sorting family.
+
+    ``H_i`` never decreases, so "``x`` still buffered at ``a``" (``x.ts + W_i >=
+    H_i(a)``) is exactly ``a < expiry[s(x)][x.row]``: one integer per tuple that
+    :func:`memory_per_stream` and :func:`~streamjoin.pipelines.emit.emission`
+    share.  (Row order: the binary searches walk ``H_i`` monotonically when a
+    stream's rows are in time order, as they usually are.)
+    """
+    if decisions.family != SYMMETRIC:
+        return None
+    W = np.asarray(windows, dtype=np.int64)
+    idx = np.int32 if replay.N < 2**31 else np.int64  # values are <= N
+    out = []
+    for i in range(replay.n):
+        limit = replay.ts[replay.index_of[i]]
+        limit += W[i]
+        out.append(_search_sorted_queries(decisions.H[i], limit, "right", idx))
+    return out
+
+
+def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions, *,
+                      expiry_index: list[np.ndarray] | None = None) -> np.ndarray:
     """Tuples held after every arrival index, per stream: shape ``(n, N)``.
 
     Each tuple is held over one contiguous range of indexes ``[a_x, end)``:
@@ -182,26 +278,33 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions)
       not count); dropped tuples are never held.
 
     so memory is a difference array of starts and ends, summed up.
+    ``expiry_index``: :func:`expiry` if already computed (symmetric family).
     """
     n, N = replay.n, replay.N
     W = np.asarray(windows, dtype=np.int64)
-    limit = replay.ts + W[replay.stream]
-    start = np.arange(N, dtype=np.int64)  # a tuple is held from its own index on
-    if decisions.family == SYMMETRIC:
-        end = np.empty(N, dtype=np.int64)
-        for i in range(n):
-            mask = replay.stream == i
-            end[mask] = np.searchsorted(decisions.H[i], limit[mask], side="right")
-        end = np.maximum(end, start)
-        held = np.ones(N, dtype=bool)
-    else:
-        window_end = np.searchsorted(decisions.R, limit, side="right")
-        end = np.maximum(decisions.release, window_end)
-        end = np.maximum(end, start)
-        held = ~decisions.dropped
     out = np.zeros((n, N), dtype=np.int64)
+    if decisions.family == SYMMETRIC:
+        ends = expiry(replay, W, decisions) if expiry_index is None else expiry_index
+        for i in range(n):
+            # +1 at each tuple's own index (the stream's mask), -1 where it
+            # leaves (never before its own index); the order of the ends is
+            # irrelevant to their counts, so they stay in row order
+            end = np.maximum(ends[i], replay.index_of[i])
+            delta = (replay.stream == i).astype(np.int64)
+            delta -= np.bincount(end, minlength=N + 1)[:N]
+            np.cumsum(delta, out=out[i])
+        return out
+    start = np.arange(N, dtype=np.int64)  # a tuple is held from its own index on
+    limit = W[replay.stream]
+    limit += replay.ts
+    window_end = np.searchsorted(decisions.R, limit, side="right")
+    end = np.maximum(decisions.release, window_end)
+    np.maximum(end, start, out=end)
+    held = ~decisions.dropped
+    del start, limit, window_end
     for i in range(n):
-        mask = (replay.stream == i) & held
+        mask = replay.stream == i
+        mask &= held
         # +1 at each held tuple's own index (starts are 0..N-1, so the mask
         # itself), -1 where it leaves
         delta = mask.astype(np.int64)

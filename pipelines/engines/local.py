@@ -5,7 +5,8 @@ Stages, each a module of its own::
     load (Parquet -> columns) -> progress (replay order, frontier, delays)
       -> policy decisions (R / H, drops, releases, expiries)
       -> candidates (truth: keyed band join)  -> emit (closed forms)
-      -> memory (difference arrays)           -> report
+      -> expiry index per tuple (symmetric) -> memory (difference arrays)
+      -> report
 
 It answers exactly what the per-arrival reference replay answers (the
 property tests prove it) but never loops over tuples in Python: every step
@@ -26,7 +27,7 @@ from ..candidates import Combos, Space, enumerate_truth
 from ..emit import Emission, emission
 from ..plan import Plan, probe_order
 from ..policies import PolicySpec
-from ..progress import Decisions, Replay, build_replay, decide, memory_per_stream
+from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
 @dataclass
@@ -93,19 +94,26 @@ def join(
 
     # Truth does not depend on arrival order, and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL
-    # in their column loops), which is what a 2-core machine can give.
-    plan = timed("plan", probe_order, ts, keys, W.tolist(), space) if order is None else Plan(order=list(order))
+    # in their column loops), which is what a 2-core machine can give.  The
+    # probe order is only needed by truth, so it is chosen on truth's thread.
+    plan = Plan(order=list(order)) if order is not None else None
 
     def truth():
-        combos = enumerate_truth(ts, keys, W.tolist(), candidates_method, space=space, order=plan.order)
-        return combos.filter(where(combos)) if where is not None else combos
+        chosen = plan if plan is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
+        combos = enumerate_truth(ts, keys, W.tolist(), candidates_method, space=space, order=chosen.order)
+        return chosen, (combos.filter(where(combos)) if where is not None else combos)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         truth_job = pool.submit(timed, "candidates", truth)
         replay, decisions = timed("progress", progress)
-        memory_job = pool.submit(timed, "memory", memory_per_stream, replay, W, decisions)
-        truth = truth_job.result()
-        emitted = timed("emit", emission, truth, replay, W, decisions)
+        # the expiry index of every tuple serves both memory and emission
+        expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)
+        memory_job = pool.submit(
+            lambda: timed("memory", memory_per_stream, replay, W, decisions, expiry_index=expiry_job.result()))
+        plan, truth = truth_job.result()
+        emitted = timed("emit", emission, truth, replay, W, decisions, expiry_index=expiry_job.result())
         memory = memory_job.result()
+    if "plan" in timings:  # chosen inside the truth job: its time is part of "candidates"
+        timings["candidates"] -= timings["plan"]
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
                        timings_s=timings, plan=plan)

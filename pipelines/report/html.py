@@ -64,6 +64,19 @@ def latency_histogram(latency: np.ndarray, bins: int = LATENCY_BINS) -> dict[str
     return {"edges_us": edges.round(1).tolist(), "counts": counts.tolist()}
 
 
+def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict[str, Any]:
+    """``latency_histogram(latency[emitted])``; without the copy when every
+    latency is 0 (symmetric family): one bin holding every emitted result."""
+    if len(latency) and not latency.any():
+        count = int(np.count_nonzero(emitted))
+        if count == 0:
+            return latency_histogram(latency[:0])
+        hist = latency_histogram(np.zeros(1, dtype=latency.dtype))
+        hist["counts"] = [count]
+        return hist
+    return latency_histogram(latency[emitted])
+
+
 def extras(cfg, outcome) -> dict[str, Any]:
     """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
     from ..policies import SYMMETRIC
@@ -84,7 +97,7 @@ def extras(cfg, outcome) -> dict[str, Any]:
     tuning["sample_every"] = every  # 1 = exact
     return {
         "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
-        "latency_histogram": latency_histogram(em.latency_us[em.emitted]),
+        "latency_histogram": _emitted_latency_histogram(em.latency_us, em.emitted),
         "tuning": tuning,
     }
 
