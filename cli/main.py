@@ -376,9 +376,10 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
-    from streamjoin.pipelines.allocator import reuse_freed_memory
+    from streamjoin.pipelines.allocator import no_huge_page_advice, reuse_freed_memory
 
     reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
+    no_huge_page_advice()  # no memory compaction stalls on page faults
     click_exception = _click_exception_type()
     try:
         # not standalone: usage errors come back to us, to be printed as one

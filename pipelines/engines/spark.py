@@ -42,6 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ from ..candidates import Combos, Space, enumerate_truth, key_ids
 from ..emit import Emission
 from ..plan import Plan, probe_order
 from ..policies import SORTING, SYMMETRIC, PolicySpec
+from ..allocator import reuse_freed_memory
 from ..progress import memory_per_stream
 from .. import sparkprogress as sp
 from ..route import atr as atr_mod
@@ -89,22 +91,69 @@ def join_partition(tab: dict, n: int, W, family: str, keyed: bool, dims: int, th
                    owned: Callable[[list[np.ndarray]], np.ndarray] | None, order=None) -> dict:
     """ATR / none kernel: the local engine's enumeration on this partition's tuples,
     the combinations this partition owns, their emission."""
+    return join_streams(_by_stream(tab, n), n, W, family, keyed, dims, threshold, owned, order)
+
+
+def kernel_columns(n: int, family: str, keyed: bool, dims: int, timing: bool) -> list[str]:
+    """Per-tuple columns :func:`join_streams` reads (``row`` aside)."""
+    cols = ["ts"] + (["kid"] if keyed else []) + [f"v{d}" for d in range(dims)]
+    if timing:
+        return cols + ["a", "arrival", "rel_us", "dropped"] + [f"H{k}" for k in range(n)]
+    return cols + (["a"] + [f"H{k}" for k in range(n)] if family == SYMMETRIC else ["dropped"])
+
+
+def join_streams(per: list[dict], n: int, W, family: str, keyed: bool, dims: int, threshold: float | None,
+                 owned: Callable[[list[np.ndarray]], np.ndarray] | None, order=None, timing: bool = True) -> dict:
+    """The ATR / none kernel on per-stream columns (a stream's dict without ``row``:
+    its rows are ``0..len-1``).
+
+    ``timing=False`` computes only *whether* each combination is emitted (the
+    driver derives when, from the facts it holds: :func:`outcome_from`), so the
+    kernel needs only :func:`kernel_columns` and ships two int32 + one bool per
+    combination."""
     t0 = time.perf_counter()
-    per = _by_stream(tab, n)
     ts = [p["ts"] for p in per]
     keys = [pl.DataFrame({"__key0": p["kid"]}) for p in per] if keyed else [None] * n
     space = Space([np.column_stack([p[f"v{d}"] for d in range(dims)]) if dims else None for p in per], threshold) \
         if dims else None
     combos = enumerate_truth(ts, keys, list(W), space=space, order=order)
     cand = len(combos)
-    mt = [ts[k][combos.rows[k]] for k in range(n)]
+    mt = None
     if owned is not None and cand:
+        mt = [ts[k][combos.rows[k]] for k in range(n)]
         keep = owned(mt)
         combos = combos.filter(keep)
         mt = [x[keep] for x in mt]
-    rows = [combos.rows[k].astype(INT) for k in range(n)]
-    a = [per[k]["a"][rows[k]] for k in range(n)]
+    rows = combos.rows
     m = len(rows[0]) if n else 0
+    out = {f"r{k}": (per[k]["row"][rows[k]] if "row" in per[k] else rows[k]) for k in range(n)}
+    if not timing:
+        if family == SYMMETRIC:
+            # member j (not the last) must still be held when the last member y arrives:
+            # t_j + W_j >= H_j(a_y), H_j(a_y) carried by y (finish(), two-member form)
+            # ts32 (restore_times): event times and H as int32 offsets, half the bytes to gather
+            a = [per[k]["a"][rows[k]] for k in range(n)]
+            amax = np.maximum.reduce(a) if m else np.empty(0, INT)
+            if "ts32" in per[0]:
+                te = [per[k]["ts32"][rows[k]] for k in range(n)]
+            else:
+                te = mt if mt is not None else [ts[k][rows[k]] for k in range(n)]
+            emitted = np.ones(m, dtype=bool)
+            for y in range(n):
+                last_y = a[y] == amax
+                for j in range(n):
+                    if j != y:
+                        emitted &= ~last_y | (te[j] + INT(W[j]) >= per[y][f"H{j}"][rows[y]])
+        else:
+            emitted = ~np.logical_or.reduce([per[k]["dropped"][rows[k]].astype(bool) for k in range(n)]) if m \
+                else np.ones(0, bool)
+        out["emitted"] = emitted
+        out["_stats"] = {"n_in": int(sum(len(t) for t in ts)), "n_cand": int(cand), "n_out": int(m),
+                         "t_us": (time.perf_counter() - t0) * 1e6}
+        return out
+    mt = mt if mt is not None else [ts[k][rows[k]] for k in range(n)]
+    rows = [r.astype(INT) for r in rows]
+    a = [per[k]["a"][rows[k]] for k in range(n)]
     amax = np.maximum.reduce(a) if m else np.empty(0, INT)
     arrmax = np.maximum.reduce([per[k]["arrival"][rows[k]] for k in range(n)]) if m else np.empty(0, INT)
     relmax = np.maximum.reduce([per[k]["rel_us"][rows[k]] for k in range(n)]) if m else np.empty(0, INT)
@@ -115,9 +164,10 @@ def join_partition(tab: dict, n: int, W, family: str, keyed: bool, dims: int, th
         for j in range(n):
             hrow[j] = np.where(is_last, per[k][f"H{j}"][rows[k]], hrow[j])
     emitted, emit_us, latency = finish(family, W, mt, a, amax, arrmax, relmax, drop_any, hrow)
-    out = {f"r{k}": per[k]["row"][rows[k]].astype(INT) for k in range(n)}
+    out = {f"r{k}": out[f"r{k}"].astype(INT) for k in range(n)}
     out.update(emitted=emitted, emit_us=emit_us.astype(INT), latency_us=latency.astype(INT), last=amax.astype(INT))
-    out["_stats"] = {"n_in": int(len(tab["ts"])), "n_cand": int(cand), "n_out": int(m), "t_us": (time.perf_counter() - t0) * 1e6}
+    out["_stats"] = {"n_in": int(sum(len(t) for t in ts)), "n_cand": int(cand), "n_out": int(m),
+                     "t_us": (time.perf_counter() - t0) * 1e6}
     return out
 
 
@@ -126,11 +176,23 @@ def partial_columns(n: int) -> list[str]:
             + ["kid", "amax", "arrmax", "relmax", "drop_any"] + [f"h{k}" for k in range(n)])
 
 
-def initial_partials(tab: dict, n: int, slots: np.ndarray) -> dict:
-    """Each tuple as a one-member partial combination (the prober)."""
+def lean_partial_columns(n: int, family: str, final: bool) -> list[str]:
+    """Partial columns a Spark CTR hop carries when only *whether* a combination
+    is emitted is computed (``timing=False``): the last hop drops what only
+    routing and band checks need."""
+    cols = [f"r{k}" for k in range(n)] + [f"t{k}" for k in range(n)] + [f"a{k}" for k in range(n)] + ["amax"]
+    cols += [f"h{k}" for k in range(n)] if family == SYMMETRIC else ["drop_any"]
+    return cols if final else ["ps", "pj", "kid"] + cols
+
+
+def initial_partials(tab: dict, n: int, slots: np.ndarray, keep: Sequence[str] | None = None) -> dict:
+    """Each tuple as a one-member partial combination (the prober); ``keep``: only these columns."""
     m = len(tab["ts"])
     s = tab["stream"].astype(INT)
-    out = {"ps": s, "pj": slots.astype(INT)}
+    want = set(partial_columns(n) if keep is None else keep) | {"ps"}
+    out = {"ps": s}
+    if "pj" in want:
+        out["pj"] = slots.astype(INT)
     for k in range(n):
         mine = s == k
         out[f"r{k}"] = np.where(mine, tab["row"], -1).astype(INT)
@@ -138,63 +200,138 @@ def initial_partials(tab: dict, n: int, slots: np.ndarray) -> dict:
         out[f"a{k}"] = np.where(mine, tab["a"], -1).astype(INT)
     out["kid"] = tab["kid"].astype(INT)
     out["amax"] = tab["a"].astype(INT)
-    out["arrmax"] = tab["arrival"].astype(INT)
-    out["relmax"] = tab["rel_us"].astype(INT)
-    out["drop_any"] = tab["dropped"].astype(bool)
+    for c, src in (("arrmax", "arrival"), ("relmax", "rel_us")):
+        if c in want:
+            out[c] = tab[src].astype(INT)
+    if "drop_any" in want:
+        out["drop_any"] = tab["dropped"].astype(bool)
     for k in range(n):
-        out[f"h{k}"] = tab[f"H{k}"].astype(INT)
+        if f"h{k}" in want:
+            out[f"h{k}"] = tab[f"H{k}"].astype(INT)
     assert len(out["ps"]) == m
     return out
 
 
-def extend(partials: dict, stored: dict, hop: int, n: int, W, orders, keyed: bool) -> dict:
+def _present(small: np.ndarray) -> np.ndarray:
+    """The distinct values of an array of small non-negative ints (stream or
+    partition ids), ascending: ``np.unique`` without sorting or hashing millions."""
+    return np.flatnonzero(np.bincount(small)) if len(small) else np.empty(0, INT)
+
+
+def extend(partials: dict, stored: dict, hop: int, n: int, W, orders, keyed: bool,
+           keep: Sequence[str] | None = None) -> dict:
     """CTR hop kernel: extend partial combinations by the stored tuples of the
     next stream in each prober's probe order, within the band of every member
-    (sorted ``(key, ts)`` ranges, as :func:`~streamjoin.pipelines.candidates.enumerate_sorted`)."""
+    (sorted ``(key, ts)`` ranges, as :func:`~streamjoin.pipelines.candidates.enumerate_sorted`).
+    ``keep``: the partial columns to produce (default: all)."""
+    return _extend(lambda c, idx, ps: partials[c][idx], partials["ps"], stored, hop, n, W, orders, keyed,
+                   [c for c in partial_columns(n) if keep is None or c in keep])
+
+
+def extend_probers(probers: dict, stored: dict, n: int, W, orders, keyed: bool, plan: ctr_mod.CtrPlan,
+                   family: str | None = None, keep: Sequence[str] | None = None) -> dict:
+    """Hop 1 of :func:`extend` straight from the probing tuples: their one-member
+    partials (:func:`initial_partials`) are read as views, never built.  With
+    ``family`` (the last hop) only ``r0..`` and ``emitted`` come back."""
+    stream = probers["stream"]
+    slot = plan.slot(probers["ts"])
+
+    def get(c, idx, ps):
+        name, m = c.rstrip("0123456789"), c[1:]
+        if c == "ps":
+            return np.full(len(idx), ps, INT)
+        if c == "pj":
+            return slot[idx].astype(INT)
+        if name in ("r", "t", "a") and m:
+            if int(m) != ps:
+                return np.full(len(idx), 0 if name == "t" else -1, INT)
+            return probers[{"r": "row", "t": "ts", "a": "a"}[name]][idx].astype(INT)
+        if c == "drop_any":
+            return probers["dropped"][idx].astype(bool)
+        src = {"kid": "kid", "amax": "a", "arrmax": "arrival", "relmax": "rel_us"}.get(c, "H" + m if name == "h" else c)
+        return probers[src][idx].astype(INT)
+
+    cols = [c for c in partial_columns(n) if keep is None or c in keep]
+    return _extend(get, stream, stored, 1, n, W, orders, keyed, cols, family)
+
+
+def _extend(get, ps_all, stored: dict, hop: int, n: int, W, orders, keyed: bool, cols: list[str],
+            family: str | None = None) -> dict:
+    """:func:`extend` on partials read through ``get(column, indexes, prober stream)``."""
     outs = []
-    for ps in np.unique(partials["ps"]):
-        sel = np.flatnonzero(partials["ps"] == ps)
-        P = {c: v[sel] for c, v in partials.items()}
-        k = orders[int(ps)][hop - 1]
-        S = {c: v[stored["stream"] == k] for c, v in stored.items()}
-        if not len(S["ts"]) or not len(sel):
+    sstream = stored["stream"]
+    for ps in _present(ps_all):
+        ps = int(ps)
+        sel = np.flatnonzero(ps_all == ps)
+        k = orders[ps][hop - 1]
+        sk = np.flatnonzero(sstream == k)
+        if not len(sk) or not len(sel):
             continue
-        ty = P[f"t{ps}"]
+        s_ts = stored["ts"][sk]
+        ty = get(f"t{ps}", sel, ps)
         lo = ty - int(W[k])
         hi = ty if k < ps else ty - 1      # the prober is the newest member (ties: larger stream)
         for m in range(n):
-            present = P[f"r{m}"] >= 0
-            hi = np.where(present, np.minimum(hi, P[f"t{m}"] + int(W[m])), hi)
-        base = int(min(S["ts"].min(), lo.min())) - 1
-        span = int(max(S["ts"].max(), hi.max()) - base) + 2
-        kid_s = S["kid"] if keyed else np.zeros(len(S["ts"]), INT)
-        kid_p = P["kid"] if keyed else np.zeros(len(sel), INT)
-        code = kid_s * span + (S["ts"] - base)
+            present = get(f"r{m}", sel, ps) >= 0
+            hi = np.where(present, np.minimum(hi, get(f"t{m}", sel, ps) + int(W[m])), hi)
+        base = int(min(s_ts.min(), lo.min())) - 1
+        span = int(max(s_ts.max(), hi.max()) - base) + 2
+        kid_s = stored["kid"][sk].astype(INT) if keyed else np.zeros(len(sk), INT)
+        kid_p = get("kid", sel, ps) if keyed else np.zeros(len(sel), INT)
+        code = kid_s * span + (s_ts - base)
         order = np.argsort(code, kind="stable")
         vs = code[order]
         qlo = kid_p * span + (lo - base)
         qhi = kid_p * span + (hi - base)
-        a = np.searchsorted(vs, qlo, side="left")
-        b = np.searchsorted(vs, qhi, side="right")
-        cnt = np.where(hi >= lo, np.maximum(b - a, 0), 0)
+        del code, kid_s, kid_p, lo, hi, ty
+        # queries in sorted order walk `vs` monotonically (several times faster
+        # than random probes); the answers go back to the partials' order
+        qorder = np.argsort(qlo, kind="stable")
+        a = np.empty(len(qlo), INT)
+        b = np.empty(len(qlo), INT)
+        a[qorder] = np.searchsorted(vs, qlo[qorder], side="left")
+        b[qorder] = np.searchsorted(vs, qhi[qorder], side="right")
+        cnt = np.where(qhi >= qlo, np.maximum(b - a, 0), 0)
+        del qorder, qlo, qhi, vs, b
         parent = np.repeat(np.arange(len(sel)), cnt)
         pos = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)
-        x = order[pos]
-        new = {c: v[parent] for c, v in P.items()}
-        new[f"r{k}"] = S["row"][x].astype(INT)
-        new[f"t{k}"] = S["ts"][x].astype(INT)
-        new[f"a{k}"] = S["a"][x].astype(INT)
-        later = S["a"][x] > new["amax"]
-        new["amax"] = np.maximum(new["amax"], S["a"][x])
-        new["arrmax"] = np.maximum(new["arrmax"], S["arrival"][x])
-        new["relmax"] = np.maximum(new["relmax"], S["rel_us"][x])
-        new["drop_any"] = new["drop_any"] | S["dropped"][x].astype(bool)
+        px = sel[parent]                   # partial of each extension
+        sx = sk[order[pos]]                # stored tuple of each extension
+        del parent, pos, order, a, cnt
+        new = {c: get(c, px, ps) for c in cols if c not in (f"r{k}", f"t{k}", f"a{k}")}
+        new[f"r{k}"] = stored["row"][sx].astype(INT)
+        new[f"t{k}"] = stored["ts"][sx].astype(INT)
+        sa = stored["a"][sx].astype(INT)
+        new[f"a{k}"] = sa
+        later = sa > new["amax"]
+        new["amax"] = np.maximum(new["amax"], sa)
+        for c, src in (("arrmax", "arrival"), ("relmax", "rel_us")):
+            if c in new:
+                new[c] = np.maximum(new[c], stored[src][sx])
+        if "drop_any" in new:
+            new["drop_any"] = new["drop_any"] | stored["dropped"][sx].astype(bool)
         for j in range(n):
-            new[f"h{j}"] = np.where(later, S[f"H{j}"][x], new[f"h{j}"])
+            if f"h{j}" in new:
+                new[f"h{j}"] = np.where(later, stored[f"H{j}"][sx], new[f"h{j}"])
+        if family is not None:
+            new = {**{f"r{m}": new[f"r{m}"] for m in range(n)}, "emitted": emitted_partials(new, n, W, family)}
         outs.append(new)
+    keys = list(outs[0]) if outs else (cols if family is None else [f"r{m}" for m in range(n)] + ["emitted"])
     if not outs:
-        return {c: np.empty(0, bool if c == "drop_any" else INT) for c in partial_columns(n)}
-    return {c: np.concatenate([o[c] for o in outs]) for c in partial_columns(n)}
+        return {c: np.empty(0, bool if c in ("drop_any", "emitted") else INT) for c in keys}
+    if len(outs) == 1:
+        return {c: outs[0][c] for c in keys}
+    return {c: np.concatenate([o[c] for o in outs]) for c in keys}
+
+
+def emitted_partials(P: dict, n: int, W, family: str) -> np.ndarray:
+    """Whether each complete combination is emitted (the ``emitted`` of :func:`finish`)."""
+    if family == SYMMETRIC:
+        emitted = np.ones(len(P["amax"]), dtype=bool)
+        for k in range(n):
+            emitted &= (P[f"a{k}"] == P["amax"]) | (P[f"t{k}"] + int(W[k]) >= P[f"h{k}"])
+        return emitted
+    return ~P["drop_any"].astype(bool)
 
 
 def finish_partials(P: dict, n: int, W, family: str) -> dict:
@@ -208,15 +345,24 @@ def finish_partials(P: dict, n: int, W, family: str) -> dict:
 
 
 def route_partials(P: dict, plan: ctr_mod.CtrPlan, hop: int, at: int) -> tuple[dict, np.ndarray]:
-    """Copies of partials for ``hop``: ``at`` itself plus the set cover (rows exploded, dest column)."""
+    """Copies of partials for ``hop``: ``at`` itself plus the set cover (rows exploded, dest column).
+
+    Grouped by prober segment ``(ps, pj)`` with one stable sort (rows of a
+    segment keep their order), segments in ascending order."""
     keys = P["ps"] * (plan.slots + 1) + P["pj"]
+    if not len(keys):
+        return {c: v[:0] for c, v in P.items()}, np.empty(0, INT)
+    by_key = np.argsort(keys, kind="stable")
+    sk = keys[by_key]
+    starts = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
+    ends = np.append(starts[1:], len(sk))
     idx, dest = [], []
-    for key in np.unique(keys):
-        sel = np.flatnonzero(keys == key)
-        ps, pj = divmod(int(key), plan.slots + 1)
+    for b, e in zip(starts.tolist(), ends.tolist()):
+        ps, pj = divmod(int(sk[b]), plan.slots + 1)
+        sel = by_key[b:e]
         for d in plan.dest(ps, pj, hop, at):
             idx.append(sel)
-            dest.append(np.full(len(sel), d, INT))
+            dest.append(np.full(e - b, d, INT))
     if not idx:
         return {c: v[:0] for c, v in P.items()}, np.empty(0, INT)
     ii = np.concatenate(idx)
@@ -385,9 +531,12 @@ def _ctr_multiplicity(p: ctr_mod.CtrPlan, hist) -> tuple[list[float], list[list[
 
 def tuple_table(ts, arrival, keys, space: Space | None) -> tuple[dict, bool, int]:
     """stream, row, ts, arrival, kid, v* per tuple (stream-major order)."""
+    return _tuple_table(ts, arrival, key_ids(list(keys)) if keys is not None else None, space)
+
+
+def _tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]:
     n = len(ts)
     sizes = [len(t) for t in ts]
-    ids = key_ids(list(keys)) if keys is not None else None
     tab = {
         "stream": np.concatenate([np.full(s, k, np.int32) for k, s in enumerate(sizes)]),
         "row": np.concatenate([np.arange(s, dtype=INT) for s in sizes]),
@@ -423,16 +572,34 @@ class SparkOutcome(JoinOutcome):
     writer: Callable[[Any], None] | None = None
 
 
-def outcome_from(f: dict, combos: dict, ts, n: int, W, policy: PolicySpec, sizes, timings, plan) -> JoinOutcome:
-    replay, dec = (f["_replay"], f["_decisions"]) if "_replay" in f else sp.replay_from_facts(f, n, policy, sizes)
-    rows = [combos[f"r{k}"] for k in range(n)]
-    order = np.lexsort(list(reversed(rows))) if len(rows[0]) else np.empty(0, INT)
+def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
+    """The driver-side outcome from the collected combinations, in collection order
+    (partition by partition; with one partition, the local engine's order).
+
+    Combinations that carry only ``emitted`` (the Spark plane) get their
+    emission time and latency from the facts, exactly as the local engine's
+    :func:`~streamjoin.pipelines.emit.emission` does: the last member is the
+    one with the largest arrival index ``a``; symmetric: ``emit = arrival[last]``,
+    latency 0; sorting: ``emit = max(member rel_us)``, latency ``emit - arrival[last]``.
+    """
+    sizes = [len(t) for t in ts]
     idx = np.int32 if max(sizes, default=0) < 2**31 else INT
-    c = Combos([r[order].astype(idx) for r in rows], list(ts))
+    c = Combos([np.asarray(combos[f"r{k}"]).astype(idx, copy=False) for k in range(n)], list(ts))
     a = [replay.index_of[k][c.rows[k]] for k in range(n)]
-    em = Emission(a=a, last=combos["last"][order], emitted=combos["emitted"][order].astype(bool),
-                  emit_us=combos["emit_us"][order], latency_us=combos["latency_us"][order])
-    memory = memory_per_stream(replay, np.asarray(W, INT), dec)
+    emitted = np.asarray(combos["emitted"]).astype(bool, copy=False)
+    if "emit_us" in combos:
+        em = Emission(a=a, last=combos["last"], emitted=emitted, emit_us=combos["emit_us"],
+                      latency_us=combos["latency_us"])
+    else:
+        last = np.maximum.reduce(a)
+        if dec.family == SYMMETRIC:
+            emit_us = replay.arrival[last]
+            latency = np.zeros(len(last), dtype=INT)
+        else:
+            rel_us = np.asarray(f["rel_us"], dtype=INT)  # indexed by arrival index
+            emit_us = np.maximum.reduce([rel_us[x] for x in a])
+            latency = emit_us - replay.arrival[last]
+        em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
     return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings, plan=plan)
 
 
@@ -506,6 +673,17 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
         return
     b = (SparkSession.builder.appName("streamjoin").master(master)
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         # a local master runs every task in the driver's JVM: Spark's default 1g heap
+         # cannot hold a few million tuples in flight (applies only when this starts the JVM)
+         .config("spark.driver.memory", "4g")
+         # the kernels allocate large fresh numpy temporaries in short-lived Python
+         # workers; numpy asks for transparent huge pages for them, and with THP
+         # "defrag=madvise" each fault may compact memory first -- on the benchmark
+         # VM that tripled the kernel's time (docs/performance.md, issue 7)
+         .config("spark.executorEnv.NUMPY_MADVISE_HUGEPAGE", "0")
+         # a task's result up to this size travels with its status update instead of a
+         # round trip through the block manager (below spark.rpc.message.maxSize, 128 MB)
+         .config("spark.task.maxDirectResultSize", str(120 * 1024 * 1024))
          .config("spark.sql.shuffle.partitions", str(max(1, partitions)))
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.log.level", "ERROR"))
@@ -517,6 +695,20 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
         yield spark
     finally:
         spark.stop()
+
+
+def _import_kernels(records):
+    """Runs in a Python worker, where unpickling this function has imported its
+    module (numpy, polars, the kernels)."""
+    yield sum(1 for _ in records)
+
+
+def warm_up(spark) -> None:
+    """One trivial task per executor core: starts the Python workers (reused by
+    the job's tasks) and imports this module in them."""
+    sc = spark.sparkContext
+    tasks = max(1, int(sc.defaultParallelism))
+    sc.parallelize(range(tasks), tasks).mapPartitions(_import_kernels).collect()
 
 
 def _arrow(d: dict):
@@ -646,167 +838,287 @@ def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> d
     return f
 
 
-def spark_plane(spark, tab: dict, n: int, W, family: str, router: str, plan, keyed: bool, dims: int,
-                threshold, partitions: int) -> PlaneResult:
-    """Routing and kernels as Spark jobs (the same kernels as :func:`run_plane`)."""
-    import pyarrow as pa
+def _identity(k):
+    return k
 
-    N = len(tab["ts"])
-    out_cols = [f"r{k}" for k in range(n)] + ["emitted", "emit_us", "latency_us", "last"]
-    stat_cols = ["n_in", "n_cand", "n_out", "t_us"]
-    schema_out = ", ".join(["part bigint", "kind int"] + [f"r{k} bigint" for k in range(n)]
-                           + ["emitted boolean", "emit_us bigint", "latency_us bigint", "last bigint",
-                              "n_in bigint", "n_cand bigint", "n_out bigint", "t_us double"])
 
-    def pack(part, out, stats):
-        m = len(out["r0"]) if n else 0
-        d = {"part": np.full(m + 1, part, INT), "kind": np.concatenate([np.zeros(m, np.int32), [1]]).astype(np.int32)}
-        for c in out_cols:
-            v = out[c]
-            d[c] = np.concatenate([v, np.zeros(1, dtype=v.dtype)])
-        for c in stat_cols:
-            d[c] = np.concatenate([np.zeros(m), [stats[c]]]).astype(float if c == "t_us" else INT)
-        return pa.Table.from_pydict(d)
+def _stream_bounds(tab: dict, n: int) -> np.ndarray:
+    """``tab`` is stream-major (:func:`tuple_table`): stream ``k`` is ``[b[k], b[k+1])``."""
+    return np.concatenate([[0], np.cumsum(np.bincount(tab["stream"], minlength=n))]).astype(INT)
 
-    def unpack(rows_table) -> tuple[dict, dict]:
-        t = _np(rows_table)
-        is_c = t["kind"] == 0
-        combos = {c: t[c][is_c] for c in out_cols}
-        combos["emitted"] = combos["emitted"].astype(bool)
-        stats = {int(p): {c: t[c][i] for c in stat_cols} for i, p in zip(np.flatnonzero(~is_c), t["part"][~is_c])}
-        return combos, stats
 
-    if router in ("none", "atr"):
-        if router == "none":
-            part = np.zeros(N, INT)
-            idx = np.arange(N)
-        else:
-            ii, pp = [], []
-            for k in range(n):
-                sel = np.flatnonzero(tab["stream"] == k)
-                i, p = atr_mod.assign(plan, k, tab["ts"][sel])
-                ii.append(sel[i])
-                pp.append(p)
-            idx, part = np.concatenate(ii), np.concatenate(pp)
-        # routing runs where the tuples are: a mapInArrow over the tuples table
-        df = spark.createDataFrame(_arrow(tab)).repartition(max(1, partitions))
-
-        def route(it):
-            for b in it:
-                t = _np(pa.Table.from_batches([b]))
-                if router == "none":
-                    t["part"] = np.zeros(len(t["ts"]), INT)
-                    yield pa.RecordBatch.from_pydict(t)
-                    continue
-                ii, pp = [], []
-                for k in range(n):
-                    sel = np.flatnonzero(t["stream"] == k)
-                    i, p = atr_mod.assign(plan, k, t["ts"][sel])
-                    ii.append(sel[i])
-                    pp.append(p)
-                i, p = np.concatenate(ii), np.concatenate(pp)
-                d = {c: v[i] for c, v in t.items()}
-                d["part"] = p
-                yield pa.RecordBatch.from_pydict(d)
-
-        routed = df.mapInArrow(route, _schema({**tab, "part": np.zeros(1, INT)}))
-
-        def kernel(table):
-            t = _np(table)
-            p = int(t.pop("part")[0])
-            own = None if router == "none" else (lambda mt: atr_mod.owner_partition(plan, mt) == p)
-            out = join_partition(t, n, W, family, keyed, dims, threshold, own)
-            stats = out.pop("_stats")
-            return pack(p, out, stats)
-
-        res = routed.groupBy("part").applyInArrow(kernel, schema_out)
-        combos, stats = unpack(res.toArrow())
-        return PlaneResult(combos, stats, int(len(idx)))
-
-    # CTR: storage + hop-1 probe copies, then n - 1 cogroup hops
-    home = np.empty(N, INT)
+def kernel_inputs(ts, ids, space: Space | None, dims: int, replay, dec, family: str) -> list[dict]:
+    """Per stream, in row order, the columns the Spark kernel reads
+    (:func:`kernel_columns` with ``timing=False``), straight from the driver's
+    replay: ``a`` is the replay position of each row, facts are gathered there."""
+    n = len(ts)
+    kdt = np.int32 if ids is not None and max((int(i.max()) for i in ids if len(i)), default=0) < 2**31 else INT
+    out = []
     for k in range(n):
-        sel = tab["stream"] == k
-        home[sel] = ctr_mod.storage(plan, k, tab["ts"][sel])
+        pos = replay.index_of[k]
+        d = {"ts": np.asarray(ts[k], INT)}
+        if ids is not None:
+            d["kid"] = ids[k].astype(kdt, copy=False)
+        for j in range(dims):
+            d[f"v{j}"] = np.ascontiguousarray(space.vectors[k][:, j], dtype=np.float64)
+        if family == SYMMETRIC:
+            d["a"] = pos
+            for j in range(n):
+                d[f"H{j}"] = dec.H[j][pos]
+        else:
+            d["dropped"] = dec.dropped[pos]
+        out.append(d)
+    return out
+
+
+I32 = np.iinfo(np.int32)
+
+
+def time_base(per: list[dict]) -> int | None:
+    """The smallest ``ts`` if every ``ts`` fits in int32 from it (a span of 35
+    minutes of microseconds), else ``None``."""
+    nonempty = [d["ts"] for d in per if len(d["ts"])]
+    if not nonempty:
+        return None
+    base = min(int(t.min()) for t in nonempty)
+    return base if max(int(t.max()) for t in nonempty) - base < I32.max else None
+
+
+def shrink_times(per: list[dict], base: int | None) -> list[dict]:
+    """``ts`` and ``H_k`` as int32 offsets from ``base`` (:func:`time_base`): 4
+    bytes less per column and tuple on the way to the executors.
+
+    ``H_k`` below the range is clipped to its bottom, which changes no
+    comparison: the kernel only asks ``ts + W >= H`` with ``ts >= base``."""
+    if base is None:
+        return per
+    out = []
+    for d in per:
+        e = dict(d)
+        for c, v in d.items():
+            if c == "ts":
+                e[c] = (v - base).astype(np.int32)
+            elif c[0] == "H":
+                e[c] = np.clip(v - base, I32.min, I32.max).astype(np.int32)
+        out.append(e)
+    return out
+
+
+def restore_times(per: list[dict], base: int | None) -> list[dict]:
+    """Absolute int64 ``ts`` back (enumeration, ownership); the int32 offsets stay
+    as ``ts32`` beside ``H_k`` (offsets too) for :func:`join_streams`' emission test."""
+    if base is None:
+        return per
+    for d in per:
+        d["ts32"] = d["ts"]
+        d["ts"] = d["ts"].astype(INT) + base
+    return per
+
+
+def _pack(out: dict) -> dict:
+    """A kernel's result for the trip to the driver: ``emitted`` as bits."""
+    em = out.pop("emitted")
+    out["emitted"] = np.packbits(em)
+    out["m"] = len(em)
+    return out
+
+
+def _unpack(out: dict) -> dict:
+    out["emitted"] = np.unpackbits(out["emitted"], count=out.pop("m")).astype(bool)
+    return out
+
+
+def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, plan, keyed: bool, dims: int,
+                threshold) -> PlaneResult:
+    """``none`` / ``atr`` as one Spark job: one task per partition, no shuffle.
+
+    Data moves as blocks of numpy columns, never as rows: partition ``p``'s
+    tuples (per stream: :func:`kernel_columns`, plus ``row`` when routed) are
+    one record, placed in task ``p`` by ``parallelize`` with one record per
+    slice; its combinations come back as one record (``r0..r_{n-1}`` int32,
+    ``emitted`` as bits).  No per-row conversion happens in the JVM, and the
+    driver derives emission times itself (:func:`outcome_from`).  Routing
+    (which partition gets which tuples) is computed where the tuples are: on
+    the driver, which has loaded them and computed their progress facts.
+    ``per``: :func:`kernel_inputs`.
+    """
+    sc = spark.sparkContext
+    rdt = np.int32 if sum(len(d["ts"]) for d in per) < 2**31 else INT
+    if router == "none":
+        P = 1
+        parts = [per]
+    else:
+        P = plan.partitions
+        parts = [[None] * n for _ in range(P)]
+        for k in range(n):
+            i, p = atr_mod.assign(plan, k, per[k]["ts"])
+            for q in range(P):
+                sel = i[p == q]                       # ascending rows of stream k
+                d = {c: v[sel] for c, v in per[k].items()}
+                d["row"] = sel.astype(rdt)
+                parts[q][k] = d
+    shipped = int(sum(len(d["ts"]) for part in parts for d in part))
+    # after routing, which reads absolute times; one base for every partition
+    base = time_base([d for part in parts for d in part])
+    parts = [shrink_times(part, base) for part in parts]
+
+    def task(index, records):
+        reuse_freed_memory()  # as the CLI does for the driver: large temporaries reuse the heap
+        for q, part in records:
+            part = restore_times(part, base)
+            own = None if router == "none" else (lambda mt, q=q: atr_mod.owner_partition(plan, mt) == q)
+            out = join_streams(part, n, W, family, keyed, dims, threshold, own, timing=False)
+            yield q, out.pop("_stats"), _pack(out)
+
+    got = sc.parallelize([(q, parts[q]) for q in range(P)], P).mapPartitionsWithIndex(task).collect()
+    del parts
+    got.sort(key=lambda g: g[0])
+    return PlaneResult(_concat_emitted([_unpack(g[2]) for g in got], n), {int(g[0]): g[1] for g in got}, shipped)
+
+
+def _concat_emitted(parts: list[dict], n: int) -> dict:
+    cols = [f"r{k}" for k in range(n)] + ["emitted"]
+    if not parts:
+        return {f"r{k}": np.empty(0, np.int32) for k in range(n)} | {"emitted": np.empty(0, bool)}
+    if len(parts) == 1:
+        return {c: parts[0][c] for c in cols}
+    return {c: np.concatenate([p[c] for p in parts]) for c in cols}
+
+
+_IDS = ("row", "kid", "a")
+
+
+def _absolute_times(d: dict, base: int | None) -> dict:
+    """Undo :func:`shrink_times` completely (``ts`` and ``H_k`` as absolute int64:
+    the CTR kernels compare them with each other; a clipped ``H`` stays below every ``ts + W``)."""
+    if base is None:
+        return d
+    return {c: (v.astype(INT) + base if c == "ts" or c[0] == "H" else v) for c, v in d.items()}
+
+
+def _narrow(d: dict) -> dict:
+    """Row, key and arrival-index columns as int32 when they fit (the trip to the executors)."""
+    out = dict(d)
+    for c in _IDS:
+        v = d.get(c)
+        if v is not None and v.dtype == INT and (not len(v) or (int(v.min()) >= I32.min and int(v.max()) <= I32.max)):
+            out[c] = v.astype(np.int32)
+    return out
+
+
+def _widen(d: dict) -> dict:
+    """Back to int64 where the kernels compute with them (packed sort keys must not overflow)."""
+    return {c: (v.astype(INT) if c in _IDS and v.dtype == np.int32 else v) for c, v in d.items()}
+
+
+def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, keyed: bool) -> PlaneResult:
+    """CTR on Spark: partition ``d`` receives its stored tuples and the hop-1 probers
+    routed to it (one record), extends them; later hops (``n >= 3``) move the
+    partial combinations with ``partitionBy(P, identity)`` (stored tuples stay
+    with their partition, passed on through the same shuffle)."""
+    sc = spark.sparkContext
+    P = plan.partitions
+    N = len(tab["ts"])
+    home = np.empty(N, INT)
+    bounds = _stream_bounds(tab, n)
+    for k in range(n):
+        home[bounds[k]:bounds[k + 1]] = ctr_mod.storage(plan, k, tab["ts"][bounds[k]:bounds[k + 1]])
     slots = plan.slot(tab["ts"])
-    stored_df = spark.createDataFrame(_arrow({**tab, "host": home}))
-    pcols = partial_columns(n)
-    proto = initial_partials({c: v[:1] for c, v in tab.items()}, n, slots[:1])
-    pschema = _schema({**{c: proto[c] for c in pcols}, "dest": np.zeros(1, INT)})
-    base = spark.createDataFrame(_arrow({**tab, "host": home, "slot": slots.astype(INT)}))
-
-    def first_hop(it):
-        for b in it:
-            t = _np(pa.Table.from_batches([b]))
-            for h in np.unique(t["host"]):
-                sel = t["host"] == h
-                P0 = initial_partials({c: v[sel] for c, v in t.items() if c not in ("host", "slot")}, n, t["slot"][sel])
-                routed, dest = route_partials(P0, plan, 1, int(h))
-                d = {c: routed[c] for c in pcols}
-                d["dest"] = dest
-                d["src"] = np.full(len(dest), int(h), INT)
-                yield pa.RecordBatch.from_pydict(d)
-
-    partials = base.mapInArrow(first_hop, pschema + ", src bigint").localCheckpoint(eager=True)
-    from pyspark.sql import functions as F
-
-    moved = partials.filter(F.col("dest") != F.col("src")).groupBy("dest").count().collect()
-    shipped = N + sum(r["count"] for r in moved)
+    stream = tab["stream"].astype(INT)
+    # hop 1: each tuple probes from its storage host and the cover of its partner segments
+    pi, pd = [], []
+    for h in range(P):
+        sel = np.flatnonzero(home == h)
+        routed, dest = route_partials({"ps": stream[sel], "pj": slots[sel], "i": sel}, plan, 1, h)
+        pi.append(routed["i"])
+        pd.append(dest)
+    pi, pd = np.concatenate(pi), np.concatenate(pd)
+    moved = pd != home[pi]
     stats: dict[int, dict] = {}
-    counts = np.bincount(home, minlength=plan.partitions)
-    for p in range(plan.partitions):
-        _stat(stats, p, n_in=int(counts[p]))
-    for r in moved:
-        _stat(stats, r["dest"], n_in=int(r["count"]))
-    partials = partials.drop("src")
-    inter = 0
-    tab_cols = list(tab)
-    for hop in range(1, n):
-        final = hop == n - 1
+    counts = np.bincount(home, minlength=P)
+    moved_to = np.bincount(pd[moved], minlength=P)
+    for p in range(P):
+        _stat(stats, p, n_in=int(counts[p]) + int(moved_to[p]))
+    shipped = N + int(moved.sum())
+    # what extend() reads (CTR checks distances on the driver; no emission times: timing=False)
+    cols = ["stream", "row", "ts", "kid", "a"] + ([f"H{k}" for k in range(n)] if family == SYMMETRIC else ["dropped"])
+    # every tuple probes where it is stored (dest() always includes the storage host):
+    # partition d gets its stored tuples once, plus the probers moved in from elsewhere
+    base = time_base([{"ts": tab["ts"]}])
+    records = []
+    for d in range(P):
+        st = np.flatnonzero(home == d)
+        mv = np.sort(pi[(pd == d) & moved])
+        records.append((d, *(_narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0]) for sel in (st, mv))))
+    del pi, pd
 
-        def make_hop(hop, final):
-          def hop_fn(left, right):
-            S = _np(left)
-            Pt = _np(right)
-            if not len(Pt.get("dest", [])):
-                host = int(S["host"][0]) if len(S.get("host", [])) else -1
-            else:
-                host = int(Pt["dest"][0])
+    def hop_out(d, hop, stored, ext, t0):
+        """After extending at ``d`` for ``hop``: results (last hop) or partials for the next."""
+        if hop == n - 1:
+            res = {f"r{k}": ext[f"r{k}"].astype(np.int32 if N < 2**31 else INT) for k in range(n)}
+            res["emitted"] = ext["emitted"] if "emitted" in ext else emitted_partials(ext, n, W, family)
+            m = len(res["r0"])
+            yield d, ("R", d, _pack(res), {"n_cand": m, "n_out": m, "t_us": (time.perf_counter() - t0) * 1e6})
+            return
+        routed, dest = route_partials(ext, plan, hop + 1, d)
+        yield d, ("T", d, None, {"n_cand": len(ext["amax"]), "t_us": (time.perf_counter() - t0) * 1e6,
+                                 "inter": int((dest != d).sum())})
+        yield d, ("S", d, stored, None)
+        for e in _present(dest):
+            yield int(e), ("P", d, {c: v[dest == e] for c, v in routed.items()}, None)
+
+    def first(index, recs):
+        for d, stored, moved_in in recs:
             t0 = time.perf_counter()
-            stored = {c: S[c] for c in tab_cols} if len(S.get("ts", [])) else {c: np.empty(0, tab[c].dtype) for c in tab_cols}
-            Pd = {c: Pt[c] for c in pcols} if len(Pt.get("ps", [])) else None
-            if Pd is None:
-                empty = {c: np.empty(0, INT) for c in pcols}
-                if final:
-                    return pack(host, {c: np.empty(0, bool if c == "emitted" else INT) for c in out_cols},
-                                {"n_in": 0, "n_cand": 0, "n_out": 0, "t_us": 0.0})
-                return pa.Table.from_pydict({**empty, "drop_any": np.empty(0, bool), "dest": np.empty(0, INT), "src": np.empty(0, INT)})
-            Pd["drop_any"] = Pd["drop_any"].astype(bool)
-            stored["dropped"] = stored["dropped"].astype(bool)
-            ext = extend(Pd, stored, hop, n, W, plan.orders, keyed)
-            if final:
-                out = finish_partials(ext, n, W, family)
-                return pack(host, out, {"n_in": 0, "n_cand": len(ext["ps"]), "n_out": len(out["r0"]),
-                                        "t_us": (time.perf_counter() - t0) * 1e6})
-            routed, dest = route_partials(ext, plan, hop + 1, host)
-            d = {c: routed[c] for c in pcols}
-            d["dest"] = dest
-            d["src"] = np.full(len(dest), host, INT)
-            return pa.Table.from_pydict(d)
-          return hop_fn
-        hop_fn = make_hop(hop, final)
+            stored, moved_in = (_widen(_absolute_times(x, base)) for x in (stored, moved_in))
+            probers = {c: np.concatenate([stored[c], moved_in[c]]) for c in stored}
+            del moved_in
+            ext = extend_probers(probers, stored, n, W, plan.orders, keyed, plan, family if n == 2 else None,
+                                 keep=lean_partial_columns(n, family, n == 2))
+            del probers
+            yield from hop_out(d, 1, stored, ext, t0)
 
-        schema = schema_out if final else pschema + ", src bigint"
-        res = stored_df.groupBy("host").cogroup(partials.groupBy("dest")).applyInArrow(hop_fn, schema)
-        if final:
-            combos, st = unpack(res.toArrow())
-            for p, s in st.items():
-                _stat(stats, p, n_cand=int(s["n_cand"]), n_out=int(s["n_out"]), t_us=float(s["t_us"]))
-            return PlaneResult(combos, stats, shipped, inter)
-        res = res.localCheckpoint(eager=True)
-        inter += int(res.filter(F.col("dest") != F.col("src")).count())
-        partials = res.drop("src")
-    raise AssertionError("unreachable")
+    def later(hop):
+        def run(index, pairs):
+            stored, partials, passed = None, [], []
+            for _, (kind, src, payload, st) in pairs:
+                if kind == "S":
+                    stored = payload
+                elif kind == "P":
+                    partials.append((src, payload))
+                else:
+                    passed.append((kind, src, payload, st))
+            for item in passed:                     # earlier hops' statistics ride along
+                yield index, item
+            t0 = time.perf_counter()
+            partials.sort(key=lambda x: x[0])        # deterministic order: by sending partition
+            if partials:
+                Pd = {c: np.concatenate([x[1][c] for x in partials]) for c in partials[0][1]}
+            else:
+                Pd = {c: np.empty(0, bool if c == "drop_any" else INT) for c in lean_partial_columns(n, family, False)}
+            if stored is None:
+                stored = {c: np.empty(0, tab[c].dtype) for c in cols}
+            ext = _extend(lambda c, idx, ps: Pd[c][idx], Pd["ps"], stored, hop, n, W, plan.orders, keyed,
+                          lean_partial_columns(n, family, hop == n - 1), family if hop == n - 1 else None)
+            yield from hop_out(index, hop, stored, ext, t0)
+        return run
+
+    rdd = sc.parallelize(records, P).mapPartitionsWithIndex(first)
+    del records
+    for hop in range(2, n):
+        rdd = rdd.partitionBy(P, _identity).mapPartitionsWithIndex(later(hop))
+    got = [x[1] for x in rdd.collect()]
+    inter = 0
+    finals = []
+    for kind, d, payload, st in got:
+        if kind == "R":
+            finals.append((d, _unpack(payload)))
+            _stat(stats, d, n_cand=int(st["n_cand"]), n_out=int(st["n_out"]), t_us=float(st["t_us"]))
+        elif kind == "T":
+            _stat(stats, d, n_cand=int(st["n_cand"]), t_us=float(st["t_us"]))
+            inter += int(st["inter"])
+    finals.sort(key=lambda x: x[0])
+    return PlaneResult(_concat_emitted([x[1] for x in finals], n), stats, shipped, inter)
 
 
 def spark_writer(spark, outcome: JoinOutcome, names: Sequence[str], payloads, ts, arrival):
@@ -838,13 +1150,18 @@ def spark_writer(spark, outcome: JoinOutcome, names: Sequence[str], payloads, ts
 def spark_join(
     ts, arrival, keys, windows, policy: PolicySpec, *, space: Space | None = None, where=None,
     order=None, bad_arrivals=None, settings: RouteSettings | None = None, spark=None,
-    progress: str = "auto", progress_threshold: int = 2_000_000, plane: str = "spark",
+    progress: str = "auto", progress_threshold: int | None = None, plane: str = "spark",
 ) -> SparkOutcome:
     """Replay and join on Spark (or, with ``plane="local"``, the same kernels in-process).
 
-    ``progress``: ``"spark"`` (the partition-wise pass), ``"driver"``
-    (:mod:`~streamjoin.pipelines.progress`) or ``"auto"`` (Spark from
-    ``progress_threshold`` tuples on; adaptive policies always on the driver).
+    ``progress``: ``"spark"`` (the partition-wise pass,
+    :mod:`~streamjoin.pipelines.sparkprogress`), ``"driver"``
+    (:mod:`~streamjoin.pipelines.progress`) or ``"auto"``: the driver, unless
+    ``progress_threshold`` is given and reached (adaptive policies always on
+    the driver).  The driver is the default because it has loaded the tuples
+    and needs every tuple's facts for the report anyway: the partition-wise
+    pass ships the tuples to Spark and the facts back (on the core benchmark,
+    3M tuples: about 140 s against 0.4 s, docs/performance.md).
     """
     settings = settings or RouteSettings()
     timings: dict[str, float] = {}
@@ -853,20 +1170,33 @@ def spark_join(
     sizes = [len(t) for t in ts]
     N = sum(sizes)
     t0 = time.perf_counter()
-    tab, keyed, dims = tuple_table(ts, arrival, keys, space)
+    ids = key_ids(list(keys)) if keys is not None else None
+    keyed, dims = ids is not None, (space.dims if space is not None else 0)
+    tables: dict[str, dict] = {}
+
+    def tab() -> dict:  # the stream-major tuple table (CTR, the in-process plane, the Spark progress pass)
+        if "tab" not in tables:
+            tables["tab"] = _tuple_table(ts, arrival, ids, space)[0]
+        return tables["tab"]
+
     plan_ = probe_order(ts, keys, W.tolist(), space) if order is None else Plan(order=list(order))
     timings["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     use_spark_progress = (plane == "spark" and not policy.adaptive
-                          and (progress == "spark" or (progress == "auto" and N >= progress_threshold)))
+                          and (progress == "spark" or (progress == "auto" and progress_threshold is not None
+                                                       and N >= progress_threshold)))
     if use_spark_progress:
-        f = spark_progress(spark, tab, n, W, policy, max(settings.partitions, 1))
+        f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
     elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
         f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals)
     else:
         raise AssertionError(progress)
+    replay, dec = (f["_replay"], f["_decisions"]) if "_replay" in f else sp.replay_from_facts(f, n, policy, sizes)
     timings["progress"] = time.perf_counter() - t0
-    full = attach_facts(tab, f, n)
+    # memory per arrival needs only the replay: counted on the driver while the join runs
+    pool = ThreadPoolExecutor(max_workers=1)
+    memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
+    pool.shutdown(wait=False)
     t0 = time.perf_counter()
     plans, T, rates = make_plans(ts, W.tolist(), settings, plan_.order, plan_.selectivity) if settings.router != "none" else ({}, None, None)
     router = settings.router
@@ -880,14 +1210,17 @@ def spark_join(
     distance_in_kernel = router != "ctr"
     threshold = space.threshold if space is not None else None
     kdims = dims if distance_in_kernel else 0
-    if plane == "spark":
-        res = spark_plane(spark, full, n, W, policy.family, router, plan, keyed, kdims, threshold,
-                          max(settings.partitions, 1))
+    if plane == "spark" and router != "ctr":
+        res = spark_plane(spark, kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family), n, W,
+                          policy.family, router, plan, keyed, kdims, threshold)
+    elif plane == "spark":
+        res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, plan, keyed)
     else:
-        res = run_plane(full, n, W, policy.family, router, plan, keyed, kdims, threshold)
+        res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, plan, keyed, kdims, threshold)
+    tables.clear()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out = outcome_from(f, res.combos, ts, n, W, policy, sizes, timings, plan_)
+    out = outcome_from(replay, dec, f, res.combos, ts, n, timings, plan_, memory_job.result())
     post_filter(out, where, space, distance_in_kernel)
     timings["collect"] = time.perf_counter() - t0
     nonempty = [t for t in ts if len(t)]
@@ -908,6 +1241,13 @@ def spark_join(
     return out
 
 
+def _timed(timings: dict, name: str, fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    timings[name] = time.perf_counter() - t0
+    return out
+
+
 # ------------------------------------------------------------------ job glue
 
 def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
@@ -917,8 +1257,13 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
 
     stack = ExitStack()
     partitions = cfg.partitions
+    t0 = time.perf_counter()
     spark = stack.enter_context(spark_session(cfg.master, partitions or 4, cfg.spark_conf))
+    started = {"spark_session": time.perf_counter() - t0}
     try:
+        t0 = time.perf_counter()
+        warm_up(spark)
+        started["spark_warmup"] = time.perf_counter() - t0
         if partitions is None:
             partitions = max(1, int(spark.sparkContext.defaultParallelism))
         settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
@@ -929,6 +1274,9 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
     except BaseException:
         stack.close()
         raise
+    # session start-up, apart from the job: getOrCreate (JVM, SparkContext) and the first
+    # job, which starts the executors' Python workers and imports the kernels there
+    out.timings_s.update(started)
     out.routing["master"] = cfg.master
     out.writer = spark_writer(spark, out, [s.name for s in streams], [s.payload for s in streams],
                               [s.ts for s in streams], [s.arrival for s in streams])
