@@ -59,15 +59,17 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("handoff", ["files", "inline"])
 @pytest.mark.parametrize("seed,n,policy,router,partitions", CASES)
-def test_spark_equals_local(spark, seed, n, policy, router, partitions):
+def test_spark_equals_local(spark, seed, n, policy, router, partitions, handoff):
     streams, W = random_streams(seed, n)
     ref = local_engine(streams, W, policy)
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
     out = spark_join(ts, ar, _key_frames(streams), W, policy, spark=spark, progress="spark",
-                     settings=RouteSettings(router, partitions, 7))
+                     settings=RouteSettings(router, partitions, 7), handoff=handoff)
     assert out.routing["progress_pass"] == "spark"
+    assert out.routing["handoff"] == handoff
     rows = list(zip(*[r.tolist() for r in out.combos.rows]))
     assert len(rows) == len(set(rows))
     em = out.emission

@@ -60,6 +60,7 @@ from .. import sparkprogress as sp
 from ..route import atr as atr_mod
 from ..route import ctr as ctr_mod
 from ..route import histogram, imbalance, theorem_b, theorem_d
+from .handoff import CONF_KEY as HANDOFF_CONF, Handoff
 from .local import JoinOutcome
 
 INT = np.int64
@@ -929,7 +930,7 @@ def _unpack(out: dict) -> dict:
 
 
 def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, plan, keyed: bool, dims: int,
-                threshold) -> PlaneResult:
+                threshold, handoff: Handoff = Handoff()) -> PlaneResult:
     """``none`` / ``atr`` as one Spark job: one task per partition, no shuffle.
 
     Data moves as blocks of numpy columns, never as rows: partition ``p``'s
@@ -937,7 +938,9 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     one record, placed in task ``p`` by ``parallelize`` with one record per
     slice; its combinations come back as one record (``r0..r_{n-1}`` int32,
     ``emitted`` as bits).  No per-row conversion happens in the JVM, and the
-    driver derives emission times itself (:func:`outcome_from`).  Routing
+    driver derives emission times itself (:func:`outcome_from`).  Both
+    records travel through ``handoff`` (:mod:`.handoff`: in band, or as files
+    on the driver's host when the executors share it).  Routing
     (which partition gets which tuples) is computed where the tuples are: on
     the driver, which has loaded them and computed their progress facts.
     ``per``: :func:`kernel_inputs`.
@@ -964,16 +967,19 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
 
     def task(index, records):
         reuse_freed_memory()  # as the CLI does for the driver: large temporaries reuse the heap
-        for q, part in records:
-            part = restore_times(part, base)
+        for q, token in records:
+            part = restore_times(handoff.get(token), base)
             own = None if router == "none" else (lambda mt, q=q: atr_mod.owner_partition(plan, mt) == q)
             out = join_streams(part, n, W, family, keyed, dims, threshold, own, timing=False)
-            yield q, out.pop("_stats"), _pack(out)
+            del part
+            yield q, out.pop("_stats"), handoff.put(_pack(out))
 
-    got = sc.parallelize([(q, parts[q]) for q in range(P)], P).mapPartitionsWithIndex(task).collect()
+    records = [(q, handoff.put(parts[q])) for q in range(P)]
     del parts
+    got = sc.parallelize(records, P).mapPartitionsWithIndex(task).collect()
     got.sort(key=lambda g: g[0])
-    return PlaneResult(_concat_emitted([_unpack(g[2]) for g in got], n), {int(g[0]): g[1] for g in got}, shipped)
+    return PlaneResult(_concat_emitted([_unpack(handoff.get(g[2], consume=True)) for g in got], n),
+                       {int(g[0]): g[1] for g in got}, shipped)
 
 
 def _concat_emitted(parts: list[dict], n: int) -> dict:
@@ -1011,11 +1017,14 @@ def _widen(d: dict) -> dict:
     return {c: (v.astype(INT) if c in _IDS and v.dtype == np.int32 else v) for c, v in d.items()}
 
 
-def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, keyed: bool) -> PlaneResult:
+def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, keyed: bool,
+              handoff: Handoff = Handoff()) -> PlaneResult:
     """CTR on Spark: partition ``d`` receives its stored tuples and the hop-1 probers
     routed to it (one record), extends them; later hops (``n >= 3``) move the
     partial combinations with ``partitionBy(P, identity)`` (stored tuples stay
-    with their partition, passed on through the same shuffle)."""
+    with their partition, passed on through the same shuffle).  Every bulk
+    record (stored tuples, probers, partials, results) travels through
+    ``handoff``; only its token goes through Spark."""
     sc = spark.sparkContext
     P = plan.partitions
     N = len(tab["ts"])
@@ -1049,7 +1058,8 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     for d in range(P):
         st = np.flatnonzero(home == d)
         mv = np.sort(pi[(pd == d) & moved])
-        records.append((d, *(_narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0]) for sel in (st, mv))))
+        records.append((d, handoff.put(tuple(_narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0])
+                                             for sel in (st, mv)))))
     del pi, pd
 
     def hop_out(d, hop, stored, ext, t0):
@@ -1058,18 +1068,20 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
             res = {f"r{k}": ext[f"r{k}"].astype(np.int32 if N < 2**31 else INT) for k in range(n)}
             res["emitted"] = ext["emitted"] if "emitted" in ext else emitted_partials(ext, n, W, family)
             m = len(res["r0"])
-            yield d, ("R", d, _pack(res), {"n_cand": m, "n_out": m, "t_us": (time.perf_counter() - t0) * 1e6})
+            yield d, ("R", d, handoff.put(_pack(res)), {"n_cand": m, "n_out": m,
+                                                        "t_us": (time.perf_counter() - t0) * 1e6})
             return
         routed, dest = route_partials(ext, plan, hop + 1, d)
         yield d, ("T", d, None, {"n_cand": len(ext["amax"]), "t_us": (time.perf_counter() - t0) * 1e6,
                                  "inter": int((dest != d).sum())})
-        yield d, ("S", d, stored, None)
+        yield d, ("S", d, handoff.put(stored), None)
         for e in _present(dest):
-            yield int(e), ("P", d, {c: v[dest == e] for c, v in routed.items()}, None)
+            yield int(e), ("P", d, handoff.put({c: v[dest == e] for c, v in routed.items()}), None)
 
     def first(index, recs):
-        for d, stored, moved_in in recs:
+        for d, token in recs:
             t0 = time.perf_counter()
+            stored, moved_in = handoff.get(token)
             stored, moved_in = (_widen(_absolute_times(x, base)) for x in (stored, moved_in))
             probers = {c: np.concatenate([stored[c], moved_in[c]]) for c in stored}
             del moved_in
@@ -1083,9 +1095,9 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
             stored, partials, passed = None, [], []
             for _, (kind, src, payload, st) in pairs:
                 if kind == "S":
-                    stored = payload
+                    stored = handoff.get(payload)
                 elif kind == "P":
-                    partials.append((src, payload))
+                    partials.append((src, handoff.get(payload)))
                 else:
                     passed.append((kind, src, payload, st))
             for item in passed:                     # earlier hops' statistics ride along
@@ -1112,7 +1124,7 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     finals = []
     for kind, d, payload, st in got:
         if kind == "R":
-            finals.append((d, _unpack(payload)))
+            finals.append((d, _unpack(handoff.get(payload, consume=True))))
             _stat(stats, d, n_cand=int(st["n_cand"]), n_out=int(st["n_out"]), t_us=float(st["t_us"]))
         elif kind == "T":
             _stat(stats, d, n_cand=int(st["n_cand"]), t_us=float(st["t_us"]))
@@ -1151,6 +1163,7 @@ def spark_join(
     ts, arrival, keys, windows, policy: PolicySpec, *, space: Space | None = None, where=None,
     order=None, bad_arrivals=None, settings: RouteSettings | None = None, spark=None,
     progress: str = "auto", progress_threshold: int | None = None, plane: str = "spark",
+    handoff: str | None = None,
 ) -> SparkOutcome:
     """Replay and join on Spark (or, with ``plane="local"``, the same kernels in-process).
 
@@ -1162,6 +1175,10 @@ def spark_join(
     and needs every tuple's facts for the report anyway: the partition-wise
     pass ships the tuples to Spark and the facts back (on the core benchmark,
     3M tuples: about 140 s against 0.4 s, docs/performance.md).
+
+    ``handoff``: how bulk records reach the tasks and come back
+    (:mod:`.handoff`): ``"auto"`` (files when the master is local), ``"files"``
+    or ``"inline"``; ``None`` reads the Spark conf ``spark.streamjoin.handoff``.
     """
     settings = settings or RouteSettings()
     timings: dict[str, float] = {}
@@ -1210,12 +1227,19 @@ def spark_join(
     distance_in_kernel = router != "ctr"
     threshold = space.threshold if space is not None else None
     kdims = dims if distance_in_kernel else 0
-    if plane == "spark" and router != "ctr":
-        res = spark_plane(spark, kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family), n, W,
-                          policy.family, router, plan, keyed, kdims, threshold)
-    elif plane == "spark":
-        res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, plan, keyed)
-    else:
+    hand = Handoff()
+    if plane == "spark":
+        mode = handoff or spark.conf.get(HANDOFF_CONF, "auto")
+        hand = Handoff.open(mode, spark.sparkContext.master)
+    try:
+        if plane == "spark" and router != "ctr":
+            res = spark_plane(spark, kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family), n, W,
+                              policy.family, router, plan, keyed, kdims, threshold, hand)
+        elif plane == "spark":
+            res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, plan, keyed, hand)
+    finally:
+        hand.close()
+    if plane != "spark":
         res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, plan, keyed, kdims, threshold)
     tables.clear()
     timings["join"] = time.perf_counter() - t0
@@ -1228,6 +1252,7 @@ def spark_join(
     extra = {"requested": settings.router, "segment_us": T, "load_weights": list(settings.weights),
              "predicted": {"atr": predicted["atr"], "ctr": predicted["ctr"]},
              "progress_pass": "spark" if use_spark_progress else "driver",
+             "handoff": hand.mode if plane == "spark" else None,
              "stage_s": {k: v for k, v in timings.items()}}
     if router == "atr":
         extra["atr"] = plan.to_dict()
