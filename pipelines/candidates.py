@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from .sorting import stable_order
+
 PACK_LIMIT = 2**62
 
 
@@ -230,6 +232,37 @@ def _gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np
     return out
 
 
+def _compact_ids(ids: list[np.ndarray]) -> list[np.ndarray]:
+    """The key ids renumbered ``0..K-1`` over the ids present (same equalities).
+
+    Integer keys arrive from :func:`key_ids` as ``value - min``, which can be
+    sparse (the benchmark's keys are multiples of 1009).  Compact ids pack
+    ``(key, ts)`` into fewer bits, so :func:`enumerate_sorted`'s sorts stay
+    on the one-pass path of :func:`~streamjoin.pipelines.sorting.stable_order`
+    (and the packing overflows less often).  A lookup table makes it
+    ``O(rows + id range)``, so it is only done when the id range is at most
+    a few times the row count; otherwise (or for negative or already
+    compact ids) ``ids`` are returned unchanged.
+    """
+    nonempty = [i for i in ids if len(i)]
+    if not nonempty:
+        return ids
+    rows = sum(len(i) for i in nonempty)
+    if min(int(i.min()) for i in nonempty) < 0:
+        return ids
+    radix = max(int(i.max()) for i in nonempty) + 1
+    if radix > 2 * rows + 4096:
+        return ids
+    present = np.zeros(radix, dtype=bool)
+    for i in nonempty:
+        present[i] = True
+    rank = np.cumsum(present, dtype=index_dtype(radix))  # id -> 1 + its rank among the ids present
+    if int(rank[-1]) == radix:
+        return ids
+    rank -= 1
+    return [rank[i] for i in ids]
+
+
 def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
                      space: Space | None = None, order: Sequence[int] | None = None) -> Combos | None:
     """Sorted-range enumeration; ``None`` if ``(key, cell, ts)`` cannot be packed into int64.
@@ -244,6 +277,10 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     so a single binary-searched range per partial combination (per
     neighbouring cell with a distance predicate) yields exactly the
     time-and-key-valid extensions; only distances are checked afterwards.
+
+    Guarantees: the same set for every ``order``, and a deterministic output
+    order (both sorts are stable: tied members in row order, tied partial
+    combinations in the order they were produced).
     """
     n = len(ts)
     W = [int(w) for w in windows]
@@ -256,6 +293,8 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     wmax = max(W)
     base = tmin - wmax - 1
     span = tmax - tmin + 2 * wmax + 3
+    if ids is not None:
+        ids = _compact_ids(ids)
     kradix = (max(int(i.max()) for i in ids) + 1) if ids is not None else 1
     cells, origin, radix = _grid_radix(space)
     ncodes = kradix
@@ -280,26 +319,44 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     p_tlim = ts[first] + W[first]
     offsets = space.offsets() if space is not None else [None]
     for step, k in enumerate(order[1:], start=1):
-        vk = code(ids[k] if ids is not None else None, cells[k] if cells is not None else None, len(ts[k])) * span \
-            + (ts[k] - base)
-        korder = np.argsort(vk).astype(idx, copy=False)  # ties in any order: same set, 2x faster
-        vs = vk[korder]
+        # vk = code * span + (ts - base), in place in code()'s fresh array;
+        # int64 arithmetic wraps, so the final value (which fits) is exact
+        # even if a partial sum overflows
+        vk = code(ids[k] if ids is not None else None, cells[k] if cells is not None else None, len(ts[k]))
+        vk *= span
+        vk += ts[k]
+        vk -= base
+        # stable order (ties -- same key, cell and ts -- in row order), by a
+        # value sort: several times faster than np.argsort (see sorting.py)
+        korder, vs = stable_order(vk, idx, overwrite=True)
+        del vk
         size = len(p_tmax)
+        qidx = index_dtype(size)
         parents, members = [], []
         for off in offsets:
             cell = None if off is None else p_cell + off
-            qcode = code(p_key, cell, size) * span
-            lo_q = qcode + (p_tmax - W[k] - base)
-            hi_q = qcode + (p_tlim - base)
+            qcode = code(p_key, cell, size)  # a fresh array: shifted in place, as vk
+            qcode *= span
+            hi_q = qcode + p_tlim
+            hi_q -= base
+            lo_q = qcode
+            lo_q += p_tmax
+            lo_q -= W[k] + base
+            del qcode
             # queries in sorted order: the binary searches then walk `vs`
-            # monotonically, several times faster than random probes
-            qorder = np.argsort(lo_q)
-            lo = _search_sorted_queries(vs, lo_q[qorder], "left")
-            hi = _search_sorted_queries(vs, hi_q[qorder], "right")
-            del lo_q, hi_q
+            # monotonically, several times faster than random probes; lo_q's
+            # buffer becomes the sorted lower bounds
+            qorder, lo_s = stable_order(lo_q, qidx, overwrite=True)
+            del lo_q
+            hi_s = hi_q[qorder]
+            del hi_q
+            lo = _search_sorted_queries(vs, lo_s, "left")
+            del lo_s
+            hi = _search_sorted_queries(vs, hi_s, "right")
+            del hi_s
             counts = np.maximum(hi - lo, 0)
             del hi
-            parents.append(np.repeat(qorder.astype(index_dtype(size)), counts))
+            parents.append(np.repeat(qorder, counts))
             del qorder
             members.append(_gather_ranges(korder, lo, counts))
             del lo, counts

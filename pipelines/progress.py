@@ -41,6 +41,7 @@ import numpy as np
 
 from .candidates import _search_sorted_queries
 from .policies import SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
+from .sorting import stable_order
 from .timeunits import NEG_INF
 
 
@@ -100,28 +101,12 @@ def _running_max(values: np.ndarray) -> np.ndarray:
 
 
 def _arrival_order(arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The stable sort of ``arrival``: (order, sorted arrival).
+    """The stable sort of ``arrival``: (order, sorted arrival), both int64.
 
-    When ``(arrival - min, position)`` packs into one int64, the packed
-    values are distinct, so any (fast, unstable) sort of them yields exactly
-    the stable order -- and the sorted arrival times with it.
+    ``arrival`` is left unchanged.  See :func:`~streamjoin.pipelines.sorting.stable_order`
+    (a value sort of ``(arrival - min, position)`` packed into one int64).
     """
-    N = arrival.shape[0]
-    if N == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    lo, hi = int(arrival.min()), int(arrival.max())
-    bits = max(N - 1, 1).bit_length()
-    if hi - lo >= 1 << (62 - bits):
-        order = np.argsort(arrival, kind="stable")
-        return order, arrival[order]
-    packed = arrival - lo
-    packed <<= bits
-    packed |= np.arange(N, dtype=np.int64)
-    packed.sort()
-    order = packed & ((1 << bits) - 1)
-    packed >>= bits
-    packed += lo
-    return order, packed
+    return stable_order(arrival, np.int64)
 
 
 def _own(stream: np.ndarray, per_stream: np.ndarray) -> np.ndarray:

@@ -1,0 +1,122 @@
+"""Stable sort orders of integer columns from a value sort.
+
+numpy sorts int64 *values* with a vectorized (SIMD) sort, while
+``np.argsort`` has to carry an index along with every value and is several
+times slower: on the benchmark VM, 2M int64 values take ~0.02 s to
+``np.sort``, ~0.1 s to ``np.argsort`` and ~0.3 s to
+``np.argsort(kind="stable")``.
+
+:func:`stable_order` therefore sorts values that carry their own position::
+
+    packed = (value - min) << bits | position      bits = bit length of N - 1
+
+The packed values are *distinct* (the positions are), so any sort of them --
+including numpy's fast unstable one -- puts them in exactly one order: by
+value, and among equal values by position.  That is the stable order, and
+both it and the sorted values are read back from the low and high bits.
+
+Packing needs ``(max - min) << bits | (N - 1)`` to fit in a non-negative
+int64, i.e. ``max - min < 2 ** (63 - bits)``.  The range is computed in
+Python integers: ``max - min`` of an int64 column can overflow int64 itself
+(``2**63 - 1 - (-2**63)``).  Within that path nothing overflows:
+``value - min`` lies in ``[0, max - min]``.
+
+When the range does not fit (for 2M values: a range of 2**42 or more), the
+difference ``value - min`` is split into two digits and sorted twice, least
+significant digit first, each pass a packed value sort.  That is still
+exactly stable, at ~0.12-0.16 s for 2M random values: a little slower than
+an unstable ``np.argsort``, about half of ``np.argsort(kind="stable")``.
+Only beyond 2**31 values (the digits no longer fit beside the positions) is
+numpy's stable argsort used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def stable_order(values: np.ndarray, index_dtype=np.int64, *,
+                 overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The stable sort of ``values``: ``(order, values[order])``.
+
+    Args:
+        values: 1-D integers (any signed dtype, or unsigned up to 32 bits).
+        index_dtype: dtype of ``order`` (``np.int32`` halves it when
+            ``len(values) < 2**31``).
+        overwrite: ``values`` is a scratch int64 array the caller no longer
+            needs: it is reused as the sorted values' buffer (no full-size
+            temporary), and its contents are undefined afterwards.
+    Returns: ``order`` (``index_dtype``) and the sorted values (int64).
+    Guarantees: ``order`` equals ``np.argsort(values, kind="stable")`` --
+    equal values keep their positions' order -- whichever path is taken.
+    """
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise ValueError(f"stable_order needs a 1-D array, got shape {values.shape}")
+    if values.dtype.kind not in "iu" or (values.dtype.kind == "u" and values.dtype.itemsize > 4):
+        raise TypeError(f"stable_order needs integers that fit in int64, got {values.dtype}")
+    N = values.shape[0]
+    if N and N - 1 > np.iinfo(index_dtype).max:
+        raise ValueError(f"{N} positions do not fit in {np.dtype(index_dtype)}")
+    if N == 0:
+        return np.empty(0, index_dtype), np.empty(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())  # Python ints: hi - lo cannot overflow
+    bits = max(N - 1, 1).bit_length()
+    if hi - lo < 1 << (63 - bits):  # one pass: (value - lo, position) packs
+        if overwrite and values.dtype == np.int64:
+            packed = values
+            packed -= lo
+        else:
+            packed = np.subtract(values, lo, dtype=np.int64)
+        order = _sort_with_positions(packed, bits, index_dtype)
+        packed += lo
+        return order, packed
+    if 2 * bits + 1 <= 63:  # two passes (LSD): low digit, then high digit
+        return _two_digit_order(values, lo, bits, index_dtype)
+    order = np.argsort(values, kind="stable")  # over 2**31 values: numpy's own
+    return order.astype(index_dtype, copy=False), values[order].astype(np.int64, copy=False)
+
+
+def _positions_dtype(N: int):
+    """The narrowest dtype that holds positions ``0..N-1``: half the traffic of int64."""
+    return np.int32 if N <= 2**31 else np.int64
+
+
+def _sort_with_positions(packed: np.ndarray, bits: int, index_dtype) -> np.ndarray:
+    """The stable order of ``packed`` (int64 in ``[0, 2**(63 - bits))``, sorted in place).
+
+    ``bits`` must hold ``len(packed) - 1``.  Returns the order in ``index_dtype``;
+    ``packed`` holds the sorted values afterwards.
+    """
+    N = packed.shape[0]
+    packed <<= bits
+    packed |= np.arange(N, dtype=_positions_dtype(N))
+    packed.sort()  # distinct values: numpy's fast unstable sort yields the one order
+    order = np.empty(N, dtype=index_dtype)
+    np.bitwise_and(packed, (1 << bits) - 1, out=order, casting="unsafe")  # < N: fits index_dtype
+    packed >>= bits
+    return order
+
+
+def _two_digit_order(values: np.ndarray, lo: int, bits: int, index_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stable_order` for any int64 range, as two packed sorts (LSD radix).
+
+    ``value - lo`` (up to ``2**64 - 1``: computed modulo ``2**64`` and read as
+    uint64) is split into a low digit of ``63 - bits`` bits and a high digit
+    of at most ``bits + 1`` bits; each fits beside a position when
+    ``2 * bits + 1 <= 63``.  Sorting stably by the low digit and then stably
+    by the high digit is the stable sort by value.
+    """
+    N = values.shape[0]
+    shift = 63 - bits
+    diff = np.subtract(values, lo, dtype=np.int64).view(np.uint64)  # wraps: the true difference as uint64
+    high = (diff >> shift).view(np.int64)
+    diff &= (1 << shift) - 1                                   # the low digit, in place
+    first = _sort_with_positions(diff.view(np.int64), bits, _positions_dtype(N))
+    del diff
+    packed = high[first]                                       # high digits in low-digit order
+    del high
+    second = _sort_with_positions(packed, bits, _positions_dtype(N))
+    del packed
+    order = first[second].astype(index_dtype, copy=False)
+    return order, values[order].astype(np.int64, copy=False)

@@ -1,0 +1,129 @@
+"""stable_order equals numpy's stable argsort on every path.
+
+The one-pass packing, the two-digit (LSD) packing for ranges up to the whole
+int64 line, and the boundary between them; duplicates (the stability that the
+packing promises), negative values, int64 extremes, empty and single inputs,
+narrower dtypes and the int32 order.  Last, the sorted enumeration that uses
+it (with compacted sparse integer keys) against the bucket join.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamjoin.pipelines import sorting
+from streamjoin.pipelines.candidates import enumerate_truth
+from streamjoin.pipelines.sorting import stable_order
+
+SETTINGS = settings(max_examples=300, deadline=None)
+I64_MIN, I64_MAX = -2**63, 2**63 - 1
+
+
+@st.composite
+def int64_arrays(draw, max_size: int = 200):
+    """int64 arrays over a random range: from one value (all duplicates) to
+    the whole int64 line, placed anywhere in it (negative, at the extremes);
+    values come from a small pool half the time, so duplicates are common."""
+    size = draw(st.integers(0, max_size))
+    width = draw(st.sampled_from([0, 1, 5, 1000, 2**20, 2**40, 2**55, 2**62, 2**63, 2**64 - 1]))
+    edges = [lo for lo in (I64_MIN, -width // 2, 0, I64_MAX - width) if I64_MIN <= lo <= I64_MAX - width]
+    lo = draw(st.one_of(st.integers(I64_MIN, I64_MAX - width), st.sampled_from(edges)))
+    value = st.integers(lo, lo + width)
+    if draw(st.booleans()):
+        pool = draw(st.lists(value, min_size=1, max_size=6))
+        value = st.sampled_from(pool)
+    return np.array(draw(st.lists(value, min_size=size, max_size=size)), dtype=np.int64)
+
+
+def _check(values: np.ndarray, index_dtype=np.int64, overwrite: bool = False) -> None:
+    original = values.copy()
+    expected = np.argsort(original, kind="stable")
+    order, ordered = stable_order(values, index_dtype, overwrite=overwrite)
+    assert order.dtype == np.dtype(index_dtype) and ordered.dtype == np.int64
+    np.testing.assert_array_equal(order, expected)
+    np.testing.assert_array_equal(ordered, original[expected].astype(np.int64))
+    if not overwrite:
+        np.testing.assert_array_equal(values, original)  # the input is left alone
+
+
+@SETTINGS
+@given(int64_arrays(), st.sampled_from([np.int64, np.int32]), st.booleans())
+def test_equals_stable_argsort(values, index_dtype, overwrite):
+    _check(values, index_dtype, overwrite)
+
+
+@SETTINGS
+@given(st.sampled_from([np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32]), st.data())
+def test_narrow_dtypes(dtype, data):
+    info = np.iinfo(dtype)
+    raw = data.draw(st.lists(st.integers(int(info.min), int(info.max)), max_size=100))
+    _check(np.array(raw, dtype=dtype), np.int32, overwrite=data.draw(st.booleans()))
+
+
+def test_empty_and_single():
+    for index_dtype in (np.int64, np.int32):
+        order, ordered = stable_order(np.empty(0, np.int64), index_dtype)
+        assert order.shape == ordered.shape == (0,) and order.dtype == np.dtype(index_dtype)
+        for v in (I64_MIN, -1, 0, I64_MAX):
+            _check(np.array([v], dtype=np.int64), index_dtype)
+
+
+@pytest.mark.parametrize("size", [2, 3, 1000, 4097])
+def test_paths_and_their_boundary(monkeypatch, size):
+    """Range ``2**(63 - bits) - 1`` still packs in one pass; one more takes two digits."""
+    calls = []
+    two = sorting._two_digit_order
+    monkeypatch.setattr(sorting, "_two_digit_order", lambda *a: calls.append(1) or two(*a))
+    bits = (size - 1).bit_length()
+    rng = np.random.default_rng(size)
+    for lo in (I64_MIN, -5, 0, I64_MAX - 2**(63 - bits)):
+        for width, passes in ((2**(63 - bits) - 1, 1), (2**(63 - bits), 2)):
+            values = lo + rng.integers(0, width, size=size, endpoint=True, dtype=np.uint64).astype(object)
+            values[: size // 2] = values[size // 2:][: size // 2]  # duplicates
+            values[0], values[-1] = lo, lo + width                  # exactly this range
+            calls.clear()
+            _check(np.array(values.tolist(), dtype=np.int64), np.int32)
+            assert len(calls) == passes - 1
+
+
+def test_int64_extremes_and_ties():
+    values = np.array([I64_MAX, I64_MIN, 0, I64_MAX, -1, I64_MIN, 1, 0, I64_MAX], dtype=np.int64)
+    _check(values)
+    _check(np.tile(values, 50), np.int32, overwrite=True)
+
+
+def test_rejects_what_it_cannot_order():
+    with pytest.raises(TypeError):
+        stable_order(np.array([2**64 - 1], dtype=np.uint64))
+    with pytest.raises(TypeError):
+        stable_order(np.array([0.5]))
+    with pytest.raises(ValueError):
+        stable_order(np.zeros((2, 2), np.int64))
+    with pytest.raises(ValueError):
+        stable_order(np.zeros(200, np.int64), np.int8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_sorted_enumeration_equals_bucket_join(data):
+    """enumerate_sorted (stable sorts, compacted sparse integer keys, many
+    ties in key and time) yields the bucket join's set, each combination once."""
+    n = data.draw(st.integers(2, 3))
+    key_pool = data.draw(st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=4))
+    ts, keys = [], []
+    for _ in range(n):
+        size = data.draw(st.integers(0, 12))
+        ts.append(np.array(data.draw(st.lists(st.integers(0, 30), min_size=size, max_size=size)), dtype=np.int64))
+        keys.append(pl.DataFrame({"__key0": data.draw(st.lists(st.sampled_from(key_pool), min_size=size,
+                                                                max_size=size))}, schema={"__key0": pl.Int64}))
+    windows = data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
+    order = data.draw(st.permutations(range(n)))
+    got = enumerate_truth(ts, keys, windows, method="sorted", order=order)
+    want = enumerate_truth(ts, keys, windows, method="bucket")
+    listed = list(zip(*[r.tolist() for r in got.rows]))
+    assert len(listed) == len(set(listed))
+    assert set(listed) == set(zip(*[r.tolist() for r in want.rows]))
