@@ -56,6 +56,9 @@ CASES = [
     (4, 2, PolicySpec("static", retention=(4, 9)), "atr", 7),
     (5, 3, PolicySpec("static", retention=(0, 5, 2)), "ctr", 2),
     (6, 2, PolicySpec("mpkslack"), "ctr", 7),
+    # two streams on CTR, symmetric family: the last hop's pair fast path (_pair_emitted)
+    (7, 2, PolicySpec("static", retention=(3, 8)), "ctr", 3),
+    (8, 2, PolicySpec("none"), "ctr", 2),
 ]
 
 

@@ -303,6 +303,9 @@ def _extend(get, ps_all, stored: dict, hop: int, n: int, W, orders, keyed: bool,
         px = np.repeat(sel.astype(idx), cnt)                      # partial of each extension
         sx = _gather_ranges(sk[order].astype(idx), a, cnt)        # stored tuple of each extension
         del order, a, cnt
+        if family is not None and n == 2:
+            outs.append(_pair_emitted(get, ps, k, px, sx, stored, W, family))
+            continue
         new = {c: get(c, px, ps) for c in cols if c not in (f"r{k}", f"t{k}", f"a{k}")}
         new[f"r{k}"] = stored["row"][sx].astype(INT, copy=False)
         new[f"t{k}"] = stored["ts"][sx].astype(INT, copy=False)
@@ -327,6 +330,32 @@ def _extend(get, ps_all, stored: dict, hop: int, n: int, W, orders, keyed: bool,
     if len(outs) == 1:
         return {c: outs[0][c] for c in keys}
     return {c: np.concatenate([o[c] for o in outs]) for c in keys}
+
+
+def _pair_emitted(get, p: int, k: int, px: np.ndarray, sx: np.ndarray, stored: dict, W, family: str) -> dict:
+    """The last hop of a two-stream join: ``r0, r1, emitted`` straight from the
+    prober ``px`` (stream ``p``) and stored partner ``sx`` (stream ``k``),
+    gathering only what the emission test reads.
+
+    Same answer as :func:`emitted_partials` on the full partials: arrival
+    indexes are distinct, so exactly one member arrives last, and only the
+    *other* member must still be held then -- ``t + W >= H`` with ``H`` read
+    off the last member's row::
+
+        partner arrives last (a_k > a_p):  t_p + W_p >= H_p(a_k)   (stored H_p)
+        prober arrives last:               t_k + W_k >= H_k(a_p)   (prober's H_k)
+    """
+    out = {f"r{p}": get(f"r{p}", px, p), f"r{k}": stored["row"][sx].astype(INT, copy=False)}
+    if family == SYMMETRIC:
+        partner_last = stored["a"][sx] > get(f"a{p}", px, p)
+        emitted = get(f"t{p}", px, p) + int(W[p]) >= stored[f"H{p}"][sx]
+        prober_last = ~partner_last
+        emitted[prober_last] = (stored["ts"][sx[prober_last]] + int(W[k])
+                                >= get(f"h{k}", px[prober_last], p))
+    else:
+        emitted = ~(get("drop_any", px, p) | stored["dropped"][sx].astype(bool))
+    out["emitted"] = emitted
+    return {c: out[c] for c in ("r0", "r1", "emitted")}
 
 
 def emitted_partials(P: dict, n: int, W, family: str) -> np.ndarray:
@@ -1057,12 +1086,16 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     cols = ["stream", "row", "ts", "kid", "a"] + ([f"H{k}" for k in range(n)] if family == SYMMETRIC else ["dropped"])
     # every tuple probes where it is stored (dest() always includes the storage host):
     # partition d gets its stored tuples once, plus the probers moved in from elsewhere
-    base = time_base([{"ts": tab["ts"]}])
+    # through the JVM (inline), int32 offsets and ids halve the bytes; as files on this
+    # host the tasks would only pay for widening them again
+    inline = handoff.directory is None
+    base = time_base([{"ts": tab["ts"]}]) if inline else None
+    narrow = _narrow if inline else (lambda d: d)
     records = []
     for d in range(P):
         st = np.flatnonzero(home == d)
         mv = np.sort(pi[(pd == d) & moved])
-        records.append((d, handoff.put(tuple(_narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0])
+        records.append((d, handoff.put(tuple(narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0])
                                              for sel in (st, mv)))))
     del pi, pd
 
