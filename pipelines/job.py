@@ -112,14 +112,15 @@ def count_duplicates(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray 
 
     ``mask``: count over ``[r[mask] for r in rows]`` only (without copying).
 
-    Exact, and usually without hashing every combination: truth is produced
+    Exact, and usually without looking at every combination: truth is produced
     grouped by one member (every combination of an anchor tuple is
     contiguous) and, within a group, in the order of another member's sorted
     ``(key, ts)`` -- which for time-ordered rows means increasing rows.  If the
     runs of one member's rows each hold a distinct row, duplicates can only
     occur inside a run, and a run whose other members strictly increase has
     none; only the remaining runs (ties in ``ts``, unordered input) are counted
-    by hashing.  Without such a structure every combination is hashed.
+    one by one (sorted packed codes).  Without such a structure every
+    combination is (:func:`_duplicates_of_all`).
     """
     if not len(rows[0]) or (mask is not None and not mask.any()):
         return 0
@@ -128,7 +129,7 @@ def count_duplicates(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray 
         return grouped
     if mask is not None:
         rows = [r[mask] for r in rows]
-    return _hashed_duplicates(rows, sizes)
+    return _duplicates_of_all(rows, sizes)
 
 
 def _pack(rows: list[np.ndarray], sizes: list[int]) -> np.ndarray | None:
@@ -145,12 +146,14 @@ def _pack(rows: list[np.ndarray], sizes: list[int]) -> np.ndarray | None:
     return code
 
 
-def _hashed_duplicates(rows: list[np.ndarray], sizes: list[int]) -> int:
+def _duplicates_of_all(rows: list[np.ndarray], sizes: list[int]) -> int:
     code = _pack(rows, sizes)  # exact packing: one int64 per combination, built in place
     if code is not None:
-        unique = pl.Series(code).n_unique()
-    else:
-        unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
+        # equal codes are adjacent once sorted: numpy's SIMD value sort of the
+        # (fresh) packed array is ~3x faster than hashing it (8.1M: 0.10 vs 0.30 s)
+        code.sort()
+        return int(np.count_nonzero(code[1:] == code[:-1]))
+    unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
     return len(rows[0]) - unique
 
 
@@ -189,7 +192,7 @@ def _duplicates_in_runs(rows: list[np.ndarray], sizes: list[int], mask: np.ndarr
         del unordered
         if not len(bad):
             return 0
-        # hash the combinations of the runs holding an unordered step
+        # count within the combinations of the runs holding an unordered step
         # (duplicates never cross runs)
         bounds = np.concatenate([[0], starts, [C]])
         run = np.unique(np.searchsorted(bounds, bad + 1, side="right") - 1)
@@ -199,7 +202,7 @@ def _duplicates_in_runs(rows: list[np.ndarray], sizes: list[int], mask: np.ndarr
         if mask is not None:
             pick = pick[mask[pick]]
         sub = [x[pick] for x in rows]
-        return _hashed_duplicates(sub, sizes) if len(pick) else 0
+        return _duplicates_of_all(sub, sizes) if len(pick) else 0
     return None
 
 

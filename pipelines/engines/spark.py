@@ -1120,11 +1120,13 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
             t0 = time.perf_counter()
             stored, moved_in = handoff.get(token)
             stored, moved_in = (_widen(_absolute_times(x, base)) for x in (stored, moved_in))
-            probers = {c: np.concatenate([stored[c], moved_in[c]]) for c in stored}
+            # every stored tuple probes here, and so do the probers moved in: two calls
+            # instead of one on a concatenated copy of every column (fresh memory is
+            # what two concurrent tasks pay most for, docs/performance.md)
+            ext = [extend_probers(probers, stored, n, W, plan.orders, keyed, plan, family if n == 2 else None,
+                                  keep=lean_partial_columns(n, family, n == 2)) for probers in (stored, moved_in)]
             del moved_in
-            ext = extend_probers(probers, stored, n, W, plan.orders, keyed, plan, family if n == 2 else None,
-                                 keep=lean_partial_columns(n, family, n == 2))
-            del probers
+            ext = {c: np.concatenate([e[c] for e in ext]) for c in ext[0]}
             yield from hop_out(d, 1, stored, ext, t0)
 
     def later(hop):
