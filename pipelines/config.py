@@ -381,9 +381,12 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
             raise InputError(f"--spark-conf {raw}: expected KEY=VALUE")
         conf.append((key, value))
     out["spark_conf"] = tuple((str(k), str(v)) for k, v in conf)
+    from .engines.handoff import CONF_KEY as HANDOFF_KEY, MODES as HANDOFF_MODES
+
     for key, value in out["spark_conf"]:
-        if key == "spark.streamjoin.handoff" and value not in ("auto", "files", "inline"):
-            raise InputError(f"--spark-conf {key}={value}: expected auto, files or inline")
+        if key == HANDOFF_KEY and value not in HANDOFF_MODES:
+            raise InputError(f"--spark-conf {key}={value}: expected {', '.join(HANDOFF_MODES[:-1])} or "
+                             f"{HANDOFF_MODES[-1]}")
     seg = flags.segment or run.get("segment")
     if seg is not None:
         out["segment_us"] = _duration(seg, "segment")

@@ -99,6 +99,23 @@ def _run_blocks(total: int, work: Callable[[slice, int], None]) -> None:
         list(pool.map(lambda j: [work(sl, j) for sl in blocks[j::workers]], range(workers)))
 
 
+def _gather_members(combos: Combos, replay: Replay, sl: slice, per_row: list[np.ndarray], combine,
+                    a: list[np.ndarray], last: np.ndarray, acc: np.ndarray, tmp: np.ndarray) -> None:
+    """One block ``sl`` of the fused passes: per member ``k``, its arrival index
+    into ``a[k][sl]`` and its per-row value ``per_row[k][row]``; ``last[sl]`` =
+    the members' largest arrival index, ``acc`` = ``combine`` (a ufunc) of their
+    values.  ``acc`` / ``tmp``: the worker's scratch, ``sl``'s length."""
+    for k in range(replay.n):
+        r = combos.rows[k][sl]
+        np.take(replay.index_of[k], r, out=a[k][sl], mode="clip")
+        np.take(per_row[k], r, out=acc if k == 0 else tmp, mode="clip")
+        if k == 0:
+            last[sl] = a[k][sl]
+        else:
+            np.maximum(last[sl], a[k][sl], out=last[sl])
+            combine(acc, tmp, out=acc)
+
+
 def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions,
                         expiry_index: list[np.ndarray] | None) -> Emission:
     """Symmetric family, one gather per member for the condition.
@@ -134,15 +151,7 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
         lb, ob = scratch[worker][0][:m], scratch[worker][1][:m]
-        for k in range(replay.n):
-            r = combos.rows[k][sl]
-            np.take(replay.index_of[k], r, out=a[k][sl], mode="clip")
-            np.take(bound[k], r, out=lb if k == 0 else ob, mode="clip")
-            if k == 0:
-                last[sl] = a[k][sl]
-            else:
-                np.maximum(last[sl], a[k][sl], out=last[sl])
-                np.minimum(lb, ob, out=lb)
+        _gather_members(combos, replay, sl, bound, np.minimum, a, last, lb, ob)   # lb = min_k b_k
         np.less(last[sl], lb, out=emitted[sl])
         np.take(replay.arrival, last[sl], out=emit_us[sl], mode="clip")
 
@@ -176,15 +185,7 @@ def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> E
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
         mb, ob = scratch[worker][0][:m], scratch[worker][1][:m]
-        for k in range(replay.n):
-            r = combos.rows[k][sl]
-            np.take(replay.index_of[k], r, out=a[k][sl], mode="clip")
-            np.take(value[k], r, out=mb if k == 0 else ob, mode="clip")
-            if k == 0:
-                last[sl] = a[k][sl]
-            else:
-                np.maximum(last[sl], a[k][sl], out=last[sl])
-                np.maximum(mb, ob, out=mb)
+        _gather_members(combos, replay, sl, value, np.maximum, a, last, mb, ob)   # mb = max_k v_k
         np.less_equal(mb, N, out=emitted[sl])
         # rel = N means "flushed at end of input": emitted at the last arrival.
         np.minimum(mb, N - 1, out=mb)

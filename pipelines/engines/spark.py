@@ -97,14 +97,6 @@ def join_partition(tab: dict, n: int, W, family: str, keyed: bool, dims: int, th
     return join_streams(_by_stream(tab, n), n, W, family, keyed, dims, threshold, owned, order)
 
 
-def kernel_columns(n: int, family: str, keyed: bool, dims: int, timing: bool) -> list[str]:
-    """Per-tuple columns :func:`join_streams` reads (``row`` aside)."""
-    cols = ["ts"] + (["kid"] if keyed else []) + [f"v{d}" for d in range(dims)]
-    if timing:
-        return cols + ["a", "arrival", "rel_us", "dropped"] + [f"H{k}" for k in range(n)]
-    return cols + (["a"] + [f"H{k}" for k in range(n)] if family == SYMMETRIC else ["dropped"])
-
-
 def join_streams(per: list[dict], n: int, W, family: str, keyed: bool, dims: int, threshold: float | None,
                  owned: Callable[[list[np.ndarray]], np.ndarray] | None, order=None, timing: bool = True) -> dict:
     """The ATR / none kernel on per-stream columns (a stream's dict without ``row``:
@@ -112,7 +104,8 @@ def join_streams(per: list[dict], n: int, W, family: str, keyed: bool, dims: int
 
     ``timing=False`` computes only *whether* each combination is emitted (the
     driver derives when, from the facts it holds: :func:`outcome_from`), so the
-    kernel needs only :func:`kernel_columns` and ships two int32 + one bool per
+    kernel reads only ``ts``, ``kid``, ``v*`` and, symmetric family, ``a`` and
+    ``H*`` (sorting: ``dropped``), and ships two int32 + one bool per
     combination."""
     t0 = time.perf_counter()
     ts = [p["ts"] for p in per]
@@ -563,12 +556,9 @@ def _ctr_multiplicity(p: ctr_mod.CtrPlan, hist) -> tuple[list[float], list[list[
 
 # ------------------------------------------------------------------ inputs
 
-def tuple_table(ts, arrival, keys, space: Space | None) -> tuple[dict, bool, int]:
-    """stream, row, ts, arrival, kid, v* per tuple (stream-major order)."""
-    return _tuple_table(ts, arrival, key_ids(list(keys)) if keys is not None else None, space)
-
-
-def _tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]:
+def tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]:
+    """stream, row, ts, arrival, kid, v* per tuple (stream-major order);
+    ``ids``: the key ids (:func:`~streamjoin.pipelines.candidates.key_ids`) or None."""
     n = len(ts)
     sizes = [len(t) for t in ts]
     tab = {
@@ -883,7 +873,7 @@ def _stream_bounds(tab: dict, n: int) -> np.ndarray:
 
 def kernel_inputs(ts, ids, space: Space | None, dims: int, replay, dec, family: str) -> list[dict]:
     """Per stream, in row order, the columns the Spark kernel reads
-    (:func:`kernel_columns` with ``timing=False``), straight from the driver's
+    (:func:`join_streams` with ``timing=False``), straight from the driver's
     replay: ``a`` is the replay position of each row, facts are gathered there."""
     n = len(ts)
     kdt = np.int32 if ids is not None and max((int(i.max()) for i in ids if len(i)), default=0) < 2**31 else INT
@@ -967,7 +957,7 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     """``none`` / ``atr`` as one Spark job: one task per partition, no shuffle.
 
     Data moves as blocks of numpy columns, never as rows: partition ``p``'s
-    tuples (per stream: :func:`kernel_columns`, plus ``row`` when routed) are
+    tuples (per stream: :func:`kernel_inputs`' columns, plus ``row`` when routed) are
     one record, placed in task ``p`` by ``parallelize`` with one record per
     slice; its combinations come back as one record (``r0..r_{n-1}`` int32,
     ``emitted`` as bits).  No per-row conversion happens in the JVM, and the
@@ -1234,7 +1224,7 @@ def spark_join(
 
     def tab() -> dict:  # the stream-major tuple table (CTR, the in-process plane, the Spark progress pass)
         if "tab" not in tables:
-            tables["tab"] = _tuple_table(ts, arrival, ids, space)[0]
+            tables["tab"] = tuple_table(ts, arrival, ids, space)[0]
         return tables["tab"]
 
     plan_ = probe_order(ts, keys, W.tolist(), space) if order is None else Plan(order=list(order))
