@@ -68,7 +68,8 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     if not len(combos):
         return _emission_columns(combos, replay, W, decisions)
     if decisions.family == SYMMETRIC:
-        if expiry_index is None and not _never_decreasing(decisions.H):
+        # a fixed retention's horizons are the (never decreasing) frontier shifted
+        if expiry_index is None and decisions.frontier is None and not _never_decreasing(decisions.H):
             return _emission_columns(combos, replay, W, decisions)
         return _emission_symmetric(combos, replay, W, decisions, expiry_index)
     return _emission_sorting(combos, replay, decisions)
@@ -136,11 +137,11 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
     idx = replay.index_of[0].dtype
     bound = []
     for k in range(replay.n):
-        # per row of stream k: b = max(e, a + 1) <= N, so it fits the index dtype
-        b = replay.index_of[k].astype(np.int64)
-        b += 1
-        np.maximum(b, ends[k], out=b)
-        bound.append(b.astype(idx, copy=False))
+        # per row of stream k: b = max(e, a + 1) <= N, so it fits the index
+        # dtype (int32 is only chosen for N < 2**31)
+        b = np.add(replay.index_of[k], 1, dtype=idx)
+        np.maximum(b, ends[k], out=b, casting="same_kind")
+        bound.append(b)
     C = len(combos)
     a = [np.empty(C, dtype=idx) for _ in range(replay.n)]
     last = np.empty(C, dtype=idx)

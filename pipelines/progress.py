@@ -36,6 +36,7 @@ Policy decisions built on top of these facts:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -51,21 +52,22 @@ class Replay:
 
     Attributes (all indexed by arrival index ``a`` unless said otherwise):
         stream: stream of the tuple at ``a`` (int32).
-        row: row of that tuple within its stream (int64).
         ts, arrival: event and arrival time (int64 us).
         index_of: per stream, the arrival index of each of its rows.
-        M: shape ``(n, N)``; ``M[i, a] = M_i(a)``.
         T: the frontier ``T(a)``.
         delay: ``delta`` of the tuple at ``a``.
+        M: shape ``(n, N)``; ``M[i, a] = M_i(a)`` (kept by :func:`build_replay`
+            when asked, otherwise computed on first use: the symmetric
+            policies only need ``T`` and ``delay``).
+        row: row of the tuple at ``a`` within its stream (int64; computed on
+            first use -- the engines work with ``index_of``).
     """
 
     n: int
     stream: np.ndarray
-    row: np.ndarray
     ts: np.ndarray
     arrival: np.ndarray
     index_of: list[np.ndarray]
-    M: np.ndarray
     T: np.ndarray
     delay: np.ndarray
 
@@ -73,13 +75,30 @@ class Replay:
     def N(self) -> int:
         return int(self.ts.shape[0])
 
+    @cached_property
+    def M(self) -> np.ndarray:
+        M = np.empty((self.n, self.N), dtype=np.int64)
+        for i in range(self.n):
+            _stream_running_max(self.stream, self.ts, i, out=M[i])
+        return M
+
+    @cached_property
+    def row(self) -> np.ndarray:
+        row = np.empty(self.N, dtype=np.int64)
+        for pos in self.index_of:
+            row[pos] = np.arange(len(pos), dtype=np.int64)
+        return row
+
 
 @dataclass
 class Decisions:
     """What a policy decided for every tuple (indexed by arrival index).
 
     Sorting family: ``R``, ``dropped``, ``release`` (``N`` = flushed).
-    Symmetric family: ``H`` (shape ``(n, N)``), ``expired``.
+    Symmetric family: ``H`` (shape ``(n, N)``), ``expired``.  With a fixed
+    retention (``static``) the horizons are the frontier shifted,
+    ``H_i = T - d_i``: then ``frontier`` and ``retention`` (shape ``(n,)``)
+    describe them and ``H`` is only built if something reads it.
     Recall-target policies (``qjoin``, ``qkslack``) also keep the values
     they decided (``d`` or ``K``, shape ``(n, N)``) and ``policy_log``, one
     entry per decision (time, reason, values).
@@ -89,39 +108,54 @@ class Decisions:
     R: np.ndarray | None = None
     dropped: np.ndarray | None = None
     release: np.ndarray | None = None
-    H: np.ndarray | None = None
     expired: np.ndarray | None = None
+    frontier: np.ndarray | None = field(default=None, repr=False)
+    retention: np.ndarray | None = field(default=None, repr=False)
     K: np.ndarray | None = field(default=None, repr=False)
     d: np.ndarray | None = field(default=None, repr=False)
     policy_log: list | None = field(default=None, repr=False)
+
+    @cached_property
+    def H(self) -> np.ndarray | None:
+        """``H_i(a)``, shape ``(n, N)`` (symmetric family; ``None`` otherwise)."""
+        if self.family != SYMMETRIC or self.frontier is None:
+            return None
+        return _horizons(self.frontier, self.retention.reshape(-1, 1), len(self.retention))
 
 
 def _running_max(values: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(values, axis=-1)
 
 
-def _arrival_order(arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The stable sort of ``arrival``: (order, sorted arrival), both int64.
-
-    ``arrival`` is left unchanged.  See :func:`~streamjoin.pipelines.sorting.stable_order`
-    (a value sort of ``(arrival - min, position)`` packed into one int64).
-    """
-    return stable_order(arrival, np.int64)
-
-
 def _own(stream: np.ndarray, per_stream: np.ndarray) -> np.ndarray:
     """``per_stream[stream[a], a]`` for every ``a`` (one value per arrival index)."""
     if per_stream.shape[0] <= 32:
-        return np.choose(stream, per_stream)
+        out = np.empty(per_stream.shape[1], dtype=per_stream.dtype)
+        for i in range(per_stream.shape[0]):
+            np.copyto(out, per_stream[i], where=stream == i)
+        return out
     return per_stream[stream, np.arange(per_stream.shape[1])]
 
 
-def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndarray]) -> Replay:
+def _stream_running_max(stream: np.ndarray, ts: np.ndarray, i: int, *, out: np.ndarray) -> np.ndarray:
+    """``M_i``: the running max of stream ``i``'s ``ts`` (``NEG_INF`` before its first tuple), into ``out``."""
+    out.fill(NEG_INF)
+    np.copyto(out, ts, where=stream == i)
+    np.maximum.accumulate(out, out=out)
+    return out
+
+
+def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndarray], *,
+                 keep_running_max: bool = True) -> Replay:
     """Put the tuples of all streams in replay order and compute M, T, delays.
 
     Args:
         ts_by_stream: per stream, event times in row order (int64 us).
         arrival_by_stream: per stream, arrival times in row order (int64 us).
+        keep_running_max: keep ``M`` (``n`` columns of int64) for the policies
+            that read it (the sorting family, the recall-target controllers);
+            without it ``T`` and ``delay`` are built one stream at a time in a
+            single scratch column.
     Guarantees: ``T`` never decreases; ``delay >= 0``.
     """
     n = len(ts_by_stream)
@@ -132,17 +166,16 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
                    else np.empty(0, np.int64))
     # The concatenation is in (stream, row) order, so the *stable* order by
     # arrival alone is the replay order (arrival, stream, row).
-    order, arrival = _arrival_order(arrival_all)
+    order, arrival = stable_order(arrival_all, np.int64)
     del arrival_all
     N = order.shape[0]
-    # stream and row of each position follow from the position in the concatenation
+    # stream of each position follows from the position in the concatenation
     if n <= 8:
         stream = np.zeros(N, dtype=np.int32)
         for off in offsets[1:-1]:
             stream += order >= off
     else:
         stream = (np.searchsorted(offsets, order, side="right") - 1).astype(np.int32)
-    row = order - offsets[stream]
     ts = ts_all[order]
     del ts_all
     index_of = []
@@ -152,16 +185,24 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     del order
     for i in range(n):
         index_of.append(positions[offsets[i]:offsets[i + 1]])
-    M = np.empty((n, N), dtype=np.int64)
+    # M_i one stream at a time: T is their minimum, and a tuple's own M gives its delay
+    M = np.empty((n, N), dtype=np.int64) if keep_running_max else None
+    scratch = None if keep_running_max or n == 0 else np.empty(N, dtype=np.int64)
+    T = np.empty(N, dtype=np.int64)
+    delay = np.empty(N, dtype=np.int64)
     for i in range(n):
-        M[i] = NEG_INF
-        np.copyto(M[i], ts, where=stream == i)
-        np.maximum.accumulate(M[i], out=M[i])
-    T = M.min(axis=0) if N else np.empty(0, dtype=np.int64)
-    delay = _own(stream, M) if N else np.empty(0, dtype=np.int64)
+        Mi = _stream_running_max(stream, ts, i, out=M[i] if M is not None else scratch)
+        np.copyto(delay, Mi, where=stream == i)
+        if i == 0:
+            np.copyto(T, Mi)
+        else:
+            np.minimum(T, Mi, out=T)
+    del scratch
     delay -= ts
-    return Replay(n=n, stream=stream, row=row, ts=ts, arrival=arrival,
-                  index_of=index_of, M=M, T=T, delay=delay)
+    replay = Replay(n=n, stream=stream, ts=ts, arrival=arrival, index_of=index_of, T=T, delay=delay)
+    if M is not None:
+        replay.M = M  # the cached property's value
+    return replay
 
 
 def _minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -217,12 +258,20 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
         return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K, policy_log=log)
     if policy.family == SYMMETRIC:
         d = schedule.values if schedule is not None else retention_matrix(replay, policy)  # (n, N) or (n, 1)
-        H = _horizons(replay.T, d, replay.n) if N else np.empty((replay.n, 0), np.int64)
-        horizon_own = _own(replay.stream, H) if N else np.empty(0, np.int64)
         limit = W[replay.stream]
         limit += replay.ts
+        if schedule is None:  # fixed retention: H_i = T - d_i, never materialised here
+            retention = np.asarray(d, dtype=np.int64).reshape(replay.n)
+            # expired iff ts + W_i < T - d_i  <=>  ts + W_i + d_i < T  (T = NEG_INF: never)
+            limit += retention[replay.stream]
+            expired = limit < replay.T
+            return Decisions(family=SYMMETRIC, expired=expired, frontier=replay.T, retention=retention)
+        H = _horizons(replay.T, d, replay.n) if N else np.empty((replay.n, 0), np.int64)
+        horizon_own = _own(replay.stream, H) if N else np.empty(0, np.int64)
         expired = limit < horizon_own
-        return Decisions(family=SYMMETRIC, H=H, expired=expired, d=d if schedule is not None else None, policy_log=log)
+        dec = Decisions(family=SYMMETRIC, expired=expired, d=d, policy_log=log)
+        dec.H = H  # the cached property's value
+        return dec
     raise AssertionError(policy.family)
 
 
@@ -242,17 +291,23 @@ def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np
         return None
     W = np.asarray(windows, dtype=np.int64)
     idx = np.int32 if replay.N < 2**31 else np.int64  # values are <= N
+    implicit = "H" not in vars(decisions) and decisions.frontier is not None
     out = []
     for i in range(replay.n):
         limit = replay.ts[replay.index_of[i]]
         limit += W[i]
-        out.append(_search_sorted_queries(decisions.H[i], limit, "right", idx))
+        if implicit:  # H_i(a) > ts + W_i  <=>  T(a) > ts + W_i + d_i
+            limit += decisions.retention[i]
+            out.append(_search_sorted_queries(decisions.frontier, limit, "right", idx))
+        else:
+            out.append(_search_sorted_queries(decisions.H[i], limit, "right", idx))
     return out
 
 
 def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions, *,
                       expiry_index: list[np.ndarray] | None = None) -> np.ndarray:
-    """Tuples held after every arrival index, per stream: shape ``(n, N)``.
+    """Tuples held after every arrival index, per stream: shape ``(n, N)``
+    (int32 below ``2**31`` arrivals).
 
     Each tuple is held over one contiguous range of indexes ``[a_x, end)``:
 
@@ -267,7 +322,8 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
     """
     n, N = replay.n, replay.N
     W = np.asarray(windows, dtype=np.int64)
-    out = np.zeros((n, N), dtype=np.int64)
+    counts = np.int32 if N < 2**31 else np.int64  # a count never exceeds N: half the memory
+    out = np.zeros((n, N), dtype=counts)
     if decisions.family == SYMMETRIC:
         ends = expiry(replay, W, decisions) if expiry_index is None else expiry_index
         for i in range(n):
@@ -275,9 +331,9 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
             # leaves (never before its own index); the order of the ends is
             # irrelevant to their counts, so they stay in row order
             end = np.maximum(ends[i], replay.index_of[i])
-            delta = (replay.stream == i).astype(np.int64)
-            delta -= np.bincount(end, minlength=N + 1)[:N]
-            np.cumsum(delta, out=out[i])
+            delta = (replay.stream == i).astype(counts)
+            delta -= np.bincount(end, minlength=N + 1)[:N]  # same-kind cast into int32
+            np.cumsum(delta, out=out[i], dtype=counts)
         return out
     start = np.arange(N, dtype=np.int64)  # a tuple is held from its own index on
     limit = W[replay.stream]
@@ -292,7 +348,7 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
         mask &= held
         # +1 at each held tuple's own index (starts are 0..N-1, so the mask
         # itself), -1 where it leaves
-        delta = mask.astype(np.int64)
-        delta -= np.bincount(end[mask], minlength=N + 1)[:N]
-        np.cumsum(delta, out=out[i])
+        delta = mask.astype(counts)
+        delta -= np.bincount(end[mask], minlength=N + 1)[:N]  # same-kind cast into int32
+        np.cumsum(delta, out=out[i], dtype=counts)
     return out

@@ -365,12 +365,14 @@ def replay_from_facts(f: dict, n: int, policy: PolicySpec, sizes: Sequence[int])
         pos[row[sel]] = sel
         index_of.append(pos)
     M = np.vstack([g[f"M{i}"] for i in range(n)]) if N else np.empty((n, 0), INT)
-    replay = Replay(n=n, stream=stream, row=row, ts=g["ts"].astype(INT), arrival=g["arrival"].astype(INT),
-                    index_of=index_of, M=M, T=g["T"].astype(INT), delay=g["delay"].astype(INT))
+    replay = Replay(n=n, stream=stream, ts=g["ts"].astype(INT), arrival=g["arrival"].astype(INT),
+                    index_of=index_of, T=g["T"].astype(INT), delay=g["delay"].astype(INT))
+    replay.M, replay.row = M, row  # collected already: no need to recompute them
     if policy.family == SORTING:
         release = np.where(g["dropped"], N, g["rel"]).astype(INT)
         dec = Decisions(family=SORTING, R=g["R"].astype(INT), dropped=g["dropped"].astype(bool), release=release)
     else:
         H = np.vstack([g[f"H{k}"] for k in range(n)]) if N else np.empty((n, 0), INT)
-        dec = Decisions(family=SYMMETRIC, H=H.astype(INT), expired=g["expired"].astype(bool))
+        dec = Decisions(family=SYMMETRIC, expired=g["expired"].astype(bool))
+        dec.H = H.astype(INT)
     return replay, dec

@@ -26,7 +26,7 @@ import polars as pl
 from ..candidates import Combos, Space, enumerate_truth
 from ..emit import Emission, emission
 from ..plan import Plan, probe_order
-from ..policies import PolicySpec
+from ..policies import SORTING, PolicySpec
 from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
@@ -89,7 +89,10 @@ def join(
     W = np.asarray(windows, dtype=np.int64)
 
     def progress():
-        replay = build_replay(list(ts), list(arrival))
+        # M is read by the sorting family's release horizon and by the
+        # recall-target controllers; the fixed-retention policy needs only T
+        keep_M = policy.family == SORTING or policy.adaptive
+        replay = build_replay(list(ts), list(arrival), keep_running_max=keep_M)
         return replay, decide(replay, W, policy, bad_arrivals=bad_arrivals)
 
     # Truth does not depend on arrival order, and memory does not depend on

@@ -1,0 +1,126 @@
+"""The progress pass's lean forms equal the full ones.
+
+``build_replay`` can skip keeping ``M`` (the fixed-retention policy reads only
+``T`` and ``delay``), ``Replay.M`` / ``Replay.row`` are then computed on first
+use, and ``static`` keeps its horizons implicit (``H_i = T - d_i``): each
+lean form is checked here against the explicit one, on inputs with ties,
+heavy disorder and empty streams.  Also: the allocator settings the CLI
+applies (one malloc arena, Arrow on the system heap).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.progress import Decisions, _horizons, build_replay, decide, expiry, memory_per_stream
+from streamjoin.pipelines.timeunits import NEG_INF
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def columns(draw):
+    n = draw(st.integers(1, 3))
+    ts, arrival = [], []
+    for _ in range(n):
+        rows = draw(st.integers(0, 12))
+        t = draw(st.lists(st.integers(-50, 50), min_size=rows, max_size=rows))
+        late = draw(st.lists(st.integers(0, 40), min_size=rows, max_size=rows))
+        ts.append(np.array(t, dtype=np.int64))
+        arrival.append(np.array(t, dtype=np.int64) + np.array(late, dtype=np.int64))
+    windows = np.array(draw(st.lists(st.integers(0, 10), min_size=n, max_size=n)), dtype=np.int64)
+    retention = draw(st.lists(st.integers(0, 15), min_size=n, max_size=n))
+    return ts, arrival, windows, retention
+
+
+def _explicit_M(replay) -> np.ndarray:
+    """M_i(a) straight from the definition: max ts of stream i among indexes <= a."""
+    M = np.full((replay.n, replay.N), NEG_INF, dtype=np.int64)
+    for i in range(replay.n):
+        best = NEG_INF
+        for a in range(replay.N):
+            if replay.stream[a] == i:
+                best = max(best, int(replay.ts[a]))
+            M[i, a] = best
+    return M
+
+
+@SETTINGS
+@given(columns())
+def test_lean_replay_equals_kept_running_max(data):
+    ts, arrival, _, _ = data
+    full = build_replay(ts, arrival)
+    lean = build_replay(ts, arrival, keep_running_max=False)
+    assert "M" not in vars(lean)  # not kept: computed only when read
+    for name in ("stream", "ts", "arrival", "T", "delay"):
+        np.testing.assert_array_equal(getattr(lean, name), getattr(full, name), err_msg=name)
+    for a, b in zip(lean.index_of, full.index_of):
+        np.testing.assert_array_equal(a, b)
+    M = _explicit_M(full)
+    np.testing.assert_array_equal(full.M, M)
+    np.testing.assert_array_equal(lean.M, M)
+    if full.N:
+        np.testing.assert_array_equal(lean.T, M.min(axis=0))
+    # row: the tuple's row within its own stream
+    for i, pos in enumerate(lean.index_of):
+        np.testing.assert_array_equal(lean.row[pos], np.arange(len(pos)))
+        assert (lean.stream[pos] == i).all()
+
+
+@SETTINGS
+@given(columns())
+def test_static_implicit_horizons_equal_explicit(data):
+    ts, arrival, windows, retention = data
+    replay = build_replay(ts, arrival, keep_running_max=False)
+    policy = PolicySpec(name="static", retention=tuple(retention))
+    implicit = decide(replay, windows, policy)
+    assert "H" not in vars(implicit)
+    H = _horizons(replay.T, np.array(retention, dtype=np.int64).reshape(-1, 1), replay.n)
+    # the explicit form: H given, expired from H_own, expiry searched in H
+    explicit = Decisions(family=implicit.family, expired=None)
+    explicit.H = H
+    own = np.array([H[replay.stream[a], a] for a in range(replay.N)], dtype=np.int64)
+    np.testing.assert_array_equal(implicit.expired, windows[replay.stream] + replay.ts < own)
+    lean_ends = expiry(replay, windows, implicit)
+    full_ends = expiry(replay, windows, explicit)
+    for a, b in zip(lean_ends, full_ends):
+        np.testing.assert_array_equal(a, b)
+    assert "H" not in vars(implicit)  # expiry did not need to build H
+    np.testing.assert_array_equal(implicit.H, H)  # built on demand, equal to the definition
+    memory = memory_per_stream(replay, windows, implicit)
+    assert memory.dtype == np.int32
+    # held after index a: arrived by a, and H_i(a) has not passed ts + W_i
+    for i in range(replay.n):
+        for a in range(replay.N):
+            held = sum(1 for x in replay.index_of[i]
+                       if x <= a and H[i, a] <= replay.ts[x] + windows[i])
+            assert memory[i, a] == held, (i, a)
+
+
+def test_allocator_settings_in_a_fresh_process():
+    code = (
+        "from streamjoin.pipelines.allocator import reuse_freed_memory\n"
+        "ok = reuse_freed_memory()\n"
+        "import pyarrow as pa\n"
+        "print(ok, pa.default_memory_pool().backend_name)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["True", "system"]
+    # an explicit choice of Arrow pool is the user's, and is kept
+    env["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc" if "jemalloc" in _pools() else "mimalloc"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["True", env["ARROW_DEFAULT_MEMORY_POOL"]]
+
+
+def _pools() -> list[str]:
+    import pyarrow as pa
+
+    return list(pa.supported_memory_backends())
