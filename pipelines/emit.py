@@ -40,17 +40,46 @@ from .policies import SYMMETRIC
 from .progress import Decisions, Replay
 
 
+class MemberIndexes(Sequence):
+    """``a[k]``: the arrival index of member ``k`` of every combination,
+    ``replay.index_of[k][combos.rows[k]]``, gathered when first read.
+
+    Emission only needs each combination's *last* index; the per-member
+    columns are read by few consumers (the sorting family's per-day
+    emission, Spark's driver), and the HTML report's sample gathers its own
+    rows.  Keeping them lazy saves ``n`` combination-sized columns per run.
+    """
+
+    def __init__(self, combos: Combos, replay: Replay):
+        self._combos, self._replay = combos, replay
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self._replay.n
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        k %= len(self)
+        if k not in self._cache:
+            self._cache[k] = self._replay.index_of[k][self._combos.rows[k]]
+        return self._cache[k]
+
+
 @dataclass
 class Emission:
     """Per valid combination (parallel to :class:`~streamjoin.pipelines.candidates.Combos`).
 
-    ``a[k]``: arrival index of member ``k``; ``last``: the last-arriving
-    member's index; ``emitted``: the mask; ``emit_us`` / ``latency_us``:
-    meaningful only where ``emitted`` (computed for all rows to avoid copies;
+    ``a[k]``: arrival index of member ``k`` (a list, or a :class:`MemberIndexes`
+    that gathers it on first use); ``last``: the last-arriving member's
+    index; ``emitted``: the mask; ``emit_us`` / ``latency_us``: meaningful
+    only where ``emitted`` (computed for all rows to avoid copies;
     ``latency_us`` is a read-only broadcast 0 for the symmetric family).
     """
 
-    a: list[np.ndarray]
+    a: Sequence[np.ndarray]
     last: np.ndarray
     emitted: np.ndarray
     emit_us: np.ndarray
@@ -101,19 +130,20 @@ def _run_blocks(total: int, work: Callable[[slice, int], None]) -> None:
 
 
 def _gather_members(combos: Combos, replay: Replay, sl: slice, per_row: list[np.ndarray], combine,
-                    a: list[np.ndarray], last: np.ndarray, acc: np.ndarray, tmp: np.ndarray) -> None:
+                    last: np.ndarray, acc: np.ndarray, tmp: np.ndarray, idx_tmp: np.ndarray) -> None:
     """One block ``sl`` of the fused passes: per member ``k``, its arrival index
-    into ``a[k][sl]`` and its per-row value ``per_row[k][row]``; ``last[sl]`` =
-    the members' largest arrival index, ``acc`` = ``combine`` (a ufunc) of their
-    values.  ``acc`` / ``tmp``: the worker's scratch, ``sl``'s length."""
+    and its per-row value ``per_row[k][row]``; ``last[sl]`` = the members'
+    largest arrival index, ``acc`` = ``combine`` (a ufunc) of their values.
+    ``acc`` / ``tmp`` / ``idx_tmp``: the worker's scratch, ``sl``'s length."""
     for k in range(replay.n):
         r = combos.rows[k][sl]
-        np.take(replay.index_of[k], r, out=a[k][sl], mode="clip")
-        np.take(per_row[k], r, out=acc if k == 0 else tmp, mode="clip")
         if k == 0:
-            last[sl] = a[k][sl]
+            np.take(replay.index_of[k], r, out=last[sl], mode="clip")
+            np.take(per_row[k], r, out=acc, mode="clip")
         else:
-            np.maximum(last[sl], a[k][sl], out=last[sl])
+            np.take(replay.index_of[k], r, out=idx_tmp, mode="clip")
+            np.maximum(last[sl], idx_tmp, out=last[sl])
+            np.take(per_row[k], r, out=tmp, mode="clip")
             combine(acc, tmp, out=acc)
 
 
@@ -143,23 +173,23 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
         np.maximum(b, ends[k], out=b, casting="same_kind")
         bound.append(b)
     C = len(combos)
-    a = [np.empty(C, dtype=idx) for _ in range(replay.n)]
     last = np.empty(C, dtype=idx)
     emitted = np.empty(C, dtype=bool)
     emit_us = np.empty(C, dtype=replay.arrival.dtype)
-    scratch = [(np.empty(min(C, BLOCK), dtype=idx), np.empty(min(C, BLOCK), dtype=idx)) for _ in range(WORKERS)]
+    scratch = [[np.empty(min(C, BLOCK), dtype=idx) for _ in range(3)] for _ in range(WORKERS)]
 
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
-        lb, ob = scratch[worker][0][:m], scratch[worker][1][:m]
-        _gather_members(combos, replay, sl, bound, np.minimum, a, last, lb, ob)   # lb = min_k b_k
+        lb, ob, ib = (x[:m] for x in scratch[worker])
+        _gather_members(combos, replay, sl, bound, np.minimum, last, lb, ob, ib)   # lb = min_k b_k
         np.less(last[sl], lb, out=emitted[sl])
         np.take(replay.arrival, last[sl], out=emit_us[sl], mode="clip")
 
     _run_blocks(C, work)
     # emitted the moment the last member arrives: latency 0 for all (read-only)
     latency = np.broadcast_to(np.zeros(1, dtype=np.int64), (C,))
-    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+    return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=emit_us,
+                    latency_us=latency)
 
 
 def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> Emission:
@@ -175,18 +205,18 @@ def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> E
     value = [v[replay.index_of[k]] for k in range(replay.n)]
     del v
     C = len(combos)
-    a = [np.empty(C, dtype=idx) for _ in range(replay.n)]
     last = np.empty(C, dtype=idx)
     emitted = np.empty(C, dtype=bool)
     emit_us = np.empty(C, dtype=replay.arrival.dtype)
     latency = np.empty(C, dtype=replay.arrival.dtype)
     vdt = value[0].dtype
-    scratch = [(np.empty(min(C, BLOCK), dtype=vdt), np.empty(min(C, BLOCK), dtype=vdt)) for _ in range(WORKERS)]
+    scratch = [(np.empty(min(C, BLOCK), dtype=vdt), np.empty(min(C, BLOCK), dtype=vdt),
+                np.empty(min(C, BLOCK), dtype=idx)) for _ in range(WORKERS)]
 
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
-        mb, ob = scratch[worker][0][:m], scratch[worker][1][:m]
-        _gather_members(combos, replay, sl, value, np.maximum, a, last, mb, ob)   # mb = max_k v_k
+        mb, ob, ib = (x[:m] for x in scratch[worker])
+        _gather_members(combos, replay, sl, value, np.maximum, last, mb, ob, ib)   # mb = max_k v_k
         np.less_equal(mb, N, out=emitted[sl])
         # rel = N means "flushed at end of input": emitted at the last arrival.
         np.minimum(mb, N - 1, out=mb)
@@ -195,7 +225,8 @@ def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> E
         np.subtract(emit_us[sl], latency[sl], out=latency[sl])
 
     _run_blocks(C, work)
-    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+    return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=emit_us,
+                    latency_us=latency)
 
 
 def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions) -> Emission:

@@ -5,7 +5,9 @@ smallest first.  We observe the selectivity of every pair of streams on a
 sample -- ``sigma_ij`` = valid (time, key, distance) pairs divided by
 ``N_i * N_j`` -- and grow combinations greedily::
 
-    start with the pair (i, j) with the fewest estimated pairs
+    start with the pair (i, j) with the fewest estimated pairs, the smaller
+        of the two first (it probes the other's sorted (key, ts); two
+        streams: just the smaller first)
     repeat: add the stream k that minimises  |partial| * N_k * min_m sigma_mk
 
 (the *most* selective pair bounds the fan-out: with key equality and time
@@ -69,8 +71,13 @@ def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
     n = len(ts)
     sizes = [len(t) for t in ts]
     if n == 2:
+        # the pairs are the same either way round; the smaller stream probes
+        # the larger one's sorted (key, ts): half the binary searches when it
+        # is half the size (core benchmark, 1M probing 2M: 0.24 s against 0.30 s)
         sel = pair_selectivity(0, 1, ts, keys, windows, space)
-        return Plan(order=[0, 1], selectivity={(0, 1): sel}, estimated_sizes=[float(sizes[0]), sel * sizes[0] * sizes[1]])
+        first = 0 if sizes[0] <= sizes[1] else 1
+        return Plan(order=[first, 1 - first], selectivity={(0, 1): sel},
+                    estimated_sizes=[float(sizes[first]), sel * sizes[0] * sizes[1]])
     sel = {(i, j): pair_selectivity(i, j, ts, keys, windows, space) for i in range(n) for j in range(i + 1, n)}
 
     def s(a, b):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from local_adapter import local_engine
@@ -95,3 +96,22 @@ def test_duplicate_count_equals_hashing(problem):
     want = len(set(zip(*[r.tolist() for r in picked]))) if len(picked[0]) else 0
     assert job.count_duplicates(rows, sizes, mask) == len(picked[0]) - want
     assert job.count_duplicates(picked, sizes) == len(picked[0]) - want
+
+
+def test_member_indexes_gather_on_first_read():
+    """``Emission.a`` of the fused passes: a lazy sequence equal to the gathered columns."""
+    ts = [np.array([1, 5, 9], dtype=np.int64), np.array([2, 6], dtype=np.int64)]
+    arrival = [np.array([3, 5, 30], dtype=np.int64), np.array([2, 8], dtype=np.int64)]
+    from streamjoin.pipelines.policies import PolicySpec
+
+    out = join(ts, arrival, [None, None], [4, 4], PolicySpec(name="static", retention=(0, 0)))
+    a = out.emission.a
+    assert isinstance(a, emit.MemberIndexes) and len(a) == 2
+    want = [out.replay.index_of[k][out.combos.rows[k]] for k in range(2)]
+    assert not a._cache  # nothing gathered until read
+    for k in range(2):
+        assert np.array_equal(a[k], want[k])
+    assert a[-1] is a[1] and [x is y for x, y in zip(a[:], list(a))] == [True, True]
+    np.testing.assert_array_equal(out.emission.last, np.maximum(want[0], want[1]))
+    with pytest.raises(IndexError):
+        a[2]

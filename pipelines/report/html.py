@@ -90,7 +90,9 @@ def extras(cfg, outcome) -> dict[str, Any]:
     if every > 1:  # every k-th result: the curve's shape at a bounded cost per run
         pick = np.arange(0, total, every)
         combos = combos.filter(pick)
-        members = ([a[pick] for a in em.a], em.last[pick])
+        # the sample's own members' arrival indexes (em.a[k][pick], without
+        # gathering em.a for every combination)
+        members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
     tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
                         cfg.recall_target, TUNING_TARGETS, members=members)
     tuning["truth_results"] = total
