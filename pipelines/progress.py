@@ -35,6 +35,7 @@ Policy decisions built on top of these facts:
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -61,6 +62,7 @@ class Replay:
             policies only need ``T`` and ``delay``).
         row: row of the tuple at ``a`` within its stream (int64; computed on
             first use -- the engines work with ``index_of``).
+        ts_of: per stream, ``ts`` in row order.
     """
 
     n: int
@@ -81,6 +83,12 @@ class Replay:
         for i in range(self.n):
             _stream_running_max(self.stream, self.ts, i, out=M[i])
         return M
+
+    @cached_property
+    def ts_of(self) -> list[np.ndarray]:
+        """Per stream, event times in row order (``ts[index_of[i]]``; the
+        input columns themselves when :func:`build_replay` made the replay)."""
+        return [self.ts[pos] for pos in self.index_of]
 
     @cached_property
     def row(self) -> np.ndarray:
@@ -200,6 +208,7 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     del scratch
     delay -= ts
     replay = Replay(n=n, stream=stream, ts=ts, arrival=arrival, index_of=index_of, T=T, delay=delay)
+    replay.ts_of = [np.asarray(t, dtype=np.int64) for t in ts_by_stream]  # ts[index_of[i]], as given
     if M is not None:
         replay.M = M  # the cached property's value
     return replay
@@ -292,16 +301,37 @@ def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np
     W = np.asarray(windows, dtype=np.int64)
     idx = np.int32 if replay.N < 2**31 else np.int64  # values are <= N
     implicit = "H" not in vars(decisions) and decisions.frontier is not None
-    out = []
+    out, searches = [], []
     for i in range(replay.n):
-        limit = replay.ts[replay.index_of[i]]
-        limit += W[i]
         if implicit:  # H_i(a) > ts + W_i  <=>  T(a) > ts + W_i + d_i
-            limit += decisions.retention[i]
-            out.append(_search_sorted_queries(decisions.frontier, limit, "right", idx))
+            limit = replay.ts_of[i] + (W[i] + decisions.retention[i])
+            horizon = decisions.frontier
         else:
-            out.append(_search_sorted_queries(decisions.H[i], limit, "right", idx))
+            limit = replay.ts_of[i] + W[i]
+            horizon = decisions.H[i]
+        out.append(np.empty(len(limit), dtype=idx))
+        # halves of each stream's queries: two threads share the searches
+        # (numpy's searchsorted releases the GIL)
+        half = len(limit) // 2 if len(limit) >= PARALLEL_SEARCH else len(limit)
+        for lo, hi in ((0, half), (half, len(limit))):
+            if hi > lo:
+                searches.append((horizon, limit[lo:hi], out[i][lo:hi]))
+
+    def search(job) -> None:
+        horizon, queries, into = job
+        into[:] = _search_sorted_queries(horizon, queries, "right", idx)
+
+    if len(searches) > replay.n:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(search, searches))
+    else:
+        for job in searches:
+            search(job)
     return out
+
+
+#: a stream's expiry searches are split over two threads from this many tuples
+PARALLEL_SEARCH = 1 << 18
 
 
 def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions, *,

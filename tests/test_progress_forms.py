@@ -18,6 +18,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamjoin.pipelines import progress
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.progress import Decisions, _horizons, build_replay, decide, expiry, memory_per_stream
 from streamjoin.pipelines.timeunits import NEG_INF
@@ -68,6 +69,9 @@ def test_lean_replay_equals_kept_running_max(data):
     np.testing.assert_array_equal(lean.M, M)
     if full.N:
         np.testing.assert_array_equal(lean.T, M.min(axis=0))
+    for i, pos in enumerate(lean.index_of):  # the input columns, in row order
+        np.testing.assert_array_equal(lean.ts_of[i], lean.ts[pos])
+        np.testing.assert_array_equal(lean.ts_of[i], ts[i])
     # row: the tuple's row within its own stream
     for i, pos in enumerate(lean.index_of):
         np.testing.assert_array_equal(lean.row[pos], np.arange(len(pos)))
@@ -90,8 +94,15 @@ def test_static_implicit_horizons_equal_explicit(data):
     np.testing.assert_array_equal(implicit.expired, windows[replay.stream] + replay.ts < own)
     lean_ends = expiry(replay, windows, implicit)
     full_ends = expiry(replay, windows, explicit)
-    for a, b in zip(lean_ends, full_ends):
+    saved = progress.PARALLEL_SEARCH
+    progress.PARALLEL_SEARCH = 2  # every stream's searches split over two threads
+    try:
+        split_ends = expiry(replay, windows, implicit)
+    finally:
+        progress.PARALLEL_SEARCH = saved
+    for a, b, c in zip(lean_ends, full_ends, split_ends):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(c, b)
     assert "H" not in vars(implicit)  # expiry did not need to build H
     np.testing.assert_array_equal(implicit.H, H)  # built on demand, equal to the definition
     memory = memory_per_stream(replay, windows, implicit)
