@@ -145,10 +145,12 @@ def _own(stream: np.ndarray, per_stream: np.ndarray) -> np.ndarray:
     return per_stream[stream, np.arange(per_stream.shape[1])]
 
 
-def _stream_running_max(stream: np.ndarray, ts: np.ndarray, i: int, *, out: np.ndarray) -> np.ndarray:
-    """``M_i``: the running max of stream ``i``'s ``ts`` (``NEG_INF`` before its first tuple), into ``out``."""
+def _stream_running_max(stream: np.ndarray, ts: np.ndarray, i: int, *, out: np.ndarray,
+                        mask: np.ndarray | None = None) -> np.ndarray:
+    """``M_i``: the running max of stream ``i``'s ``ts`` (``NEG_INF`` before its
+    first tuple), into ``out``.  ``mask``: ``stream == i`` if already at hand."""
     out.fill(NEG_INF)
-    np.copyto(out, ts, where=stream == i)
+    np.copyto(out, ts, where=stream == i if mask is None else mask)
     np.maximum.accumulate(out, out=out)
     return out
 
@@ -174,7 +176,7 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
                    else np.empty(0, np.int64))
     # The concatenation is in (stream, row) order, so the *stable* order by
     # arrival alone is the replay order (arrival, stream, row).
-    order, arrival = stable_order(arrival_all, np.int64)
+    order, arrival = stable_order(arrival_all, np.int64, overwrite=True)  # our own copy: sorted in place
     del arrival_all
     N = order.shape[0]
     # stream of each position follows from the position in the concatenation
@@ -199,8 +201,10 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     T = np.empty(N, dtype=np.int64)
     delay = np.empty(N, dtype=np.int64)
     for i in range(n):
-        Mi = _stream_running_max(stream, ts, i, out=M[i] if M is not None else scratch)
-        np.copyto(delay, Mi, where=stream == i)
+        mine = stream == i
+        Mi = _stream_running_max(stream, ts, i, out=M[i] if M is not None else scratch, mask=mine)
+        np.copyto(delay, Mi, where=mine)
+        del mine
         if i == 0:
             np.copyto(T, Mi)
         else:
