@@ -88,3 +88,39 @@ def test_cli_rejects_a_bad_handoff_before_starting_spark(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: --spark-conf spark.streamjoin.handoff=shm: expected auto, files or inline"]
     assert not (tmp_path / "out").exists()
+
+
+def test_files_mode_maps_the_columns_instead_of_copying_them():
+    """A task's columns are rebuilt on the mapped file (no fresh memory for them):
+    aligned, writable, and a write stays private to the reader."""
+    h = Handoff.open("files", "local[2]")
+    try:
+        cols = {"ts": np.arange(100_000, dtype=np.int64) * 7, "row": np.arange(100_000, dtype=np.int32),
+                "flag": np.ones(3, dtype=bool), "empty": np.empty(0, np.int64)}
+        token = h.put(cols)
+        got = h.get(token)
+        for name, want in cols.items():
+            arr = got[name]
+            assert arr.dtype == want.dtype and np.array_equal(arr, want)
+            if arr.nbytes:
+                assert not arr.flags.owndata and arr.flags.writeable
+                assert arr.ctypes.data % 64 == 0   # each buffer starts 64-byte aligned
+        got["ts"][0] = -1                          # copy-on-write: the file is unchanged
+        assert h.get(token)["ts"][0] == 0
+        again = h.get(token, consume=True)          # unlinked, still readable through the mapping
+        assert not os.path.exists(token.path) and int(again["ts"][-1]) == 7 * 99_999
+    finally:
+        h.close()
+
+
+def test_files_mode_rejects_a_file_that_is_not_a_record(tmp_path):
+    h = Handoff.open("files", "local[2]")
+    try:
+        bad = tmp_path / "x"
+        bad.write_bytes(pickle.dumps({"a": 1}))
+        from streamjoin.pipelines.engines.handoff import _File
+
+        with pytest.raises(ValueError, match="not a hand-off record"):
+            h.get(_File(str(bad)))
+    finally:
+        h.close()

@@ -24,17 +24,31 @@ hosts (``spark://``, YARN, Kubernetes).  ``auto`` picks ``files`` for local
 masters and ``inline`` otherwise; ``spark.streamjoin.handoff`` (a Spark conf,
 ``--conf`` or ``[spark.conf]``) overrides it.
 
+A file holds the record's pickle (protocol 5) with its large buffers -- the
+numpy columns -- *out of band*, each at a 64-byte aligned offset after it::
+
+    | header | pickle stream | pad | buffer 0 | pad | buffer 1 | ...
+
+and :meth:`Handoff.get` maps the file (private, copy-on-write) and rebuilds
+the arrays *on* the mapped pages instead of copying them.  With the file in
+``/dev/shm`` those pages are already in memory: a task reads its 150 MB of
+tuples without touching any fresh memory, which on a VM whose fresh pages
+are faulted in from the host is most of the cost (docs/performance.md).
+An array is writable (a write copies only the page it touches).
+
 Guarantees: :meth:`Handoff.get` returns an object equal to the one given to
-:meth:`Handoff.put` (pickle protocol 5); :meth:`Handoff.close` removes the
-directory and anything left in it (a failed task's output), so an interrupted
-run leaves no files behind unless the driver itself is killed.
+:meth:`Handoff.put`; :meth:`Handoff.close` removes the directory and anything
+left in it (a failed task's output), so an interrupted run leaves no files
+behind unless the driver itself is killed.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import shutil
+import struct
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -99,7 +113,7 @@ class Handoff:
         path = os.path.join(self.directory, uuid.uuid4().hex)
         try:
             with open(path + ".part", "wb") as f:
-                pickle.dump(obj, f, protocol=5)
+                _write_record(f, obj)
             os.replace(path + ".part", path)  # a reader never sees half a record
         except OSError:
             try:
@@ -116,12 +130,61 @@ class Handoff:
         if not isinstance(token, _File):
             return token
         path = token.path
-        with open(path, "rb") as f:
-            obj = pickle.load(f)
+        obj = _read_record(path)
         if consume:
-            os.unlink(path)
+            os.unlink(path)  # the mapping keeps the pages until the arrays are freed
         return obj
 
     def close(self) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_MAGIC = b"SJH1"
+_HEAD = struct.Struct("<4sQQ")        # magic, pickle length, buffer count
+_ALIGN = 64
+
+
+def _pad(offset: int) -> int:
+    return -offset % _ALIGN
+
+
+def _write_record(f, obj: Any) -> None:
+    """``obj`` as header + pickle stream + its out-of-band buffers, each aligned."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    sizes = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
+    f.write(_HEAD.pack(_MAGIC, len(data), len(raws)))
+    f.write(sizes)
+    f.write(data)
+    offset = _HEAD.size + len(sizes) + len(data)
+    for r in raws:
+        f.write(b"\0" * _pad(offset))
+        offset += _pad(offset)
+        f.write(r)
+        offset += r.nbytes
+
+
+def _read_record(path: str) -> Any:
+    """The object a file of :func:`_write_record` holds, its buffers on the mapped file."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise ValueError(f"empty hand-off record {path}")
+        # private mapping: pages are shared with the file until written to
+        mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    view = memoryview(mm)
+    magic, length, count = _HEAD.unpack_from(view, 0)
+    if magic != _MAGIC:
+        raise ValueError(f"not a hand-off record: {path}")
+    sizes = struct.unpack_from(f"<{count}Q", view, _HEAD.size)
+    offset = _HEAD.size + 8 * count
+    data = view[offset:offset + length]
+    offset += length
+    buffers = []
+    for n in sizes:
+        offset += _pad(offset)
+        buffers.append(view[offset:offset + n])
+        offset += n
+    return pickle.loads(data, buffers=buffers)

@@ -379,8 +379,7 @@ def route_partials(P: dict, plan: ctr_mod.CtrPlan, hop: int, at: int) -> tuple[d
     keys = P["ps"] * (plan.slots + 1) + P["pj"]
     if not len(keys):
         return {c: v[:0] for c, v in P.items()}, np.empty(0, INT)
-    by_key = np.argsort(keys, kind="stable")
-    sk = keys[by_key]
+    by_key, sk = stable_order(keys, overwrite=True)   # = argsort(kind="stable"), a value sort
     starts = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
     ends = np.append(starts[1:], len(sk))
     idx, dest = [], []
@@ -866,11 +865,6 @@ def _identity(k):
     return k
 
 
-def _stream_bounds(tab: dict, n: int) -> np.ndarray:
-    """``tab`` is stream-major (:func:`tuple_table`): stream ``k`` is ``[b[k], b[k+1])``."""
-    return np.concatenate([[0], np.cumsum(np.bincount(tab["stream"], minlength=n))]).astype(INT)
-
-
 def kernel_inputs(ts, ids, space: Space | None, dims: int, replay, dec, family: str) -> list[dict]:
     """Per stream, in row order, the columns the Spark kernel reads
     (:func:`join_streams` with ``timing=False``), straight from the driver's
@@ -1051,12 +1045,9 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     sc = spark.sparkContext
     P = plan.partitions
     N = len(tab["ts"])
-    home = np.empty(N, INT)
-    bounds = _stream_bounds(tab, n)
-    for k in range(n):
-        home[bounds[k]:bounds[k + 1]] = ctr_mod.storage(plan, k, tab["ts"][bounds[k]:bounds[k + 1]])
     slots = plan.slot(tab["ts"])
     stream = tab["stream"].astype(INT)
+    home = plan.host[stream, slots]          # ctr_mod.storage, for every stream at once
     # hop 1: each tuple probes from its storage host and the cover of its partner segments
     pi, pd = [], []
     for h in range(P):
@@ -1106,6 +1097,7 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
             yield int(e), ("P", d, handoff.put({c: v[dest == e] for c, v in routed.items()}), None)
 
     def first(index, recs):
+        reuse_freed_memory()  # as the driver does: the kernel's temporaries reuse the heap
         for d, token in recs:
             t0 = time.perf_counter()
             stored, moved_in = handoff.get(token)
@@ -1121,6 +1113,7 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
 
     def later(hop):
         def run(index, pairs):
+            reuse_freed_memory()
             stored, partials, passed = None, [], []
             for _, (kind, src, payload, st) in pairs:
                 if kind == "S":
