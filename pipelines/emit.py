@@ -87,11 +87,14 @@ class Emission:
 
 
 def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: Decisions, *,
-             expiry_index: list[np.ndarray] | None = None) -> Emission:
+             expiry_index: list[np.ndarray] | None = None,
+             arrivals: LastArrivals | None = None) -> Emission:
     """Apply the closed forms to every valid combination.
 
     ``expiry_index``: :func:`~streamjoin.pipelines.progress.expiry` if already
-    computed (symmetric family).
+    computed (symmetric family).  ``arrivals``: :func:`last_arrivals` of the
+    same combinations, if already computed -- it needs only the replay order,
+    so the engine computes it while the policy's facts are still being built.
     """
     W = np.asarray(windows, dtype=np.int64)
     if not len(combos):
@@ -100,8 +103,38 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
         # a fixed retention's horizons are the (never decreasing) frontier shifted
         if expiry_index is None and decisions.frontier is None and not _never_decreasing(decisions.H):
             return _emission_columns(combos, replay, W, decisions)
-        return _emission_symmetric(combos, replay, W, decisions, expiry_index)
-    return _emission_sorting(combos, replay, decisions)
+        return _emission_symmetric(combos, replay, W, decisions, expiry_index, arrivals)
+    return _emission_sorting(combos, replay, decisions, arrivals)
+
+
+@dataclass
+class LastArrivals:
+    """Per combination: ``last``, the arrival index of its last-arriving
+    member, and ``arrival_us``, that member's arrival time."""
+
+    last: np.ndarray
+    arrival_us: np.ndarray
+
+
+def last_arrivals(combos: Combos, replay: Replay) -> LastArrivals:
+    """The part of emission that needs only the replay order (no policy
+    decision): one gather per member for ``last``, one for its arrival time."""
+    C = len(combos)
+    last = np.empty(C, dtype=replay.index_of[0].dtype)
+    arrival_us = np.empty(C, dtype=replay.arrival.dtype)
+    scratch = [np.empty(min(C, BLOCK), dtype=last.dtype) for _ in range(WORKERS)]
+
+    def work(sl: slice, worker: int) -> None:
+        tmp = scratch[worker][:sl.stop - sl.start]
+        for k in range(replay.n):
+            r = combos.rows[k][sl]
+            np.take(replay.index_of[k], r, out=last[sl] if k == 0 else tmp, mode="clip")
+            if k:
+                np.maximum(last[sl], tmp, out=last[sl])
+        np.take(replay.arrival, last[sl], out=arrival_us[sl], mode="clip")
+
+    _run_blocks(C, work)
+    return LastArrivals(last=last, arrival_us=arrival_us)
 
 
 def _never_decreasing(H: np.ndarray) -> bool:
@@ -130,25 +163,25 @@ def _run_blocks(total: int, work: Callable[[slice, int], None]) -> None:
 
 
 def _gather_members(combos: Combos, replay: Replay, sl: slice, per_row: list[np.ndarray], combine,
-                    last: np.ndarray, acc: np.ndarray, tmp: np.ndarray, idx_tmp: np.ndarray) -> None:
-    """One block ``sl`` of the fused passes: per member ``k``, its arrival index
-    and its per-row value ``per_row[k][row]``; ``last[sl]`` = the members'
-    largest arrival index, ``acc`` = ``combine`` (a ufunc) of their values.
-    ``acc`` / ``tmp`` / ``idx_tmp``: the worker's scratch, ``sl``'s length."""
+                    last: np.ndarray | None, acc: np.ndarray, tmp: np.ndarray, idx_tmp: np.ndarray) -> None:
+    """One block ``sl`` of the fused passes: per member ``k``, its per-row value
+    ``per_row[k][row]`` and (unless ``last`` is None: already known) its
+    arrival index; ``last[sl]`` = the members' largest arrival index, ``acc`` =
+    ``combine`` (a ufunc) of their values.  ``acc`` / ``tmp`` / ``idx_tmp``:
+    the worker's scratch, ``sl``'s length."""
     for k in range(replay.n):
         r = combos.rows[k][sl]
-        if k == 0:
-            np.take(replay.index_of[k], r, out=last[sl], mode="clip")
-            np.take(per_row[k], r, out=acc, mode="clip")
-        else:
-            np.take(replay.index_of[k], r, out=idx_tmp, mode="clip")
-            np.maximum(last[sl], idx_tmp, out=last[sl])
-            np.take(per_row[k], r, out=tmp, mode="clip")
+        if last is not None:
+            np.take(replay.index_of[k], r, out=last[sl] if k == 0 else idx_tmp, mode="clip")
+            if k:
+                np.maximum(last[sl], idx_tmp, out=last[sl])
+        np.take(per_row[k], r, out=acc if k == 0 else tmp, mode="clip")
+        if k:
             combine(acc, tmp, out=acc)
 
 
 def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions,
-                        expiry_index: list[np.ndarray] | None) -> Emission:
+                        expiry_index: list[np.ndarray] | None, arrivals: LastArrivals | None = None) -> Emission:
     """Symmetric family, one gather per member for the condition.
 
     ``H_i`` never decreases, so member ``x`` is still buffered when the last
@@ -173,17 +206,19 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
         np.maximum(b, ends[k], out=b, casting="same_kind")
         bound.append(b)
     C = len(combos)
-    last = np.empty(C, dtype=idx)
+    known = arrivals is not None
+    last = arrivals.last if known else np.empty(C, dtype=idx)
+    emit_us = arrivals.arrival_us if known else np.empty(C, dtype=replay.arrival.dtype)
     emitted = np.empty(C, dtype=bool)
-    emit_us = np.empty(C, dtype=replay.arrival.dtype)
     scratch = [[np.empty(min(C, BLOCK), dtype=idx) for _ in range(3)] for _ in range(WORKERS)]
 
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
         lb, ob, ib = (x[:m] for x in scratch[worker])
-        _gather_members(combos, replay, sl, bound, np.minimum, last, lb, ob, ib)   # lb = min_k b_k
+        _gather_members(combos, replay, sl, bound, np.minimum, None if known else last, lb, ob, ib)   # lb = min_k b_k
         np.less(last[sl], lb, out=emitted[sl])
-        np.take(replay.arrival, last[sl], out=emit_us[sl], mode="clip")
+        if not known:  # emitted the moment the last member arrives
+            np.take(replay.arrival, last[sl], out=emit_us[sl], mode="clip")
 
     _run_blocks(C, work)
     # emitted the moment the last member arrives: latency 0 for all (read-only)
@@ -192,7 +227,8 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
                     latency_us=latency)
 
 
-def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> Emission:
+def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions,
+                      arrivals: LastArrivals | None = None) -> Emission:
     """Sorting family, one gather per member for both conditions.
 
     Per tuple ``v = release`` (``N`` = flushed) or ``N + 1`` if dropped: a
@@ -205,7 +241,8 @@ def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> E
     value = [v[replay.index_of[k]] for k in range(replay.n)]
     del v
     C = len(combos)
-    last = np.empty(C, dtype=idx)
+    known = arrivals is not None
+    last = arrivals.last if known else np.empty(C, dtype=idx)
     emitted = np.empty(C, dtype=bool)
     emit_us = np.empty(C, dtype=replay.arrival.dtype)
     latency = np.empty(C, dtype=replay.arrival.dtype)
@@ -216,13 +253,16 @@ def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions) -> E
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
         mb, ob, ib = (x[:m] for x in scratch[worker])
-        _gather_members(combos, replay, sl, value, np.maximum, last, mb, ob, ib)   # mb = max_k v_k
+        _gather_members(combos, replay, sl, value, np.maximum, None if known else last, mb, ob, ib)   # mb = max_k v_k
         np.less_equal(mb, N, out=emitted[sl])
         # rel = N means "flushed at end of input": emitted at the last arrival.
         np.minimum(mb, N - 1, out=mb)
         np.take(replay.arrival, mb, out=emit_us[sl], mode="clip")
-        np.take(replay.arrival, last[sl], out=latency[sl], mode="clip")
-        np.subtract(emit_us[sl], latency[sl], out=latency[sl])
+        if known:
+            np.subtract(emit_us[sl], arrivals.arrival_us[sl], out=latency[sl])
+        else:
+            np.take(replay.arrival, last[sl], out=latency[sl], mode="clip")
+            np.subtract(emit_us[sl], latency[sl], out=latency[sl])
 
     _run_blocks(C, work)
     return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=emit_us,

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from ..candidates import Combos, Space, enumerate_truth
-from ..emit import Emission, emission
+from ..emit import Emission, emission, last_arrivals
 from ..plan import Plan, probe_order
 from ..policies import SORTING, PolicySpec
 from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
@@ -88,35 +88,47 @@ def join(
 
     W = np.asarray(windows, dtype=np.int64)
 
-    def progress():
-        # M is read by the sorting family's release horizon and by the
-        # recall-target controllers; the fixed-retention policy needs only T
-        keep_M = policy.family == SORTING or policy.adaptive
-        replay = build_replay(list(ts), list(arrival), keep_running_max=keep_M)
-        return replay, decide(replay, W, policy, bad_arrivals=bad_arrivals)
+    # M is read by the sorting family's release horizon and by the
+    # recall-target controllers; the fixed-retention policy needs only T
+    keep_M = policy.family == SORTING or policy.adaptive
 
     # Truth does not depend on arrival order, and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL
     # in their column loops), which is what a 2-core machine can give.  The
-    # probe order is only needed by truth, so it is chosen on truth's thread.
+    # probe order is only needed by truth, so it is chosen on truth's thread,
+    # and so is the part of emission that needs only truth and the replay
+    # order (each combination's last member): it overlaps the policy's
+    # expiry index instead of waiting for it.
     plan = Plan(order=list(order)) if order is not None else None
+    replay_ready: Future = Future()
 
     def truth():
         chosen = plan if plan is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
-        combos = enumerate_truth(ts, keys, W.tolist(), candidates_method, space=space, order=chosen.order)
-        return chosen, (combos.filter(where(combos)) if where is not None else combos)
+        combos = timed("candidates", enumerate_truth, ts, keys, W.tolist(), candidates_method, space=space,
+                       order=chosen.order)
+        if where is not None:
+            combos = combos.filter(where(combos))
+        arrivals = timed("emit.last", last_arrivals, combos, replay_ready.result()) if len(combos) else None
+        return chosen, combos, arrivals
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        truth_job = pool.submit(timed, "candidates", truth)
-        replay, decisions = timed("progress", progress)
+        truth_job = pool.submit(truth)
+        t0 = time.perf_counter()
+        try:
+            replay = build_replay(list(ts), list(arrival), keep_running_max=keep_M)
+        except BaseException as exc:
+            replay_ready.set_exception(exc)  # the truth job waits for it
+            raise
+        replay_ready.set_result(replay)
+        decisions = decide(replay, W, policy, bad_arrivals=bad_arrivals)
+        timings["progress"] = time.perf_counter() - t0
         # the expiry index of every tuple serves both memory and emission
         expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)
         memory_job = pool.submit(
             lambda: timed("memory", memory_per_stream, replay, W, decisions, expiry_index=expiry_job.result()))
-        plan, truth = truth_job.result()
-        emitted = timed("emit", emission, truth, replay, W, decisions, expiry_index=expiry_job.result())
+        plan, truth, arrivals = truth_job.result()
+        emitted = timed("emit", emission, truth, replay, W, decisions, expiry_index=expiry_job.result(),
+                        arrivals=arrivals)
         memory = memory_job.result()
-    if "plan" in timings:  # chosen inside the truth job: its time is part of "candidates"
-        timings["candidates"] -= timings["plan"]
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
                        timings_s=timings, plan=plan)
