@@ -11,6 +11,17 @@ Stages, each a module of its own::
 It answers exactly what the per-arrival reference replay answers (the
 property tests prove it) but never loops over tuples in Python: every step
 is a numpy or polars operation over a whole column.
+
+On two cores the stages run as two chains that meet at emission::
+
+    chain A:   probe order -> truth -----------------> last member of each
+                                        (waits for the    combination
+                                         replay order)    |
+    chain B:   replay order -> decisions -> expiry index --+--> emission
+                                                 '-> memory   (policy phase)
+
+Only emission's policy phase (is the last member's arrival still inside
+every other member's buffer?) waits for both chains.
 """
 
 from __future__ import annotations
