@@ -66,6 +66,17 @@ def pair_selectivity(i: int, j: int, ts, keys, windows, space: Space | None) -> 
     return found / (len(rows) * nj)
 
 
+def two_stream_plan(sizes: Sequence[int], found: int) -> Plan:
+    """The two-stream plan from the join itself: the smaller stream first (as
+    :func:`probe_order` chooses) and the *exact* selectivity ``found / (N_0 *
+    N_1)`` from the valid pairs ``found`` -- for two streams the order changes
+    no estimate, so the local engine skips the sample (and its time)."""
+    first = 0 if sizes[0] <= sizes[1] else 1
+    cells = sizes[0] * sizes[1]
+    return Plan(order=[first, 1 - first], selectivity={(0, 1): found / cells if cells else 0.0},
+                estimated_sizes=[float(sizes[first]), float(found)])
+
+
 def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
     """Choose the probe order (see module docstring)."""
     n = len(ts)

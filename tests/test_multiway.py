@@ -143,6 +143,28 @@ def test_probe_order_puts_the_most_selective_pair_first():
     assert plan.selectivity[(0, 1)] > plan.selectivity[(0, 2)]
 
 
+@pytest.mark.parametrize("sizes", [(300, 120), (80, 200), (50, 50)])
+def test_two_stream_plan_is_smaller_first_with_the_exact_selectivity(sizes):
+    """Two streams: the local engine's plan comes from the join itself."""
+    import polars as pl
+
+    from streamjoin.pipelines.engines.local import join
+
+    rng = np.random.default_rng(sum(sizes))
+    ts = [np.sort(rng.integers(0, 1_000_000, m)) for m in sizes]
+    arrival = [t + rng.integers(0, 5_000, len(t)) for t in ts]
+    keys = [pl.DataFrame({"__key0": rng.integers(0, 4, m)}) for m in sizes]
+    out = join(ts, arrival, keys, [20_000, 20_000], PolicySpec(name="static", retention=(0, 0)))
+    truth = len(brute_force_truth(
+        [[RefTuple(k, r, int(t), int(a), (int(key),)) for r, (t, a, key) in enumerate(zip(ts[k], arrival[k], keys[k]["__key0"]))]
+         for k in range(2)], [20_000, 20_000]))
+    assert len(out.combos) == truth
+    first = 0 if sizes[0] <= sizes[1] else 1
+    assert out.plan.order == [first, 1 - first]
+    assert out.plan.selectivity[(0, 1)] == truth / (sizes[0] * sizes[1])
+    assert out.plan.estimated_sizes == [float(sizes[first]), float(truth)]
+
+
 @pytest.mark.parametrize("text, cols, thr", [("x,y<=5000", ("x", "y"), 5000.0), (" pos_x , pos_y<= 1.5 ", ("pos_x", "pos_y"), 1.5),
                                              ("d<=0", ("d",), 0.0)])
 def test_parse_distance(text, cols, thr):

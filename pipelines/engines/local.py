@@ -36,7 +36,7 @@ import polars as pl
 
 from ..candidates import Combos, Space, enumerate_truth
 from ..emit import Emission, emission, last_arrivals
-from ..plan import Plan, probe_order
+from ..plan import Plan, probe_order, two_stream_plan
 from ..policies import SORTING, PolicySpec
 from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
@@ -113,10 +113,19 @@ def join(
     plan = Plan(order=list(order)) if order is not None else None
     replay_ready: Future = Future()
 
+    sizes = [len(t) for t in ts]
+
     def truth():
-        chosen = plan if plan is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
+        if plan is not None:
+            chosen = plan
+        elif len(ts) == 2:  # the order is the smaller stream first; the selectivity comes from truth
+            chosen = two_stream_plan(sizes, 0)
+        else:
+            chosen = timed("plan", probe_order, ts, keys, W.tolist(), space)
         combos = timed("candidates", enumerate_truth, ts, keys, W.tolist(), candidates_method, space=space,
                        order=chosen.order)
+        if plan is None and len(ts) == 2:
+            chosen = two_stream_plan(sizes, len(combos))   # before --where: the join's own selectivity
         if where is not None:
             combos = combos.filter(where(combos))
         arrivals = timed("emit.last", last_arrivals, combos, replay_ready.result()) if len(combos) else None
