@@ -271,14 +271,15 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
         return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K, policy_log=log)
     if policy.family == SYMMETRIC:
         d = schedule.values if schedule is not None else retention_matrix(replay, policy)  # (n, N) or (n, 1)
-        limit = W[replay.stream]
-        limit += replay.ts
         if schedule is None:  # fixed retention: H_i = T - d_i, never materialised here
             retention = np.asarray(d, dtype=np.int64).reshape(replay.n)
             # expired iff ts + W_i < T - d_i  <=>  ts + W_i + d_i < T  (T = NEG_INF: never)
-            limit += retention[replay.stream]
+            limit = (W + retention)[replay.stream]
+            limit += replay.ts
             expired = limit < replay.T
             return Decisions(family=SYMMETRIC, expired=expired, frontier=replay.T, retention=retention)
+        limit = W[replay.stream]
+        limit += replay.ts
         H = _horizons(replay.T, d, replay.n) if N else np.empty((replay.n, 0), np.int64)
         horizon_own = _own(replay.stream, H) if N else np.empty(0, np.int64)
         expired = limit < horizon_own
