@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .sorting import stable_order
+from .sorting import gather_ranges, search_sorted_queries, stable_order
 
 PACK_LIMIT = 2**62
 
@@ -178,61 +178,7 @@ def _grid_radix(space: Space | None) -> tuple[list[np.ndarray] | None, np.ndarra
     return cells, lo, [int(h - l) + 1 for h, l in zip(hi, lo)]
 
 
-#: queries per block of :func:`_search_sorted_queries`
-SEARCH_BLOCK = 8192
-#: outputs per block of :func:`_gather_ranges`
-GATHER_BLOCK = 1 << 20
-
-
-def _search_sorted_queries(a: np.ndarray, q: np.ndarray, side: str, dtype=np.int64) -> np.ndarray:
-    """``np.searchsorted(a, q, side)`` for (nearly) sorted queries, block by block.
-
-    Each block of queries only searches the slice of ``a`` between its
-    smallest and largest query, so the binary searches stay short and in
-    cache instead of starting over the whole array for every query.
-    ``dtype``: of the result (``int32`` when ``len(a) < 2**31`` halves it).
-    """
-    n = len(q)
-    if n <= 4 * SEARCH_BLOCK:
-        return np.searchsorted(a, q, side=side).astype(dtype, copy=False)
-    out = np.empty(n, dtype=dtype)
-    for s in range(0, n, SEARCH_BLOCK):
-        qb = q[s:s + SEARCH_BLOCK]
-        lo = int(np.searchsorted(a, qb.min(), side="left"))
-        hi = int(np.searchsorted(a, qb.max(), side="right"))
-        np.add(np.searchsorted(a[lo:hi], qb, side=side), lo, out=out[s:s + SEARCH_BLOCK])
-    return out
-
-
-def _gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``values[lo[0] : lo[0] + counts[0]]``, ``values[lo[1] : ...]``, ... concatenated.
-
-    Output ``c`` of range ``q`` is ``values[lo[q] + (c - first output of q)]``:
-    the positions are built and gathered a block of outputs at a time (in the
-    index dtype), so no position array the size of the output exists.
-    """
-    ends = np.cumsum(counts)
-    total = int(ends[-1]) if len(ends) else 0
-    out = np.empty(total, dtype=values.dtype)
-    pdt = np.int32 if total < 2**31 and len(values) < 2**31 else np.int64
-    shift = lo - ends
-    shift += counts                          # lo - (first output of the range)
-    cuts = np.unique(np.searchsorted(ends, np.arange(GATHER_BLOCK, total, GATHER_BLOCK), side="left"))
-    q0 = 0
-    for q1 in [*cuts.tolist(), len(counts)]:
-        if q1 <= q0:
-            continue
-        o0 = int(ends[q0 - 1]) if q0 else 0
-        o1 = int(ends[q1 - 1])
-        if o1 > o0:
-            pos = np.repeat(shift[q0:q1].astype(pdt), counts[q0:q1])
-            pos += np.arange(o0, o1, dtype=pdt)
-            np.take(values, pos, out=out[o0:o1], mode="clip")  # in range by construction
-        q0 = q1
-    return out
-
-
-def _compact_ids(ids: list[np.ndarray]) -> list[np.ndarray]:
+def compact_ids(ids: list[np.ndarray]) -> list[np.ndarray]:
     """The key ids renumbered ``0..K-1`` over the ids present (same equalities).
 
     Integer keys arrive from :func:`key_ids` as ``value - min``, which can be
@@ -294,7 +240,7 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     base = tmin - wmax - 1
     span = tmax - tmin + 2 * wmax + 3
     if ids is not None:
-        ids = _compact_ids(ids)
+        ids = compact_ids(ids)
     kradix = (max(int(i.max()) for i in ids) + 1) if ids is not None else 1
     cells, origin, radix = _grid_radix(space)
     ncodes = kradix
@@ -350,15 +296,15 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             del lo_q
             hi_s = hi_q[qorder]
             del hi_q
-            lo = _search_sorted_queries(vs, lo_s, "left")
+            lo = search_sorted_queries(vs, lo_s, "left")
             del lo_s
-            hi = _search_sorted_queries(vs, hi_s, "right")
+            hi = search_sorted_queries(vs, hi_s, "right")
             del hi_s
             counts = np.maximum(hi - lo, 0)
             del hi
             parents.append(np.repeat(qorder, counts))
             del qorder
-            members.append(_gather_ranges(korder, lo, counts))
+            members.append(gather_ranges(korder, lo, counts))
             del lo, counts
         parent = np.concatenate(parents) if len(parents) > 1 else parents[0]
         new_rows = np.concatenate(members) if len(members) > 1 else members[0]

@@ -41,9 +41,8 @@ from functools import cached_property
 
 import numpy as np
 
-from .candidates import _search_sorted_queries
 from .policies import SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
-from .sorting import stable_order
+from .sorting import search_sorted_queries, stable_order
 from .timeunits import NEG_INF
 
 
@@ -324,7 +323,7 @@ def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np
 
     def search(job) -> None:
         horizon, queries, into = job
-        into[:] = _search_sorted_queries(horizon, queries, "right", idx)
+        into[:] = search_sorted_queries(horizon, queries, "right", idx)
 
     if len(searches) > replay.n:
         with ThreadPoolExecutor(max_workers=2) as pool:

@@ -28,6 +28,12 @@ exactly stable, at ~0.12-0.16 s for 2M random values: a little slower than
 an unstable ``np.argsort``, about half of ``np.argsort(kind="stable")``.
 Only beyond 2**31 values (the digits no longer fit beside the positions) is
 numpy's stable argsort used.
+
+Two primitives on sorted arrays live here too, shared by truth enumeration,
+the expiry index and the Spark kernels: :func:`search_sorted_queries`
+(``searchsorted`` for nearly sorted queries, a block at a time) and
+:func:`gather_ranges` (many ranges of one array, concatenated, without an
+index array the size of the output).
 """
 
 from __future__ import annotations
@@ -120,3 +126,59 @@ def _two_digit_order(values: np.ndarray, lo: int, bits: int, index_dtype) -> tup
     del packed
     order = first[second].astype(index_dtype, copy=False)
     return order, values[order].astype(np.int64, copy=False)
+
+
+# ---------------------------------------------------------------- on sorted arrays
+
+#: queries per block of :func:`search_sorted_queries`
+SEARCH_BLOCK = 8192
+#: outputs per block of :func:`gather_ranges`
+GATHER_BLOCK = 1 << 20
+
+
+def search_sorted_queries(a: np.ndarray, q: np.ndarray, side: str, dtype=np.int64) -> np.ndarray:
+    """``np.searchsorted(a, q, side)`` for (nearly) sorted queries, block by block.
+
+    Each block of queries only searches the slice of ``a`` between its
+    smallest and largest query, so the binary searches stay short and in
+    cache instead of starting over the whole array for every query.
+    ``dtype``: of the result (``int32`` when ``len(a) < 2**31`` halves it).
+    """
+    n = len(q)
+    if n <= 4 * SEARCH_BLOCK:
+        return np.searchsorted(a, q, side=side).astype(dtype, copy=False)
+    out = np.empty(n, dtype=dtype)
+    for s in range(0, n, SEARCH_BLOCK):
+        qb = q[s:s + SEARCH_BLOCK]
+        lo = int(np.searchsorted(a, qb.min(), side="left"))
+        hi = int(np.searchsorted(a, qb.max(), side="right"))
+        np.add(np.searchsorted(a[lo:hi], qb, side=side), lo, out=out[s:s + SEARCH_BLOCK])
+    return out
+
+
+def gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``values[lo[0] : lo[0] + counts[0]]``, ``values[lo[1] : ...]``, ... concatenated.
+
+    Output ``c`` of range ``q`` is ``values[lo[q] + (c - first output of q)]``:
+    the positions are built and gathered a block of outputs at a time (in the
+    index dtype), so no position array the size of the output exists.
+    """
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    out = np.empty(total, dtype=values.dtype)
+    pdt = np.int32 if total < 2**31 and len(values) < 2**31 else np.int64
+    shift = lo - ends
+    shift += counts                          # lo - (first output of the range)
+    cuts = np.unique(np.searchsorted(ends, np.arange(GATHER_BLOCK, total, GATHER_BLOCK), side="left"))
+    q0 = 0
+    for q1 in [*cuts.tolist(), len(counts)]:
+        if q1 <= q0:
+            continue
+        o0 = int(ends[q0 - 1]) if q0 else 0
+        o1 = int(ends[q1 - 1])
+        if o1 > o0:
+            pos = np.repeat(shift[q0:q1].astype(pdt), counts[q0:q1])
+            pos += np.arange(o0, o1, dtype=pdt)
+            np.take(values, pos, out=out[o0:o1], mode="clip")  # in range by construction
+        q0 = q1
+    return out

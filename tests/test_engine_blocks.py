@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from local_adapter import local_engine
 from test_engine_vs_reference import _assert_same, problems
 
-from streamjoin.pipelines import candidates, emit, job, metrics
+from streamjoin.pipelines import emit, job, metrics, sorting
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.reference import replay
 
@@ -29,12 +29,12 @@ SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[Heal
 
 @contextmanager
 def tiny_blocks():
-    saved = (emit.BLOCK, emit.WORKERS, candidates.SEARCH_BLOCK, candidates.GATHER_BLOCK, metrics.BLOCK)
-    emit.BLOCK, emit.WORKERS, candidates.SEARCH_BLOCK, candidates.GATHER_BLOCK, metrics.BLOCK = 2, 2, 1, 3, 2
+    saved = (emit.BLOCK, emit.WORKERS, sorting.SEARCH_BLOCK, sorting.GATHER_BLOCK, metrics.BLOCK)
+    emit.BLOCK, emit.WORKERS, sorting.SEARCH_BLOCK, sorting.GATHER_BLOCK, metrics.BLOCK = 2, 2, 1, 3, 2
     try:
         yield
     finally:
-        emit.BLOCK, emit.WORKERS, candidates.SEARCH_BLOCK, candidates.GATHER_BLOCK, metrics.BLOCK = saved
+        emit.BLOCK, emit.WORKERS, sorting.SEARCH_BLOCK, sorting.GATHER_BLOCK, metrics.BLOCK = saved
 
 
 @SETTINGS

@@ -127,3 +127,42 @@ def test_sorted_enumeration_equals_bucket_join(data):
     listed = list(zip(*[r.tolist() for r in got.rows]))
     assert len(listed) == len(set(listed))
     assert set(listed) == set(zip(*[r.tolist() for r in want.rows]))
+
+
+@SETTINGS
+@given(st.lists(st.integers(-50, 50), max_size=60), st.lists(st.integers(-60, 60), max_size=80),
+       st.integers(0, 6), st.sampled_from(["left", "right"]), st.integers(1, 5))
+def test_search_sorted_queries_equals_searchsorted(a, q, disorder, side, block):
+    """Blocked searches, for sorted and nearly sorted queries (the block's min
+    and max bound its slice of ``a``), equal one ``np.searchsorted``."""
+    a = np.sort(np.array(a, dtype=np.int64))
+    q = np.sort(np.array(q, dtype=np.int64))
+    rng = np.random.default_rng(len(q) + disorder)
+    q = q + rng.integers(-disorder, disorder + 1, len(q))   # nearly sorted
+    saved = sorting.SEARCH_BLOCK
+    sorting.SEARCH_BLOCK = block
+    try:
+        got = sorting.search_sorted_queries(a, q, side, np.int32)
+    finally:
+        sorting.SEARCH_BLOCK = saved
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.searchsorted(a, q, side=side))
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=50), st.data(), st.integers(1, 7))
+def test_gather_ranges_equals_concatenated_slices(values, data, block):
+    values = np.array(values, dtype=np.int32)
+    n = len(values)
+    ranges = data.draw(st.lists(st.tuples(st.integers(0, n), st.integers(0, n)), max_size=20))
+    lo = np.array([min(x, y) for x, y in ranges], dtype=np.int64)
+    counts = np.array([abs(x - y) for x, y in ranges], dtype=np.int64)
+    saved = sorting.GATHER_BLOCK
+    sorting.GATHER_BLOCK = block
+    try:
+        got = sorting.gather_ranges(values, lo, counts)
+    finally:
+        sorting.GATHER_BLOCK = saved
+    want = np.concatenate([values[a:a + c] for a, c in zip(lo, counts)]) if len(lo) else np.empty(0, np.int32)
+    assert got.dtype == values.dtype
+    np.testing.assert_array_equal(got, want)

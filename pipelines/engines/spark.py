@@ -50,14 +50,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..candidates import (Combos, Space, _compact_ids, _gather_ranges, _search_sorted_queries, enumerate_truth,
-                          key_ids)
+from ..candidates import Combos, Space, compact_ids, enumerate_truth, key_ids
 from ..emit import Emission
 from ..plan import Plan, probe_order
 from ..policies import SORTING, SYMMETRIC, PolicySpec
 from ..allocator import reuse_freed_memory
 from ..progress import memory_per_stream
-from ..sorting import stable_order
+from ..sorting import gather_ranges, search_sorted_queries, stable_order
 from .. import sparkprogress as sp
 from ..route import atr as atr_mod
 from ..route import ctr as ctr_mod
@@ -286,15 +285,15 @@ def _extend(get, ps_all, stored: dict, hop: int, n: int, W, orders, keyed: bool,
         qorder, qlo_sorted = stable_order(qlo)
         a = np.empty(len(qlo), INT)
         b = np.empty(len(qlo), INT)
-        a[qorder] = _search_sorted_queries(vs, qlo_sorted, "left")
+        a[qorder] = search_sorted_queries(vs, qlo_sorted, "left")
         del qlo_sorted
-        b[qorder] = _search_sorted_queries(vs, qhi[qorder], "right")
+        b[qorder] = search_sorted_queries(vs, qhi[qorder], "right")
         cnt = np.where(qhi >= qlo, np.maximum(b - a, 0), 0)
         del qorder, qlo, qhi, vs, b
         # indexes as int32 where they fit: the gathers below touch every extension
         idx = np.int32 if max(len(ps_all), len(sstream)) < 2**31 else INT
         px = np.repeat(sel.astype(idx), cnt)                      # partial of each extension
-        sx = _gather_ranges(sk[order].astype(idx), a, cnt)        # stored tuple of each extension
+        sx = gather_ranges(sk[order].astype(idx), a, cnt)        # stored tuple of each extension
         del order, a, cnt
         if family is not None and n == 2:
             outs.append(_pair_emitted(get, ps, k, px, sx, stored, W, family))
@@ -1211,7 +1210,7 @@ def spark_join(
     t0 = time.perf_counter()
     ids = key_ids(list(keys)) if keys is not None else None
     # dense key ids (same equalities): (key, ts) codes then pack into one sort pass
-    ids = _compact_ids(ids) if ids is not None else None
+    ids = compact_ids(ids) if ids is not None else None
     keyed, dims = ids is not None, (space.dims if space is not None else 0)
     tables: dict[str, dict] = {}
 
