@@ -525,8 +525,7 @@ class QKSlackController(_Controller):
         return silent_floor.astype(np.int64)   # a stalled stream's late tuples wait in its own buffer
 
     def _stats(self, idx: np.ndarray, t: int):
-        s, lower, upper = self._spans(idx)
-        span = np.maximum(upper - lower + 1, 0)
+        s, _, _ = self._spans(idx)
         # productivity: expected partners over the whole window (members arrive in any order)
         full = (self.W[s][None, :] + self.W[:, None] + 1).astype(np.float64)
         dens = self._density(t, idx)
