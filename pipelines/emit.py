@@ -99,10 +99,13 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     W = np.asarray(windows, dtype=np.int64)
     if not len(combos):
         return _emission_columns(combos, replay, W, decisions)
+    # a fixed retention's horizons are the (never decreasing) frontier shifted
+    if (decisions.family == SYMMETRIC and expiry_index is None and decisions.frontier is None
+            and not _never_decreasing(decisions.H)):
+        return _emission_columns(combos, replay, W, decisions)
+    if arrivals is None:
+        arrivals = last_arrivals(combos, replay)
     if decisions.family == SYMMETRIC:
-        # a fixed retention's horizons are the (never decreasing) frontier shifted
-        if expiry_index is None and decisions.frontier is None and not _never_decreasing(decisions.H):
-            return _emission_columns(combos, replay, W, decisions)
         return _emission_symmetric(combos, replay, W, decisions, expiry_index, arrivals)
     return _emission_sorting(combos, replay, decisions, arrivals)
 
@@ -162,27 +165,21 @@ def _run_blocks(total: int, work: Callable[[slice, int], None]) -> None:
         list(pool.map(lambda j: [work(sl, j) for sl in blocks[j::workers]], range(workers)))
 
 
-def _gather_members(combos: Combos, replay: Replay, sl: slice, per_row: list[np.ndarray], combine,
-                    last: np.ndarray | None, acc: np.ndarray, tmp: np.ndarray, idx_tmp: np.ndarray) -> None:
-    """One block ``sl`` of the fused passes: per member ``k``, its per-row value
-    ``per_row[k][row]`` and (unless ``last`` is None: already known) its
-    arrival index; ``last[sl]`` = the members' largest arrival index, ``acc`` =
-    ``combine`` (a ufunc) of their values.  ``acc`` / ``tmp`` / ``idx_tmp``:
+def _gather_members(combos: Combos, sl: slice, per_row: list[np.ndarray], combine,
+                    acc: np.ndarray, tmp: np.ndarray) -> None:
+    """One block ``sl`` of the policy phase: ``acc`` = ``combine`` (a ufunc)
+    of the members' per-row values ``per_row[k][row]``.  ``acc`` / ``tmp``:
     the worker's scratch, ``sl``'s length."""
-    for k in range(replay.n):
-        r = combos.rows[k][sl]
-        if last is not None:
-            np.take(replay.index_of[k], r, out=last[sl] if k == 0 else idx_tmp, mode="clip")
-            if k:
-                np.maximum(last[sl], idx_tmp, out=last[sl])
-        np.take(per_row[k], r, out=acc if k == 0 else tmp, mode="clip")
+    for k, per in enumerate(per_row):
+        np.take(per, combos.rows[k][sl], out=acc if k == 0 else tmp, mode="clip")
         if k:
             combine(acc, tmp, out=acc)
 
 
 def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions,
-                        expiry_index: list[np.ndarray] | None, arrivals: LastArrivals | None = None) -> Emission:
-    """Symmetric family, one gather per member for the condition.
+                        expiry_index: list[np.ndarray] | None, arrivals: LastArrivals) -> Emission:
+    """Symmetric family, one gather per member for the condition (``last``
+    comes from :func:`last_arrivals`).
 
     ``H_i`` never decreases, so member ``x`` is still buffered when the last
     member arrives (``x.ts + W_i >= H_i(a_y)``) iff ``a_y < e_x`` with ``e_x``
@@ -206,66 +203,54 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
         np.maximum(b, ends[k], out=b, casting="same_kind")
         bound.append(b)
     C = len(combos)
-    known = arrivals is not None
-    last = arrivals.last if known else np.empty(C, dtype=idx)
-    emit_us = arrivals.arrival_us if known else np.empty(C, dtype=replay.arrival.dtype)
+    last = arrivals.last
     emitted = np.empty(C, dtype=bool)
-    scratch = [[np.empty(min(C, BLOCK), dtype=idx) for _ in range(3)] for _ in range(WORKERS)]
+    scratch = [[np.empty(min(C, BLOCK), dtype=idx) for _ in range(2)] for _ in range(WORKERS)]
 
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
-        lb, ob, ib = (x[:m] for x in scratch[worker])
-        _gather_members(combos, replay, sl, bound, np.minimum, None if known else last, lb, ob, ib)   # lb = min_k b_k
+        lb, ob = (x[:m] for x in scratch[worker])
+        _gather_members(combos, sl, bound, np.minimum, lb, ob)   # lb = min_k b_k
         np.less(last[sl], lb, out=emitted[sl])
-        if not known:  # emitted the moment the last member arrives
-            np.take(replay.arrival, last[sl], out=emit_us[sl], mode="clip")
 
     _run_blocks(C, work)
     # emitted the moment the last member arrives: latency 0 for all (read-only)
     latency = np.broadcast_to(np.zeros(1, dtype=np.int64), (C,))
-    return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=emit_us,
+    return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=arrivals.arrival_us,
                     latency_us=latency)
 
 
-def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions,
-                      arrivals: LastArrivals | None = None) -> Emission:
-    """Sorting family, one gather per member for both conditions.
+def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions, arrivals: LastArrivals) -> Emission:
+    """Sorting family, one gather per member for both conditions (``last``
+    and its arrival from :func:`last_arrivals`).
 
     Per tuple ``v = release`` (``N`` = flushed) or ``N + 1`` if dropped: a
     combination is emitted iff ``max_k v_k <= N``, and its emission index is
     ``min(max_k v_k, N - 1)`` (a dropped member never lets it be emitted).
     """
     N = replay.N
-    idx = replay.index_of[0].dtype
     v = np.where(decisions.dropped, N + 1, decisions.release)
     value = [v[replay.index_of[k]] for k in range(replay.n)]
     del v
     C = len(combos)
-    known = arrivals is not None
-    last = arrivals.last if known else np.empty(C, dtype=idx)
     emitted = np.empty(C, dtype=bool)
     emit_us = np.empty(C, dtype=replay.arrival.dtype)
     latency = np.empty(C, dtype=replay.arrival.dtype)
     vdt = value[0].dtype
-    scratch = [(np.empty(min(C, BLOCK), dtype=vdt), np.empty(min(C, BLOCK), dtype=vdt),
-                np.empty(min(C, BLOCK), dtype=idx)) for _ in range(WORKERS)]
+    scratch = [(np.empty(min(C, BLOCK), dtype=vdt), np.empty(min(C, BLOCK), dtype=vdt)) for _ in range(WORKERS)]
 
     def work(sl: slice, worker: int) -> None:
         m = sl.stop - sl.start
-        mb, ob, ib = (x[:m] for x in scratch[worker])
-        _gather_members(combos, replay, sl, value, np.maximum, None if known else last, mb, ob, ib)   # mb = max_k v_k
+        mb, ob = (x[:m] for x in scratch[worker])
+        _gather_members(combos, sl, value, np.maximum, mb, ob)   # mb = max_k v_k
         np.less_equal(mb, N, out=emitted[sl])
         # rel = N means "flushed at end of input": emitted at the last arrival.
         np.minimum(mb, N - 1, out=mb)
         np.take(replay.arrival, mb, out=emit_us[sl], mode="clip")
-        if known:
-            np.subtract(emit_us[sl], arrivals.arrival_us[sl], out=latency[sl])
-        else:
-            np.take(replay.arrival, last[sl], out=latency[sl], mode="clip")
-            np.subtract(emit_us[sl], latency[sl], out=latency[sl])
+        np.subtract(emit_us[sl], arrivals.arrival_us[sl], out=latency[sl])
 
     _run_blocks(C, work)
-    return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=emit_us,
+    return Emission(a=MemberIndexes(combos, replay), last=arrivals.last, emitted=emitted, emit_us=emit_us,
                     latency_us=latency)
 
 

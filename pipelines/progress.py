@@ -304,7 +304,7 @@ def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np
         return None
     W = np.asarray(windows, dtype=np.int64)
     idx = np.int32 if replay.N < 2**31 else np.int64  # values are <= N
-    implicit = "H" not in vars(decisions) and decisions.frontier is not None
+    implicit = decisions.frontier is not None   # H_i = T - d_i: search T, never build H
     out, searches = [], []
     for i in range(replay.n):
         if implicit:  # H_i(a) > ts + W_i  <=>  T(a) > ts + W_i + d_i
