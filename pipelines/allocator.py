@@ -49,7 +49,17 @@ def reuse_freed_memory() -> bool:
     first allocation).  Arrow is switched to the system allocator here too,
     unless the user chose a pool with ``ARROW_DEFAULT_MEMORY_POOL``.
     """
-    _arrow_on_system_heap()
+    try:
+        return _malloc_settings()
+    finally:
+        # only after the arena limit: importing pyarrow starts a thread, and a
+        # thread that allocates before the limit is set creates an arena of
+        # its own, which the engine's worker threads would later take over
+        # from glibc's free list -- with its fresh-mmap behaviour (above)
+        _arrow_on_system_heap()
+
+
+def _malloc_settings() -> bool:
     name = ctypes.util.find_library("c")
     if not name:
         return False

@@ -131,6 +131,25 @@ def test_allocator_settings_in_a_fresh_process():
     assert out.stdout.split() == ["True", env["ARROW_DEFAULT_MEMORY_POOL"]]
 
 
+def test_one_malloc_arena_for_the_whole_process():
+    # the CLI's order: settings first, then the heavy imports (pyarrow and
+    # polars start threads) and the engine's worker threads; every thread must
+    # share the main arena (glibc's malloc_stats lists each arena on stderr)
+    code = (
+        "import ctypes, ctypes.util\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from streamjoin.pipelines.allocator import reuse_freed_memory\n"
+        "assert reuse_freed_memory()\n"
+        "import numpy as np, polars, pyarrow\n"
+        "with ThreadPoolExecutor(2) as pool:\n"
+        "    list(pool.map(lambda k: np.ones(1 << 23).sum(), range(4)))\n"
+        "ctypes.CDLL(ctypes.util.find_library('c')).malloc_stats()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    arenas = [line for line in out.stderr.splitlines() if line.startswith("Arena ")]
+    assert arenas == ["Arena 0:"], out.stderr
+
+
 def _pools() -> list[str]:
     import pyarrow as pa
 

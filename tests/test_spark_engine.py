@@ -99,6 +99,32 @@ def _write_sample(tmp: Path) -> Path:
     return cfg
 
 
+def test_python_workers_use_one_malloc_arena(spark):
+    # the kernels' large temporaries must come from the main heap in the
+    # workers too (pipelines/allocator.py); glibc's malloc_info lists one
+    # <heap> per arena
+    def arenas(_):
+        import ctypes
+        import ctypes.util
+        import tempfile
+
+        import numpy as np
+        import polars  # noqa: F401  (starts threads, as the kernels' imports do)
+
+        np.ones(1 << 22).sum()
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.fopen.restype = ctypes.c_void_p
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        with tempfile.NamedTemporaryFile("r", suffix=".xml") as f:
+            fp = libc.fopen(f.name.encode(), b"w")
+            libc.malloc_info(0, fp)
+            libc.fclose(fp)
+            yield f.read().count("<heap nr=")
+
+    assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(arenas).collect() == [1, 1]
+
+
 def test_cli_ctr_on_local_cluster_equals_local_engine(tmp_path):
     """`streamjoin run --engine spark --router ctr --master local-cluster[2,1,1024]`:
     separate executor processes; results.parquet (part files) == the local engine's."""

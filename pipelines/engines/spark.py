@@ -703,6 +703,11 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          # "defrag=madvise" each fault may compact memory first -- on the benchmark
          # VM that tripled the kernel's time (docs/performance.md, issue 7)
          .config("spark.executorEnv.NUMPY_MADVISE_HUGEPAGE", "0")
+         # one malloc arena in the workers from their first allocation (glibc reads
+         # this at start-up): a thread's own arena serves large blocks with fresh
+         # mmaps, see pipelines/allocator.py -- reuse_freed_memory() in a task comes
+         # too late for arenas that imports in the worker already created
+         .config("spark.executorEnv.MALLOC_ARENA_MAX", "1")
          # a task's result up to this size travels with its status update instead of a
          # round trip through the block manager (below spark.rpc.message.maxSize, 128 MB)
          .config("spark.task.maxDirectResultSize", str(120 * 1024 * 1024))
