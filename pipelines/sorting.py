@@ -156,6 +156,26 @@ def search_sorted_queries(a: np.ndarray, q: np.ndarray, side: str, dtype=np.int6
     return out
 
 
+def range_blocks(counts: np.ndarray, block: int, ends: np.ndarray | None = None):
+    """Consecutive groups of ranges, each with about ``block`` outputs: yields
+    ``(q0, q1, o0, o1)`` -- ranges ``q0 .. q1 - 1``, whose outputs (``counts``
+    each, concatenated) are ``o0 .. o1 - 1``.  Groups without outputs are
+    skipped; a single range longer than ``block`` is a group of its own.
+    ``ends``: ``np.cumsum(counts)``, if at hand."""
+    ends = np.cumsum(counts) if ends is None else ends
+    total = int(ends[-1]) if len(ends) else 0
+    cuts = np.unique(np.searchsorted(ends, np.arange(block, total, block), side="left"))
+    q0 = 0
+    for q1 in [*cuts.tolist(), len(counts)]:
+        if q1 <= q0:
+            continue
+        o0 = int(ends[q0 - 1]) if q0 else 0
+        o1 = int(ends[q1 - 1])
+        if o1 > o0:
+            yield q0, q1, o0, o1
+        q0 = q1
+
+
 def gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``values[lo[0] : lo[0] + counts[0]]``, ``values[lo[1] : ...]``, ... concatenated.
 
@@ -169,16 +189,8 @@ def gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np.
     pdt = np.int32 if total < 2**31 and len(values) < 2**31 else np.int64
     shift = lo - ends
     shift += counts                          # lo - (first output of the range)
-    cuts = np.unique(np.searchsorted(ends, np.arange(GATHER_BLOCK, total, GATHER_BLOCK), side="left"))
-    q0 = 0
-    for q1 in [*cuts.tolist(), len(counts)]:
-        if q1 <= q0:
-            continue
-        o0 = int(ends[q0 - 1]) if q0 else 0
-        o1 = int(ends[q1 - 1])
-        if o1 > o0:
-            pos = np.repeat(shift[q0:q1].astype(pdt), counts[q0:q1])
-            pos += np.arange(o0, o1, dtype=pdt)
-            np.take(values, pos, out=out[o0:o1], mode="clip")  # in range by construction
-        q0 = q1
+    for q0, q1, o0, o1 in range_blocks(counts, GATHER_BLOCK, ends):
+        pos = np.repeat(shift[q0:q1].astype(pdt), counts[q0:q1])
+        pos += np.arange(o0, o1, dtype=pdt)
+        np.take(values, pos, out=out[o0:o1], mode="clip")  # in range by construction
     return out

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from local_adapter import _key_frames, local_engine
 
 from streamjoin.pipelines import sparkprogress as sp
+from streamjoin.pipelines.engines import spark as spark_engine
 from streamjoin.pipelines.engines.spark import RouteSettings, spark_join
 from streamjoin.pipelines.policies import POLICY_NAMES, PolicySpec
 from streamjoin.pipelines.policies.controller import RecallTarget
@@ -99,13 +100,19 @@ def test_partitionwise_progress_equals_progress_py(problem, parts, rparts, rnd):
 
 @SETTINGS
 @given(problems(), st.sampled_from(["none", "atr", "ctr"]), st.sampled_from([1, 2, 3, 7]), st.integers(1, 15),
-       st.booleans())
-def test_routed_plane_equals_local_engine(problem, router, partitions, segment, adapt):
+       st.booleans(), st.sampled_from([1, 3, 1 << 18]))
+def test_routed_plane_equals_local_engine(problem, router, partitions, segment, adapt, block):
     streams, windows, policy = problem
     ref = local_engine(streams, windows, policy)
     ts, ar = columns(streams)
-    out = spark_join(ts, ar, _key_frames(streams), windows, policy, plane="local",
-                     settings=RouteSettings(router, partitions, segment, adapt=adapt))
+    # CTR's kernel probes (and pairs) a block at a time: tiny blocks put boundaries everywhere
+    saved = spark_engine.PROBE_BLOCK, spark_engine.PAIR_BLOCK
+    spark_engine.PROBE_BLOCK = spark_engine.PAIR_BLOCK = block
+    try:
+        out = spark_join(ts, ar, _key_frames(streams), windows, policy, plane="local",
+                         settings=RouteSettings(router, partitions, segment, adapt=adapt))
+    finally:
+        spark_engine.PROBE_BLOCK, spark_engine.PAIR_BLOCK = saved
     truth, emitted = emitted_of(out)
     assert truth == ref.truth
     assert emitted == ref.emitted

@@ -56,7 +56,7 @@ from ..plan import Plan, probe_order
 from ..policies import SORTING, SYMMETRIC, PolicySpec
 from ..allocator import reuse_freed_memory
 from ..progress import memory_per_stream
-from ..sorting import gather_ranges, search_sorted_queries, stable_order
+from ..sorting import gather_ranges, range_blocks, search_sorted_queries, stable_order
 from .. import sparkprogress as sp
 from ..route import atr as atr_mod
 from ..route import ctr as ctr_mod
@@ -250,78 +250,141 @@ def extend_probers(probers: dict, stored: dict, n: int, W, orders, keyed: bool, 
     return _extend(get, stream, stored, 1, n, W, orders, keyed, cols, family)
 
 
+#: partial combinations (probers) per block of :func:`_extend`
+PROBE_BLOCK = 1 << 16
+
+
 def _extend(get, ps_all, stored: dict, hop: int, n: int, W, orders, keyed: bool, cols: list[str],
             family: str | None = None) -> dict:
-    """:func:`extend` on partials read through ``get(column, indexes, prober stream)``."""
+    """:func:`extend` on partials read through ``get(column, indexes, prober stream)``.
+
+    Per prober stream, the next stream's stored tuples are sorted by ``(key,
+    ts)`` once; the partials then probe them :data:`PROBE_BLOCK` at a time,
+    each block's queries in sorted order (the binary searches walk the
+    sorted tuples monotonically), so every per-partial temporary stays
+    block-sized and reuses the same heap pages.  Output order: blocks in
+    partial order, within a block by band start (stable: deterministic)."""
     outs = []
     sstream = stored["stream"]
+    # indexes as int32 where they fit: the gathers below touch every extension
+    idx = np.int32 if max(len(ps_all), len(sstream)) < 2**31 else INT
     for ps in _present(ps_all):
         ps = int(ps)
-        sel = np.flatnonzero(ps_all == ps)
+        sel = np.flatnonzero(ps_all == ps).astype(idx)
         k = orders[ps][hop - 1]
         sk = np.flatnonzero(sstream == k)
         if not len(sk) or not len(sel):
             continue
         s_ts = stored["ts"][sk]
+        # one code space for stored tuples and every band: key * span + (t - base),
+        # with base below every band start and span above every band end
+        # (each band ends at or before its prober's ts)
         ty = get(f"t{ps}", sel, ps)
-        lo = ty - int(W[k])
-        hi = ty if k < ps else ty - 1      # the prober is the newest member (ties: larger stream)
-        for m in range(n):
-            present = get(f"r{m}", sel, ps) >= 0
-            hi = np.where(present, np.minimum(hi, get(f"t{m}", sel, ps) + int(W[m])), hi)
-        base = int(min(s_ts.min(), lo.min())) - 1
-        span = int(max(s_ts.max(), hi.max()) - base) + 2
+        base = int(min(s_ts.min(), ty.min() - int(W[k]))) - 1
+        span = int(max(s_ts.max(), ty.max()) - base) + 2
+        del ty
         kid_s = stored["kid"][sk].astype(INT, copy=False) if keyed else np.zeros(len(sk), INT)
-        kid_p = get("kid", sel, ps) if keyed else np.zeros(len(sel), INT)
         code = kid_s * span + (s_ts - base)
+        del kid_s, s_ts
         # stable sorts from SIMD value sorts (pipelines/sorting.py): the same
         # order as argsort(kind="stable"), several times faster
         order, vs = stable_order(code, overwrite=True)
-        qlo = kid_p * span + (lo - base)
-        qhi = kid_p * span + (hi - base)
-        del code, kid_s, kid_p, lo, hi, ty
-        # queries in sorted order walk `vs` monotonically (several times faster
-        # than random probes); the answers go back to the partials' order
-        qorder, qlo_sorted = stable_order(qlo)
-        a = np.empty(len(qlo), INT)
-        b = np.empty(len(qlo), INT)
-        a[qorder] = search_sorted_queries(vs, qlo_sorted, "left")
-        del qlo_sorted
-        b[qorder] = search_sorted_queries(vs, qhi[qorder], "right")
-        cnt = np.where(qhi >= qlo, np.maximum(b - a, 0), 0)
-        del qorder, qlo, qhi, vs, b
-        # indexes as int32 where they fit: the gathers below touch every extension
-        idx = np.int32 if max(len(ps_all), len(sstream)) < 2**31 else INT
-        px = np.repeat(sel.astype(idx), cnt)                      # partial of each extension
-        sx = gather_ranges(sk[order].astype(idx), a, cnt)        # stored tuple of each extension
-        del order, a, cnt
-        if family is not None and n == 2:
-            outs.append(_pair_emitted(get, ps, k, px, sx, stored, W, family))
-            continue
-        new = {c: get(c, px, ps) for c in cols if c not in (f"r{k}", f"t{k}", f"a{k}")}
-        new[f"r{k}"] = stored["row"][sx].astype(INT, copy=False)
-        new[f"t{k}"] = stored["ts"][sx].astype(INT, copy=False)
-        sa = stored["a"][sx].astype(INT, copy=False)
-        new[f"a{k}"] = sa
-        later = sa > new["amax"]
-        new["amax"] = np.maximum(new["amax"], sa)
-        for c, src in (("arrmax", "arrival"), ("relmax", "rel_us")):
-            if c in new:
-                new[c] = np.maximum(new[c], stored[src][sx])
-        if "drop_any" in new:
-            new["drop_any"] = new["drop_any"] | stored["dropped"][sx].astype(bool)
-        for j in range(n):
-            if f"h{j}" in new:
-                new[f"h{j}"] = np.where(later, stored[f"H{j}"][sx], new[f"h{j}"])
-        if family is not None:
-            new = {**{f"r{m}": new[f"r{m}"] for m in range(n)}, "emitted": emitted_partials(new, n, W, family)}
-        outs.append(new)
+        members = sk[order].astype(idx)                           # stream k's stored tuples, sorted
+        del order, sk, code
+        for b0 in range(0, len(sel), PROBE_BLOCK):
+            outs.append(_extend_block(get, sel[b0:b0 + PROBE_BLOCK], ps, k, vs, members, base, span,
+                                      stored, hop, n, W, keyed, cols, family, idx))
+        del vs, members
     keys = list(outs[0]) if outs else (cols if family is None else [f"r{m}" for m in range(n)] + ["emitted"])
     if not outs:
         return {c: np.empty(0, bool if c in ("drop_any", "emitted") else INT) for c in keys}
     if len(outs) == 1:
         return {c: outs[0][c] for c in keys}
     return {c: np.concatenate([o[c] for o in outs]) for c in keys}
+
+
+def _extend_block(get, sel: np.ndarray, ps: int, k: int, vs: np.ndarray, members: np.ndarray, base: int,
+                  span: int, stored: dict, hop: int, n: int, W, keyed: bool, cols: list[str],
+                  family: str | None, idx) -> dict:
+    """One block of :func:`_extend`: partials ``sel`` (stream ``ps`` probes)
+    extended by stream ``k``'s stored tuples (``members``, sorted, codes ``vs``)."""
+    ty = get(f"t{ps}", sel, ps)
+    lo = ty - int(W[k])
+    hi = ty if k < ps else ty - 1      # the prober is the newest member (ties: larger stream)
+    # every member m bounds the band by t_m + W_m; at hop 1 the prober is
+    # the only member and its own bound ty + W_ps >= hi already holds
+    for m in range(n) if hop > 1 else ():
+        present = get(f"r{m}", sel, ps) >= 0
+        hi = np.where(present, np.minimum(hi, get(f"t{m}", sel, ps) + int(W[m])), hi)
+    kid_p = get("kid", sel, ps) if keyed else np.zeros(len(sel), INT)
+    kid_p = kid_p * span
+    qlo = kid_p + (lo - base)
+    qhi = kid_p + (hi - base)
+    del kid_p, lo, hi, ty
+    # queries in sorted order walk `vs` monotonically (several times faster
+    # than random probes), and the partials are extended in that order
+    qorder, qlo_sorted = stable_order(qlo, idx, overwrite=True)
+    del qlo
+    a = search_sorted_queries(vs, qlo_sorted, "left", idx)
+    del qlo_sorted
+    cnt = search_sorted_queries(vs, qhi[qorder], "right", idx)
+    del qhi
+    cnt -= a             # <= 0 where the band is empty (qhi < qlo): no stored tuple in it
+    np.maximum(cnt, 0, out=cnt)
+    sel = sel[qorder]
+    del qorder
+    if family is not None and n == 2:
+        return _pairs_emitted(get, ps, k, sel, members, a, cnt, stored, W, family)
+    px = np.repeat(sel, cnt)                      # partial of each extension
+    sx = gather_ranges(members, a, cnt)          # stored tuple of each extension
+    del a, cnt
+    new = {c: get(c, px, ps) for c in cols if c not in (f"r{k}", f"t{k}", f"a{k}")}
+    new[f"r{k}"] = stored["row"][sx].astype(INT, copy=False)
+    new[f"t{k}"] = stored["ts"][sx].astype(INT, copy=False)
+    sa = stored["a"][sx].astype(INT, copy=False)
+    new[f"a{k}"] = sa
+    later = sa > new["amax"]
+    new["amax"] = np.maximum(new["amax"], sa)
+    for c, src in (("arrmax", "arrival"), ("relmax", "rel_us")):
+        if c in new:
+            new[c] = np.maximum(new[c], stored[src][sx])
+    if "drop_any" in new:
+        new["drop_any"] = new["drop_any"] | stored["dropped"][sx].astype(bool)
+    for j in range(n):
+        if f"h{j}" in new:
+            new[f"h{j}"] = np.where(later, stored[f"H{j}"][sx], new[f"h{j}"])
+    if family is not None:
+        new = {**{f"r{m}": new[f"r{m}"] for m in range(n)}, "emitted": emitted_partials(new, n, W, family)}
+    return new
+
+
+#: extensions per block of the two-stream last hop (:func:`_pairs_emitted`)
+PAIR_BLOCK = 1 << 17
+
+
+def _pairs_emitted(get, p: int, k: int, probers: np.ndarray, members: np.ndarray, first: np.ndarray,
+                   counts: np.ndarray, stored: dict, W, family: str) -> dict:
+    """:func:`_pair_emitted` for every extension of prober ``probers[q]``
+    (stream ``p``) by ``members[first[q] : first[q] + counts[q]]`` (stream
+    ``k``), in the order of ``probers``.
+
+    Built a block of :data:`PAIR_BLOCK` extensions at a time into outputs
+    allocated once (rows as int32 where they fit): the per-extension
+    temporaries stay block-sized and reuse the same heap pages.  Built whole,
+    they were a few hundred MB of fresh memory per task, and in a fresh
+    Python worker faulting those pages in took as long as the kernel's
+    arithmetic (docs/performance.md, "Spark engine vs local")."""
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    rdt = np.int32 if max(len(stored["row"]), total) < 2**31 else INT
+    out = {"r0": np.empty(total, rdt), "r1": np.empty(total, rdt), "emitted": np.empty(total, bool)}
+    for q0, q1, o0, o1 in range_blocks(counts, PAIR_BLOCK, ends):
+        px = np.repeat(probers[q0:q1], counts[q0:q1])
+        sx = gather_ranges(members, first[q0:q1], counts[q0:q1])
+        got = _pair_emitted(get, p, k, px, sx, stored, W, family)
+        for c, col in out.items():
+            col[o0:o1] = got[c]
+    return out
 
 
 def _pair_emitted(get, p: int, k: int, px: np.ndarray, sx: np.ndarray, stored: dict, W, family: str) -> dict:
@@ -1084,36 +1147,40 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
                                              for sel in (st, mv)))))
     del pi, pd
 
-    def hop_out(d, hop, stored, ext, t0):
-        """After extending at ``d`` for ``hop``: results (last hop) or partials for the next."""
+    def hop_out(d, hop, stored, ext, t0, part=0):
+        """After extending at ``d`` for ``hop``: results (last hop) or partials
+        for the next.  ``part``: which of the partition's prober sets ``ext``
+        came from (the stored tuples go on to the next hop with part 0)."""
         if hop == n - 1:
-            res = {f"r{k}": ext[f"r{k}"].astype(np.int32 if N < 2**31 else INT) for k in range(n)}
+            res = {f"r{k}": ext[f"r{k}"].astype(np.int32 if N < 2**31 else INT, copy=False) for k in range(n)}
             res["emitted"] = ext["emitted"] if "emitted" in ext else emitted_partials(ext, n, W, family)
             m = len(res["r0"])
-            yield d, ("R", d, handoff.put(_pack(res)), {"n_cand": m, "n_out": m,
+            yield d, ("R", d, handoff.put(_pack(res)), {"n_cand": m, "n_out": m, "part": part,
                                                         "t_us": (time.perf_counter() - t0) * 1e6})
             return
         routed, dest = route_partials(ext, plan, hop + 1, d)
         yield d, ("T", d, None, {"n_cand": len(ext["amax"]), "t_us": (time.perf_counter() - t0) * 1e6,
                                  "inter": int((dest != d).sum())})
-        yield d, ("S", d, handoff.put(stored), None)
+        if part == 0:
+            yield d, ("S", d, handoff.put(stored), None)
         for e in _present(dest):
-            yield int(e), ("P", d, handoff.put({c: v[dest == e] for c, v in routed.items()}), None)
+            yield int(e), ("P", d, handoff.put({c: v[dest == e] for c, v in routed.items()}), part)
 
     def first(index, recs):
         reuse_freed_memory()  # as the driver does: the kernel's temporaries reuse the heap
         for d, token in recs:
-            t0 = time.perf_counter()
             stored, moved_in = handoff.get(token)
             stored, moved_in = (_widen(_absolute_times(x, base)) for x in (stored, moved_in))
-            # every stored tuple probes here, and so do the probers moved in: two calls
-            # instead of one on a concatenated copy of every column (fresh memory is
-            # what two concurrent tasks pay most for, docs/performance.md)
-            ext = [extend_probers(probers, stored, n, W, plan.orders, keyed, plan, family if n == 2 else None,
-                                  keep=lean_partial_columns(n, family, n == 2)) for probers in (stored, moved_in)]
-            del moved_in
-            ext = {c: np.concatenate([e[c] for e in ext]) for c in ext[0]}
-            yield from hop_out(d, 1, stored, ext, t0)
+            # every stored tuple probes here, and so do the probers moved in: each
+            # set is extended and sent on by itself, with no concatenated copy of
+            # their columns or of their extensions (fresh memory is what two
+            # concurrent tasks pay most for, docs/performance.md)
+            for part, probers in enumerate((stored, moved_in)):
+                t0 = time.perf_counter()
+                ext = extend_probers(probers, stored, n, W, plan.orders, keyed, plan, family if n == 2 else None,
+                                     keep=lean_partial_columns(n, family, n == 2))
+                yield from hop_out(d, 1, stored, ext, t0, part)
+                del ext
 
     def later(hop):
         def run(index, pairs):
@@ -1123,13 +1190,13 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
                 if kind == "S":
                     stored = handoff.get(payload)
                 elif kind == "P":
-                    partials.append((src, handoff.get(payload)))
+                    partials.append(((src, st), handoff.get(payload)))
                 else:
                     passed.append((kind, src, payload, st))
             for item in passed:                     # earlier hops' statistics ride along
                 yield index, item
             t0 = time.perf_counter()
-            partials.sort(key=lambda x: x[0])        # deterministic order: by sending partition
+            partials.sort(key=lambda x: x[0])        # deterministic order: by sending partition, part
             if partials:
                 Pd = {c: np.concatenate([x[1][c] for x in partials]) for c in partials[0][1]}
             else:
@@ -1150,7 +1217,7 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     finals = []
     for kind, d, payload, st in got:
         if kind == "R":
-            finals.append((d, _unpack(handoff.get(payload, consume=True))))
+            finals.append(((d, st["part"]), _unpack(handoff.get(payload, consume=True))))
             _stat(stats, d, n_cand=int(st["n_cand"]), n_out=int(st["n_out"]), t_us=float(st["t_us"]))
         elif kind == "T":
             _stat(stats, d, n_cand=int(st["n_cand"]), t_us=float(st["t_us"]))
