@@ -32,6 +32,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -86,6 +87,24 @@ class Emission:
     latency_us: np.ndarray
 
 
+class EmittedOnArrival(Emission):
+    """The symmetric family's :class:`Emission`: every combination is emitted
+    (if at all) the moment its last member arrives, so ``emit_us`` is
+    ``arrival[last]`` -- gathered on first read.  Only the results table reads
+    it; a run without results skips a random gather per combination and a
+    combination-sized int64 column."""
+
+    def __init__(self, a, last: np.ndarray, emitted: np.ndarray, latency_us: np.ndarray, arrival: np.ndarray):
+        self.a, self.last, self.emitted, self.latency_us = a, last, emitted, latency_us
+        self._arrival = arrival
+
+    @cached_property
+    def emit_us(self) -> np.ndarray:
+        out = np.empty(len(self.last), dtype=self._arrival.dtype)
+        _run_blocks(len(out), lambda sl, _: np.take(self._arrival, self.last[sl], out=out[sl], mode="clip"))
+        return out
+
+
 def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: Decisions, *,
              expiry_index: list[np.ndarray] | None = None,
              arrivals: LastArrivals | None = None) -> Emission:
@@ -103,8 +122,8 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     if (decisions.family == SYMMETRIC and expiry_index is None and decisions.frontier is None
             and not _never_decreasing(decisions.H)):
         return _emission_columns(combos, replay, W, decisions)
-    if arrivals is None:
-        arrivals = last_arrivals(combos, replay)
+    if arrivals is None or (decisions.family != SYMMETRIC and arrivals.arrival_us is None):
+        arrivals = last_arrivals(combos, replay, with_arrival=decisions.family != SYMMETRIC)
     if decisions.family == SYMMETRIC:
         return _emission_symmetric(combos, replay, W, decisions, expiry_index, arrivals)
     return _emission_sorting(combos, replay, decisions, arrivals)
@@ -113,18 +132,21 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
 @dataclass
 class LastArrivals:
     """Per combination: ``last``, the arrival index of its last-arriving
-    member, and ``arrival_us``, that member's arrival time."""
+    member, and ``arrival_us``, that member's arrival time (``None`` if not
+    asked for)."""
 
     last: np.ndarray
-    arrival_us: np.ndarray
+    arrival_us: np.ndarray | None
 
 
-def last_arrivals(combos: Combos, replay: Replay) -> LastArrivals:
+def last_arrivals(combos: Combos, replay: Replay, *, with_arrival: bool = True) -> LastArrivals:
     """The part of emission that needs only the replay order (no policy
-    decision): one gather per member for ``last``, one for its arrival time."""
+    decision): one gather per member for ``last``, one for its arrival time
+    (``with_arrival``: the sorting family's latency needs it; the symmetric
+    family's emission time is gathered only if read)."""
     C = len(combos)
     last = np.empty(C, dtype=replay.index_of[0].dtype)
-    arrival_us = np.empty(C, dtype=replay.arrival.dtype)
+    arrival_us = np.empty(C, dtype=replay.arrival.dtype) if with_arrival else None
     scratch = [np.empty(min(C, BLOCK), dtype=last.dtype) for _ in range(WORKERS)]
 
     def work(sl: slice, worker: int) -> None:
@@ -134,7 +156,8 @@ def last_arrivals(combos: Combos, replay: Replay) -> LastArrivals:
             np.take(replay.index_of[k], r, out=last[sl] if k == 0 else tmp, mode="clip")
             if k:
                 np.maximum(last[sl], tmp, out=last[sl])
-        np.take(replay.arrival, last[sl], out=arrival_us[sl], mode="clip")
+        if arrival_us is not None:
+            np.take(replay.arrival, last[sl], out=arrival_us[sl], mode="clip")
 
     _run_blocks(C, work)
     return LastArrivals(last=last, arrival_us=arrival_us)
@@ -216,8 +239,10 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
     _run_blocks(C, work)
     # emitted the moment the last member arrives: latency 0 for all (read-only)
     latency = np.broadcast_to(np.zeros(1, dtype=np.int64), (C,))
-    return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=arrivals.arrival_us,
-                    latency_us=latency)
+    if arrivals.arrival_us is not None:
+        return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=arrivals.arrival_us,
+                        latency_us=latency)
+    return EmittedOnArrival(MemberIndexes(combos, replay), last, emitted, latency, replay.arrival)
 
 
 def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions, arrivals: LastArrivals) -> Emission:

@@ -32,6 +32,8 @@ def two_streams(draw):
     }
     for j in range(2):
         tab[f"H{j}"] = rng.integers(-3, 16, N).astype(np.int64)
+    if draw(st.booleans()):  # ids as the driver narrows them (the kernels take either width)
+        tab.update({c: tab[c].astype(np.int32) for c in ("stream", "row", "kid", "a")})
     W = [draw(st.integers(0, 5)), draw(st.integers(0, 5))]
     return tab, W
 

@@ -128,7 +128,8 @@ def join(
             chosen = two_stream_plan(sizes, len(combos))   # before --where: the join's own selectivity
         if where is not None:
             combos = combos.filter(where(combos))
-        arrivals = timed("emit.last", last_arrivals, combos, replay_ready.result()) if len(combos) else None
+        arrivals = (timed("emit.last", last_arrivals, combos, replay_ready.result(),
+                          with_arrival=policy.family == SORTING) if len(combos) else None)
         return chosen, combos, arrivals
 
     with ThreadPoolExecutor(max_workers=2) as pool:

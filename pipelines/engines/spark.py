@@ -51,7 +51,7 @@ import numpy as np
 import polars as pl
 
 from ..candidates import Combos, Space, compact_ids, enumerate_truth, key_ids
-from ..emit import Emission
+from ..emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
 from ..plan import Plan, probe_order
 from ..policies import SORTING, SYMMETRIC, PolicySpec
 from ..allocator import reuse_freed_memory
@@ -229,14 +229,13 @@ def extend_probers(probers: dict, stored: dict, n: int, W, orders, keyed: bool, 
     partials (:func:`initial_partials`) are read as views, never built.  With
     ``family`` (the last hop) only ``r0..`` and ``emitted`` come back."""
     stream = probers["stream"]
-    slot = plan.slot(probers["ts"])
 
     def get(c, idx, ps):
         name, m = c.rstrip("0123456789"), c[1:]
         if c == "ps":
             return np.full(len(idx), ps, INT)
-        if c == "pj":
-            return slot[idx].astype(INT, copy=False)
+        if c == "pj":  # only the partials that go on to another hop are routed by it
+            return plan.slot(probers["ts"][idx])
         if name in ("r", "t", "a") and m:
             if int(m) != ps:
                 return np.full(len(idx), 0 if name == "t" else -1, INT)
@@ -670,21 +669,22 @@ def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, 
     sizes = [len(t) for t in ts]
     idx = np.int32 if max(sizes, default=0) < 2**31 else INT
     c = Combos([np.asarray(combos[f"r{k}"]).astype(idx, copy=False) for k in range(n)], list(ts))
-    a = [replay.index_of[k][c.rows[k]] for k in range(n)]
+    a = MemberIndexes(c, replay)
     emitted = np.asarray(combos["emitted"]).astype(bool, copy=False)
     if "emit_us" in combos:
         em = Emission(a=a, last=combos["last"], emitted=emitted, emit_us=combos["emit_us"],
                       latency_us=combos["latency_us"])
     else:
-        last = np.maximum.reduce(a)
+        last = last_arrivals(c, replay, with_arrival=False).last
         if dec.family == SYMMETRIC:
-            emit_us = replay.arrival[last]
-            latency = np.zeros(len(last), dtype=INT)
+            # emitted on arrival of the last member: the time is gathered if read, latency 0
+            em = EmittedOnArrival(a, last, emitted, np.broadcast_to(np.zeros(1, dtype=INT), (len(last),)),
+                                  replay.arrival)
         else:
             rel_us = np.asarray(f["rel_us"], dtype=INT)  # indexed by arrival index
             emit_us = np.maximum.reduce([rel_us[x] for x in a])
             latency = emit_us - replay.arrival[last]
-        em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+            em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
     return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings, plan=plan)
 
 
@@ -1096,11 +1096,6 @@ def _narrow(d: dict) -> dict:
     return out
 
 
-def _widen(d: dict) -> dict:
-    """Back to int64 where the kernels compute with them (packed sort keys must not overflow)."""
-    return {c: (v.astype(INT) if c in _IDS and v.dtype == np.int32 else v) for c, v in d.items()}
-
-
 def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, keyed: bool,
               handoff: Handoff = Handoff()) -> PlaneResult:
     """CTR on Spark: partition ``d`` receives its stored tuples and the hop-1 probers
@@ -1170,7 +1165,9 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
         reuse_freed_memory()  # as the driver does: the kernel's temporaries reuse the heap
         for d, token in recs:
             stored, moved_in = handoff.get(token)
-            stored, moved_in = (_widen(_absolute_times(x, base)) for x in (stored, moved_in))
+            # ids stay as they came (int32 when narrowed): the kernel widens the
+            # few values it packs into sort keys, a block at a time
+            stored, moved_in = (_absolute_times(x, base) for x in (stored, moved_in))
             # every stored tuple probes here, and so do the probers moved in: each
             # set is extended and sent on by itself, with no concatenated copy of
             # their columns or of their extensions (fresh memory is what two
