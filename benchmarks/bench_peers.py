@@ -157,6 +157,55 @@ def duckdb_child(form: str, W: int, kmin: int, tmin: int) -> dict:
     return out
 
 
+def duckdb_pairs_first_child(W: int) -> dict:
+    """DuckDB's bucketed pairs as the *first* join of a fresh process (after
+    reading the tables): the counterpart of streamjoin's join stage, which is
+    the first join after the load in a fresh ``streamjoin run``."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    t = time.perf_counter()
+    for name, path in (("lt", LEFT), ("rt", RIGHT)):
+        con.execute(f"CREATE TABLE {name} AS SELECT file_row_number AS row, key, ts "
+                    f"FROM read_parquet('{path}', file_row_number = true)")
+    out: dict = {"read_s": time.perf_counter() - t}
+    t = time.perf_counter()
+    con.execute("CREATE TABLE pairs AS SELECT l.row AS left_row, r.row AS right_row "
+                f"FROM (SELECT *, ts // {W} AS b FROM lt) AS l "
+                f"JOIN (SELECT *, ts // {W} + d AS b FROM rt, (VALUES (-1), (0), (1)) AS v(d)) AS r "
+                f"ON l.key = r.key AND l.b = r.b WHERE abs(l.ts - r.ts) <= {W}")
+    out["pairs_s"] = time.perf_counter() - t
+    out["count"] = con.execute("SELECT count(*) FROM pairs").fetchone()[0]
+    return out
+
+
+def streamjoin_warm_child(config: Path) -> dict:
+    """streamjoin's join stage twice in one process on the loaded streams:
+    the first join (as in ``streamjoin run``) and a second one on a heap that
+    the first has already faulted in -- the counterpart of DuckDB's pairs
+    query, which runs after a count join in its process."""
+    from streamjoin.pipelines.allocator import no_huge_page_advice, reuse_freed_memory
+
+    reuse_freed_memory()   # as the CLI does, before anything else is imported
+    no_huge_page_advice()
+    from streamjoin.pipelines.config import Flags, resolve
+    from streamjoin.pipelines.engines.local import join
+    from streamjoin.pipelines.load import load_all
+
+    cfg = resolve(config, Flags(engine="local", policy="static", retention=["50ms"], out=None), check_out=False)
+    streams = load_all(list(cfg.streams))
+    args = ([s.ts for s in streams], [s.arrival for s in streams], [s.keys for s in streams], cfg.windows, cfg.policy)
+    out: dict = {}
+    for name in ("join1_s", "join2_s"):
+        t = time.perf_counter()
+        outcome = join(*args)
+        out[name] = time.perf_counter() - t
+        out["count"] = len(outcome.combos)
+        del outcome
+    return out
+
+
 def polars_child(form: str, W: int, kmin: int, tmin: int) -> dict:
     import polars as pl
 
@@ -205,6 +254,8 @@ def polars_child(form: str, W: int, kmin: int, tmin: int) -> dict:
 
 CHILD_T0 = 0.0
 FAST_FORMS = ["duckdb-bucketed", "duckdb-packed-iejoin", "polars-bucketed", "polars-packed-iejoin"]
+#: run every round too, only for the cold/warm ratios (not rows of the table)
+PAIRED_FORMS = ["duckdb-pairs-first", "streamjoin-warm"]
 ONCE_FORMS = ["duckdb-range-iejoin"]                      # ~1 min: run once
 SLOW_FORMS = ["duckdb-range", "polars-join_where"]       # minutes: only with --slow, once
 
@@ -464,8 +515,13 @@ def main() -> None:
     if args.child:
         global CHILD_T0
         CHILD_T0 = args.t0
-        fn = duckdb_child if args.child.startswith("duckdb") else polars_child
-        print(json.dumps(fn(args.child, args.band, args.kmin, args.tmin)))
+        if args.child == "duckdb-pairs-first":
+            print(json.dumps(duckdb_pairs_first_child(args.band)))
+        elif args.child == "streamjoin-warm":
+            print(json.dumps(streamjoin_warm_child(ensure_data(1.0))))
+        else:
+            fn = duckdb_child if args.child.startswith("duckdb") else polars_child
+            print(json.dumps(fn(args.child, args.band, args.kmin, args.tmin)))
         return
 
     import polars as pl
@@ -494,13 +550,17 @@ def main() -> None:
         sj_args = ["--policy", "static", "--retention", "50ms"]
         sj: list[dict] = []
         results: dict[str, list[dict]] = {f: [] for f in FAST_FORMS}
+        paired: dict[str, list[dict]] = {f: [] for f in PAIRED_FORMS}
         for rnd in range(args.runs + 1):                                   # round 0: warm-up, not counted
             rep = run_streamjoin(config, sj_args)
             outs = {form: run_child(form, W, kmin, tmin) for form in FAST_FORMS}
+            extra = {form: run_child(form, W, kmin, tmin) for form in PAIRED_FORMS}
             if rnd:
                 sj.append(rep)
                 for form, out in outs.items():
                     results[form].append(out)
+                for form, out in extra.items():
+                    paired[form].append(out)
             print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: streamjoin {rep['wall_s']:.2f}s, "
                   + ", ".join(f"{f} {o['wall_s']:.2f}s" for f, o in outs.items()), flush=True)
         truth = sj[0]["truth_results"]
@@ -565,6 +625,21 @@ def main() -> None:
                 ("load + join stage / read + pairs from memory",
                  lambda r: r["timings_s"]["load"] + r["timings_s"]["join"], lambda r: r["read_s"] + r["pairs_s"])):
             rs = [f_sj(a) / f_db(b) for a, b in zip(sj, db)]
+            print(f"streamjoin / DuckDB bucketed, {name}: median {med(rs):.2f}x (rounds: "
+                  + ", ".join(f"{x:.2f}" for x in rs) + ")")
+        # both first joins after loading, in fresh processes; and both on a warmed heap
+        first, warm = paired["duckdb-pairs-first"], paired["streamjoin-warm"]
+        for r in first + warm:
+            assert r["count"] == truth, f"count {r['count']:,} != truth {truth:,}"
+        print(f"DuckDB pairs as the first join after reading (median): {med([r['pairs_s'] for r in first]):.2f}s; "
+              f"streamjoin join stage in one process, first / second: {med([r['join1_s'] for r in warm]):.2f}s / "
+              f"{med([r['join2_s'] for r in warm]):.2f}s")
+        for name, f_sj, sj_rs, f_db, db_rs in (
+                ("cold / cold: join stage of `streamjoin run` / DuckDB pairs, first join after reading",
+                 lambda r: r["timings_s"]["join"], sj, lambda r: r["pairs_s"], first),
+                ("warm / warm: second join stage in one process / DuckDB pairs after its count join",
+                 lambda r: r["join2_s"], warm, lambda r: r["pairs_s"], db)):
+            rs = [f_sj(a) / f_db(b) for a, b in zip(sj_rs, db_rs)]
             print(f"streamjoin / DuckDB bucketed, {name}: median {med(rs):.2f}x (rounds: "
                   + ", ".join(f"{x:.2f}" for x in rs) + ")")
 
