@@ -112,24 +112,80 @@ def count_duplicates(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray 
 
     ``mask``: count over ``[r[mask] for r in rows]`` only (without copying).
 
-    Exact, and usually without looking at every combination: truth is produced
-    grouped by one member (every combination of an anchor tuple is
-    contiguous) and, within a group, in the order of another member's sorted
-    ``(key, ts)`` -- which for time-ordered rows means increasing rows.  If the
-    runs of one member's rows each hold a distinct row, duplicates can only
-    occur inside a run, and a run whose other members strictly increase has
-    none; only the remaining runs (ties in ``ts``, unordered input) are counted
-    one by one (sorted packed codes).  Without such a structure every
-    combination is (:func:`_duplicates_of_all`).
+    Exact, and usually without sorting every combination: engines produce
+    combinations in runs -- all combinations of one anchor tuple together
+    (local truth: the anchor stream's rows; a CTR partition: each prober's),
+    the other members in increasing rows within a run.  Member by member,
+    a row value that heads a single run whose other members strictly
+    increase cannot occur in a duplicate (a duplicate has the same value,
+    so it would be in that run); the combinations of every other value are
+    kept, and that set is closed under duplication, so the next member
+    looks only at it (:func:`_unsettled`).  What no member settles is
+    counted by sorting packed codes (:func:`_duplicates_of_all`).
     """
     if not len(rows[0]) or (mask is not None and not mask.any()):
         return 0
-    grouped = _duplicates_in_runs(rows, sizes, mask)
-    if grouped is not None:
-        return grouped
-    if mask is not None:
-        rows = [r[mask] for r in rows]
-    return _duplicates_of_all(rows, sizes)
+    pick = None                      # the combinations still in question (None: all)
+    for g in range(len(rows)) if len(rows) >= 2 else ():
+        sub = rows if pick is None else [r[pick] for r in rows]
+        keep = _unsettled(sub, sizes, g)
+        if keep is None:
+            continue
+        pick = np.flatnonzero(keep) if pick is None else pick[keep]
+        if not len(pick):
+            return 0
+    if pick is not None and mask is not None:
+        pick = pick[mask[pick]]
+    elif pick is None and mask is not None:
+        pick = np.flatnonzero(mask)
+    sub = rows if pick is None else [r[pick] for r in rows]
+    return _duplicates_of_all(sub, sizes) if len(sub[0]) else 0
+
+
+def _unsettled(rows: list[np.ndarray], sizes: list[int], g: int) -> np.ndarray | None:
+    """Which combinations member ``g``'s runs leave in question (see
+    :func:`count_duplicates`): those whose ``g`` row heads more than one run,
+    or a run whose other members do not strictly increase.  ``None`` if the
+    rows are not small non-negative ints, or if most runs are of values that
+    head several (``g`` does not structure them: a CTR partition's pairs
+    probed by the other stream), so that nearly everything would stay in
+    question."""
+    r = rows[g]
+    size = max(sizes[g], 1)
+    if not _runs_look_distinct(r) or not 0 <= int(r.min()) <= int(r.max()) < size:
+        return None
+    others = [rows[k] for k in range(len(rows)) if k != g]
+    other = others[0] if len(others) == 1 else _pack(others, [sizes[k] for k in range(len(rows)) if k != g])
+    if other is None:
+        return None
+    change = r[1:] != r[:-1]                        # change[i]: a run starts at i + 1
+    heads = np.bincount(r[1:][change], minlength=size)
+    heads[r[0]] += 1
+    unsettled = heads > 1                           # per row value
+    if int(heads[unsettled].sum()) * 2 > int(np.count_nonzero(change)) + 1:
+        return None  # most runs share their value with another run: g does not structure these
+    del heads
+    # a step inside a run whose other members do not increase: its value is in question
+    unordered = other[1:] <= other[:-1]
+    unordered &= ~change
+    del change
+    unsettled[r[1:][unordered]] = True
+    del unordered
+    return unsettled[r]
+
+
+def _runs_look_distinct(r: np.ndarray, slices: int = 8, width: int = 8192) -> bool:
+    """A cheap look before :func:`_unsettled`'s full pass: in a few evenly
+    spread slices, are there about as many distinct values as runs?  (Only
+    a shortcut: the full pass decides, and what it leaves is sorted.)"""
+    if len(r) <= slices * width:
+        return True
+    runs = distinct = 0
+    for start in np.linspace(0, len(r) - width, slices).astype(np.int64).tolist():
+        part = r[start:start + width]
+        runs += int(np.count_nonzero(part[1:] != part[:-1])) + 1
+        distinct += len(np.unique(part))
+    return runs <= 1.25 * distinct
 
 
 def _pack(rows: list[np.ndarray], sizes: list[int]) -> np.ndarray | None:
@@ -155,55 +211,6 @@ def _duplicates_of_all(rows: list[np.ndarray], sizes: list[int]) -> int:
         return int(np.count_nonzero(code[1:] == code[:-1]))
     unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
     return len(rows[0]) - unique
-
-
-def _duplicates_in_runs(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray | None) -> int | None:
-    """The exact duplicate count when some member's rows come in runs of distinct
-    values (see :func:`count_duplicates`); None when no member does."""
-    C = len(rows[0])
-    if len(rows) < 2:
-        return None
-    for g in range(len(rows)):
-        r = rows[g]
-        if not 0 <= int(r.min()) <= int(r.max()) < max(sizes[g], 1):
-            continue
-        change = r[1:] != r[:-1]                    # change[i]: a run starts at i + 1
-        starts = np.flatnonzero(change)
-        starts += 1
-        seen = np.zeros(max(sizes[g], 1), dtype=bool)
-        seen[r[0]] = True
-        seen[r[starts]] = True
-        if int(np.count_nonzero(seen)) != len(starts) + 1:
-            continue                                # a row heads two runs: not grouped by this member
-        del seen
-        others = [rows[k] for k in range(len(rows)) if k != g]
-        if len(others) == 1:
-            other = others[0]
-        else:
-            other = _pack(others, [sizes[k] for k in range(len(rows)) if k != g])
-            if other is None:
-                return None
-        # strictly increasing inside a run: no duplicate there -- nor among
-        # any subset of it, such as the combinations counted under ``mask``
-        unordered = other[1:] <= other[:-1]
-        unordered &= ~change
-        del change
-        bad = np.flatnonzero(unordered)
-        del unordered
-        if not len(bad):
-            return 0
-        # count within the combinations of the runs holding an unordered step
-        # (duplicates never cross runs)
-        bounds = np.concatenate([[0], starts, [C]])
-        run = np.unique(np.searchsorted(bounds, bad + 1, side="right") - 1)
-        lo, hi = bounds[run], bounds[run + 1]
-        pick = np.repeat(lo - np.concatenate([[0], np.cumsum(hi - lo)[:-1]]), hi - lo)
-        pick += np.arange(len(pick))
-        if mask is not None:
-            pick = pick[mask[pick]]
-        sub = [x[pick] for x in rows]
-        return _duplicates_of_all(sub, sizes) if len(pick) else 0
-    return None
 
 
 def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome: JoinOutcome) -> dict[str, Any]:

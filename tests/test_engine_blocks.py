@@ -77,13 +77,23 @@ def row_sets(draw):
     n = draw(st.integers(2, 3))
     sizes = [draw(st.integers(1, 6)) for _ in range(n)]
     count = draw(st.integers(0, 30))
-    grouped = draw(st.booleans())
+    layout = draw(st.sampled_from(["none", "grouped", "blocks"]))
     rows = [np.array(draw(st.lists(st.integers(0, s - 1), min_size=count, max_size=count)), dtype=np.int32)
             for s in sizes]
-    if grouped and count:
+    if layout == "grouped" and count:
         rows[0] = np.sort(rows[0])
         for r in rows[1:]:
             r.sort()
+    if layout == "blocks" and count:
+        # as a CTR partition returns them: blocks, each grouped by its own member
+        # (the probers'), the others increasing within a group; a combination
+        # may come back in two blocks
+        cuts = sorted(draw(st.lists(st.integers(0, count), max_size=3)))
+        for lo, hi in zip([0, *cuts], [*cuts, count]):
+            g = draw(st.integers(0, n - 1))
+            order = np.lexsort([r[lo:hi] for r in reversed(rows[:g] + rows[g + 1:])] + [rows[g][lo:hi]])
+            for r in rows:
+                r[lo:hi] = r[lo:hi][order]
     mask = np.array(draw(st.lists(st.booleans(), min_size=count, max_size=count)), dtype=bool)
     return rows, sizes, mask if draw(st.booleans()) else None
 
