@@ -1111,13 +1111,16 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     stream = tab["stream"].astype(INT)
     home = plan.host[stream, slots]          # ctr_mod.storage, for every stream at once
     # hop 1: each tuple probes from its storage host and the cover of its partner segments
-    pi, pd = [], []
-    for h in range(P):
+    # (hosts on two threads: the sorts and gathers release the GIL)
+    def hop1_copies(h):
         sel = np.flatnonzero(home == h)
         routed, dest = route_partials({"ps": stream[sel], "pj": slots[sel], "i": sel}, plan, 1, h)
-        pi.append(routed["i"])
-        pd.append(dest)
-    pi, pd = np.concatenate(pi), np.concatenate(pd)
+        return routed["i"], dest
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        copies = list(pool.map(hop1_copies, range(P)))
+    pi, pd = np.concatenate([c[0] for c in copies]), np.concatenate([c[1] for c in copies])
+    del copies
     moved = pd != home[pi]
     stats: dict[int, dict] = {}
     counts = np.bincount(home, minlength=P)
@@ -1128,19 +1131,22 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     # what extend() reads (CTR checks distances on the driver; no emission times: timing=False)
     cols = ["stream", "row", "ts", "kid", "a"] + ([f"H{k}" for k in range(n)] if family == SYMMETRIC else ["dropped"])
     # every tuple probes where it is stored (dest() always includes the storage host):
-    # partition d gets its stored tuples once, plus the probers moved in from elsewhere
-    # through the JVM (inline), int32 offsets and ids halve the bytes; as files on this
-    # host the tasks would only pay for widening them again
+    # partition d gets its stored tuples once, plus the probers moved in from elsewhere.
+    # Ids travel as int32 (the kernel reads either width); through the JVM (inline)
+    # times too, as int32 offsets -- as files the tasks would have to widen those again
     inline = handoff.directory is None
     base = time_base([{"ts": tab["ts"]}]) if inline else None
-    narrow = _narrow if inline else (lambda d: d)
-    records = []
-    for d in range(P):
-        st = np.flatnonzero(home == d)
-        mv = np.sort(pi[(pd == d) & moved])
-        records.append((d, handoff.put(tuple(narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0])
-                                             for sel in (st, mv)))))
+    moved_in = [np.sort(pi[(pd == d) & moved]) for d in range(P)]
     del pi, pd
+
+    def record(d):
+        st = np.flatnonzero(home == d)
+        return d, handoff.put(tuple(_narrow(shrink_times([{c: tab[c][sel] for c in cols}], base)[0])
+                                    for sel in (st, moved_in[d])))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # gathers and file writes release the GIL
+        records = list(pool.map(record, range(P)))
+    moved_in.clear()
 
     def hop_out(d, hop, stored, ext, t0, part=0):
         """After extending at ``d`` for ``hop``: results (last hop) or partials
