@@ -150,6 +150,27 @@ def test_one_malloc_arena_for_the_whole_process():
     assert arenas == ["Arena 0:"], out.stderr
 
 
+def test_heap_grows_in_large_steps():
+    # a 40 MB block comes from the heap (no mmap), whose growth is padded by HEAP_GROWTH
+    # (glibc's default pad, 128 kB, leaves the heap near 50 MB here)
+    code = (
+        "import ctypes, ctypes.util\n"
+        "from streamjoin.pipelines.allocator import HEAP_GROWTH, reuse_freed_memory\n"
+        "assert reuse_freed_memory()\n"
+        "class Info(ctypes.Structure):\n"
+        "    _fields_ = [(f, ctypes.c_size_t) for f in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd',\n"
+        "                                             'usmblks', 'fsmblks', 'uordblks', 'fordblks', 'keepcost')]\n"
+        "libc = ctypes.CDLL(ctypes.util.find_library('c'))\n"
+        "libc.mallinfo2.restype = Info\n"
+        "import numpy as np\n"
+        "block = np.ones(40 << 20, np.uint8)\n"
+        "info = libc.mallinfo2()\n"
+        "print(info.arena >= HEAP_GROWTH, info.hblkhd < (40 << 20))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+
+
 def _pools() -> list[str]:
     import pyarrow as pa
 
