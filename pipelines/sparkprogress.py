@@ -317,38 +317,57 @@ def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, rel
 
 
 def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None) -> dict:
-    """The same columns from :mod:`~streamjoin.pipelines.progress` (adaptive policies)."""
-    replay = build_replay(list(ts), list(arrival))
+    """The same columns from :mod:`~streamjoin.pipelines.progress`, computed on
+    the driver; each column is built when first read (the Spark engine's
+    planes read a few of them and mostly use ``_replay`` / ``_decisions``)."""
+    replay = build_replay(list(ts), list(arrival),
+                          keep_running_max=policy.family == SORTING or policy.adaptive)
     dec = decide(replay, np.asarray(windows, dtype=INT), policy, bad_arrivals=bad_arrivals)
     return facts_from_replay(replay, dec)
 
 
+class _Facts(dict):
+    """A facts dict whose columns are built on first read (``f[name]``);
+    ``_replay`` and ``_decisions`` are always present."""
+
+    def __init__(self, builders: dict, **eager):
+        super().__init__(**eager)
+        self._builders = builders
+
+    def __missing__(self, key):
+        if key not in self._builders:
+            raise KeyError(key)
+        value = self[key] = self._builders.pop(key)()
+        return value
+
+
 def facts_from_replay(replay: Replay, dec: Decisions) -> dict:
+    """The fact columns (:func:`fact_columns` plus ``rel``, ``rel_us``) of a
+    driver-side replay, in arrival order, each built when first read."""
     n, N = replay.n, replay.N
-    f = {"a": np.arange(N, dtype=INT), "stream": replay.stream, "row": replay.row, "ts": replay.ts,
-         "arrival": replay.arrival}
+    zeros = lambda: np.zeros(N, INT)  # noqa: E731
+    b = {"a": lambda: np.arange(N, dtype=INT), "stream": lambda: replay.stream, "row": lambda: replay.row,
+         "ts": lambda: replay.ts, "arrival": lambda: replay.arrival,
+         "T": lambda: replay.T, "delay": lambda: replay.delay}
     for i in range(n):
-        f[f"M{i}"] = replay.M[i]
-    f["T"], f["delay"] = replay.T, replay.delay
-    zeros = np.zeros(N, INT)
+        b[f"M{i}"] = lambda i=i: replay.M[i]
     if dec.family == SORTING:
-        f["R"] = dec.R
-        f["R_prev"] = np.concatenate([[NEG_INF], dec.R[:-1]]).astype(INT) if N else dec.R
-        f["dropped"] = dec.dropped
+        b["R"] = lambda: dec.R
+        b["R_prev"] = lambda: np.concatenate([[NEG_INF], dec.R[:-1]]).astype(INT) if N else dec.R
+        b["dropped"] = lambda: dec.dropped
         for k in range(n):
-            f[f"H{k}"] = zeros
-        f["expired"] = np.zeros(N, bool)
-        f["rel"] = dec.release.astype(INT)
-        f["rel_us"] = replay.arrival[np.minimum(dec.release, N - 1)] if N else zeros
+            b[f"H{k}"] = zeros
+        b["expired"] = lambda: np.zeros(N, bool)
+        b["rel"] = lambda: dec.release.astype(INT)
+        b["rel_us"] = lambda: replay.arrival[np.minimum(dec.release, N - 1)] if N else zeros()
     else:
-        f["R"], f["R_prev"], f["dropped"] = zeros, zeros, np.zeros(N, bool)
+        b["R"], b["R_prev"], b["dropped"] = zeros, zeros, lambda: np.zeros(N, bool)
         for k in range(n):
-            f[f"H{k}"] = dec.H[k]
-        f["expired"] = dec.expired
-        f["rel"] = np.full(N, N, INT)
-        f["rel_us"] = np.full(N, int(replay.arrival[-1]) if N else 0, INT)
-    f["_replay"], f["_decisions"] = replay, dec
-    return f
+            b[f"H{k}"] = lambda k=k: dec.H[k]
+        b["expired"] = lambda: dec.expired
+        b["rel"] = lambda: np.full(N, N, INT)
+        b["rel_us"] = lambda: np.full(N, int(replay.arrival[-1]) if N else 0, INT)
+    return _Facts(b, _replay=replay, _decisions=dec)
 
 
 def replay_from_facts(f: dict, n: int, policy: PolicySpec, sizes: Sequence[int]) -> tuple[Replay, Decisions]:

@@ -623,7 +623,7 @@ def tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]
     sizes = [len(t) for t in ts]
     tab = {
         "stream": np.concatenate([np.full(s, k, np.int32) for k, s in enumerate(sizes)]),
-        "row": np.concatenate([np.arange(s, dtype=INT) for s in sizes]),
+        "row": np.concatenate([np.arange(s, dtype=np.int32 if s < 2**31 else INT) for s in sizes]),
         "ts": np.concatenate([np.asarray(t, INT) for t in ts]),
         "arrival": np.concatenate([np.asarray(t, INT) for t in arrival]),
         "kid": np.concatenate(ids) if ids is not None else np.zeros(sum(sizes), INT),
@@ -636,12 +636,19 @@ def tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]
 
 def attach_facts(tab: dict, f: dict, n: int) -> dict:
     """Join the progress facts onto the tuple table (by stream, row)."""
+    cols = ["rel_us", "dropped"] + [f"H{k}" for k in range(n)]
+    if "_replay" in f:
+        # the driver's replay: the table is stream-major with rows in order, so
+        # each tuple's arrival index is index_of, concatenated -- gather the
+        # facts there instead of scattering them through (stream, row)
+        a = np.concatenate(f["_replay"].index_of) if n else np.empty(0, np.int32)
+        return dict(tab, a=a, **{c: np.asarray(f[c])[a] for c in cols})
     sizes = np.bincount(tab["stream"], minlength=n)
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     pos = offs[f["stream"]] + f["row"]
     out = dict(tab)
     N = len(tab["ts"])
-    for c in ["a", "rel_us", "dropped"] + [f"H{k}" for k in range(n)]:
+    for c in ["a", *cols]:
         col = np.empty(N, dtype=np.asarray(f[c]).dtype)
         col[pos] = f[c]
         out[c] = col
