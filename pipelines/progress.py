@@ -129,6 +129,16 @@ class Decisions:
             return None
         return _horizons(self.frontier, self.retention.reshape(-1, 1), len(self.retention))
 
+    def horizon_at(self, i: int, a: np.ndarray) -> np.ndarray:
+        """``H_i`` at arrival indexes ``a`` (symmetric family), without building
+        ``H`` when it is the shifted frontier."""
+        if self.frontier is None or "H" in vars(self):
+            return self.H[i][a]
+        t = self.frontier[a]
+        h = t - self.retention[i]
+        h[t == NEG_INF] = NEG_INF   # the frontier before every stream has arrived
+        return h
+
 
 def _running_max(values: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(values, axis=-1)

@@ -642,7 +642,9 @@ def attach_facts(tab: dict, f: dict, n: int) -> dict:
         # each tuple's arrival index is index_of, concatenated -- gather the
         # facts there instead of scattering them through (stream, row)
         a = np.concatenate(f["_replay"].index_of) if n else np.empty(0, np.int32)
-        return dict(tab, a=a, **{c: np.asarray(f[c])[a] for c in cols})
+        dec = f["_decisions"]
+        return dict(tab, a=a, **{c: (dec.horizon_at(int(c[1:]), a) if c[0] == "H" and dec.family == SYMMETRIC
+                                     else np.asarray(f[c])[a]) for c in cols})
     sizes = np.bincount(tab["stream"], minlength=n)
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     pos = offs[f["stream"]] + f["row"]
@@ -956,7 +958,7 @@ def kernel_inputs(ts, ids, space: Space | None, dims: int, replay, dec, family: 
         if family == SYMMETRIC:
             d["a"] = pos
             for j in range(n):
-                d[f"H{j}"] = dec.H[j][pos]
+                d[f"H{j}"] = dec.horizon_at(j, pos)
         else:
             d["dropped"] = dec.dropped[pos]
         out.append(d)
@@ -1052,8 +1054,10 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
                 d["row"] = sel.astype(rdt)
                 parts[q][k] = d
     shipped = int(sum(len(d["ts"]) for part in parts for d in part))
-    # after routing, which reads absolute times; one base for every partition
-    base = time_base([d for part in parts for d in part])
+    # after routing, which reads absolute times; one base for every partition.
+    # Only through the JVM (inline): as files, the tasks would pay fresh memory
+    # to widen the times again
+    base = time_base([d for part in parts for d in part]) if handoff.directory is None else None
     parts = [shrink_times(part, base) for part in parts]
 
     def task(index, records):
@@ -1065,8 +1069,9 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
             del part
             yield q, out.pop("_stats"), handoff.put(_pack(out))
 
-    records = [(q, handoff.put(parts[q])) for q in range(P)]
-    del parts
+    with ThreadPoolExecutor(max_workers=2) as pool:  # file writes release the GIL
+        records = list(pool.map(lambda q: (q, handoff.put(parts[q])), range(P)))
+    parts.clear()
     got = sc.parallelize(records, P).mapPartitionsWithIndex(task).collect()
     got.sort(key=lambda g: g[0])
     return PlaneResult(_concat_emitted([_unpack(handoff.get(g[2], consume=True)) for g in got], n),
