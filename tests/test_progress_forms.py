@@ -104,7 +104,13 @@ def test_static_implicit_horizons_equal_explicit(data):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(c, b)
     assert "H" not in vars(implicit)  # expiry did not need to build H
+    at = np.arange(replay.N)[::-1]  # H at given arrival indexes, without building H
+    for i in range(replay.n):
+        np.testing.assert_array_equal(implicit.horizon_at(i, at), H[i][at])
+    assert "H" not in vars(implicit)
     np.testing.assert_array_equal(implicit.H, H)  # built on demand, equal to the definition
+    for i in range(replay.n):  # and read from it once it exists
+        np.testing.assert_array_equal(implicit.horizon_at(i, at), H[i][at])
     memory = memory_per_stream(replay, windows, implicit)
     assert memory.dtype == np.int32
     # held after index a: arrived by a, and H_i(a) has not passed ts + W_i
