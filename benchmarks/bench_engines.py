@@ -1,6 +1,6 @@
 """Spark engine vs the local engine (issue 7): the core data, the same command.
 
-    python benchmarks/bench_engines.py [--runs 3] [--routers none,atr,ctr] [--partitions 2]
+    python benchmarks/bench_engines.py [--runs 3] [--routers none,atr,ctr] [--partitions 2] [--results]
 
 On the core benchmark data (``benchmarks/bench_core.py``: 2M + 1M keyed
 tuples, W 100 ms; generated once) this times, each as a fresh process::
@@ -19,6 +19,9 @@ workers and imports the kernels there).  The Spark time *beyond session
 start-up* is ``total - spark_session - spark_warmup``; the table also shows
 ``total - spark_session`` (warm-up counted as work).  Every run must report
 the same ``truth_results`` and ``emitted_results``.
+
+``--results`` drops ``--no-results``: every run also writes ``results.parquet``
+(7.9M rows), and the table adds the ``write`` stage.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ from bench_core import ensure_data, streamjoin_cmd  # noqa: E402
 POLICY = ["--policy", "static", "--retention", "50ms"]
 
 
-def one_run(config: Path, engine_args: list[str], env: dict | None = None) -> dict:
+def one_run(config: Path, engine_args: list[str], env: dict | None = None, results: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         t0 = time.perf_counter()
-        proc = subprocess.run([*streamjoin_cmd(), "run", str(config), *engine_args, *POLICY, "--no-results",
-                               "--out", str(out)], capture_output=True, text=True, env=env)
+        proc = subprocess.run([*streamjoin_cmd(), "run", str(config), *engine_args, *POLICY,
+                               *([] if results else ["--no-results"]), "--out", str(out)],
+                              capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"run failed ({' '.join(engine_args)}): {proc.stderr.strip()[-3000:]}")
@@ -70,16 +74,17 @@ def main() -> None:
     ap.add_argument("--no-thp", action="store_true",
                     help="NUMPY_MADVISE_HUGEPAGE=0 for every process of both engines (the Spark engine sets it "
                          "for its executors' Python workers anyway; see docs/performance.md)")
+    ap.add_argument("--results", action="store_true", help="write results.parquet too (adds the write stage)")
     args = ap.parse_args()
     env = dict(os.environ, NUMPY_MADVISE_HUGEPAGE="0") if args.no_thp else None
     config = ensure_data(args.scale)
     runs = variants([r for r in args.routers.split(",") if r], args.partitions, args.master)
     for name, engine_args in runs.items():  # warm-up round, not counted
-        one_run(config, engine_args, env)
+        one_run(config, engine_args, env, args.results)
     got: dict[str, list[dict]] = {name: [] for name in runs}
     for i in range(args.runs):
         for name, engine_args in runs.items():
-            r = one_run(config, engine_args, env)
+            r = one_run(config, engine_args, env, args.results)
             got[name].append(r)
             t = r["timings_s"]
             print(f"round {i + 1} {name:<10} wall {r['wall_s']:7.2f} s  total {t['total']:7.2f} s  session "
@@ -93,7 +98,8 @@ def main() -> None:
             assert (r["truth_results"], r["emitted_results"]) == expect, (name, r["truth_results"], r["emitted_results"])
     rows = sum(s["rows"] for s in first["streams"])
     print(f"\ndata: {rows:,} input tuples; every run: truth {expect[0]:,}, emitted {expect[1]:,}"
-          + ("; NUMPY_MADVISE_HUGEPAGE=0 for every process" if args.no_thp else ""))
+          + ("; NUMPY_MADVISE_HUGEPAGE=0 for every process" if args.no_thp else "")
+          + ("; results.parquet written" if args.results else ""))
 
     def med(name, fn):
         return statistics.median(fn(r) for r in got[name])
@@ -114,6 +120,7 @@ def main() -> None:
     for name in runs:
         stages = ("join.progress", "join.join", "join.memory", "join.collect", "metrics") if name != "local" else (
             "join.progress", "join.candidates", "join.emit", "metrics")
+        stages += ("write",) if args.results else ()
         b = med(name, beyond)
         with_warm = med(name, lambda r: r["timings_s"]["total"] - r["timings_s"].get("join.spark_session", 0.0))
         print(f"{name:<11} {med(name, lambda r: r['wall_s']):>7.2f} {med(name, t('total')):>8.2f} "

@@ -33,6 +33,7 @@ import polars as pl
 
 from . import metrics
 from .config import RunConfig
+from .emit import emission_order
 from .engines.local import JoinOutcome, join
 from .partitions import DAY_US, DayStreams, day_number, day_start_us
 from .policies import SYMMETRIC
@@ -82,7 +83,7 @@ def _results_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emi
     last = em.last[mask]
     emit_us = replay.arrival[e] if len(e) else np.empty(0, np.int64)
     latency = emit_us - replay.arrival[last] if len(e) else np.empty(0, np.int64)
-    order = np.lexsort([*reversed(rows), last, emit_us]) if len(e) else np.empty(0, np.int64)
+    order = emission_order(emit_us, last, rows)
     parts = []
     for k, s in enumerate(data.streams):
         idx = rows[k][order]

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import polars as pl
 
 from .candidates import Combos
 from .policies import SYMMETRIC
@@ -161,6 +162,22 @@ def last_arrivals(combos: Combos, replay: Replay, *, with_arrival: bool = True) 
 
     _run_blocks(C, work)
     return LastArrivals(last=last, arrival_us=arrival_us)
+
+
+def emission_order(emit_us: np.ndarray, last: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray:
+    """Positions of the given combinations in results order: emission time,
+    then the arrival index of the last member, then the members' rows.
+
+    The rows make the key unique, so the order is total and the same whatever
+    order the combinations came in (the local engine's, either Spark router's,
+    a backfill day's).  One polars multi-column sort rather than ``np.lexsort``,
+    which makes one stable pass per key (7.9M combinations in random order:
+    1.6 s against 9.4 s).
+    """
+    if not len(emit_us):
+        return np.empty(0, np.int64)
+    keys = {"emit_us": emit_us, "last": last, **{f"r{k}": r for k, r in enumerate(rows)}}
+    return pl.DataFrame(keys).select(pl.arg_sort_by(list(keys))).to_series().to_numpy()
 
 
 def _never_decreasing(H: np.ndarray) -> bool:

@@ -21,6 +21,7 @@ import polars as pl
 from . import metrics
 from .config import RunConfig
 from .candidates import Combos, Space
+from .emit import emission_order
 from .engines.local import JoinOutcome, join
 from .predicates import compile_where, prefixed_columns, where_mask
 from .load import LoadedStream, load_all
@@ -65,8 +66,7 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
     mask = em.emitted
     rows = [r[mask] for r in outcome.combos.rows]
     emit_us = em.emit_us[mask]
-    # deterministic order: emission time, then arrival of the last member, then rows
-    order = np.lexsort([*reversed(rows), em.last[mask], emit_us])
+    order = emission_order(emit_us, em.last[mask], rows)
     parts = []
     for k, s in enumerate(streams):
         idx = rows[k][order]
@@ -311,9 +311,10 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     with AtomicOutput(cfg.out) as staging:
         outputs: dict[str, str] = {}
         with stages("write"):
-            if cfg.write_results and getattr(outcome, "writer", None) is not None:
-                outcome.writer(staging / "results.parquet")  # Spark: a directory of part files
-            elif cfg.write_results:
+            if cfg.write_results:
+                # both engines: the combinations are on the driver, and so is --out
+                # (the staging directory is renamed into place there); one file,
+                # the same bytes from either engine
                 results_frame(outcome, streams).write_parquet(staging / "results.parquet", compression="zstd")
             if cfg.write_results:
                 outputs["results"] = str(cfg.out / "results.parquet")

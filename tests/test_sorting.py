@@ -166,3 +166,24 @@ def test_gather_ranges_equals_concatenated_slices(values, data, block):
     want = np.concatenate([values[a:a + c] for a, c in zip(lo, counts)]) if len(lo) else np.empty(0, np.int32)
     assert got.dtype == values.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@SETTINGS
+@given(st.data())
+def test_emission_order_is_the_lexicographic_results_order(data):
+    """``emit.emission_order`` (the results order of every engine and of a
+    backfill day) equals ``np.lexsort`` on (emission time, last member's
+    arrival, member rows): ties in the first keys are common, member row
+    tuples are unique, rows may be int32 or int64."""
+    from streamjoin.pipelines.emit import emission_order
+
+    streams = data.draw(st.integers(2, 3))
+    n = data.draw(st.integers(0, 120))
+    tuples = data.draw(st.lists(st.tuples(*[st.integers(0, 9)] * streams), min_size=n, max_size=n, unique=True))
+    rows = [np.array([t[k] for t in tuples], dtype=data.draw(st.sampled_from([np.int32, np.int64])))
+            for k in range(streams)]
+    emit_us = np.array(data.draw(st.lists(st.integers(-5, 5), min_size=n, max_size=n)), dtype=np.int64)
+    last = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), dtype=np.int64)
+    got = emission_order(emit_us, last, rows)
+    want = np.lexsort([*reversed(rows), last, emit_us])
+    assert got.dtype.kind in "iu" and np.array_equal(got, want)

@@ -17,7 +17,8 @@ report stage)::
                  cogroup(stored, partials).applyInArrow(band extension); the last
                  hop applies the closed-form emission
       -> combinations (row indexes, emission) collected for the report;
-         results written by Spark as Parquet (a directory of part files)
+         results.parquet written on the driver, as the local engine writes it
+         (the combinations are already there; --out is a driver-side path)
 
 Ownership is what makes it exact (theorems A and C): a tuple may be on many
 partitions, a combination is produced on exactly one::
@@ -662,7 +663,6 @@ def attach_facts(tab: dict, f: dict, n: int) -> dict:
 @dataclass
 class SparkOutcome(JoinOutcome):
     routing: dict[str, Any] = field(default_factory=dict)
-    writer: Callable[[Any], None] | None = None
 
 
 def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
@@ -1241,32 +1241,6 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
     return PlaneResult(_concat_emitted([x[1] for x in finals], n), stats, shipped, inter)
 
 
-def spark_writer(spark, outcome: JoinOutcome, names: Sequence[str], payloads, ts, arrival):
-    """A function writing results.parquet (a directory of part files) with Spark;
-    same columns and order as :func:`~streamjoin.pipelines.job.results_frame`."""
-    def write(path):
-        em = outcome.emission
-        mask = em.emitted
-        rows = [r[mask].astype(INT) for r in outcome.combos.rows]
-        base = {f"_r{k}": rows[k] for k in range(len(names))}
-        base["emit_us"] = em.emit_us[mask].astype(INT)
-        base["latency_us"] = em.latency_us[mask].astype(INT)
-        base["_last"] = em.last[mask].astype(INT)
-        df = spark.createDataFrame(_arrow(base))
-        select = []
-        for k, name in enumerate(names):
-            side = pl.DataFrame({f"{name}_row": np.arange(len(ts[k]), dtype=INT), f"{name}_ts_us": ts[k],
-                                 f"{name}_arrival_us": arrival[k]}).hstack(
-                payloads[k].rename({c: f"{name}_{c}" for c in payloads[k].columns}))
-            sdf = spark.createDataFrame(side.to_arrow())
-            df = df.join(sdf, df[f"_r{k}"] == sdf[f"{name}_row"], "left")
-            select += side.columns
-        order = ["emit_us", "_last"] + [f"_r{k}" for k in range(len(names))]
-        df = df.orderBy(*order).select(*select, "emit_us", "latency_us")
-        df.write.mode("error").option("compression", "zstd").parquet(str(path))
-    return write
-
-
 def spark_join(
     ts, arrival, keys, windows, policy: PolicySpec, *, space: Space | None = None, where=None,
     order=None, bad_arrivals=None, settings: RouteSettings | None = None, spark=None,
@@ -1386,8 +1360,8 @@ def _timed(timings: dict, name: str, fn, *args):
 # ------------------------------------------------------------------ job glue
 
 def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
-    """``streamjoin run --engine spark``: open the run's SparkSession, join, keep the
-    session for the Spark Parquet writer; :meth:`SparkOutcome.close` stops it."""
+    """``streamjoin run --engine spark``: open the run's SparkSession and join; the
+    session stays open until the job is written, :meth:`SparkOutcome.close` stops it."""
     from contextlib import ExitStack
 
     stack = ExitStack()
@@ -1413,8 +1387,6 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
     # job, which starts the executors' Python workers and imports the kernels there
     out.timings_s.update(started)
     out.routing["master"] = cfg.master
-    out.writer = spark_writer(spark, out, [s.name for s in streams], [s.payload for s in streams],
-                              [s.ts for s in streams], [s.arrival for s in streams])
     out._stack = stack
     return out
 
