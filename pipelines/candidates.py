@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .sorting import gather_ranges, search_sorted_queries, stable_order
+from .sorting import band_ranges, gather_ranges, stable_order
 
 PACK_LIMIT = 2**62
 
@@ -289,19 +289,8 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             lo_q += p_tmax
             lo_q -= W[k] + base
             del qcode
-            # queries in sorted order: the binary searches then walk `vs`
-            # monotonically, several times faster than random probes; lo_q's
-            # buffer becomes the sorted lower bounds
-            qorder, lo_s = stable_order(lo_q, qidx, overwrite=True)
-            del lo_q
-            hi_s = hi_q[qorder]
-            del hi_q
-            lo = search_sorted_queries(vs, lo_s, "left")
-            del lo_s
-            hi = search_sorted_queries(vs, hi_s, "right")
-            del hi_s
-            counts = np.maximum(hi - lo, 0)
-            del hi
+            qorder, lo, counts = band_ranges(vs, lo_q, hi_q, qidx)
+            del lo_q, hi_q
             parents.append(np.repeat(qorder, counts))
             del qorder
             members.append(gather_ranges(korder, lo, counts))

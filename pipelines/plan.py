@@ -66,15 +66,23 @@ def pair_selectivity(i: int, j: int, ts, keys, windows, space: Space | None) -> 
     return found / (len(rows) * nj)
 
 
+def smaller_first(sizes: Sequence[int], i: int = 0, j: int = 1) -> list[int]:
+    """Streams ``i`` and ``j`` with the smaller one first (``i`` on a tie): it
+    probes the larger one's sorted (key, ts), half the binary searches when it
+    is half the size (core benchmark, 1M probing 2M: 0.24 s against 0.30 s).
+    The pairs are the same either way round."""
+    return [i, j] if sizes[i] <= sizes[j] else [j, i]
+
+
 def two_stream_plan(sizes: Sequence[int], found: int) -> Plan:
-    """The two-stream plan from the join itself: the smaller stream first (as
+    """The two-stream plan from the join itself: :func:`smaller_first` (as
     :func:`probe_order` chooses) and the *exact* selectivity ``found / (N_0 *
     N_1)`` from the valid pairs ``found`` -- for two streams the order changes
     no estimate, so the local engine skips the sample (and its time)."""
-    first = 0 if sizes[0] <= sizes[1] else 1
+    order = smaller_first(sizes)
     cells = sizes[0] * sizes[1]
-    return Plan(order=[first, 1 - first], selectivity={(0, 1): found / cells if cells else 0.0},
-                estimated_sizes=[float(sizes[first]), float(found)])
+    return Plan(order=order, selectivity={(0, 1): found / cells if cells else 0.0},
+                estimated_sizes=[float(sizes[order[0]]), float(found)])
 
 
 def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
@@ -82,22 +90,18 @@ def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
     n = len(ts)
     sizes = [len(t) for t in ts]
     if n == 2:
-        # the pairs are the same either way round; the smaller stream probes
-        # the larger one's sorted (key, ts): half the binary searches when it
-        # is half the size (core benchmark, 1M probing 2M: 0.24 s against 0.30 s)
         sel = pair_selectivity(0, 1, ts, keys, windows, space)
-        first = 0 if sizes[0] <= sizes[1] else 1
-        return Plan(order=[first, 1 - first], selectivity={(0, 1): sel},
-                    estimated_sizes=[float(sizes[first]), sel * sizes[0] * sizes[1]])
+        order = smaller_first(sizes)
+        return Plan(order=order, selectivity={(0, 1): sel},
+                    estimated_sizes=[float(sizes[order[0]]), sel * sizes[0] * sizes[1]])
     sel = {(i, j): pair_selectivity(i, j, ts, keys, windows, space) for i in range(n) for j in range(i + 1, n)}
 
     def s(a, b):
         return sel[(min(a, b), max(a, b))]
 
     i, j = min(sel, key=lambda p: (s(*p) * sizes[p[0]] * sizes[p[1]], p))
-    first, second = (i, j) if sizes[i] <= sizes[j] else (j, i)
-    order = [first, second]
-    est = [float(sizes[first]), s(i, j) * sizes[i] * sizes[j]]
+    order = smaller_first(sizes, i, j)
+    est = [float(sizes[order[0]]), s(i, j) * sizes[i] * sizes[j]]
     while len(order) < n:
         rest = [k for k in range(n) if k not in order]
 

@@ -29,9 +29,11 @@ an unstable ``np.argsort``, about half of ``np.argsort(kind="stable")``.
 Only beyond 2**31 values (the digits no longer fit beside the positions) is
 numpy's stable argsort used.
 
-Two primitives on sorted arrays live here too, shared by truth enumeration,
+Primitives on sorted arrays live here too, shared by truth enumeration,
 the expiry index and the Spark kernels: :func:`search_sorted_queries`
-(``searchsorted`` for nearly sorted queries, a block at a time) and
+(``searchsorted`` for nearly sorted queries, a block at a time),
+:func:`band_ranges` (the range of a sorted array inside each of many bands:
+the band search of truth enumeration and of the CTR kernel) and
 :func:`gather_ranges` (many ranges of one array, concatenated, without an
 index array the size of the output).
 """
@@ -154,6 +156,34 @@ def search_sorted_queries(a: np.ndarray, q: np.ndarray, side: str, dtype=np.int6
         hi = int(np.searchsorted(a, qb.max(), side="right"))
         np.add(np.searchsorted(a[lo:hi], qb, side=side), lo, out=out[s:s + SEARCH_BLOCK])
     return out
+
+
+def band_ranges(sorted_values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                order_dtype=np.int64, pos_dtype=np.int64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where many closed bands ``[lo[q], hi[q]]`` fall in one sorted array.
+
+    Args:
+        sorted_values: ascending int64 codes (the stored side of a band join).
+        lo: int64 band starts, one per query -- a scratch array: it becomes
+            the sorted starts' buffer, its contents are undefined afterwards.
+        hi: band ends (inclusive); a band with ``hi < lo`` is empty.
+        order_dtype: dtype of the query order (``np.int32`` below 2**31 queries).
+        pos_dtype: dtype of the positions (``np.int32`` below 2**31 values).
+    Returns: ``(order, start, count)``: the queries in the stable order of
+    their starts, and for query ``order[i]`` the values in its band are
+    exactly ``sorted_values[start[i] : start[i] + count[i]]`` (``count`` 0 for
+    an empty band).
+    Why sorted: queries in ascending order make :func:`search_sorted_queries`
+    walk ``sorted_values`` monotonically, several times faster than random
+    probes -- and callers extend their queries in this order.
+    """
+    order, lo_sorted = stable_order(lo, order_dtype, overwrite=True)
+    start = search_sorted_queries(sorted_values, lo_sorted, "left", pos_dtype)
+    del lo_sorted
+    count = search_sorted_queries(sorted_values, hi[order], "right", pos_dtype)
+    count -= start
+    np.maximum(count, 0, out=count)
+    return order, start, count
 
 
 def range_blocks(counts: np.ndarray, block: int, ends: np.ndarray | None = None):

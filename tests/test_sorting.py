@@ -150,6 +150,32 @@ def test_search_sorted_queries_equals_searchsorted(a, q, disorder, side, block):
 
 
 @SETTINGS
+@given(st.lists(st.integers(-40, 40), max_size=60), st.data(), st.integers(1, 5),
+       st.sampled_from([np.int32, np.int64]))
+def test_band_ranges_finds_exactly_the_values_in_each_band(values, data, block, dtype):
+    """``band_ranges`` (the band search of truth enumeration and of the CTR
+    kernel): queries in the stable order of their starts, and each query's
+    range holds exactly the sorted values in its closed band -- none for an
+    empty band (end before start); duplicate values and ties in the starts
+    are common; blocked searches (tiny SEARCH_BLOCK) and both dtypes."""
+    vs = np.sort(np.array(values, dtype=np.int64))
+    bands = data.draw(st.lists(st.tuples(st.integers(-50, 50), st.integers(-8, 12)), max_size=40))
+    lo = np.array([a for a, _ in bands], dtype=np.int64)
+    hi = np.array([a + w for a, w in bands], dtype=np.int64)   # w < 0: an empty band
+    saved = sorting.SEARCH_BLOCK
+    sorting.SEARCH_BLOCK = block
+    try:
+        order, start, count = sorting.band_ranges(vs, lo.copy(), hi, dtype, dtype)
+    finally:
+        sorting.SEARCH_BLOCK = saved
+    assert order.dtype == start.dtype == count.dtype == dtype
+    np.testing.assert_array_equal(order, np.argsort(lo, kind="stable"))
+    for q, s, c in zip(order, start, count):
+        assert c >= 0
+        np.testing.assert_array_equal(vs[s:s + c], vs[(vs >= lo[q]) & (vs <= hi[q])])
+
+
+@SETTINGS
 @given(st.lists(st.integers(0, 1000), min_size=1, max_size=50), st.data(), st.integers(1, 7))
 def test_gather_ranges_equals_concatenated_slices(values, data, block):
     values = np.array(values, dtype=np.int32)

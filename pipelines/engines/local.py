@@ -36,7 +36,7 @@ import polars as pl
 
 from ..candidates import Combos, Space, enumerate_truth
 from ..emit import Emission, emission, last_arrivals
-from ..plan import Plan, probe_order, two_stream_plan
+from ..plan import Plan, probe_order, smaller_first, two_stream_plan
 from ..policies import SORTING, PolicySpec
 from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
@@ -116,16 +116,18 @@ def join(
     sizes = [len(t) for t in ts]
 
     def truth():
-        if plan is not None:
-            chosen = plan
-        elif len(ts) == 2:  # the order is the smaller stream first; the selectivity comes from truth
-            chosen = two_stream_plan(sizes, 0)
+        # two streams: no sample; the plan is the smaller stream first, with
+        # the exact selectivity taken from truth (before --where)
+        from_truth = plan is None and len(ts) == 2
+        if from_truth:
+            probe = smaller_first(sizes)
         else:
-            chosen = timed("plan", probe_order, ts, keys, W.tolist(), space)
+            chosen = plan if plan is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
+            probe = chosen.order
         combos = timed("candidates", enumerate_truth, ts, keys, W.tolist(), candidates_method, space=space,
-                       order=chosen.order)
-        if plan is None and len(ts) == 2:
-            chosen = two_stream_plan(sizes, len(combos))   # before --where: the join's own selectivity
+                       order=probe)
+        if from_truth:
+            chosen = two_stream_plan(sizes, len(combos))
         if where is not None:
             combos = combos.filter(where(combos))
         arrivals = (timed("emit.last", last_arrivals, combos, replay_ready.result(),

@@ -57,7 +57,7 @@ from ..plan import Plan, probe_order
 from ..policies import SORTING, SYMMETRIC, PolicySpec
 from ..allocator import reuse_freed_memory
 from ..progress import memory_per_stream
-from ..sorting import gather_ranges, range_blocks, search_sorted_queries, stable_order
+from ..sorting import band_ranges, gather_ranges, range_blocks, stable_order
 from .. import sparkprogress as sp
 from ..route import atr as atr_mod
 from ..route import ctr as ctr_mod
@@ -321,16 +321,9 @@ def _extend_block(get, sel: np.ndarray, ps: int, k: int, vs: np.ndarray, members
     qlo = kid_p + (lo - base)
     qhi = kid_p + (hi - base)
     del kid_p, lo, hi, ty
-    # queries in sorted order walk `vs` monotonically (several times faster
-    # than random probes), and the partials are extended in that order
-    qorder, qlo_sorted = stable_order(qlo, idx, overwrite=True)
-    del qlo
-    a = search_sorted_queries(vs, qlo_sorted, "left", idx)
-    del qlo_sorted
-    cnt = search_sorted_queries(vs, qhi[qorder], "right", idx)
-    del qhi
-    cnt -= a             # <= 0 where the band is empty (qhi < qlo): no stored tuple in it
-    np.maximum(cnt, 0, out=cnt)
+    # the partials are extended in the order of their band starts
+    qorder, a, cnt = band_ranges(vs, qlo, qhi, idx, idx)
+    del qlo, qhi
     sel = sel[qorder]
     del qorder
     if family is not None and n == 2:
