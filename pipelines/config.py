@@ -32,6 +32,7 @@ from .errors import InputError
 from .output import check_target
 from .policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget
 from .predicates import DistanceSpec, parse_distance
+from .sorting import SORT_ENV, SORTS
 from .timeunits import TS_UNITS, parse_duration
 
 ROUTERS = ("none", "atr", "ctr", "auto")
@@ -324,6 +325,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or "spark"
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    sort = os.environ.get(SORT_ENV) or "auto"
+    if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
+        raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
     out_raw = flags.out or run.get("out")
     if not out_raw:
         raise InputError("no output directory: give --out DIR")

@@ -24,6 +24,7 @@ from .candidates import Combos, Space
 from .emit import emission_order
 from .engines.local import JoinOutcome, join
 from .predicates import compile_where, prefixed_columns, where_mask
+from .sorting import sort_values
 from .load import LoadedStream, load_all
 from .output import AtomicOutput
 from .policies.controller import bad_arrivals_of, report_entries
@@ -205,9 +206,9 @@ def _pack(rows: list[np.ndarray], sizes: list[int]) -> np.ndarray | None:
 def _duplicates_of_all(rows: list[np.ndarray], sizes: list[int]) -> int:
     code = _pack(rows, sizes)  # exact packing: one int64 per combination, built in place
     if code is not None:
-        # equal codes are adjacent once sorted: numpy's SIMD value sort of the
-        # (fresh) packed array is ~3x faster than hashing it (8.1M: 0.10 vs 0.30 s)
-        code.sort()
+        # equal codes are adjacent once sorted: a value sort of the (fresh)
+        # packed array is ~3x faster than hashing it (8.1M: 0.10 vs 0.30 s)
+        sort_values(code)
         return int(np.count_nonzero(code[1:] == code[:-1]))
     unique = pl.DataFrame({f"r{k}": r for k, r in enumerate(rows)}).n_unique()
     return len(rows[0]) - unique

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .policies import SORTING, SYMMETRIC
+from .sorting import sort_values
 
 #: results per block of the per-period count
 BLOCK = 1 << 20
@@ -34,7 +35,11 @@ def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[st
         return {name: None for name, _ in qs}
     ks = sorted({max(1, math.ceil(q * len(values))) - 1 for _, q in qs})
     # several order statistics: a (vectorised) full sort beats repeated selection
-    part = np.sort(values) if len(ks) > 1 else np.partition(values, ks)
+    if len(ks) > 1:
+        part = values.copy()
+        sort_values(part)
+    else:
+        part = np.partition(values, ks)
     return {name: int(part[max(1, math.ceil(q * len(values))) - 1]) for name, q in qs}
 
 

@@ -29,6 +29,15 @@ an unstable ``np.argsort``, about half of ``np.argsort(kind="stable")``.
 Only beyond 2**31 values (the digits no longer fit beside the positions) is
 numpy's stable argsort used.
 
+Which sort sorts the packed values depends on the CPU: numpy's in-place
+sort is a SIMD sort (x86-simd-sort), fastest on the Intel host where the
+numbers above were measured, but on an AMD EPYC host with AVX-512 the same
+call took 0.54 s for 8.1M int64 -- no faster than numpy's heapsort -- while
+polars' sort (Rust pdqsort, one thread) took 0.15 s.  The sorted array is the
+same whichever sort runs, so :func:`sort_values` picks the faster of the two
+once per process, by timing both on an in-cache sample (``STREAMJOIN_SORT``
+= ``numpy`` | ``polars`` pins it).
+
 Primitives on sorted arrays live here too, shared by truth enumeration,
 the expiry index and the Spark kernels: :func:`search_sorted_queries`
 (``searchsorted`` for nearly sorted queries, a block at a time),
@@ -40,7 +49,13 @@ index array the size of the output).
 
 from __future__ import annotations
 
+import math
+import os
+import threading
+import time
+
 import numpy as np
+import polars as pl
 
 
 def stable_order(values: np.ndarray, index_dtype=np.int64, *,
@@ -85,6 +100,81 @@ def stable_order(values: np.ndarray, index_dtype=np.int64, *,
     return order.astype(index_dtype, copy=False), values[order].astype(np.int64, copy=False)
 
 
+#: environment variable that pins :func:`sort_values`' sort; see :data:`SORTS`
+SORT_ENV = "STREAMJOIN_SORT"
+#: ``auto``: the faster on this CPU, measured once per process
+SORTS = ("auto", "numpy", "polars")
+#: below this many values numpy sorts (no calibration; the choice only pays on large arrays)
+SMALL_SORT = 1 << 16
+#: int64 values timed by the calibration (128 kB, in cache: it measures the
+#: sort, not memory; at this size the two sorts' ratio is the large arrays')
+CALIBRATION_ROWS = 1 << 14
+
+_chosen_sort: str | None = None
+_choose_lock = threading.Lock()
+
+
+def sort_values(values: np.ndarray) -> None:
+    """Sort a 1-D array in place, ascending.
+
+    Args:
+        values: any numeric dtype; integer arrays of :data:`SMALL_SORT` or
+            more values go to the sort :func:`value_sort` chose, the rest to
+            numpy's.
+    Guarantees: ``values`` ends as ``np.sort(values)`` -- a sorted array has
+    one value per position whichever sort produced it (equal values are
+    indistinguishable), so the choice changes the time only.
+    """
+    if len(values) < SMALL_SORT or values.dtype.kind not in "iu" or value_sort() == "numpy":
+        values.sort()
+    else:
+        _polars_sort(values)
+
+
+def _polars_sort(values: np.ndarray) -> None:
+    # pl.Series reads numpy's buffer without a copy; the sorted result is
+    # copied back so that callers keep their buffer (stable_order(overwrite=True))
+    np.copyto(values, pl.Series(values).sort(multithreaded=False).to_numpy())
+
+
+def value_sort() -> str:
+    """``"numpy"`` or ``"polars"``: the sort :func:`sort_values` uses in this process.
+
+    ``$STREAMJOIN_SORT`` if set to one of them; otherwise both are timed once
+    (best of 3 on :data:`CALIBRATION_ROWS` scrambled int64: a few ms once
+    polars is loaded) and polars is chosen only if clearly faster (by a
+    fifth): numpy's stays the default where they are close.  Raises
+    ``ValueError`` for a setting not in :data:`SORTS`.
+    """
+    global _chosen_sort
+    if _chosen_sort is None:
+        with _choose_lock:  # the engine's two threads may both ask first
+            if _chosen_sort is None:
+                _chosen_sort = _choose_sort(os.environ.get(SORT_ENV) or "auto")
+    return _chosen_sort
+
+
+def _choose_sort(setting: str) -> str:
+    if setting not in SORTS:
+        raise ValueError(f"${SORT_ENV} {setting}: expected one of {', '.join(SORTS)}")
+    if setting != "auto":
+        return setting
+    # distinct values in scrambled order (multiplicative hashing, wrapping):
+    # what the packed sorts see, without a random generator's set-up cost
+    sample = np.arange(1, CALIBRATION_ROWS + 1, dtype=np.int64) * np.int64(-7046029254386353131)
+
+    def best_of_3(sort) -> float:
+        best = math.inf
+        for _ in range(3):
+            scratch = sample.copy()
+            t0 = time.perf_counter()
+            sort(scratch)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    return "polars" if best_of_3(_polars_sort) < 0.8 * best_of_3(np.ndarray.sort) else "numpy"
+
+
 def _positions_dtype(N: int):
     """The narrowest dtype that holds positions ``0..N-1``: half the traffic of int64."""
     return np.int32 if N <= 2**31 else np.int64
@@ -99,7 +189,7 @@ def _sort_with_positions(packed: np.ndarray, bits: int, index_dtype) -> np.ndarr
     N = packed.shape[0]
     packed <<= bits
     packed |= np.arange(N, dtype=_positions_dtype(N))
-    packed.sort()  # distinct values: numpy's fast unstable sort yields the one order
+    sort_values(packed)  # distinct values: any (unstable) sort yields the one order
     order = np.empty(N, dtype=index_dtype)
     np.bitwise_and(packed, (1 << bits) - 1, out=order, casting="unsafe")  # < N: fits index_dtype
     packed >>= bits

@@ -180,6 +180,14 @@ def test_bad_input_is_one_line_exit_2_and_no_output(data: Path, args: list[str],
     assert leftovers(data) == []
 
 
+def test_unknown_sort_setting_is_one_line_exit_2_and_no_output(data: Path, monkeypatch) -> None:
+    monkeypatch.setenv("STREAMJOIN_SORT", "quick")  # run_cli's environment copies ours
+    proc = run_cli(["run", *AB, *OK_WINDOW, "--out", "out"], cwd=data)
+    assert_one_line_error(proc, "$STREAMJOIN_SORT quick", "expected one of auto, numpy, polars")
+    assert not (data / "out").exists()
+    assert leftovers(data) == []
+
+
 # ----------------------------------------------------------------------------
 # --out: refuse foreign directories, replace previous outputs atomically
 # ----------------------------------------------------------------------------

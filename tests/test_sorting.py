@@ -3,11 +3,15 @@
 The one-pass packing, the two-digit (LSD) packing for ranges up to the whole
 int64 line, and the boundary between them; duplicates (the stability that the
 packing promises), negative values, int64 extremes, empty and single inputs,
-narrower dtypes and the int32 order.  Last, the sorted enumeration that uses
-it (with compacted sparse integer keys) against the bucket join.
+narrower dtypes and the int32 order -- each through numpy's and through
+polars' value sort (``sort_values``), forced whatever the size.  Last, the
+sorted enumeration that uses it (with compacted sparse integer keys) against
+the bucket join.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import numpy as np
 import polars as pl
@@ -39,10 +43,25 @@ def int64_arrays(draw, max_size: int = 200):
     return np.array(draw(st.lists(value, min_size=size, max_size=size)), dtype=np.int64)
 
 
-def _check(values: np.ndarray, index_dtype=np.int64, overwrite: bool = False) -> None:
+SORT_NAMES = ["numpy", "polars"]
+
+
+@contextmanager
+def forced_sort(name: str):
+    """Every value sort through ``name`` (numpy's or polars'), whatever its size."""
+    saved = sorting.SMALL_SORT, sorting._chosen_sort
+    sorting.SMALL_SORT, sorting._chosen_sort = 0, name
+    try:
+        yield
+    finally:
+        sorting.SMALL_SORT, sorting._chosen_sort = saved
+
+
+def _check(values: np.ndarray, index_dtype=np.int64, overwrite: bool = False, sort: str = "numpy") -> None:
     original = values.copy()
     expected = np.argsort(original, kind="stable")
-    order, ordered = stable_order(values, index_dtype, overwrite=overwrite)
+    with forced_sort(sort):
+        order, ordered = stable_order(values, index_dtype, overwrite=overwrite)
     assert order.dtype == np.dtype(index_dtype) and ordered.dtype == np.int64
     np.testing.assert_array_equal(order, expected)
     np.testing.assert_array_equal(ordered, original[expected].astype(np.int64))
@@ -51,9 +70,9 @@ def _check(values: np.ndarray, index_dtype=np.int64, overwrite: bool = False) ->
 
 
 @SETTINGS
-@given(int64_arrays(), st.sampled_from([np.int64, np.int32]), st.booleans())
-def test_equals_stable_argsort(values, index_dtype, overwrite):
-    _check(values, index_dtype, overwrite)
+@given(int64_arrays(), st.sampled_from([np.int64, np.int32]), st.booleans(), st.sampled_from(SORT_NAMES))
+def test_equals_stable_argsort(values, index_dtype, overwrite, sort):
+    _check(values, index_dtype, overwrite, sort)
 
 
 @SETTINGS
@@ -61,7 +80,8 @@ def test_equals_stable_argsort(values, index_dtype, overwrite):
 def test_narrow_dtypes(dtype, data):
     info = np.iinfo(dtype)
     raw = data.draw(st.lists(st.integers(int(info.min), int(info.max)), max_size=100))
-    _check(np.array(raw, dtype=dtype), np.int32, overwrite=data.draw(st.booleans()))
+    _check(np.array(raw, dtype=dtype), np.int32, overwrite=data.draw(st.booleans()),
+           sort=data.draw(st.sampled_from(SORT_NAMES)))
 
 
 def test_empty_and_single():
@@ -72,8 +92,9 @@ def test_empty_and_single():
             _check(np.array([v], dtype=np.int64), index_dtype)
 
 
+@pytest.mark.parametrize("sort", SORT_NAMES)
 @pytest.mark.parametrize("size", [2, 3, 1000, 4097])
-def test_paths_and_their_boundary(monkeypatch, size):
+def test_paths_and_their_boundary(monkeypatch, size, sort):
     """Range ``2**(63 - bits) - 1`` still packs in one pass; one more takes two digits."""
     calls = []
     two = sorting._two_digit_order
@@ -86,14 +107,53 @@ def test_paths_and_their_boundary(monkeypatch, size):
             values[: size // 2] = values[size // 2:][: size // 2]  # duplicates
             values[0], values[-1] = lo, lo + width                  # exactly this range
             calls.clear()
-            _check(np.array(values.tolist(), dtype=np.int64), np.int32)
+            _check(np.array(values.tolist(), dtype=np.int64), np.int32, sort=sort)
             assert len(calls) == passes - 1
 
 
-def test_int64_extremes_and_ties():
+@pytest.mark.parametrize("sort", SORT_NAMES)
+def test_int64_extremes_and_ties(sort):
     values = np.array([I64_MAX, I64_MIN, 0, I64_MAX, -1, I64_MIN, 1, 0, I64_MAX], dtype=np.int64)
-    _check(values)
-    _check(np.tile(values, 50), np.int32, overwrite=True)
+    _check(values, sort=sort)
+    _check(np.tile(values, 50), np.int32, overwrite=True, sort=sort)
+
+
+@SETTINGS
+@given(st.sampled_from([np.int8, np.int32, np.uint32, np.int64, np.float64]), st.data(),
+       st.sampled_from(SORT_NAMES))
+def test_sort_values_sorts_in_place_with_either_sort(dtype, data, sort):
+    """``sort_values`` leaves the array equal to ``np.sort`` of it, in its
+    own buffer, through numpy's or polars' sort (floats always numpy's)."""
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else None
+    elems = st.integers(int(info.min), int(info.max)) if info else st.floats(-1e9, 1e9)
+    values = np.array(data.draw(st.lists(elems, max_size=150)), dtype=dtype)
+    if data.draw(st.booleans()) and len(values):
+        values = np.tile(values[: max(1, len(values) // 4)], 4)  # duplicates
+    want = np.sort(values)
+    buffer = values.__array_interface__["data"][0]
+    with forced_sort(sort):
+        sorting.sort_values(values)
+    assert values.__array_interface__["data"][0] == buffer and values.dtype == want.dtype
+    np.testing.assert_array_equal(values, want)
+
+
+def test_value_sort_is_pinned_by_the_environment_or_measured(monkeypatch):
+    for name in SORT_NAMES:
+        monkeypatch.setenv(sorting.SORT_ENV, name)
+        assert sorting._choose_sort(name) == name
+    assert sorting._choose_sort("auto") in SORT_NAMES   # measured: one of the two, whichever is faster here
+    with pytest.raises(ValueError, match="STREAMJOIN_SORT quick: expected one of auto, numpy, polars"):
+        sorting._choose_sort("quick")
+    # the process-wide choice is made once and then kept
+    saved = sorting._chosen_sort
+    try:
+        sorting._chosen_sort = None
+        monkeypatch.setenv(sorting.SORT_ENV, "polars")
+        assert sorting.value_sort() == "polars"
+        monkeypatch.setenv(sorting.SORT_ENV, "numpy")
+        assert sorting.value_sort() == "polars"
+    finally:
+        sorting._chosen_sort = saved
 
 
 def test_rejects_what_it_cannot_order():
@@ -122,7 +182,8 @@ def test_sorted_enumeration_equals_bucket_join(data):
                                                                 max_size=size))}, schema={"__key0": pl.Int64}))
     windows = data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
     order = data.draw(st.permutations(range(n)))
-    got = enumerate_truth(ts, keys, windows, method="sorted", order=order)
+    with forced_sort(data.draw(st.sampled_from(SORT_NAMES))):
+        got = enumerate_truth(ts, keys, windows, method="sorted", order=order)
     want = enumerate_truth(ts, keys, windows, method="bucket")
     listed = list(zip(*[r.tolist() for r in got.rows]))
     assert len(listed) == len(set(listed))
