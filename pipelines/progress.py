@@ -140,8 +140,14 @@ class Decisions:
         return h
 
 
-def _running_max(values: np.ndarray) -> np.ndarray:
-    return np.maximum.accumulate(values, axis=-1)
+def running_max(values: np.ndarray, carry=None) -> np.ndarray:
+    """The running maximum along the last axis, a new array; with ``carry``
+    (the maximum carried in from earlier input: a previous chunk, a previous
+    Spark block), never below it.  Guarantees: never decreases."""
+    out = np.maximum.accumulate(values, axis=-1)
+    if carry is not None:
+        np.maximum(out, carry, out=out)
+    return out
 
 
 def _own(stream: np.ndarray, per_stream: np.ndarray) -> np.ndarray:
@@ -239,13 +245,14 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     return replay
 
 
-def _minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a - b`` where ``a == NEG_INF`` stays ``NEG_INF`` (minus infinity)."""
+def minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a - b`` where ``a == NEG_INF`` stays ``NEG_INF``: a frontier not yet
+    seen (minus infinity) less a delay is still minus infinity, not a wrap."""
     return np.where(a == NEG_INF, NEG_INF, a - b)
 
 
 def _horizons(T: np.ndarray, d: np.ndarray, n: int) -> np.ndarray:
-    """``H = running_max(_minus(T, d))`` per stream, one row at a time (no ``(n, N)`` temporaries)."""
+    """``H = running_max(minus(T, d))`` per stream, one row at a time (no ``(n, N)`` temporaries)."""
     N = T.shape[0]
     H = np.empty((n, N), dtype=np.int64)
     if N == 0:
@@ -260,7 +267,7 @@ def _horizons(T: np.ndarray, d: np.ndarray, n: int) -> np.ndarray:
 
 
 def _release_horizon(M: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """``R = running_max(min_i _minus(M_i, K_i))``, one stream at a time."""
+    """``R = running_max(min_i minus(M_i, K_i))``, one stream at a time."""
     R = None
     for i in range(M.shape[0]):
         v = np.subtract(M[i], K[i])

@@ -65,14 +65,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .policies import SORTING, SYMMETRIC, PolicySpec
-from .progress import Decisions, Replay, build_replay, decide
+from .progress import Decisions, Replay, build_replay, decide, minus, running_max
 from .timeunits import NEG_INF
 
 INT = np.int64
-
-
-def _minus(a, b):
-    return np.where(a == NEG_INF, NEG_INF, a - b)
 
 
 def fact_columns(n: int) -> list[str]:
@@ -81,17 +77,10 @@ def fact_columns(n: int) -> list[str]:
             + ["T", "delay", "R", "R_prev", "dropped"] + [f"H{k}" for k in range(n)] + ["expired"])
 
 
-def _running_max(x: np.ndarray, init) -> np.ndarray:
-    """Running maximum of a 1-D array, starting from the carried-in ``init``."""
-    if x.shape[0] == 0:
-        return x.astype(INT, copy=True)
-    return np.maximum(np.maximum.accumulate(x), INT(init))
-
-
 def _local_M(stream, ts, n, Mcarry):
     M = np.empty((n, len(ts)), dtype=INT)
     for i in range(n):
-        M[i] = _running_max(np.where(stream == i, ts, NEG_INF), Mcarry[i])
+        M[i] = running_max(np.where(stream == i, ts, NEG_INF), Mcarry[i])
     return M
 
 
@@ -109,7 +98,7 @@ def _local_K(stream, delay, n, policy: PolicySpec, Kcarry):
     if policy.name == "mpkslack":
         K = np.empty((n, m), dtype=INT)
         for i in range(n):
-            K[i] = _running_max(np.where(stream == i, delay, 0), Kcarry[i])
+            K[i] = running_max(np.where(stream == i, delay, 0), Kcarry[i])
         return K
     raise AssertionError(policy.name)
 
@@ -147,11 +136,11 @@ def summary3(c: dict, n: int, policy: PolicySpec, Mcarry, Kcarry) -> np.ndarray:
     m = len(c["ts"])
     if policy.family == SORTING:
         K = _local_K(c["stream"], _delay(c["stream"], c["ts"], M), n, policy, Kcarry)
-        cand = _minus(M, K).min(axis=0) if m else np.empty(0, INT)
+        cand = minus(M, K).min(axis=0) if m else np.empty(0, INT)
         return np.array([cand.max() if m else NEG_INF], dtype=INT)
     T = M.min(axis=0) if m else np.empty(0, INT)
     d = _retention(n, policy)
-    return np.array([_minus(T, d[k]).max() if m else NEG_INF for k in range(n)], dtype=INT)
+    return np.array([minus(T, d[k]).max() if m else NEG_INF for k in range(n)], dtype=INT)
 
 
 def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kcarry, Rcarry, Hcarry) -> dict:
@@ -170,8 +159,8 @@ def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kca
     zeros = np.zeros(m, dtype=INT)
     if policy.family == SORTING:
         K = _local_K(stream, delay, n, policy, Kcarry)
-        cand = _minus(M, K).min(axis=0) if m else np.empty(0, INT)
-        R = _running_max(cand, Rcarry)
+        cand = minus(M, K).min(axis=0) if m else np.empty(0, INT)
+        R = running_max(cand, Rcarry)
         R_prev = np.concatenate([[Rcarry], R[:-1]]).astype(INT) if m else R
         out["R"], out["R_prev"] = R, R_prev
         out["dropped"] = ts < R_prev
@@ -182,7 +171,7 @@ def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kca
         d = _retention(n, policy)
         H = np.empty((n, m), dtype=INT)
         for k in range(n):
-            H[k] = _running_max(_minus(T, d[k]), Hcarry[k])
+            H[k] = running_max(minus(T, d[k]), Hcarry[k])
             out[f"H{k}"] = H[k]
         out["R"], out["R_prev"] = zeros, zeros
         out["dropped"] = np.zeros(m, dtype=bool)

@@ -69,7 +69,7 @@ from ..config import RunConfig
 from ..load import LoadedStream
 from ..plan import Plan, probe_order
 from ..policies import SORTING, retention_matrix, slack_matrix
-from ..progress import _minus, _running_max
+from ..progress import minus, running_max
 from ..tally import Tally
 from ..timeunits import NEG_INF
 
@@ -255,7 +255,7 @@ class BoundedReplay:
         # progress (SPEC §2), running maxima continued from the carried values
         M = np.empty((n, C), dtype=np.int64)
         for i in range(n):
-            np.maximum(_running_max(np.where(st == i, ts, NEG_INF)), self.M[i], out=M[i])
+            np.maximum(running_max(np.where(st == i, ts, NEG_INF)), self.M[i], out=M[i])
         T = M.min(axis=0)
         delay = M[st, idx] - ts
         self.M = M[:, -1].copy()
@@ -265,7 +265,7 @@ class BoundedReplay:
             if self.policy.name == "mpkslack":
                 K = np.maximum(K, self.K.reshape(n, 1))
                 self.K = K[:, -1].copy()
-            R = np.maximum(_running_max(_minus(M, K).min(axis=0)), self.R)
+            R = running_max(minus(M, K).min(axis=0), self.R)
             R_before = np.concatenate([[self.R], R[:-1]])
             dropped = ts < R_before
             rel = np.maximum(A0 + np.searchsorted(R, ts, side="left"), A0 + idx)
@@ -275,7 +275,7 @@ class BoundedReplay:
             expired = None
         else:
             d = retention_matrix(view, self.policy)
-            H = np.maximum(_running_max(_minus(np.broadcast_to(T, (n, C)), d)), self.H.reshape(n, 1))
+            H = running_max(minus(np.broadcast_to(T, (n, C)), d), self.H.reshape(n, 1))
             expired = ts + W[st] < H[st, idx]
             self.H = H[:, -1].copy()
             R = None
