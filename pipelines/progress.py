@@ -80,7 +80,7 @@ class Replay:
     def M(self) -> np.ndarray:
         M = np.empty((self.n, self.N), dtype=np.int64)
         for i in range(self.n):
-            _stream_running_max(self.stream, self.ts, i, out=M[i])
+            stream_running_max(self.stream, self.ts, i, out=M[i])
         return M
 
     @cached_property
@@ -160,11 +160,12 @@ def _own(stream: np.ndarray, per_stream: np.ndarray) -> np.ndarray:
     return per_stream[stream, np.arange(per_stream.shape[1])]
 
 
-def _stream_running_max(stream: np.ndarray, ts: np.ndarray, i: int, *, out: np.ndarray,
-                        mine: np.ndarray | None = None) -> np.ndarray:
+def stream_running_max(stream: np.ndarray, ts: np.ndarray, i: int, *, out: np.ndarray,
+                       mine: np.ndarray | None = None, carry=None) -> np.ndarray:
     """``M_i``: the running max of stream ``i``'s ``ts`` (``NEG_INF`` before its
     first tuple), into ``out``.  ``mine``: ``stream == i`` as 0/1 integers
-    (any width), if already at hand.
+    (any width), if already at hand.  ``carry``: ``M_i`` at the end of the
+    earlier input (a previous chunk, a previous Spark block), if any.
 
     The stream's values are selected without a branch: ``(ts - NEG_INF) *
     mine + NEG_INF`` is ``ts`` where ``mine`` and ``NEG_INF`` elsewhere
@@ -176,6 +177,8 @@ def _stream_running_max(stream: np.ndarray, ts: np.ndarray, i: int, *, out: np.n
     out *= mine
     out += NEG_INF
     np.maximum.accumulate(out, out=out)
+    if carry is not None:
+        np.maximum(out, carry, out=out)
     return out
 
 
@@ -221,7 +224,7 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
         index_of.append(positions[offsets[i]:offsets[i + 1]])
     # M_i one stream at a time: T is their minimum, and a tuple's own M gives
     # its delay, M_own - ts = sum_i (M_i - ts) * [stream == i] (branch-free, as
-    # in _stream_running_max; a wrapped term is multiplied by 0)
+    # in stream_running_max; a wrapped term is multiplied by 0)
     M = np.empty((n, N), dtype=np.int64) if keep_running_max else None
     scratch = np.empty(N, dtype=np.int64) if n else None
     mine = np.empty(N, dtype=np.int8) if n else None   # 0/1: the narrowest multiplier is the fastest
@@ -229,7 +232,7 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     delay = np.zeros(N, dtype=np.int64)
     for i in range(n):
         np.equal(stream, i, out=mine.view(bool))
-        Mi = _stream_running_max(stream, ts, i, out=M[i] if M is not None else scratch, mine=mine)
+        Mi = stream_running_max(stream, ts, i, out=M[i] if M is not None else scratch, mine=mine)
         if i == 0:
             np.copyto(T, Mi)
         else:

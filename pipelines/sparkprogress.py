@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .policies import SORTING, SYMMETRIC, PolicySpec
-from .progress import Decisions, Replay, build_replay, decide, minus, running_max
+from .progress import Decisions, Replay, build_replay, decide, minus, running_max, stream_running_max
 from .timeunits import NEG_INF
 
 INT = np.int64
@@ -80,7 +80,7 @@ def fact_columns(n: int) -> list[str]:
 def _local_M(stream, ts, n, Mcarry):
     M = np.empty((n, len(ts)), dtype=INT)
     for i in range(n):
-        M[i] = running_max(np.where(stream == i, ts, NEG_INF), Mcarry[i])
+        stream_running_max(stream, ts, i, out=M[i], carry=Mcarry[i])
     return M
 
 

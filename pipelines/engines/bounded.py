@@ -69,7 +69,7 @@ from ..config import RunConfig
 from ..load import LoadedStream
 from ..plan import Plan, probe_order
 from ..policies import SORTING, retention_matrix, slack_matrix
-from ..progress import minus, running_max
+from ..progress import minus, running_max, stream_running_max
 from ..tally import Tally
 from ..timeunits import NEG_INF
 
@@ -255,7 +255,7 @@ class BoundedReplay:
         # progress (SPEC §2), running maxima continued from the carried values
         M = np.empty((n, C), dtype=np.int64)
         for i in range(n):
-            np.maximum(running_max(np.where(st == i, ts, NEG_INF)), self.M[i], out=M[i])
+            stream_running_max(st, ts, i, out=M[i], carry=self.M[i])
         T = M.min(axis=0)
         delay = M[st, idx] - ts
         self.M = M[:, -1].copy()
