@@ -28,12 +28,13 @@ UNIT_US = {
     "min": 60_000_000,
     "h": 3_600_000_000,
     "d": 86_400_000_000,
+    "w": 604_800_000_000,
 }
 
 #: the units an integer timestamp column may be declared in (SPEC §1)
 TS_UNITS = ("s", "ms", "us", "ns", "ps")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ps|ns|us|µs|ms|s|min|m|h|d)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ps|ns|us|µs|ms|s|min|m|h|d|w)\s*$")
 
 
 def parse_duration(text: str | int, *, what: str = "duration") -> int:
@@ -77,3 +78,28 @@ def format_duration(us: float | int | None) -> str:
     if a >= 1_000:
         return f"{us / 1_000:.3g}ms"
     return f"{us:.3g}us"
+
+
+#: the human units a default period (or any automatic time step) is rounded to
+HUMAN_STEPS_US = (
+    1_000_000, 10_000_000, 60_000_000, 600_000_000, 3_600_000_000, 86_400_000_000, 604_800_000_000)
+
+#: a default period gives at most about this many periods over the replay span
+MAX_DEFAULT_PERIODS = 1_000
+
+
+def default_period(span_us: int, max_periods: int = MAX_DEFAULT_PERIODS) -> int:
+    """The default recall period for a replay spanning ``span_us``: the smallest
+    of 1s, 10s, 1min, 10min, 1h, 1d, 1w giving at most ``max_periods`` periods
+    (a span over ~19 years gets 1w and more periods: the ladder stops there).
+
+    >>> default_period(5 * 60_000_000)          # 5 minutes -> 1s (300 periods)
+    1000000
+    >>> default_period(365 * 86_400_000_000)    # a year -> 1d (365 periods)
+    86400000000
+    """
+    span = max(int(span_us), 0)
+    for step in HUMAN_STEPS_US:
+        if span // step + 1 <= max_periods:
+            return step
+    return HUMAN_STEPS_US[-1]
