@@ -1,92 +1,164 @@
-"""Recall-target benchmark (issue 5): qjoin and qkslack against MP-K-slack.
+"""Recall targets on the corpus (issue 15): qjoin and qkslack against the best
+fixed setting chosen in hindsight.
 
-    python benchmarks/bench_recall.py [--recall 0.95] [--period 5s] [--samples soccer sensors]
+    python benchmarks/bench_recall.py [--corpus data/corpus] [--scale 1] [--only NAME ...]
+                                      [--recall 0.8 0.9 0.95 0.99] [--json out.json]
 
-Runs the real command once per sample and policy::
+For every corpus dataset (``benchmarks/corpus.py``, built if missing) and
+target ``Q``, with **default controller settings** (only the recall target
+and the period are given; the period is the default one, chosen from the
+replay span):
 
-    streamjoin run samples/<s>/<s>.toml --policy P [--recall Q] --period 5s --no-results --out <tmp>
+* ``qjoin --recall Q`` and ``qkslack --recall Q`` run on the local engine;
+* the **hindsight-best fixed setting** is computed exactly from the required
+  slack of every valid combination (SPEC §7, what ``tune-buffer
+  --per-period`` computes): per period with results, the least common
+  retention (``static``) / ``K`` (``kslack``) that reaches ``Q`` in it; the
+  fixed setting is the least one meeting ``Q`` in at least 95 % of those
+  periods -- the same criterion the adaptive policies are held to -- and is
+  then replayed like the others.
 
-and prints, from each ``report.json``: overall recall, the periods whose
-recall reached the target, mean / peak memory (tuples held) and mean / p95
-latency, plus qjoin's memory and latency as a share of MP-K-slack's (QJoin's
-published claims: memory -50..80 %, latency -80..95 %).  A 5 s period gives
-13 periods on soccer (60 s) and 91 on sensors (450 s); the default 60 s
-period would give only 1 and 8.
+Printed per row: overall recall, share of periods (with results) meeting Q,
+mean memory (tuples held, mean over arrival indexes), mean latency, and the
+adaptive policy's memory (qjoin) / latency (qkslack) as a share of the fixed
+setting's.  Everything is in-process (one load and one truth per dataset).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ("mpkslack", "qkslack", "qjoin")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus  # noqa: E402
+
+from streamjoin.pipelines import metrics  # noqa: E402
+from streamjoin.pipelines.config import Flags, resolve  # noqa: E402
+from streamjoin.pipelines.engines.local import join  # noqa: E402
+from streamjoin.pipelines.load import load_all  # noqa: E402
+from streamjoin.pipelines.policies import PolicySpec, RecallTarget  # noqa: E402
+from streamjoin.pipelines.policies.controller import bad_arrivals_of  # noqa: E402
+from streamjoin.pipelines.timeunits import default_period, format_duration  # noqa: E402
+from streamjoin.pipelines.tune import exact_quantile, member_indexes, required_kslack, required_static_common  # noqa: E402
+
+TARGETS = (0.8, 0.9, 0.95, 0.99)
+#: share of periods (with results) that must meet Q -- for the adaptive policies and the fixed baseline
+PERIOD_SHARE = 0.95
 
 
-def streamjoin_cmd() -> list[str]:
-    exe = Path(sys.executable).with_name("streamjoin")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "streamjoin.cli.main"]
+def hindsight_fixed(required: np.ndarray, period: np.ndarray, q: float) -> int:
+    """Least fixed setting meeting ``q`` in at least ``PERIOD_SHARE`` of the periods with results."""
+    if not len(required):
+        return 0
+    order = np.argsort(period, kind="stable")
+    p_sorted, r_sorted = period[order], required[order]
+    cut = np.flatnonzero(np.diff(p_sorted)) + 1
+    per = [exact_quantile(chunk, q) for chunk in np.split(r_sorted, cut)]
+    per.sort()
+    k = int(np.ceil(PERIOD_SHARE * len(per) - 1e-9))
+    return int(per[max(k, 1) - 1])
 
 
-def run(sample: str, policy: str, recall: float, period: str, tmp: Path) -> dict:
-    out = tmp / f"{sample}-{policy}"
-    cmd = [*streamjoin_cmd(), "run", str(ROOT / "samples" / sample / f"{sample}.toml"), "--policy", policy,
-           "--period", period, "--no-results", "--out", str(out)]
-    if policy != "mpkslack":
-        cmd += ["--recall", str(recall)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    report = json.loads((out / "report.json").read_text())
-    periods = report["periods"]
-    met = sum(p["recall"] >= recall for p in periods)
-    decisions = report.get("policy_decisions") or []
+def measure(out, period_us: int, q: float) -> dict:
+    em = out.emission
+    per = [p for p in metrics.periods(em.last, em.emitted, out.replay.arrival, period_us, q) if p["truth"]]
+    lat = em.latency_us[em.emitted]
     return {
-        "sample": sample,
-        "policy": policy,
-        "recall": report["recall"],
-        "met": met,
-        "periods": len(periods),
-        "mem_mean": report["memory_tuples"]["mean"],
-        "mem_peak": report["memory_tuples"]["peak"],
-        "lat_mean": report["latency_us"]["mean"] or 0.0,
-        "lat_p95": report["latency_us"]["p95"] or 0,
-        "decisions": len(decisions),
-        "early": sum(d["reason"] != "interval" for d in decisions),
-        "seconds": report["timings_s"]["total"],
+        "recall": float(em.emitted.mean()) if len(em.emitted) else 1.0,
+        "periods_ok": float(np.mean([p["recall"] >= q for p in per])) if per else 1.0,
+        "periods": len(per),
+        "mem_mean": float(out.memory.sum(axis=0).mean()) if out.memory.size else 0.0,
+        "lat_mean_us": float(lat.mean()) if len(lat) else 0.0,
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--recall", type=float, default=0.95)
-    ap.add_argument("--period", default="5s")
-    ap.add_argument("--samples", nargs="+", default=["soccer", "sensors"])
-    args = ap.parse_args()
+def bench_dataset(toml: Path, targets) -> list[dict]:
+    cfg = resolve(toml, Flags(out=str(ROOT / "out" / "_bench_recall_unused")), check_out=False)
+    streams = load_all(list(cfg.streams))
+    ts = [s.ts for s in streams]
+    arrival = [s.arrival for s in streams]
+    keys = [s.keys if s.keys.width else None for s in streams]
+    W = cfg.windows
+    bad = bad_arrivals_of(streams)
+    first = min(int(a.min()) for a in arrival if len(a))
+    last = max(int(a.max()) for a in arrival if len(a))
+    P = default_period(last - first)
+    base = join(ts, arrival, keys, W, PolicySpec("none"))
+    _, last_idx = member_indexes(base.replay, base.combos)
+    period = (base.replay.arrival[last_idx] - base.replay.arrival[0]) // P
+    req = {"static": required_static_common(base.replay, base.combos, W),
+           "kslack": required_kslack(base.replay, base.combos)}
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for sample in args.samples:
-            for policy in POLICIES:
-                rows.append(run(sample, policy, args.recall, args.period, Path(tmp)))
-    print(f"target recall {args.recall}, period {args.period}")
-    print(f"{'sample':8} {'policy':9} {'recall':>7} {'periods>=Q':>11} {'mem mean':>9} {'mem peak':>9} "
-          f"{'lat mean':>10} {'lat p95':>10} {'decisions (early)':>18} {'time':>6}")
+    for q in targets:
+        for adaptive, fixed_name in (("qjoin", "static"), ("qkslack", "kslack")):
+            t0 = time.perf_counter()
+            out = join(ts, arrival, keys, W, PolicySpec(adaptive, target=RecallTarget(q, period_us=P)), bad_arrivals=bad)
+            secs = time.perf_counter() - t0
+            a = measure(out, P, q)
+            setting = hindsight_fixed(req[fixed_name], period, q)
+            n = len(W)
+            spec = (PolicySpec("static", retention=(setting,) * n) if fixed_name == "static"
+                    else PolicySpec("kslack", k=(setting,) * n))
+            f = measure(join(ts, arrival, keys, W, spec), P, q)
+            rows.append({"dataset": toml.parent.name, "period_us": P, "q": q, "policy": adaptive, **a,
+                         "seconds": secs, "fixed": fixed_name, "fixed_setting_us": setting,
+                         **{f"fixed_{k}": v for k, v in f.items()}})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'dataset':8} {'P':>5} {'Q':>4} {'policy':8} {'recall':>7} {'ok%':>5} {'mem':>9} {'lat':>8} "
+            f"| {'fixed':14} {'recall':>7} {'ok%':>5} {'mem':>9} {'lat':>8} | {'vs fixed':>9} {'s':>5}")
+    lines = [head, "-" * len(head)]
     for r in rows:
-        print(f"{r['sample']:8} {r['policy']:9} {r['recall']:7.4f} {r['met']:>5}/{r['periods']:<5} "
-              f"{r['mem_mean']:9.0f} {r['mem_peak']:9d} {r['lat_mean'] / 1e3:8.1f}ms {r['lat_p95'] / 1e3:8.1f}ms "
-              f"{r['decisions']:>10} ({r['early']:>4}) {r['seconds']:5.1f}s")
+        if r["policy"] == "qjoin":
+            ratio = r["mem_mean"] / r["fixed_mem_mean"] if r["fixed_mem_mean"] else float("nan")
+            vs = f"mem {ratio:.2f}"
+        else:
+            ratio = r["lat_mean_us"] / r["fixed_lat_mean_us"] if r["fixed_lat_mean_us"] else float("nan")
+            vs = f"lat {ratio:.2f}"
+        fixed = f"{r['fixed']} {format_duration(r['fixed_setting_us'])}"
+        lines.append(
+            f"{r['dataset']:8} {format_duration(r['period_us']):>5} {r['q']:4.2f} {r['policy']:8} "
+            f"{r['recall']:7.4f} {100 * r['periods_ok']:5.1f} {r['mem_mean']:9.0f} "
+            f"{format_duration(r['lat_mean_us']):>8} | {fixed:14} {r['fixed_recall']:7.4f} "
+            f"{100 * r['fixed_periods_ok']:5.1f} {r['fixed_mem_mean']:9.0f} {format_duration(r['fixed_lat_mean_us']):>8} "
+            f"| {vs:>9} {r['seconds']:5.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=str(ROOT / "data" / "corpus"))
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--recall", nargs="*", type=float, default=list(TARGETS))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    root = Path(args.corpus)
+    rows = []
+    for name in args.only or corpus.DATASETS:
+        toml = root / name / "job.toml"
+        if not toml.exists():
+            corpus.build(name, root, args.scale)
+        rows += bench_dataset(toml, args.recall)
+        print(table([r for r in rows if r["dataset"] == name]).split("\n", 2)[-1] if len(rows) > 8 else table(rows),
+              flush=True)
     print()
-    for sample in args.samples:
-        mp = next(r for r in rows if r["sample"] == sample and r["policy"] == "mpkslack")
-        for policy in ("qjoin", "qkslack"):
-            q = next(r for r in rows if r["sample"] == sample and r["policy"] == policy)
-            mem = q["mem_mean"] / mp["mem_mean"] if mp["mem_mean"] else float("nan")
-            lat = q["lat_mean"] / mp["lat_mean"] if mp["lat_mean"] else float("nan")
-            print(f"{sample}: {policy} vs mpkslack: mean memory {mem:.1%}, mean latency {lat:.1%}, "
-                  f"periods meeting target {q['met'] / q['periods']:.0%}")
+    print(table(rows))
+    adaptive_ok = sum(r["periods_ok"] >= PERIOD_SHARE and r["recall"] >= r["q"] for r in rows)
+    print(f"\ntarget held (recall >= Q overall and in >= {PERIOD_SHARE:.0%} of periods): {adaptive_ok}/{len(rows)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

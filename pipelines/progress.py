@@ -121,6 +121,7 @@ class Decisions:
     K: np.ndarray | None = field(default=None, repr=False)
     d: np.ndarray | None = field(default=None, repr=False)
     policy_log: list | None = field(default=None, repr=False)
+    policy_settings: dict | None = field(default=None, repr=False)   # the controller's resolved settings
 
     @cached_property
     def H(self) -> np.ndarray | None:
@@ -290,6 +291,7 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
     W = np.asarray(windows, dtype=np.int64)
     schedule = adaptive_schedule(replay, W, policy, bad_arrivals) if policy.adaptive else None
     log = schedule.log if schedule is not None else None
+    settings = schedule.settings if schedule is not None else None
     if policy.family == SORTING:
         K = schedule.values if schedule is not None else slack_matrix(replay, policy)   # (n, N) or (n, 1)
         R = _release_horizon(replay.M, np.asarray(K)) if N else np.empty(0, np.int64)
@@ -299,7 +301,7 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
         # a tuple cannot be released before it arrives.
         release = np.maximum(np.searchsorted(R, replay.ts, side="left"), np.arange(N))
         release[dropped] = N  # never released (no effect: dropped tuples emit nothing)
-        return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K, policy_log=log)
+        return Decisions(family=SORTING, R=R, dropped=dropped, release=release, K=K, policy_log=log, policy_settings=settings)
     if policy.family == SYMMETRIC:
         d = schedule.values if schedule is not None else retention_matrix(replay, policy)  # (n, N) or (n, 1)
         if schedule is None:  # fixed retention: H_i = T - d_i, never materialised here
@@ -314,7 +316,7 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
         H = _horizons(replay.T, d, replay.n) if N else np.empty((replay.n, 0), np.int64)
         horizon_own = _own(replay.stream, H) if N else np.empty(0, np.int64)
         expired = limit < horizon_own
-        dec = Decisions(family=SYMMETRIC, expired=expired, d=d, policy_log=log)
+        dec = Decisions(family=SYMMETRIC, expired=expired, d=d, policy_log=log, policy_settings=settings)
         dec.H = H  # the cached property's value
         return dec
     raise AssertionError(policy.family)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from .controller import RecallTarget
+from .triggers import Triggers
 
 SORTING = "sorting"
 SYMMETRIC = "symmetric"

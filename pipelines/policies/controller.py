@@ -3,7 +3,7 @@
 A controller watches the replay the way an online operator would and, at a
 sequence of *decision times*, picks per-stream values -- the retention
 ``d_i`` (``qjoin``, symmetric family) or the slack ``K_i`` (``qkslack``,
-sorting family) -- that should keep recall ``>= Q`` over every period ``P``
+sorting family) -- that should keep recall ``>= Q`` in every period ``P``
 while holding as few tuples (``qjoin``) or waiting as little (``qkslack``)
 as possible.  The output is a :class:`Schedule`: the decision log plus the
 ``(n, N)`` matrix of values per arrival index that the closed-form engine
@@ -15,66 +15,99 @@ Guarantees
   quarantined rows) with ``arrival <= t``, and applies to indexes with
   ``arrival > t``.  So changing or removing tuples that arrive after ``t``
   never changes a decision made at or before ``t`` (property-tested).
-* It never looks at truth: its statistics are delays/lags of arrived tuples,
-  arrival rates, partner densities of arrived tuples (what an operator's
-  basic-window counters hold), its own horizons / drop decisions, and counts
-  of quarantined rows.
-* Vectorised per decision: a Python loop runs over decision times only, every
-  step inside is a numpy operation over the tuples concerned.
+* It never looks at truth: its statistics are lags/delays of arrived tuples,
+  arrival rates, basic-window counters of arrived tuples (partner densities),
+  its own horizons and drops, and counts of quarantined rows.
+* **Cost bounded by the input**, never by the span, the period count or the
+  granularity: decisions are taken only where they govern an arrival (at most
+  one per gap between arrivals, at most one per arrival), each looks at the
+  tuples of its history window, and the candidate settings are a few hundred
+  quantiles of observed lags -- never a grid of ``max delay / g`` steps.
+
+Settings and their defaults (:class:`RecallTarget`)
+---------------------------------------------------
+``P`` (period): the run's period (SPEC §4.3; by default from the span).
+``L`` (interval): ``max(1 s, P / 10)`` -- the SPEC's 1 s, raised for long
+spans so that a run makes about ten decisions per period, not one per second
+of a year.  ``b`` (basic window): ``max(W) / 10`` (at least 1 us): partner
+densities are counted in tenths of the window.  ``g`` (granularity): given,
+or per decision the 1-2-5 step at most a hundredth of the largest delay seen
+so far (at least 1 us) -- the values follow the delay scale of the data, a
+setting is never more than 1 % of the largest delay above the model's need.
 
 Decision times (events)
 -----------------------
-* ``on_interval``: every ``L`` (``--interval``) of replay time from the first
-  arrival (seed 002, Algorithm 1).  Before the first one the policy uses
-  MP-K-slack's bound (running maximum delay).
-* ``on_rate_change``: checked every *probe* (``L / 10``); a stream whose
-  arrival count in the last probe departs from its own recent history by more
-  than ``rate_threshold`` (either way) re-decides at once (seed 003's
-  rate-triggered window).  A link stall shows up here first.
-* ``on_bad_rows``: a burst of quarantined rows of a stream in the last probe
-  (``>= bad_burst_min`` and ``> bad_burst_factor`` x its history) re-decides
-  at once (seed 003's exception-triggered window).
+* ``interval``: every ``L`` of replay time from the first arrival (seed 002,
+  Algorithm 1); a tick is taken only when an arrival follows it before the
+  next tick (an idle stretch of a year costs nothing).  Before the first
+  decision the policy uses MP-K-slack's bound (running maximum delay).
+* ``rate`` / ``bad_rows``: checked every *probe* (``L / 10``) before an
+  arrival; thresholds are :class:`~.triggers.Triggers` settings (seed 003).
 
-The model (qjoin; seed 002 §1.4)
---------------------------------
-For a tuple ``x`` of stream ``i`` that arrived at index ``a`` its *lag*
-``l = T(a) - x.ts`` (rounded up to the granularity ``g``) is what decides
-which partners it still finds: a partner ``z`` of stream ``j`` is buffered
-iff ``z.ts + W_j >= H_j(a) = T(a) - d_j``.  With partner offsets
-``o = z.ts - x.ts`` spread over ``[-W_j, U_j]`` (``U_j = min(W_i, M_j(a) -
-x.ts)``: newer partners that have not arrived yet are not ``x``'s to
-produce), the share of ``x``'s results kept is the share of that span with
-``o >= l - d_j - W_j``.  Each tuple is weighted by its expected number of
-results: the density of partner tuples around ``x.ts`` counted in basic
-windows of ``b`` (``--basic-window``) times the span -- the cross-join count
-of seed 002 (6)-(7); selectivity is taken as constant and cancels in the
-ratio.  Over the recent history (the last ``L``) this gives the estimated
-recall ``Q_L(d)``; candidates ``d_i`` are the multiples of ``g`` up to the
-largest lag seen, and the chosen vector minimises buffered tuples
-``sum_i (d_i + W_i) V_i`` subject to ``Q_L(d) >= Q_L`` (2 streams: the full
-grid of Algorithm 1, vectorised; more streams: greedy descent from the top).
-``Q_L`` (seed 002 (3)) is the recall the rest of the current period needs so
-the period as a whole reaches ``Q``, given the estimated recall of what the
-period has seen so far, never below ``Q``, plus a safety ``margin``.
+The model (qjoin; seed 002 §1.4, completed)
+-------------------------------------------
+A tuple ``y`` of stream ``i`` arriving at index ``a`` has lag ``l = T(a) -
+y.ts``.  A partner ``x`` of stream ``j`` with offset ``o = x.ts - y.ts`` in
+``y``'s owned span ``[-W_j, U_j]`` (``U_j = min(W_i, M_j(a) - y.ts)``:
+partners that have not arrived are not ``y``'s to produce) is still buffered
+iff ``o >= l - d_j - W_j``.  With partners spread evenly over the span (the
+basic-window counters give their density around ``y.ts``), the share of
+``y``'s results kept is a *ramp* in ``d_j``: 0 up to ``s = l - W_j - U_j - 1``,
+then ``(d_j - s) / span``, 1 from ``d_j = l`` on (exactly the integer count
+of kept offsets).  ``y`` weighs its expected result count, the cross count
+``span * density`` of seed 002 (6)-(7); the selectivity is common to both
+sides and cancels in the ratio.  The estimated recall of a set of tuples
+under ``d`` is the weighted mean of their kept shares.
+
+Two streams: the kept weight is ``A_1(d_0) + A_0(d_1)`` (stream 0's tuples
+depend on ``d_1`` only and vice versa), each a sum of ramps evaluated exactly
+at every candidate with sorted breakpoints and prefix sums; the cheapest pair
+(memory ``sum_i (d_i + W_i) V_i``, seed 002 (2)) meeting the goal is found by
+walking ``d_0``'s candidates and searching ``d_1``'s (both sides monotone),
+``O(C log C)``.  More streams: coordinate descent -- each stream in turn takes
+the smallest candidate that keeps the goal, until none moves (a Pareto-minimal
+vector), each step a binary search.
+
+Candidates for ``d_j``: ``0``, the ramp breakpoints of the tuples probing
+``j`` (all of them when few, else 256 quantiles, denser in the top tail where
+a high target decides), and the largest delay seen; rounded up to ``g``.
 
 The model (qkslack; Ji et al., ICDE 2016)
 -----------------------------------------
-A tuple is kept iff its own delay ``delta(x) <= K_i`` (then ``x.ts >=
-M_i - K_i >= R``); a result survives iff all its members do, so the estimated
-recall is ``prod_i F_i(K_i)`` with ``F_i`` the productivity-weighted share of
-stream ``i``'s recent tuples with ``delta <= K_i``.  ``K`` minimises the sort
-buffer ``sum_i K_i V_i`` subject to the same ``Q_L``; the past of the period
-is measured with the tuples the controller really dropped.
+A tuple survives iff its own delay ``delta(x) <= K_i``; a result survives iff
+all its members do, so the estimated recall is ``prod_i F_i(K_i)`` with
+``F_i`` the productivity-weighted share of stream ``i``'s tuples with
+``delta <= K_i``.  ``K`` minimises the sort buffer ``sum_i K_i V_i`` under
+the same goal; candidates are ``0``, delay quantiles and the largest delay.
 
-Stalls
-------
-A stream whose link stalls stops arriving; when it resumes, everything it
-produced meanwhile arrives in a burst, up to the stall's length late.  While
-a stream ``i`` has been silent for longer than ``rate_min_count`` expected
-arrivals, every decision holds a floor of ``silence_i + probe`` on the other
-streams' retention (qjoin: those are the buffers the late tuples will probe)
-or on ``K_i`` (qkslack: the late tuples are ``i``'s own), kept for ``L``
-after the stream resumes.
+What a decision aims at
+-----------------------
+* **Three horizons.**  The latest ``P`` (seed 002's large window) is solved
+  for a whole period's goal, the latest ``L`` (what changed just now) for what
+  the rest of this period needs (below); and the needs of the last
+  ``memory_periods`` (100) completed periods -- the latest-``P`` solution at
+  each period's end -- are remembered, their 95th percentile per stream kept
+  in force.  Purged state cannot come back, so a lag that recurs (a daily
+  upload, a weekly batch, a nightly stall) must be covered before it arrives;
+  the 95th percentile matches the promise (``Q`` in 95 % of periods).  The
+  values in force are the element-wise maximum of the three.
+* **The rest of the period** (seed 002 (3)): the goal is the recall the rest
+  of the current period needs so that the period reaches ``Q``, given the
+  estimated recall of what it has seen so far -- computed from the horizons
+  and drops really in force (effective values), so a decision that turned out
+  too small is made up for within the period -- never below ``Q``, plus a
+  margin: ``(1 - Q) / 4``, or more when a period holds few (or unequally
+  productive) tuples -- one-sided 95 % of the sampling spread of a period's
+  recall, ``1.645 sqrt(Q (1 - Q) / n_eff)`` (:meth:`_Controller._margin`),
+  since the promise is per period, not on average.
+* **Stalls.**  A stream that has been silent for longer than
+  ``rate_min_count`` expected arrivals owes a backlog: about ``rate x
+  (silence + probe)`` tuples (the stall may last until the next check) that
+  will arrive in a burst, late by up to that long.  The backlog enters the
+  estimate as tuples with lags spread evenly over ``[0, silence + probe]``
+  and the stream's mean productivity, so the controller keeps
+  what the target needs for it -- no more (a fixed floor of the whole silence
+  had made the target irrelevant whenever a stream stalled).
 """
 
 from __future__ import annotations
@@ -85,71 +118,92 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..timeunits import NEG_INF
+from ..sorting import gather_ranges
+from ..timeunits import NEG_INF, default_period
+from .triggers import Triggers, fired, probe_ticks
+
+#: candidate settings per stream and decision (quantiles of the observed breakpoints)
+CANDIDATES = 256
+#: quantile of the remembered periods' needs kept in force (the promise is >= Q in 95 % of periods)
+MEMORY_QUANTILE = 0.95
+#: points standing for a stalled stream's expected backlog
+BACKLOG_POINTS = 16
 
 
 @dataclass(frozen=True)
 class RecallTarget:
     """Configuration of a recall-target controller (all durations in microseconds).
 
+    ``None`` = automatic (module docstring, "Settings and their defaults").
+
     Args:
         recall: target ``Q`` in ``(0, 1]``.
-        interval_us: ``L``, regular decision interval (default 1 s).
-        granularity_us: ``g``, delay granularity and candidate step (default 10 ms).
-        basic_window_us: ``b``, basic window for partner densities (default 10 ms).
-        period_us: ``P``, recall period (default 60 s).
+        interval_us: ``L``, regular decision interval.
+        granularity_us: ``g``, step the chosen values are rounded up to.
+        basic_window_us: ``b``, basic window of the partner-density counters.
+        period_us: ``P``, recall period (the run's period; by default from the span).
         probe_us: rate / bad-row check step (default ``L / 10``).
-        history_us: statistics window of a decision (default ``L``).
+        history_us: the long statistics window of a decision (default ``P``).
         rate_history_us: history a probe's rate is compared with (default ``10 L``).
-        rate_threshold: a probe's rate departs when ``< history / t`` or ``> history * t``.
-        rate_min_count: counts below this are noise (no rate trigger, no stall).
-        bad_burst_min, bad_burst_factor: quarantined rows in a probe that make a burst.
-        margin: added to the target (default ``(1 - Q) / 4``).
+        margin: added to the target (default: ``_Controller._margin``, at least ``(1 - Q) / 4``).
+        memory_periods: completed periods whose needs are remembered (default 100; 0: none).
+        triggers: thresholds of the early re-decisions (:class:`~.triggers.Triggers`).
     """
 
     recall: float
-    interval_us: int = 1_000_000
-    granularity_us: int = 10_000
-    basic_window_us: int = 10_000
-    period_us: int = 60_000_000
+    interval_us: int | None = None
+    granularity_us: int | None = None
+    basic_window_us: int | None = None
+    period_us: int | None = None
     probe_us: int | None = None
     history_us: int | None = None
     rate_history_us: int | None = None
-    rate_threshold: float = 3.0
-    rate_min_count: int = 20
-    bad_burst_min: int = 5
-    bad_burst_factor: float = 3.0
     margin: float | None = None
+    memory_periods: int = 100
+    triggers: Triggers = field(default_factory=Triggers)
 
     def __post_init__(self) -> None:
         if not (0.0 < float(self.recall) <= 1.0):
             raise InputError(f"--recall {self.recall}: recall target must be in (0, 1]")
         for label, v in (("--interval", self.interval_us), ("--granularity", self.granularity_us),
-                         ("--basic-window", self.basic_window_us), ("--period", self.period_us)):
-            if int(v) <= 0:
-                raise InputError(f"{label} must be > 0")
-        for label, v in (("probe", self.probe_us), ("history", self.history_us), ("rate history", self.rate_history_us)):
+                         ("--basic-window", self.basic_window_us), ("--period", self.period_us),
+                         ("probe", self.probe_us), ("history", self.history_us),
+                         ("rate history", self.rate_history_us)):
             if v is not None and int(v) <= 0:
                 raise InputError(f"{label} must be > 0")
-        if self.rate_threshold <= 1.0:
-            raise InputError("rate threshold must be > 1")
+        if int(self.memory_periods) < 0:
+            raise InputError("memory_periods must be >= 0")
+        if self.margin is not None and not (0.0 <= self.margin < 1.0):
+            raise InputError(f"margin {self.margin}: must be in [0, 1)")
 
-    @property
-    def probe(self) -> int:
-        return int(self.probe_us) if self.probe_us else max(1, self.interval_us // 10)
 
-    @property
-    def history(self) -> int:
-        return int(self.history_us) if self.history_us else int(self.interval_us)
 
-    @property
-    def rate_history(self) -> int:
-        return int(self.rate_history_us) if self.rate_history_us else 10 * int(self.interval_us)
+@dataclass(frozen=True)
+class Resolved:
+    """The settings a controller ran with (automatic ones filled in), for the report."""
 
-    @property
-    def aim(self) -> float:
-        m = self.margin if self.margin is not None else (1.0 - self.recall) / 4
-        return float(self.recall) + float(m)
+    period_us: int
+    interval_us: int
+    probe_us: int
+    history_us: int
+    rate_history_us: int
+    basic_window_us: int
+    granularity_us: int | None   # None: per decision, from the delays seen (logged per decision)
+    memory_periods: int
+
+    @classmethod
+    def of(cls, target: RecallTarget, span_us: int, windows: np.ndarray) -> Resolved:
+        P = int(target.period_us) if target.period_us else default_period(span_us)
+        L = int(target.interval_us) if target.interval_us else max(1_000_000, P // 10)
+        wmax = int(np.max(windows)) if len(windows) else 0
+        return cls(
+            period_us=P, interval_us=L,
+            probe_us=int(target.probe_us) if target.probe_us else max(1, L // 10),
+            history_us=int(target.history_us) if target.history_us else P,
+            rate_history_us=int(target.rate_history_us) if target.rate_history_us else 10 * L,
+            basic_window_us=int(target.basic_window_us) if target.basic_window_us else max(1, wmax // 10),
+            granularity_us=int(target.granularity_us) if target.granularity_us else None,
+            memory_periods=int(target.memory_periods))
 
 
 @dataclass
@@ -159,33 +213,95 @@ class Schedule:
     ``values``: ``(n, N)`` int64, ``d_i(a)`` or ``K_i(a)`` per arrival index.
     ``log``: one dict per decision: ``time_us``, ``reason`` (``interval``,
     ``rate``, ``bad_rows`` or a ``+``-joined mix), ``triggers`` (details),
-    ``values_us`` (per stream), ``target`` (the ``Q_L`` aimed at) and
-    ``estimated_recall`` (the model's recall for the chosen values).
+    ``values_us`` (per stream), ``target`` (the goal aimed at),
+    ``estimated_recall`` (the model's recall for the chosen values over the
+    latest ``P``), ``granularity_us``, ``candidates`` (settings considered per
+    stream), ``backlog`` (expected late tuples of stalled streams, if any).
+    ``settings``: the resolved settings (:class:`Resolved`) as a dict.
     """
 
     values: np.ndarray
     log: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
-def _ceil_to(values: np.ndarray, step: int) -> np.ndarray:
+def ceil_to(values, step: int):
+    """``values`` rounded up to a multiple of ``step``."""
     return -((-values) // step) * step
 
 
+def auto_granularity(largest_delay: int) -> int:
+    """The largest 1-2-5 step (1, 2, 5, 10, 20, ... us) at most a hundredth of
+    ``largest_delay``; 1 us for delays under 200 us."""
+    target = max(int(largest_delay) // 100, 1)
+    step = 1
+    while step * 10 <= target:
+        step *= 10
+    return next(m * step for m in (5, 2, 1) if m * step <= target)
+
+
+def ramp_sums(start: np.ndarray, end: np.ndarray, weight: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``sum_k weight_k * clip((d - start_k) / (end_k - start_k), 0, 1)`` at every ``d``.
+
+    Exact for ``end > start`` (entries with ``end <= start`` are steps at
+    ``end``); ``O((K + len(d)) log K)`` with sorted breakpoints and prefix sums.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    width = (end - start).astype(np.float64)
+    step = width <= 0
+    out = np.zeros(len(d))
+    if step.any():
+        e = np.sort(end[step])
+        cw = np.concatenate([[0.0], np.cumsum(weight[step][np.argsort(end[step], kind="stable")])])
+        out += cw[np.searchsorted(e, d, side="right")]
+    r = ~step
+    if r.any():
+        u = weight[r] / width[r]
+        s, e = start[r].astype(np.float64), end[r].astype(np.float64)
+        os_, oe = np.argsort(s, kind="stable"), np.argsort(e, kind="stable")
+        s_sorted, e_sorted = s[os_], e[oe]
+        Us = np.concatenate([[0.0], np.cumsum(u[os_])])
+        USs = np.concatenate([[0.0], np.cumsum(u[os_] * s_sorted)])
+        Ue = np.concatenate([[0.0], np.cumsum(u[oe])])
+        UEe = np.concatenate([[0.0], np.cumsum(u[oe] * e_sorted)])
+        ks = np.searchsorted(s_sorted, d, side="right")
+        ke = np.searchsorted(e_sorted, d, side="right")
+        out += d * (Us[ks] - Ue[ke]) - (USs[ks] - UEe[ke])
+    return out
+
+
+def candidates(points: np.ndarray, ceiling: int, g: int) -> np.ndarray:
+    """Sorted candidate settings: 0, ``points`` (all when few, else quantiles denser
+    in the top tail) clipped to ``[0, ceiling]``, and ``ceiling``; rounded up to ``g``."""
+    p = np.clip(np.asarray(points, dtype=np.int64), 0, max(int(ceiling), 0))
+    if len(p) > CANDIDATES:
+        levels = np.unique(np.concatenate([
+            np.linspace(0.0, 1.0, CANDIDATES // 2),
+            1.0 - np.geomspace(0.5, 1e-6, CANDIDATES // 2)]))
+        p = np.quantile(p, levels, method="higher")
+    out = np.unique(ceil_to(np.concatenate([[0, max(int(ceiling), 0)], p]).astype(np.int64), g))
+    return out
+
+
 class _Controller:
-    """Shared event loop; subclasses implement the model (``_choose``) and the past estimate."""
+    """Shared event loop; subclasses implement the model (``_stats``, ``_choose``, ``_commit``)."""
 
     kind = ""
+    value_key = ""
 
     def __init__(self, replay, windows, target: RecallTarget, bad_arrivals=None):
         self.r = replay
         self.n = replay.n
         self.N = replay.N
         self.W = np.asarray(windows, dtype=np.int64)
-        self.cfg = target
+        self.target = target
+        self.trig = target.triggers
+        span = int(replay.arrival[-1] - replay.arrival[0]) if self.N else 0
+        self.cfg = Resolved.of(target, span, self.W)
         self.bad = [np.sort(np.asarray(b, dtype=np.int64)) for b in (bad_arrivals or [])] or [
             np.empty(0, np.int64) for _ in range(self.n)]
         self.arr_by_stream = [replay.arrival[replay.stream == i] for i in range(self.n)]
-        # per stream, (ts, arrival) in ts order: basic-window counts are a slice + a filter
+        # per stream, (ts, arrival) in ts order: basic-window counters are slices of it
         self.by_ts = []
         for i in range(self.n):
             ts_i = replay.ts[replay.stream == i]
@@ -197,74 +313,37 @@ class _Controller:
         self.decision_times: list[int] = []
         self.decision_values: list[np.ndarray] = []
         self.log: list[dict[str, Any]] = []
-        self.floor_value = np.zeros(self.n, dtype=np.int64)
-        self.floor_until = np.full(self.n, NEG_INF, dtype=np.int64)
         self.committed = 0               # indexes [0, committed) have their effective state computed
         self.period_w: dict[int, float] = {}
         self.period_kept: dict[int, float] = {}
+        self.period_need: dict[int, np.ndarray] = {}   # per period: the latest-P solution at its end
 
     # ------------------------------------------------------------------ events
 
     def run(self) -> Schedule:
         """Process every decision event in time order and build the schedule."""
         if self.N == 0:
-            return Schedule(np.zeros((self.n, 0), dtype=np.int64), [])
+            return Schedule(np.zeros((self.n, 0), dtype=np.int64), [], self._settings())
         for t, triggers in self._events():
-            reasons = sorted({tr["kind"] for tr in triggers})
-            if reasons == ["interval"]:
-                self.on_interval(t)
-            else:
-                for tr in triggers:
-                    if tr["kind"] == "rate":
-                        self.on_rate_change(t, tr["stream"], tr["observed"], tr["expected"])
-                    elif tr["kind"] == "bad_rows":
-                        self.on_bad_rows(t, tr["stream"], tr["observed"])
-                self._decide(t, triggers)
-        return Schedule(self._values_for(np.arange(self.N)), self.log)
+            self._decide(t, triggers)
+        return Schedule(self._values_for(np.arange(self.N)), self.log, self._settings())
 
-    def on_interval(self, t: int) -> None:
-        """Regular re-decision every ``L``: uses tuples with ``arrival <= t`` only."""
-        self._decide(t, [{"kind": "interval"}])
-
-    def on_rate_change(self, t: int, stream: int, observed: int, expected: float) -> None:
-        """A stream's rate in the last probe departed from its history (re-decided by the caller)."""
-
-    def on_bad_rows(self, t: int, stream: int, observed: int) -> None:
-        """A burst of quarantined rows of ``stream`` in the last probe (re-decided by the caller)."""
+    def _settings(self) -> dict[str, Any]:
+        from dataclasses import asdict
+        return asdict(self.cfg)
 
     def _events(self) -> list[tuple[int, list[dict]]]:
-        """All decision times with their triggers; computed from arrivals alone, vectorised."""
+        """Decision times with their triggers: at most one interval tick and one probe
+        tick per gap between arrivals (module docstring); vectorised."""
         cfg = self.cfg
-        first, last = int(self.r.arrival[0]), int(self.r.arrival[-1])
+        first = int(self.r.arrival[0])
         events: dict[int, list[dict]] = {}
-        L = cfg.interval_us
-        for k in range(1, (last - first) // L + 1):
-            events.setdefault(first + k * L, []).append({"kind": "interval"})
-        p = cfg.probe
-        ticks = first + p * np.arange(1, (last - first) // p + 1, dtype=np.int64)
-        if len(ticks):
-            eligible = ticks - first >= L + p   # need at least L of history before judging a rate
-            for i in range(self.n):
-                for kind, times in (("rate", self.arr_by_stream[i]), ("bad_rows", self.bad[i])):
-                    if kind == "bad_rows" and not len(times):
-                        continue
-                    upto = np.searchsorted(times, ticks, side="right")           # arrivals <= t
-                    before = np.searchsorted(times, ticks - p, side="right")     # arrivals <= t - p
-                    hist_lo = np.maximum(ticks - cfg.rate_history, first - 1)
-                    start = np.searchsorted(times, hist_lo, side="right")
-                    observed = upto - before
-                    span = np.maximum(ticks - p - hist_lo, 1)
-                    expected = (before - start) * (p / span)
-                    if kind == "rate":
-                        low = (expected >= cfg.rate_min_count) & (observed < expected / cfg.rate_threshold)
-                        high = (observed >= cfg.rate_min_count) & (observed > expected * cfg.rate_threshold)
-                        fire = eligible & (low | high)
-                    else:
-                        fire = eligible & (observed >= cfg.bad_burst_min) & (observed > expected * cfg.bad_burst_factor)
-                    for m in np.flatnonzero(fire).tolist():
-                        events.setdefault(int(ticks[m]), []).append({
-                            "kind": kind, "stream": i, "observed": int(observed[m]),
-                            "expected": round(float(expected[m]), 2)})
+        for t in probe_ticks(self.r.arrival, first, cfg.interval_us, cfg.interval_us).tolist():
+            events[t] = [{"kind": "interval"}]
+        ticks = probe_ticks(self.r.arrival, first, cfg.probe_us, cfg.interval_us + cfg.probe_us)
+        for t, found in fired(self.trig, ticks, cfg.probe_us, first, cfg.rate_history_us,
+                              self.arr_by_stream, self.bad).items():
+            events.setdefault(t, []).extend(found)
         return sorted(events.items())
 
     # ---------------------------------------------------------------- decision
@@ -272,65 +351,116 @@ class _Controller:
     def _decide(self, t: int, triggers: list[dict]) -> None:
         """Make one decision at time ``t`` from tuples with ``arrival <= t``."""
         cfg = self.cfg
-        hi = int(np.searchsorted(self.r.arrival, t, side="right"))  # indexes [0, hi) have arrived
-        self._commit(hi, t)
-        lo = int(np.searchsorted(self.r.arrival, t - cfg.history, side="right"))
-        idx = np.arange(lo, hi)
-        # the target for the rest of this period (seed 002 (3)): what the period still needs
-        period = (t - int(self.r.arrival[0])) // cfg.period_us
-        period_end = int(self.r.arrival[0]) + (period + 1) * cfg.period_us
+        arrival = self.r.arrival
+        hi = int(np.searchsorted(arrival, t, side="right"))  # indexes [0, hi) have arrived
+        spans = sorted({cfg.history_us, cfg.interval_us}, reverse=True)   # the latest P, then the latest L
+        starts = [int(np.searchsorted(arrival, t - span, side="right")) for span in spans]
+        # one pass of per-tuple statistics serves the commit and both histories (same t, same counters)
+        lo_all = min(starts[0], self.committed)
+        base = self._stats(np.arange(lo_all, hi), t)
+        self._commit(hi, t, _slice(base, self.committed - lo_all))
+        first = int(arrival[0])
+        # the goal for the rest of this period (seed 002 (3)): what the period still needs
+        period = (t - first) // cfg.period_us
+        period_end = first + (period + 1) * cfg.period_us
+        ceiling = int(self.maxdelay[hi - 1]) if hi else 0
+        backlog = self._backlog(t, hi)
+        ceiling = max([ceiling] + [silence for _, _, silence in backlog])   # a backlog is late by its silence
+        g = cfg.granularity_us or auto_granularity(ceiling)
+        stats = [self._with_backlog(_slice(base, lo - lo_all), backlog) for lo in starts]
+        w_long = float(stats[0]["w"].sum())
+        w_future = w_long * max(period_end - t, 0) / max(spans[0], 1)
         w_past = self.period_w.get(period, 0.0)
         kept_past = self.period_kept.get(period, 0.0)
-        weights, state = self._stats(idx, t)
-        w_hist = float(weights.sum())
-        w_future = w_hist * max(period_end - t, 0) / max(cfg.history, 1)
-        need = float(cfg.recall)
+        need = float(self.target.recall)
         if w_future > 0:
-            need = (cfg.recall * (w_past + w_future) - kept_past) / w_future
-        goal = min(1.0, max(float(cfg.recall), need) + (cfg.aim - cfg.recall))
-        ceiling = int(self.maxdelay[hi - 1]) if hi else 0
-        if w_hist > 0:
-            values, estimate = self._choose(state, goal, ceiling)
+            need = (self.target.recall * (w_past + w_future) - kept_past) / w_future
+        margin = self._margin(stats[0]["w"], spans[0])
+        steady = min(1.0, float(self.target.recall) + margin)           # what a whole period needs
+        goal = min(1.0, max(float(self.target.recall), need) + margin)   # what the rest of this one needs
+        chosen, estimate, considered = [], None, None
+        for k, st in enumerate(stats):
+            if float(st["w"].sum()) <= 0:
+                continue
+            # the latest P at the steady goal (remembered per period); the latest L at this period's goal
+            aim = steady if (k == 0 and len(stats) > 1) else goal
+            values, est, n_cand = self._choose(st, aim, ceiling, g)
+            chosen.append(values)
+            if k == 0:
+                estimate, considered = est, n_cand
+                self.period_need[period] = values
+        remembered = self._remembered(period)
+        if remembered is not None:
+            chosen.append(remembered)
+        if chosen:
+            values = np.maximum.reduce(chosen)
         else:  # nothing observed lately: keep the previous values (or MP-K-slack's bound)
             values = self.decision_values[-1].copy() if self.decision_values else np.full(self.n, ceiling, np.int64)
-            estimate = None
-        values = np.maximum(values, self._stall_floor(t, hi))
         self.decision_times.append(int(t))
         self.decision_values.append(values.astype(np.int64))
-        reason = "+".join(sorted({tr["kind"] for tr in triggers}))
         entry = {
             "time_us": int(t),
-            "reason": reason,
+            "reason": "+".join(sorted({tr["kind"] for tr in triggers})),
             "triggers": [tr for tr in triggers if tr["kind"] != "interval"],
             "values_us": [int(v) for v in values],
             "target": round(goal, 6),
             "estimated_recall": None if estimate is None else round(float(estimate), 6),
+            "granularity_us": int(g),
+            "candidates": considered,
+            "history_weight": round(w_long, 3),
+            "remembered_us": None if remembered is None else [int(v) for v in remembered],
         }
+        if backlog:
+            entry["backlog"] = [{"stream": i, "tuples": round(c, 1), "silence_us": int(s)} for i, c, s in backlog]
         entry[self.value_key] = entry["values_us"]
         self.log.append(entry)
 
-    def _stall_floor(self, t: int, hi: int) -> np.ndarray:
-        """Floors held because a stream's link looks stalled (silent for many expected arrivals)."""
+    def _remembered(self, period: int) -> np.ndarray | None:
+        """Per stream, the 95th percentile of what the last ``memory_periods``
+        completed periods needed (the latest-P solution at each period's end):
+        purged state cannot come back, so a lag that recurs (a daily upload, a
+        weekly batch) must be covered before it arrives, not after."""
+        done = [v for p, v in self.period_need.items() if period - self.cfg.memory_periods <= p < period]
+        if not done:
+            return None
+        return np.quantile(np.stack(done), MEMORY_QUANTILE, axis=0, method="higher").astype(np.int64)
+
+    def _margin(self, w: np.ndarray, span: int) -> float:
+        """What the goal adds to the need: the user's ``margin``, else the larger of
+        ``(1 - Q) / 4`` and one-sided 95 % of a period's sampling spread,
+        ``1.645 * sqrt(Q (1 - Q) / n_eff)`` with ``n_eff = (sum w)^2 / sum w^2``
+        of the history scaled to a period (few, unequal tuples per period: a
+        wider margin, so that 95 % of periods reach ``Q``, not half of them)."""
+        q = float(self.target.recall)
+        if self.target.margin is not None:
+            return float(self.target.margin)
+        sq = float((w * w).sum())
+        n_eff = float(w.sum()) ** 2 / sq * self.cfg.period_us / max(span, 1) if sq > 0 else 0.0
+        spread = 1.645 * (q * (1.0 - q) / max(n_eff, 1.0)) ** 0.5
+        return max((1.0 - q) / 4, spread)
+
+    def _backlog(self, t: int, hi: int) -> list[tuple[int, float, int]]:
+        """Streams silent for longer than ``rate_min_count`` expected arrivals, with
+        the tuples they owe (``rate x silence``) and the silence."""
         cfg = self.cfg
         first = int(self.r.arrival[0])
-        silent = np.zeros(self.n, dtype=bool)
-        silence = np.zeros(self.n, dtype=np.int64)
+        out = []
         for i in range(self.n):
             times = self.arr_by_stream[i]
             upto = int(np.searchsorted(times, t, side="right"))
             if upto == 0:
                 continue
-            silence[i] = t - int(times[upto - 1])
-            hist_lo = max(t - cfg.rate_history, first - 1)
+            last = int(times[upto - 1])
+            silence = t - last
+            # its rate before it fell silent (a stall longer than the rate history must still count)
+            hist_lo = max(last - cfg.rate_history_us, first - 1)
             start = int(np.searchsorted(times, hist_lo, side="right"))
-            rate = (upto - start) / max(t - hist_lo, 1)
-            silent[i] = silence[i] >= cfg.probe // 2 and rate * silence[i] >= cfg.rate_min_count
-        for i in np.flatnonzero(silent):
-            active = self.floor_until[i] > t
-            self.floor_value[i] = max(int(self.floor_value[i]) if active else 0, int(silence[i]) + cfg.probe)
-            self.floor_until[i] = t + cfg.interval_us
-        active = self.floor_until > t
-        return self._floor_from(np.where(active, self.floor_value, 0))
+            rate = (upto - start) / max(last - hist_lo, 1)
+            if silence >= cfg.probe_us // 2 and rate * silence >= self.trig.rate_min_count:
+                # the stall may last until the next probe: owe that much more, that much later
+                owed = silence + cfg.probe_us
+                out.append((i, float(rate * owed), int(owed)))
+        return out
 
     def _values_for(self, idx: np.ndarray) -> np.ndarray:
         """``(n, len(idx))`` values in force at indexes ``idx`` (decision at t applies to arrival > t)."""
@@ -345,40 +475,130 @@ class _Controller:
         chosen = table[:, np.maximum(which, 0)]
         return np.where(which >= 0, chosen, initial)
 
+    def _values_in_force(self, idx: np.ndarray) -> np.ndarray:
+        """``_values_for`` for indexes arrived since the last decision (what ``_commit``
+        reads): the last decision's values, or the initial bound before the first."""
+        if not self.decision_values:
+            return self._initial(idx)
+        return np.broadcast_to(self.decision_values[-1][:, None], (self.n, len(idx)))
+
     # ------------------------------------------------------- model helpers
 
     def _density(self, t: int, idx: np.ndarray) -> np.ndarray:
         """Partner density per stream around each ``ts[idx]``: ``(n, len(idx))`` tuples per us.
 
-        Counts of tuples *arrived by t* per basic window ``b`` of event time
-        (the operator's basic-window counters), divided by ``b``.
+        The operator's basic-window counters: tuples *arrived by t* per basic
+        window ``b`` of event time, read only for the windows the tuples fall
+        in (cost: the tuples in those windows, never the span they cover).
         """
         b = self.cfg.basic_window_us
         out = np.zeros((self.n, len(idx)))
         if not len(idx):
             return out
-        bins_x = self.r.ts[idx] // b
-        lo_b, hi_b = int(bins_x.min()) - 1, int(bins_x.max()) + 1
+        bins, inv = np.unique(self.r.ts[idx] // b, return_inverse=True)
         for j in range(self.n):
             ts_j, arr_j = self.by_ts[j]
-            a, z = np.searchsorted(ts_j, [lo_b * b, (hi_b + 1) * b], side="left")
-            sel = ts_j[a:z][arr_j[a:z] <= t]           # arrived by t: what the counters hold
-            counts = np.bincount(sel // b - lo_b, minlength=hi_b - lo_b + 1)
-            out[j] = counts[bins_x - lo_b] / b
+            lo = np.searchsorted(ts_j, bins * b, side="left")
+            hi = np.searchsorted(ts_j, (bins + 1) * b, side="left")
+            counts = hi - lo
+            if counts.sum():
+                late = (gather_ranges(arr_j, lo, counts) > t).astype(np.int64)
+                ends = np.cumsum(counts)
+                c_late = np.concatenate([[0], np.cumsum(late)])
+                counts = counts - (c_late[ends] - c_late[ends - counts])
+            out[j] = counts[inv] / b
         return out
 
     def _spans(self, idx: np.ndarray):
         """Per tuple and partner stream: owned partner-offset range ``[-W_j, U_j]`` (inclusive, us)."""
         s = self.r.stream[idx]
         ts = self.r.ts[idx]
-        a = idx
-        lower = np.empty((self.n, len(idx)), dtype=np.int64)
         upper = np.empty((self.n, len(idx)), dtype=np.int64)
         for j in range(self.n):
-            Mj = self.r.M[j, a]
-            lower[j] = -self.W[j]
+            Mj = self.r.M[j, idx]
             upper[j] = np.where(Mj == NEG_INF, -self.W[j] - 1, np.minimum(self.W[s], Mj - ts))
-        return s, lower, upper
+        return s, upper
+
+    def _mean_weight(self, s: np.ndarray, w: np.ndarray, i: int, rates: np.ndarray) -> float:
+        """Mean weight of stream ``i``'s tuples, or the cross count its rates imply."""
+        mine = w[s == i]
+        if len(mine):
+            return float(mine.mean())
+        return float(np.prod([(self.W[i] + self.W[j] + 1) * rates[j] for j in range(self.n) if j != i]))
+
+    def _rates(self, s: np.ndarray) -> np.ndarray:
+        return np.bincount(s, minlength=self.n)[:self.n].astype(np.float64) / max(self.cfg.history_us, 1)
+
+    def _search(self, curves: list[np.ndarray], cand: list[np.ndarray], cost: np.ndarray, total: float,
+                goal: float, combine) -> tuple[np.ndarray, float]:
+        """Cheapest candidate vector (cost ``sum_i cost_i * value_i``) with ``combine(idx) >= goal * total``.
+
+        ``curves[i][k]``: the model's monotone quantity at ``cand[i][k]``;
+        two streams with an additive model (``combine is None``): exact, by
+        walking stream 0 and binary-searching stream 1; otherwise coordinate
+        descent to a Pareto-minimal vector.
+        """
+        need = goal * total - 1e-9 * max(total, 1.0)
+        if self.n == 2 and combine is None:
+            # kept(k0, k1) = curves[0][k0] + curves[1][k1]; both nondecreasing
+            best = None
+            for k0 in range(len(cand[0])):
+                rest = need - curves[0][k0]
+                k1 = int(np.searchsorted(curves[1], rest, side="left"))
+                if k1 >= len(cand[1]):
+                    continue
+                c = cost[0] * cand[0][k0] + cost[1] * cand[1][k1]
+                if best is None or c < best[0]:
+                    best = (c, k0, k1)
+            if best is None:
+                k = np.array([len(cand[0]) - 1, len(cand[1]) - 1])
+            else:
+                k = np.array(best[1:])
+            value = curves[0][k[0]] + curves[1][k[1]]
+            return np.array([cand[i][k[i]] for i in range(2)], dtype=np.int64), value / total if total else 1.0
+        k = np.array([len(c) - 1 for c in cand])
+        value = combine(k)
+        if value >= need:
+            for _ in range(2 * self.n):
+                moved = False
+                for i in np.argsort(-cost, kind="stable"):
+                    lo_k, hi_k = 0, int(k[i])      # smallest feasible index for stream i, others fixed
+                    while lo_k < hi_k:
+                        mid = (lo_k + hi_k) // 2
+                        trial = k.copy()
+                        trial[i] = mid
+                        if combine(trial) >= need:
+                            hi_k = mid
+                        else:
+                            lo_k = mid + 1
+                    if lo_k < k[i]:
+                        k[i] = lo_k
+                        moved = True
+                if not moved:
+                    break
+            value = combine(k)
+        return np.array([cand[i][k[i]] for i in range(self.n)], dtype=np.int64), value / total if total else 1.0
+
+    def _accumulate(self, idx, w, kept) -> None:
+        per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
+        for p, a, z in _runs(per):
+            self.period_w[p] = self.period_w.get(p, 0.0) + float(w[a:z].sum())
+            self.period_kept[p] = self.period_kept.get(p, 0.0) + float(kept[a:z].sum())
+
+
+def _runs(values: np.ndarray):
+    """``(value, start, stop)`` of each run of equal values in a sorted array."""
+    if not len(values):
+        return []
+    cut = np.flatnonzero(np.diff(values)) + 1
+    starts = np.concatenate([[0], cut])
+    stops = np.concatenate([cut, [len(values)]])
+    return [(int(values[a]), int(a), int(z)) for a, z in zip(starts, stops)]
+
+
+def _slice(st: dict, a: int) -> dict:
+    """Per-tuple statistics from position ``a`` on (per-stream rows sliced along their last axis)."""
+    return {k: (v[..., a:] if isinstance(v, np.ndarray) else v) for k, v in st.items()}
 
 
 class QJoinController(_Controller):
@@ -390,119 +610,91 @@ class QJoinController(_Controller):
     def _initial(self, idx: np.ndarray) -> np.ndarray:
         return np.broadcast_to(self.maxdelay[idx], (self.n, len(idx)))
 
-    def _floor_from(self, silent_floor: np.ndarray) -> np.ndarray:
-        # stream i's late tuples probe the *other* streams' buffers
-        out = np.zeros(self.n, dtype=np.int64)
-        for j in range(self.n):
-            others = np.delete(silent_floor, j)
-            out[j] = others.max() if len(others) else 0
-        return out
-
-    def _lags(self, idx: np.ndarray) -> np.ndarray:
-        T = self.r.T[idx]
-        lag = np.where(T == NEG_INF, NEG_INF, T - self.r.ts[idx])
-        return np.where(lag > 0, _ceil_to(np.maximum(lag, 0), self.cfg.granularity_us), np.minimum(lag, 0))
-
     def _stats(self, idx: np.ndarray, t: int):
-        s, lower, upper = self._spans(idx)
+        """Per tuple: stream, weight (expected results) and, per partner stream, its
+        ramp ``(start, end)`` in ``d_j`` (module docstring)."""
+        s, upper = self._spans(idx)
+        lower = -self.W[:, None]
         span = np.maximum(upper - lower + 1, 0)
         dens = self._density(t, idx)
-        w_parts = span * dens
+        T = self.r.T[idx]
+        lag = np.where(T == NEG_INF, -(2**40), T - self.r.ts[idx])
         w = np.ones(len(idx))
         for j in range(self.n):
-            w = w * np.where(s == j, 1.0, w_parts[j])
-        lag = self._lags(idx)
-        return w, (s, lower, upper, span, lag, w, idx)
+            w = w * np.where(s == j, 1.0, span[j] * dens[j])
+        start = lag[None, :] - self.W[:, None] - upper - 1
+        end = np.broadcast_to(lag, start.shape)
+        return {"s": s, "w": w, "start": start, "end": end}
 
-    def _kept_share(self, s, lower, upper, span, lag, d: np.ndarray) -> np.ndarray:
-        """Share of each tuple's results kept under retention matrix ``d`` (n, len) per partner stream."""
+    def _with_backlog(self, st: dict, backlog) -> dict:
+        """Add a stalled stream's owed tuples (lags even over ``[0, silence]``, the
+        stream's mean weight, partners over the full span) and the streams' rates."""
+        s, w, start, end = st["s"], st["w"], st["start"], st["end"]
+        rates = self._rates(s)
+        if backlog:
+            extra_s, extra_w, extra_lag = [], [], []
+            for i, owed, silence in backlog:
+                extra_s.append(np.full(BACKLOG_POINTS, i))
+                extra_w.append(np.full(BACKLOG_POINTS, owed * self._mean_weight(s, w, i, rates) / BACKLOG_POINTS))
+                extra_lag.append((np.arange(BACKLOG_POINTS) + 0.5) * silence / BACKLOG_POINTS)
+            bs = np.concatenate(extra_s)
+            blag = np.concatenate(extra_lag).astype(np.int64)
+            bupper = np.broadcast_to(self.W[bs], (self.n, len(bs)))  # the others are ahead: full span
+            s = np.concatenate([s, bs])
+            w = np.concatenate([w, np.concatenate(extra_w)])
+            start = np.concatenate([start, blag[None, :] - self.W[:, None] - bupper - 1], axis=1)
+            end = np.concatenate([end, np.broadcast_to(blag, (self.n, len(blag)))], axis=1)
+        return {"s": s, "w": w, "start": start, "end": end, "rate": rates}
+
+    def _share(self, st, d: np.ndarray) -> np.ndarray:
+        """Kept share of each tuple's results under ``d`` (``(n,)`` or ``(n, len)``)."""
+        s, start, end = st["s"], st["start"], st["end"]
+        d = np.broadcast_to(np.asarray(d).reshape(self.n, -1), start.shape)
         share = np.ones(len(s))
         for j in range(self.n):
-            cut = lag - d[j] - self.W[j]
-            kept = np.clip(upper[j] - np.maximum(lower[j], cut) + 1, 0, None)
-            part = np.where(span[j] > 0, np.minimum(kept, span[j]) / np.maximum(span[j], 1), 1.0)
+            width = end[j] - start[j]
+            part = np.where(width > 0, np.clip((d[j] - start[j]) / np.maximum(width, 1), 0.0, 1.0),
+                            (d[j] >= end[j]).astype(np.float64))
             share = share * np.where(s == j, 1.0, part)
         return share
 
-    def _choose(self, state, goal: float, ceiling: int):
-        s, lower, upper, span, lag, w, idx = state
-        g = self.cfg.granularity_us
+    def _choose(self, st, goal: float, ceiling: int, g: int):
+        s, w = st["s"], st["w"]
         total = float(w.sum())
-        top = max(int(lag.max()) if len(lag) else 0, 0)
-        steps = np.arange(0, _ceil_to(np.int64(top), g) // g + 1, dtype=np.int64) * g   # candidate d's
-        rate = np.array([np.count_nonzero(s == i) for i in range(self.n)], dtype=np.float64) / max(self.cfg.history, 1)
-        late = lag > 0
+        cand, curves = [], []
+        for j in range(self.n):
+            probe = s != j
+            pts = np.concatenate([st["end"][j][probe], st["start"][j][probe]])
+            c = candidates(pts, ceiling, g)
+            cand.append(c)
+            if self.n == 2:   # the kept weight of the tuples probing j, as a function of d_j
+                curves.append(ramp_sums(st["start"][j][probe], st["end"][j][probe], w[probe], c))
+        cost = st["rate"]
         if self.n == 2:
-            # tuples of stream 0 depend on d_1 only and vice versa: E = (A_1[d_0] + A_0[d_1]) / total
-            A = []
-            for i in range(2):
-                j = 1 - i
-                m = s == i
-                on_time = float(w[m & ~late].sum())
-                ml = m & late
-                cut = lag[ml][:, None] - steps[None, :] - self.W[j]
-                kept = np.clip(upper[j][ml][:, None] - np.maximum(lower[j][ml][:, None], cut) + 1, 0, None)
-                sp = span[j][ml][:, None]
-                part = np.where(sp > 0, np.minimum(kept, sp) / np.maximum(sp, 1), 1.0)
-                A.append(on_time + (w[ml][:, None] * part).sum(axis=0))
-            E = (A[1][:, None] + A[0][None, :]) / total            # E[k0, k1]
-            cost = ((steps[:, None] + self.W[0]) * rate[0]) + ((steps[None, :] + self.W[1]) * rate[1])
-            ok = E >= goal - 1e-12
-            if ok.any():
-                flat = np.where(ok, cost, np.inf)
-                k0, k1 = np.unravel_index(int(np.argmin(flat)), flat.shape)
-            else:
-                k0, k1 = np.unravel_index(int(np.argmax(E)), E.shape)
-            return np.array([steps[k0], steps[k1]], dtype=np.int64), float(E[k0, k1])
-        # n > 2: greedy descent from the top of the grid, cheapest feasible step first
-        k = np.full(self.n, len(steps) - 1)
+            # kept = A_1(d_0) + A_0(d_1): stream 1's tuples probe stream 0 and vice versa
+            values, est = self._search(curves, cand, cost, total, goal, None)
+        else:
+            def combine(k):
+                return float((w * self._share(st, np.array([cand[i][k[i]] for i in range(self.n)]))).sum())
+            values, est = self._search([], cand, cost, total, goal, combine)
+        return values, est, [int(len(c)) for c in cand]
 
-        def est(kv):
-            d = steps[kv][:, None] * np.ones((1, len(s)), dtype=np.int64)
-            return float((w * self._kept_share(s, lower, upper, span, lag, d)).sum() / total)
-
-        current = est(k)
-        while True:
-            best = None
-            for i in range(self.n):
-                if k[i] == 0:
-                    continue
-                trial = k.copy()
-                trial[i] -= 1
-                e = est(trial)
-                if e >= goal - 1e-12:
-                    saving = g * rate[i]
-                    if best is None or saving > best[0] or (saving == best[0] and e > best[2]):
-                        best = (saving, trial, e)
-            if best is None:
-                break
-            k, current = best[1], best[2]
-        return steps[k].astype(np.int64), current
-
-    def _commit(self, hi: int, t: int) -> None:
-        """Effective horizons for indexes [committed, hi) and their estimated recall, per period."""
+    def _commit(self, hi: int, t: int, st: dict) -> None:
+        """Effective horizons for indexes [committed, hi) (statistics ``st``) and their
+        estimated recall, per period."""
         lo = self.committed
         if hi <= lo:
             return
         idx = np.arange(lo, hi)
-        d = self._values_for(idx)
+        d = self._values_in_force(idx)
         T = self.r.T[idx]
         prev = self.H_last if lo else np.full(self.n, NEG_INF, dtype=np.int64)
         cand = np.where(T[None, :] == NEG_INF, NEG_INF, T[None, :] - d)
         H = np.maximum.accumulate(np.concatenate([prev[:, None], cand], axis=1), axis=1)[:, 1:]
         self.H_last = H[:, -1].copy()
         eff = np.where(T[None, :] == NEG_INF, 0, T[None, :] - H)  # effective retention in force
-        w, (s, lower, upper, span, lag, _, _) = self._stats(idx, t)
-        share = self._kept_share(s, lower, upper, span, lag, eff)
-        self._accumulate(idx, w, w * share)
+        self._accumulate(idx, st["w"], st["w"] * self._share(st, eff))
         self.committed = hi
-
-    def _accumulate(self, idx, w, kept) -> None:
-        per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
-        for p in np.unique(per).tolist():
-            m = per == p
-            self.period_w[p] = self.period_w.get(p, 0.0) + float(w[m].sum())
-            self.period_kept[p] = self.period_kept.get(p, 0.0) + float(kept[m].sum())
 
 
 class QKSlackController(_Controller):
@@ -521,84 +713,95 @@ class QKSlackController(_Controller):
     def _initial(self, idx: np.ndarray) -> np.ndarray:
         return self.own_max[:, idx]   # exactly MP-K-slack
 
-    def _floor_from(self, silent_floor: np.ndarray) -> np.ndarray:
-        return silent_floor.astype(np.int64)   # a stalled stream's late tuples wait in its own buffer
-
     def _stats(self, idx: np.ndarray, t: int):
-        s, _, _ = self._spans(idx)
-        # productivity: expected partners over the whole window (members arrive in any order)
+        """Per tuple: stream, productivity weight (expected partners over the whole
+        window) and its own delay (it survives iff ``delay <= K_i``)."""
+        s = self.r.stream[idx]
         full = (self.W[s][None, :] + self.W[:, None] + 1).astype(np.float64)
         dens = self._density(t, idx)
         w = np.ones(len(idx))
         for j in range(self.n):
             w = w * np.where(s == j, 1.0, full[j] * dens[j])
-        delay = self.r.delay[idx]
-        need = np.where(delay > 0, _ceil_to(delay, self.cfg.granularity_us), 0)
-        return w, (s, need, w)
+        return {"s": s, "w": w, "need": self.r.delay[idx].astype(np.int64)}
 
-    def _choose(self, state, goal: float, ceiling: int):
-        s, need, w = state
-        g = self.cfg.granularity_us
-        top = int(need.max()) if len(need) else 0
-        steps = np.arange(0, top // g + 1, dtype=np.int64) * g
-        F = np.ones((self.n, len(steps)))
-        rate = np.zeros(self.n)
+    def _with_backlog(self, st: dict, backlog) -> dict:
+        """Add a stalled stream's owed tuples (delays even over ``[0, silence]``) and the rates."""
+        s, w, need = st["s"], st["w"], st["need"]
+        rates = self._rates(s)
+        for i, owed, silence in backlog:
+            mean_w = self._mean_weight(s, w, i, rates)
+            s = np.concatenate([s, np.full(BACKLOG_POINTS, i)])
+            w = np.concatenate([w, np.full(BACKLOG_POINTS, owed * mean_w / BACKLOG_POINTS)])
+            need = np.concatenate([need, ((np.arange(BACKLOG_POINTS) + 0.5) * silence / BACKLOG_POINTS
+                                          ).astype(np.int64)])
+        return {"s": s, "w": w, "need": need, "rate": rates}
+
+    def _choose(self, st, goal: float, ceiling: int, g: int):
+        s, w, need = st["s"], st["w"], st["need"]
+        cand, F = [], []
         for i in range(self.n):
             m = s == i
-            rate[i] = np.count_nonzero(m) / max(self.cfg.history, 1)
+            c = candidates(need[m], ceiling, g)
+            cand.append(c)
             tot = float(w[m].sum())
             if tot > 0:
-                order = np.searchsorted(steps, need[m], side="left")
-                F[i] = np.cumsum(np.bincount(order, weights=w[m], minlength=len(steps))[:len(steps)]) / tot
+                order = np.argsort(need[m], kind="stable")
+                cw = np.concatenate([[0.0], np.cumsum(w[m][order])])
+                F.append(cw[np.searchsorted(need[m][order], c, side="right")] / tot)
+            else:
+                F.append(np.ones(len(c)))
+        cost = st["rate"]
         if self.n == 2:
-            E = F[0][:, None] * F[1][None, :]
-            cost = steps[:, None] * rate[0] + steps[None, :] * rate[1]
-            ok = E >= goal - 1e-12
-            flat = np.where(ok, cost, np.inf) if ok.any() else -E
-            k0, k1 = np.unravel_index(int(np.argmin(flat)), flat.shape)
-            return np.array([steps[k0], steps[k1]], dtype=np.int64), float(E[k0, k1])
-        k = np.full(self.n, len(steps) - 1)
-        current = float(np.prod(F[np.arange(self.n), k]))
-        while True:
-            best = None
-            for i in range(self.n):
-                if k[i] == 0:
-                    continue
-                trial = k.copy()
-                trial[i] -= 1
-                e = float(np.prod(F[np.arange(self.n), trial]))
-                if e >= goal - 1e-12 and (best is None or rate[i] > best[0] or (rate[i] == best[0] and e > best[2])):
-                    best = (rate[i], trial, e)
-            if best is None:
-                break
-            k, current = best[1], best[2]
-        return steps[k].astype(np.int64), current
+            # recall = F_0(K_0) * F_1(K_1): walk K_0, binary-search K_1 on log F (additive)
+            values, est = self._search_product(F, cand, cost, goal)
+        else:
+            def combine(k):
+                return float(np.prod([F[i][k[i]] for i in range(self.n)]))
+            values, est = self._search([], cand, cost, 1.0, goal, combine)
+        return values, est, [int(len(c)) for c in cand]
 
-    def _commit(self, hi: int, t: int) -> None:
-        """Release horizon and real drops for indexes [committed, hi); per-period survival."""
+    def _search_product(self, F, cand, cost, goal):
+        """Two streams, ``F_0(K_0) * F_1(K_1) >= goal`` at the least ``sum_i cost_i K_i``."""
+        best = None
+        need = goal - 1e-12
+        for k0 in range(len(cand[0])):
+            if F[0][k0] <= 0:
+                continue
+            k1 = int(np.searchsorted(F[1], need / F[0][k0], side="left"))
+            if k1 >= len(cand[1]):
+                continue
+            c = cost[0] * cand[0][k0] + cost[1] * cand[1][k1]
+            if best is None or c < best[0]:
+                best = (c, k0, k1)
+        k0, k1 = (best[1], best[2]) if best is not None else (len(cand[0]) - 1, len(cand[1]) - 1)
+        return np.array([cand[0][k0], cand[1][k1]], dtype=np.int64), float(F[0][k0] * F[1][k1])
+
+    def _commit(self, hi: int, t: int, st: dict) -> None:
+        """Release horizon and real drops for indexes [committed, hi) (statistics
+        ``st``); per-period survival."""
         lo = self.committed
         if hi <= lo:
             return
         idx = np.arange(lo, hi)
-        K = self._values_for(idx)
+        K = self._values_in_force(idx)
         M = self.r.M[:, idx]
         cand = np.where(M == NEG_INF, NEG_INF, M - K).min(axis=0)
         R = np.maximum.accumulate(np.concatenate([[self.R_last], cand]))
         before = R[:-1]
         self.R_last = int(R[-1])
         dropped = self.r.ts[idx] < before
-        w, (s, _, _) = self._stats(idx, t)
+        s, w = st["s"], st["w"]
         # a result survives iff every member does: per stream survival, multiplied
         per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
-        for p in np.unique(per).tolist():
-            m = per == p
+        for p, a, z in _runs(per):
             share = 1.0
+            sa, wa, da = s[a:z], w[a:z], dropped[a:z]
             for i in range(self.n):
-                mi = m & (s == i)
-                tot = float(w[mi].sum())
+                mi = sa == i
+                tot = float(wa[mi].sum())
                 if tot > 0:
-                    share *= float(w[mi & ~dropped].sum()) / tot
-            tot_w = float(w[m].sum())
+                    share *= float(wa[mi & ~da].sum()) / tot
+            tot_w = float(wa.sum())
             self.period_w[p] = self.period_w.get(p, 0.0) + tot_w
             self.period_kept[p] = self.period_kept.get(p, 0.0) + tot_w * share
         self.committed = hi
@@ -610,11 +813,13 @@ def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None
     return cls(replay, windows, target, bad_arrivals).run()
 
 
-__all__ = ["RecallTarget", "Schedule", "QJoinController", "QKSlackController", "schedule"]
+__all__ = ["RecallTarget", "Resolved", "Schedule", "QJoinController", "QKSlackController", "schedule",
+           "ramp_sums", "candidates", "auto_granularity"]
 
 
-def bad_arrivals_of(streams) -> list[np.ndarray]:
-    """Per loaded stream, arrival times (us) of its quarantined rows that have one.
+def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
+    """Per loaded stream, arrival times (us) of its quarantined rows that have one
+    (only those quarantined for ``reason``, when given: the ``bad_rows_reason`` trigger).
 
     An online operator sees a bad row when it arrives; rows whose arrival
     itself is missing or unreadable carry no time and are left out.
@@ -626,6 +831,8 @@ def bad_arrivals_of(streams) -> list[np.ndarray]:
     out = []
     for s in streams:
         q = s.quarantine
+        if reason is not None and q.height and "reason" in q.columns:
+            q = q.filter(q["reason"] == reason)
         column = s.config.arrival or s.config.ts
         if q.height == 0 or column not in q.columns:
             out.append(np.empty(0, np.int64))
@@ -662,5 +869,8 @@ def report_entries(log: list[dict[str, Any]] | None, names: list[str]) -> list[d
             key: {name: v for name, v in zip(names, e[key])},
             "target": e["target"],
             "estimated_recall": e["estimated_recall"],
+            "granularity_us": e.get("granularity_us"),
+            "candidates": e.get("candidates"),
+            **({"backlog": [{**b, "stream": names[b["stream"]]} for b in e["backlog"]]} if e.get("backlog") else {}),
         })
     return out
