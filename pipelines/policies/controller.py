@@ -82,12 +82,15 @@ the same goal; candidates are ``0``, delay quantiles and the largest delay.
 
 What a decision aims at
 -----------------------
-* **Three horizons.**  The latest ``P`` (seed 002's large window) is solved
+* **Three horizons.**  The latest ``P`` (seed 002's large window, widened
+  back until it holds ``10 / (1 - Q)`` tuples, so that the tail the target
+  lives in is sampled: Q = 0.99 needs 1,000) is solved
   for a whole period's goal, the latest ``L`` (what changed just now) for what
   the rest of this period needs (below); and the needs of the last
-  ``memory_periods`` (100) completed periods -- the latest-``P`` solution at
-  each period's end -- are remembered, their 95th percentile per stream kept
-  in force.  Purged state cannot come back, so a lag that recurs (a daily
+  ``memory_periods`` (a week of periods, at least 100) completed periods --
+  the latest-``P`` solution at each period's end -- are remembered, and per
+  stream the larger of their 95th percentile and their 95th percentile
+  weighted by each period's expected results is kept in force.  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
   the 95th percentile matches the promise (``Q`` in 95 % of periods).  The
   values in force are the element-wise maximum of the three.
@@ -126,6 +129,11 @@ from .triggers import Triggers, fired, probe_ticks
 CANDIDATES = 256
 #: quantile of the remembered periods' needs kept in force (the promise is >= Q in 95 % of periods)
 MEMORY_QUANTILE = 0.95
+#: default memory: a week of periods (human rhythms are daily and weekly), at least 100
+WEEK_US = 7 * 86_400_000_000
+#: the statistics window holds at least this many tuples per unit of (1 - Q) (10 / (1 - Q)):
+#: a tail quantile needs samples beyond it (Q = 0.99: 1,000 tuples)
+TAIL_SAMPLES = 10.0
 #: points standing for a stalled stream's expected backlog
 BACKLOG_POINTS = 16
 
@@ -146,7 +154,8 @@ class RecallTarget:
         history_us: the long statistics window of a decision (default ``P``).
         rate_history_us: history a probe's rate is compared with (default ``10 L``).
         margin: added to the target (default: ``_Controller._margin``, at least ``(1 - Q) / 4``).
-        memory_periods: completed periods whose needs are remembered (default 100; 0: none).
+        memory_periods: completed periods whose needs are remembered (default: a week of
+            periods, at least 100; 0: none).
         triggers: thresholds of the early re-decisions (:class:`~.triggers.Triggers`).
     """
 
@@ -159,7 +168,7 @@ class RecallTarget:
     history_us: int | None = None
     rate_history_us: int | None = None
     margin: float | None = None
-    memory_periods: int = 100
+    memory_periods: int | None = None
     triggers: Triggers = field(default_factory=Triggers)
 
     def __post_init__(self) -> None:
@@ -171,7 +180,7 @@ class RecallTarget:
                          ("rate history", self.rate_history_us)):
             if v is not None and int(v) <= 0:
                 raise InputError(f"{label} must be > 0")
-        if int(self.memory_periods) < 0:
+        if self.memory_periods is not None and int(self.memory_periods) < 0:
             raise InputError("memory_periods must be >= 0")
         if self.margin is not None and not (0.0 <= self.margin < 1.0):
             raise InputError(f"margin {self.margin}: must be in [0, 1)")
@@ -203,7 +212,8 @@ class Resolved:
             rate_history_us=int(target.rate_history_us) if target.rate_history_us else 10 * L,
             basic_window_us=int(target.basic_window_us) if target.basic_window_us else max(1, wmax // 10),
             granularity_us=int(target.granularity_us) if target.granularity_us else None,
-            memory_periods=int(target.memory_periods))
+            memory_periods=(int(target.memory_periods) if target.memory_periods is not None
+                            else max(100, -(-WEEK_US // P))))
 
 
 @dataclass
@@ -355,6 +365,10 @@ class _Controller:
         hi = int(np.searchsorted(arrival, t, side="right"))  # indexes [0, hi) have arrived
         spans = sorted({cfg.history_us, cfg.interval_us}, reverse=True)   # the latest P, then the latest L
         starts = [int(np.searchsorted(arrival, t - span, side="right")) for span in spans]
+        # the latest P, widened back until it holds enough tuples to resolve the target's tail
+        tail = int(np.ceil(TAIL_SAMPLES / max(1.0 - float(self.target.recall), 1e-3)))
+        starts[0] = max(min(starts[0], hi - tail), 0)
+        long_span = max(spans[0], t - int(arrival[starts[0]]) + 1) if starts[0] < hi else spans[0]
         # one pass of per-tuple statistics serves the commit and both histories (same t, same counters)
         lo_all = min(starts[0], self.committed)
         base = self._stats(np.arange(lo_all, hi), t)
@@ -369,13 +383,13 @@ class _Controller:
         g = cfg.granularity_us or auto_granularity(ceiling)
         stats = [self._with_backlog(_slice(base, lo - lo_all), backlog) for lo in starts]
         w_long = float(stats[0]["w"].sum())
-        w_future = w_long * max(period_end - t, 0) / max(spans[0], 1)
+        w_future = w_long * max(period_end - t, 0) / max(long_span, 1)
         w_past = self.period_w.get(period, 0.0)
         kept_past = self.period_kept.get(period, 0.0)
         need = float(self.target.recall)
         if w_future > 0:
             need = (self.target.recall * (w_past + w_future) - kept_past) / w_future
-        margin = self._margin(stats[0]["w"], spans[0])
+        margin = self._margin(stats[0]["w"], long_span)
         steady = min(1.0, float(self.target.recall) + margin)           # what a whole period needs
         goal = min(1.0, max(float(self.target.recall), need) + margin)   # what the rest of this one needs
         chosen, estimate, considered = [], None, None
@@ -388,7 +402,7 @@ class _Controller:
             chosen.append(values)
             if k == 0:
                 estimate, considered = est, n_cand
-                self.period_need[period] = values
+                self.period_need[period] = (values, float(st["w"].sum()))
         remembered = self._remembered(period)
         if remembered is not None:
             chosen.append(remembered)
@@ -416,14 +430,28 @@ class _Controller:
         self.log.append(entry)
 
     def _remembered(self, period: int) -> np.ndarray | None:
-        """Per stream, the 95th percentile of what the last ``memory_periods``
-        completed periods needed (the latest-P solution at each period's end):
-        purged state cannot come back, so a lag that recurs (a daily upload, a
-        weekly batch) must be covered before it arrives, not after."""
+        """Per stream, what the last ``memory_periods`` completed periods needed (the
+        latest-P solution at each period's end): the larger of their 95th percentile
+        and their 95th percentile weighted by each period's expected results.
+
+        Purged state cannot come back, so a lag that recurs (a daily upload, a
+        weekly batch) must be covered before it arrives, not after.  The plain
+        percentile keeps ``Q`` in 95 % of periods; the weighted one keeps the
+        overall recall when the rare periods hold many results (a nightly
+        batch of late clicks: 3 % of periods, a fifth of the results)."""
         done = [v for p, v in self.period_need.items() if period - self.cfg.memory_periods <= p < period]
         if not done:
             return None
-        return np.quantile(np.stack(done), MEMORY_QUANTILE, axis=0, method="higher").astype(np.int64)
+        values = np.stack([v for v, _ in done])
+        weights = np.array([w for _, w in done])
+        out = np.quantile(values, MEMORY_QUANTILE, axis=0, method="higher").astype(np.int64)
+        if weights.sum() > 0:
+            for i in range(self.n):
+                order = np.argsort(values[:, i], kind="stable")
+                cum = np.cumsum(weights[order])
+                k = int(np.searchsorted(cum, MEMORY_QUANTILE * cum[-1], side="left"))
+                out[i] = max(out[i], int(values[order[min(k, len(order) - 1)], i]))
+        return out
 
     def _margin(self, w: np.ndarray, span: int) -> float:
         """What the goal adds to the need: the user's ``margin``, else the larger of
