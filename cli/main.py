@@ -114,7 +114,7 @@ def run(
     k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms (or NAME=DUR)")] = None,
     retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms (or NAME=DUR)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period; required by qjoin/qkslack")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default 60s)")] = None,
+    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span; a nightly run: 10min)")] = None,
     interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default 1s)")] = None,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: delay granularity g (default 10ms)")] = None,
     basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b (default 10ms)")] = None,
@@ -262,8 +262,8 @@ def tune_buffer(
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
     policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K)")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
-    granularity: Annotated[str, typer.Option("--granularity", help="grid step of the settings, e.g. 10ms")] = "10ms",
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default 60s)")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: the largest of 1us 2us 5us 10us .. 500ms 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h at most the largest required slack / 100, so about 100-300 steps whatever the time scale)")] = None,
+    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span)")] = None,
     stream: StreamOpt = None,
     ts: TsOpt = None,
     arrival: ArrivalOpt = None,
@@ -275,7 +275,12 @@ def tune_buffer(
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
 ) -> None:
-    """Exact offline buffer recommendation for a recall target (SPEC §7): curve, per-stream values, config snippet."""
+    """Exact offline buffer recommendation for a recall target (SPEC §7): curve, per-stream values, config snippet.
+
+    Defaults follow the data: --period from the replay span (at most 1,000 periods, a human unit).
+
+    --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
+    """
     from streamjoin.pipelines.config import Flags, check_recall, resolve
     from streamjoin.pipelines.errors import InputError
     from streamjoin.pipelines.tune import render_tune_rich, run_tune, tune_lines

@@ -221,6 +221,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
         t0 = time.perf_counter()
         result = compute_days(cfg, data)[day]
         log.stage("join", time.perf_counter() - t0, date=iso, results=result.counts["results"])
+        result.metrics.update(period_us=cfg.period_us, period_source=cfg.period_source)
         exactness = dict(result.exactness)
         k_cont = _k_continuity(cfg, day, result)
         if k_cont is not None:
@@ -328,12 +329,22 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
 # ----------------------------------------------------------------------------
 
 
+def nightly_period(cfg: RunConfig) -> RunConfig:
+    """The recall period of a nightly job: the user's ``--period``, or the default
+    for one day's replay (10min: 144 periods a day), the same for every day so
+    that days compare -- never chosen from one day's data."""
+    from .config import with_period
+    from .partitions import DAY_US
+
+    return with_period(cfg, DAY_US - 1, over="1d")  # a day's arrivals lie in [D, D + 1d)
+
+
 def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
     from .config import resolve
 
     log = RunLog(opts.log_format)
     try:
-        cfg = resolve(config_path, flags, check_out=False)
+        cfg = nightly_period(resolve(config_path, flags, check_out=False))
         return body(cfg, log)
     except StreamjoinError as exc:
         log.error(str(exc), exc.exit_code)

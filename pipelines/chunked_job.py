@@ -22,12 +22,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 
 from . import metrics
 from .chunks import Chunk, Survey, _empty_stream, read_chunks, survey
-from .config import RunConfig
+from .config import RunConfig, with_period
 from .engines.bounded import BoundedReplay, result_order
 from .errors import InputError
 from .load import open_dataset
@@ -133,6 +132,8 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
         sv = survey(list(cfg.streams), chunk_rows)
         if cfg.where:  # a bad --where fails before any work
             where_of(cfg, [_empty_stream(s) for s in sv.streams])
+        first, last = sv.arrival_span()
+        cfg = with_period(cfg, 0 if first is None else last - first)  # the user's, or from the span
     row_bytes = [s.row_bytes for s in sv.streams]
     names = [s.config.name for s in sv.streams]
     with AtomicOutput(cfg.out) as staging:
@@ -189,7 +190,7 @@ def _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on
 
 def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedReplay) -> dict[str, Any]:
     """The report of :func:`streamjoin.pipelines.job.build_report`, from the engine's sums."""
-    from .job import tool_version
+    from .job import period_report, tool_version
     from .report.html import LATENCY_BINS
 
     acc = engine.acc
@@ -214,6 +215,9 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
         mem_b = {"peak": int(round(acc.bytes_peak)), "mean": acc.bytes_sum / N}
     else:
         mem_t, mem_b = {"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0}
+    if cfg.period_us is None:  # a caller that did not resolve it: the engine did (from the survey)
+        cfg = engine.cfg
+    periods = _periods(engine, cfg)
     return {
         "schema_version": report_json.SCHEMA_VERSION,
         "tool_version": tool_version(),
@@ -228,7 +232,8 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
         "latency_us": latency,
         "memory_tuples": mem_t,
         "memory_bytes": mem_b,
-        "periods": _periods(engine, cfg),
+        **period_report(cfg, periods, engine.first_arrival, engine.last_arrival),
+        "periods": periods,
         "recall_target": cfg.recall_target,
         "policy_decisions": None,
         "plan": engine.plan.to_dict(names) if engine.plan else None,
@@ -258,27 +263,12 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
 
 
 def _periods(engine: BoundedReplay, cfg: RunConfig) -> list[dict[str, Any]]:
-    """As :func:`streamjoin.pipelines.metrics.periods`: every period from the first arrival to the last."""
+    """As :func:`streamjoin.pipelines.metrics.periods`: the periods that have truth."""
     if engine.first_arrival is None:
         return []
-    P = cfg.period_us
-    start = engine.first_arrival
-    count = int((engine.last_arrival - start) // P) + 1
-    truth = np.zeros(count, np.int64)
-    emitted = np.zeros(count, np.int64)
-    truth[:len(engine.acc.period_truth)] = engine.acc.period_truth[:count]
-    emitted[:len(engine.acc.period_emitted)] = engine.acc.period_emitted[:count]
-    return [
-        {
-            "start_us": start + i * P,
-            "end_us": start + (i + 1) * P,
-            "truth": int(truth[i]),
-            "emitted": int(emitted[i]),
-            "recall": metrics.recall_of(int(emitted[i]), int(truth[i])),
-            "target": cfg.recall_target,
-        }
-        for i in range(count)
-    ]
+    acc = engine.acc
+    return metrics.period_entries(engine.first_arrival, cfg.period_us, acc.period_ids, acc.period_truth,
+                                  acc.period_emitted, cfg.recall_target)
 
 
 __all__ = ["AUTO_ROWS", "DEFAULT_CHUNK_ROWS", "chunk_rows_for", "run_chunked_job", "ResultsWriter"]

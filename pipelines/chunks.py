@@ -93,6 +93,13 @@ class Survey:
     def chunks(self) -> int:
         return len(self.bounds) - 1
 
+    def arrival_span(self) -> tuple[int | None, int | None]:
+        """First and last arrival of the valid rows (``(None, None)`` if there are none)."""
+        pieces = [p for s in self.streams for p in s.pieces if p.rows]
+        if not pieces:
+            return None, None
+        return min(p.lo for p in pieces), max(p.hi for p in pieces)
+
 
 def _fragments(dataset: ds.Dataset) -> list[ds.Fragment]:
     out = []

@@ -33,13 +33,12 @@ from .output import check_target
 from .policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget
 from .predicates import DistanceSpec, parse_distance
 from .sorting import SORT_ENV, SORTS
-from .timeunits import TS_UNITS, parse_duration
+from .timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
 ROUTERS = ("none", "atr", "ctr", "auto")
 ENGINES = ("spark", "local")
 #: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
 ENGINE_ENV = "STREAMJOIN_ENGINE"
-DEFAULT_PERIOD_US = 60_000_000
 
 #: keys a config TOML may hold; anything else is a typo and is refused
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
@@ -86,7 +85,10 @@ class RunConfig:
     engine: str = "local"
     write_results: bool = True
     recall_target: float | None = None
-    period_us: int = DEFAULT_PERIOD_US
+    # recall period P: None until resolved from the replay span (with_period);
+    # period_source says where it came from ("user" | "default: N periods over SPAN")
+    period_us: int | None = None
+    period_source: str | None = None
     distance: DistanceSpec | None = None   # --distance COLS<=THRESHOLD
     where: str | None = None               # --where SQL over prefixed columns
     # Spark engine and routing (SPEC §6)
@@ -107,6 +109,7 @@ class RunConfig:
         """JSON-ready form for ``report.json``'s ``config``."""
         d = asdict(self)
         d["out"] = str(self.out)
+        d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
         if d["policy"].get("target") is None:
             d["policy"].pop("target", None)  # only recall-target policies have one
@@ -195,8 +198,12 @@ def check_recall(value: float | None) -> float | None:
     return float(value)
 
 
-def _recall_policy(name: str, recall: float | None, period: int, flags: Flags, run: dict[str, Any]) -> PolicySpec:
-    """``qjoin`` / ``qkslack``: the recall target and its controller settings (SPEC §4.3)."""
+def _recall_policy(name: str, recall: float | None, period: int | None, flags: Flags, run: dict[str, Any]) -> PolicySpec:
+    """``qjoin`` / ``qkslack``: the recall target and its controller settings (SPEC §4.3).
+
+    ``period``: the user's ``--period``; without one the target's period is
+    set by :func:`with_period` once the replay span is known.
+    """
     if recall is None:
         raise InputError(f"policy {name} needs --recall Q (a recall target in (0, 1])")
     settings = {}
@@ -209,7 +216,9 @@ def _recall_policy(name: str, recall: float | None, period: int, flags: Flags, r
             if value <= 0:
                 raise InputError(f"{option} must be > 0")
             settings[f"{key}_us"] = value
-    return PolicySpec(name=name, target=RecallTarget(recall=recall, period_us=period, **settings))
+    if period is not None:
+        settings["period_us"] = period
+    return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
 
 
 def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -> RunConfig:
@@ -337,8 +346,8 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     if check_out:
         check_target(out)  # refuse a foreign non-empty --out before any work is done
     period_raw = flags.period or run.get("period")
-    period = _duration(period_raw, "period") if period_raw is not None else DEFAULT_PERIOD_US
-    if period <= 0:
+    period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
+    if period is not None and period <= 0:
         raise InputError("--period must be > 0")
     recall = check_recall(flags.recall if flags.recall is not None else run.get("recall"))
     if policy is None:
@@ -361,8 +370,34 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
         **spark_settings,
         streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
         write_results=not (flags.no_results or run.get("no_results", False)),
-        recall_target=recall, period_us=period, distance=distance, where=where,
+        recall_target=recall, period_us=period, period_source="user" if period is not None else None,
+        distance=distance, where=where,
     )
+
+
+def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> RunConfig:
+    """``cfg`` with its recall period set, for a replay spanning ``span_us``
+    (first to last arrival of the input).
+
+    A user's ``--period`` (flag or ``[run] period``) is kept exactly.  Without
+    one, the period is :func:`~streamjoin.pipelines.timeunits.default_period`
+    of the span -- the smallest of 1s, 10s, 1min, 10min, 1h, 1d, 1w giving at
+    most 1,000 periods -- and ``period_source`` says so, e.g. ``"default: 365
+    periods over 365d"``.  A recall-target policy's controller gets the same
+    period (its ``RecallTarget.period_us``), so it always sees an int.
+    ``over`` names the span in ``period_source`` (default: its duration).
+    """
+    if cfg.period_us is not None:
+        period, source = int(cfg.period_us), cfg.period_source or "user"
+    else:
+        span = max(int(span_us), 0)
+        period = default_period(span)
+        count = span // period + 1
+        source = f"default: {count} period{'s' if count != 1 else ''} over {over or format_duration(span)}"
+    policy = cfg.policy
+    if policy.target is not None and policy.target.period_us != period:
+        policy = replace(policy, target=replace(policy.target, period_us=period))
+    return replace(cfg, period_us=period, period_source=source, policy=policy)
 
 
 def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
@@ -403,4 +438,4 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Flags", "RunConfig", "StreamConfig", "resolve", "check_recall", "replace"]
+__all__ = ["Flags", "RunConfig", "StreamConfig", "resolve", "check_recall", "replace", "with_period"]

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from . import metrics
-from .config import RunConfig
+from .config import RunConfig, with_period
 from .candidates import Combos, Space
 from .emit import emission_order
 from .engines.local import JoinOutcome, join
@@ -83,6 +83,27 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
         pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
         pl.Series("latency_us", em.latency_us[mask][order], dtype=pl.Int64),
     )
+
+
+def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:
+    """First and last arrival over the loaded streams (``(None, None)`` if empty)."""
+    nonempty = [s.arrival for s in streams if s.rows]
+    if not nonempty:
+        return None, None
+    return min(int(a.min()) for a in nonempty), max(int(a.max()) for a in nonempty)
+
+
+def resolve_period(cfg: RunConfig, streams: list[LoadedStream]) -> RunConfig:
+    """:func:`~streamjoin.pipelines.config.with_period` over the loaded input's arrival span."""
+    first, last = arrival_span(streams)
+    return with_period(cfg, 0 if first is None else last - first)
+
+
+def period_report(cfg: RunConfig, periods: list[dict[str, Any]], first: int | None, last: int | None) -> dict[str, Any]:
+    """``report.json``'s period facts beside ``periods``: the period, where it came
+    from, and how many periods the span has (``periods`` lists only those with results)."""
+    return {"period_us": cfg.period_us, "period_source": cfg.period_source,
+            **metrics.period_counts(first, last, cfg.period_us, len(periods))}
 
 
 def space_of(cfg: RunConfig, streams: list[LoadedStream]) -> Space | None:
@@ -231,6 +252,11 @@ def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outc
 def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str, Any]:
     em = outcome.emission
     mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
+    arrival = outcome.replay.arrival
+    first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
+    if cfg.period_us is None:  # a caller that did not resolve it (run_job does, before the join)
+        cfg = with_period(cfg, 0 if first is None else last - first)
+    periods = metrics.periods(em.last, em.emitted, arrival, cfg.period_us, cfg.recall_target)
     return {
         "schema_version": report_json.SCHEMA_VERSION,
         "tool_version": tool_version(),
@@ -249,7 +275,8 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         "latency_us": metrics.latency_summary_of(em.latency_us, em.emitted),
         "memory_tuples": mem_t,
         "memory_bytes": mem_b,
-        "periods": metrics.periods(em.last, em.emitted, outcome.replay.arrival, cfg.period_us, cfg.recall_target),
+        **period_report(cfg, periods, first, last),
+        "periods": periods,
         "recall_target": cfg.recall_target,
         # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
         "policy_decisions": report_entries(outcome.decisions.policy_log, [s.name for s in streams]),
@@ -290,6 +317,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         streams = load_all(list(cfg.streams))
         # checked with the inputs, so a bad --where fails before any work
         where_fn = where_of(cfg, streams)
+        # the recall period: the user's, or chosen from the replay span (the controller needs it)
+        cfg = resolve_period(cfg, streams)
     with stages("join"):
         if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
             from .engines.spark import join_for_job

@@ -68,39 +68,74 @@ def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, per
     """Recall per period of replay time (period of a result = arrival of its last member).
 
     Periods are ``[start + i*P, start + (i+1)*P)`` from the first arrival.
+    Only periods with truth are listed (a period without results has no
+    recall; :func:`period_counts` says how many the span has): the list is
+    bounded by the input, never by ``span / P`` (docs/semantics.md, "Periods").
     """
-    if len(arrival) == 0:
+    if len(arrival) == 0 or len(last) == 0:
         return []
     start = int(arrival[0])
-    count = int((int(arrival[-1]) - start) // period_us) + 1
-    # arrival is sorted, so period p holds the arrival indexes
-    # [bounds[p], bounds[p+1]): a result's period is the number of upper
-    # bounds at or below the index of its last member.  One binary search
-    # per result over a handful of bounds, then one count of
-    # (period, emitted) codes -- no table the size of the input.
+    ids, upper = occupied_periods(arrival, start, period_us)
+    # arrival is sorted, so occupied period u holds the arrival indexes
+    # [upper[u-1], upper[u]): a result's (dense) period is the number of
+    # upper bounds at or below the index of its last member.  One binary
+    # search per result over the occupied periods' bounds, then one count of
+    # (period, emitted) codes -- no table the size of the input or the span.
+    U = len(ids)
     N = len(arrival)
-    bounds = np.searchsorted(arrival, start + period_us * np.arange(count + 1, dtype=np.int64), side="left")
-    upper = bounds[1:].astype(last.dtype if last.dtype.kind == "i" and N < 2**31 else np.int64)
-    both = np.zeros(2 * count + 2, dtype=np.int64)
+    upper = upper.astype(last.dtype if last.dtype.kind == "i" and N < 2**31 else np.int64)
+    both = np.zeros(2 * U, dtype=np.int64)
     for c0 in range(0, len(last), BLOCK):  # a block at a time: small temporaries
         code = np.searchsorted(upper, last[c0:c0 + BLOCK], side="right")
         code <<= 1
         code |= emitted_mask[c0:c0 + BLOCK]
-        both += np.bincount(code, minlength=2 * count + 2)
-    both = both[:2 * count]
+        both += np.bincount(code, minlength=2 * U)[:2 * U]
     emitted = both[1::2]
     truth = both[0::2] + emitted
+    return period_entries(start, period_us, ids, truth, emitted, target)
+
+
+def occupied_periods(arrival: np.ndarray, start: int, period_us: int) -> tuple[np.ndarray, np.ndarray]:
+    """The periods (``(arrival - start) // P``) that hold an arrival, in order,
+    and for each the index one past its last arrival (``arrival`` sorted)."""
+    N = len(arrival)
+    ids, ends = [], []
+    prev = None
+    for c0 in range(0, N, BLOCK):
+        p = (arrival[c0:c0 + BLOCK] - start) // period_us
+        change = np.flatnonzero(p[1:] != p[:-1]) + 1
+        heads = np.concatenate([[0], change]) if prev is None or p[0] != prev else change
+        if prev is not None and p[0] != prev:
+            ends.append(np.array([c0], np.int64))
+        ids.append(p[heads])
+        ends.append(change + c0)
+        prev = p[-1]
+    ends.append(np.array([N], np.int64))
+    return np.concatenate(ids).astype(np.int64), np.concatenate(ends).astype(np.int64)
+
+
+def period_entries(start: int, period_us: int, ids: np.ndarray, truth: np.ndarray, emitted: np.ndarray,
+                   target: float | None) -> list[dict[str, Any]]:
+    """``report.json`` period entries for the periods ``ids`` that have truth (others are left out)."""
+    keep = np.flatnonzero(truth > 0)
     return [
         {
             "start_us": start + i * period_us,
             "end_us": start + (i + 1) * period_us,
-            "truth": int(truth[i]),
-            "emitted": int(emitted[i]),
-            "recall": recall_of(int(emitted[i]), int(truth[i])),
+            "truth": t,
+            "emitted": e,
+            "recall": recall_of(e, t),
             "target": target,
         }
-        for i in range(count)
+        for i, t, e in zip(ids[keep].tolist(), truth[keep].tolist(), emitted[keep].tolist())
     ]
+
+
+def period_counts(first_us: int | None, last_us: int | None, period_us: int, listed: int) -> dict[str, int]:
+    """``periods_total`` (periods from the first arrival to the last) and
+    ``periods_empty`` (those without truth, not listed in ``periods``)."""
+    total = 0 if first_us is None else (int(last_us) - int(first_us)) // period_us + 1
+    return {"periods_total": total, "periods_empty": total - listed}
 
 
 def stream_facts(names, rows, quarantined, ts_by_stream, replay, decisions) -> list[dict[str, Any]]:

@@ -64,11 +64,13 @@ def parse_duration(text: str | int, *, what: str = "duration") -> int:
 
 
 def format_duration(us: float | int | None) -> str:
-    """Human form of a microsecond count: ``1.25s``, ``340ms``, ``12us``."""
+    """Human form of a microsecond count: ``365d``, ``1.25s``, ``340ms``, ``12us``."""
     if us is None:
         return "-"
     us = float(us)
     a = abs(us)
+    if a >= 86_400_000_000:
+        return f"{us / 86_400_000_000:.3g}d"
     if a >= 3_600_000_000:
         return f"{us / 3_600_000_000:.3g}h"
     if a >= 60_000_000:
@@ -103,3 +105,33 @@ def default_period(span_us: int, max_periods: int = MAX_DEFAULT_PERIODS) -> int:
         if span // step + 1 <= max_periods:
             return step
     return HUMAN_STEPS_US[-1]
+
+
+#: the 1-2-5 ladder an automatic grid step (tune-buffer's --granularity) is taken from:
+#: 1, 2, 5 x 10^k us up to 500ms, then 1s 2s 5s 10s 20s, 1min 2min 5min 10min 20min, 1h
+GRID_STEPS_US = tuple(
+    [m * 10**e for e in range(6) for m in (1, 2, 5)]
+    + [1_000_000, 2_000_000, 5_000_000, 10_000_000, 20_000_000]
+    + [60_000_000, 120_000_000, 300_000_000, 600_000_000, 1_200_000_000, 3_600_000_000])
+
+#: an automatic grid has about this many steps up to the largest value
+GRID_STEPS_PER_RANGE = 100
+
+
+def default_granularity(largest_us: int, steps: int = GRID_STEPS_PER_RANGE) -> int:
+    """The grid step for settings up to ``largest_us`` when the user gives none: the
+    largest step of :data:`GRID_STEPS_US` at most ``largest_us / steps`` (1us below
+    that; 1h at most), so the grid holds ``steps`` to ``3 x steps`` steps up to
+    ``largest_us`` whatever the data's time scale (ladder steps are at most 3x apart).
+
+    >>> default_granularity(1_200_000)               # 1.2s -> 10ms
+    10000
+    >>> default_granularity(8 * 3_600_000_000)       # 8h -> 2min
+    120000000
+    """
+    limit = max(int(largest_us), 0) / steps
+    best = GRID_STEPS_US[0]
+    for step in GRID_STEPS_US:
+        if step <= limit:
+            best = step
+    return best

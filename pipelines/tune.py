@@ -90,7 +90,7 @@ from .emit import emission
 from .metrics import latency_summary, memory_summary
 from .policies import SYMMETRIC, PolicySpec
 from .progress import Replay, decide, memory_per_stream
-from .timeunits import NEG_INF, format_duration
+from .timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration
 
 TUNE_POLICIES = ("static", "kslack")
 #: grid cells above which the exact two-stream search is skipped
@@ -191,13 +191,48 @@ def grid_index(values: np.ndarray, g: int) -> np.ndarray:
     return -(-np.asarray(values, dtype=np.int64) // g)
 
 
-def recall_curve(values: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(settings_us, emitted_count)`` at every grid step ``0 .. ceil(max/g)``."""
-    if len(values) == 0:
-        return np.zeros(1, np.int64), np.zeros(1, np.int64)
-    j = grid_index(values, g)
-    counts = np.cumsum(np.bincount(j))
-    return np.arange(len(counts), dtype=np.int64) * g, counts
+class Curve:
+    """Recall as a function of the setting, on the grid of step ``g``, without a table
+    per grid step: with the required slacks sorted once, the emitted count at setting
+    ``s`` is ``#{v <= s}``, one binary search (the grid up to the largest required
+    slack can hold millions of steps: 8 h at 10 ms is 2.9M).
+
+    ``top`` is the last grid step that changes anything (``ceil(max / g)``).
+    """
+
+    def __init__(self, values: np.ndarray, g: int):
+        self.g = int(g)
+        self.sorted = np.sort(np.asarray(values, dtype=np.int64))
+        self.C = len(self.sorted)
+        self.top = int(grid_index(self.sorted[-1:], g)[0]) if self.C else 0
+
+    def count(self, steps) -> np.ndarray:
+        """Combinations emitted at grid steps ``steps`` (``#{v <= step * g}``)."""
+        return np.searchsorted(self.sorted, np.asarray(steps, dtype=np.int64) * self.g, side="right")
+
+    def recall(self, steps) -> np.ndarray:
+        return self.count(steps) / self.C if self.C else np.ones(len(np.atleast_1d(steps)))
+
+    def value_for(self, q: float) -> int:
+        """The exact least setting with recall >= ``q`` (the ``m``-th smallest value)."""
+        m = needed_count(self.C, q)
+        return int(self.sorted[m - 1]) if m else 0
+
+    def step_for(self, q: float) -> int:
+        """The least grid step with recall >= ``q``: ``ceil(value_for(q) / g)``."""
+        return -(-self.value_for(q) // self.g)
+
+    def sampled(self, keep: Sequence[int] = (), points: int | None = None) -> tuple[list, list]:
+        """The curve at every step ``0 .. top`` if that is at most ``points`` (default
+        :data:`MAX_CURVE_POINTS`) steps, else at that many evenly spread steps plus ``keep``."""
+        points = points or MAX_CURVE_POINTS
+        if self.top + 1 <= points:
+            steps = np.arange(self.top + 1, dtype=np.int64)
+        else:
+            steps = np.unique(np.concatenate([
+                np.linspace(0, self.top, points - len(keep)).round().astype(np.int64),
+                np.asarray(list(keep), dtype=np.int64)]))
+        return (steps * self.g).tolist(), self.recall(steps).tolist()
 
 
 def period_index(replay: Replay, last: np.ndarray, period_us: int) -> np.ndarray:
@@ -205,6 +240,31 @@ def period_index(replay: Replay, last: np.ndarray, period_us: int) -> np.ndarray
     if replay.N == 0:
         return np.empty(0, np.int64)
     return (replay.arrival[last] - replay.arrival[0]) // period_us
+
+
+def per_period_settings(replay: Replay, last: np.ndarray, values: np.ndarray, period_us: int, q: float, g: int,
+                        recommended_us: int) -> list[dict[str, Any]]:
+    """Per period with truth (the others need nothing and are not listed): the exact least
+    setting meeting ``q`` in that period, on the grid, and the period's recall at the overall
+    recommendation.  One sort by (period, required slack): O(C log C), never O(span / P)."""
+    C = len(values)
+    if C == 0:
+        return []
+    pidx = period_index(replay, last, period_us)
+    order = np.lexsort((values, pidx))
+    pv, pp = values[order], pidx[order]
+    heads = np.flatnonzero(np.concatenate([[True], pp[1:] != pp[:-1]]))
+    sizes = np.diff(np.append(heads, C))
+    need = {int(t): needed_count(int(t), q) for t in np.unique(sizes)}
+    m = np.array([need[int(t)] for t in sizes], dtype=np.int64)
+    exact = np.where(m > 0, pv[heads + np.maximum(m - 1, 0)], 0)
+    met = np.add.reduceat((pv <= recommended_us).astype(np.int64), heads)
+    start0 = int(replay.arrival[0])
+    return [
+        {"start_us": start0 + p * period_us, "end_us": start0 + (p + 1) * period_us, "truth": t, "exact_us": ex,
+         "setting_us": -(-ex // g) * g, "recall_at_recommendation": k / t}
+        for p, t, ex, k in zip(pp[heads].tolist(), sizes.tolist(), exact.tolist(), met.tolist())
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -307,8 +367,10 @@ def per_stream_static(replay: Replay, windows: Sequence[int], req: np.ndarray, g
     needs = constraint.needs(np.bincount(gid, minlength=G))
     if n == 2 and (top[0] + 1) * (top[1] + 1) * G <= MAX_GRID_CELLS and max(top) < MAX_GRID_STEPS:
         feasible = np.ones((top[0] + 1, top[1] + 1), dtype=bool)
+        by_group = np.argsort(gid, kind="stable")   # each group's combinations, one slice each
+        bounds = np.searchsorted(gid[by_group], np.arange(G + 1))
         for grp in range(G):
-            sel = gid == grp
+            sel = by_group[bounds[grp]:bounds[grp + 1]]
             hist = np.bincount(jreq[0][sel] * (top[1] + 1) + jreq[1][sel], minlength=(top[0] + 1) * (top[1] + 1))
             F = hist.reshape(top[0] + 1, top[1] + 1).cumsum(axis=0).cumsum(axis=1)
             feasible &= F >= needs[grp]
@@ -369,25 +431,17 @@ def toml_duration(us: int) -> str:
     return f"{us}us"
 
 
-def _candidate_steps(counts: np.ndarray, C: int, rec_steps: Sequence[int]) -> list[int]:
-    J = len(counts) - 1
+def _candidate_steps(curve: Curve, rec_steps: Sequence[int]) -> list[int]:
+    J = curve.top
     steps = {0, J}
     for s in rec_steps:
         steps.update({max(0, s - 1), s, min(J, s + 1)})
     for q in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999):
-        steps.add(int(np.searchsorted(counts, needed_count(C, q), side="left")))
+        steps.add(curve.step_for(q))
     room = MAX_CANDIDATES - len(steps)
     if room > 0 and J > 0:
         steps.update(int(v) for v in np.linspace(0, J, num=min(room, J + 1)).round())
     return sorted(s for s in steps if 0 <= s <= J)
-
-
-def _downsample_curve(settings: np.ndarray, recall: np.ndarray, keep: Sequence[int]) -> tuple[list, list]:
-    if len(settings) <= MAX_CURVE_POINTS:
-        return settings.tolist(), recall.tolist()
-    idx = np.unique(np.concatenate([np.linspace(0, len(settings) - 1, MAX_CURVE_POINTS - len(keep)).round().astype(np.int64),
-                                    np.asarray(list(keep), dtype=np.int64)]))
-    return settings[idx].tolist(), recall[idx].tolist()
 
 
 def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: str, g: int,
@@ -401,45 +455,50 @@ def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: s
     """
     values = (required_static_common(replay, combos, windows, members) if policy == "static"
               else required_kslack(replay, combos))
-    settings, counts = recall_curve(values, g)
-    C = len(values)
-    recall = counts / C if C else np.ones(len(counts))
-
-    def step_for(target: float) -> int:
-        return int(np.searchsorted(counts, needed_count(C, target), side="left")) if C else 0
-
+    curve = Curve(values, g)
+    C = curve.C
     out: dict[str, Any] = {"policy": policy, "granularity_us": g, "truth_results": C}
     keep: list[int] = []
     if q is not None:
-        step = step_for(q)
+        step = curve.step_for(q)
         keep = [step, max(step - 1, 0)]
         out["recall_target"] = q
         out["setting_us"] = int(step * g)
-        out["exact_us"] = exact_quantile(values, q)
+        out["exact_us"] = curve.value_for(q)
     every = sorted(set(targets) | ({q} if q is not None else set()))
-    out["setting_for_recall"] = {f"{t:g}": int(step_for(t) * g) for t in every}
-    s, r = _downsample_curve(settings, recall, keep)
+    out["setting_for_recall"] = {f"{t:g}": int(curve.step_for(t) * g) for t in every}
+    s, r = curve.sampled(keep)
     out["curve"] = {"setting_us": s, "recall": r}
     return out
 
 
 def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence[str], *, policy: str, q: float,
-         g: int, period_us: int, per_period: bool, row_bytes: Sequence[float] | None = None) -> dict[str, Any]:
-    """Everything ``tune-buffer`` reports (the body of ``tune.json``)."""
+         g: int | None, period_us: int | None, per_period: bool, row_bytes: Sequence[float] | None = None
+         ) -> dict[str, Any]:
+    """Everything ``tune-buffer`` reports (the body of ``tune.json``).
+
+    ``g`` None: the grid step follows the data (:func:`default_granularity` of
+    the largest required slack).  ``period_us`` is needed with ``per_period``.
+    """
     n, C = replay.n, len(combos)
     req_static = required_static(replay, combos, windows) if policy == "static" else None
     values = req_static.max(axis=0) if policy == "static" else required_kslack(replay, combos)
     _, last = member_indexes(replay, combos)
-    settings, counts = recall_curve(values, g)
-    recall = counts / C if C else np.ones(len(counts))
-    m = needed_count(C, q)
-    step = int(np.searchsorted(counts, m, side="left")) if C else 0
+    granularity_source = "user"
+    if g is None:
+        largest = int(values.max()) if C else 0
+        g = default_granularity(largest)
+        granularity_source = (f"default: the largest 1-2-5 step <= largest required slack "
+                              f"{format_duration(largest)} / {GRID_STEPS_PER_RANGE}")
+    curve = Curve(values, g)
+    step = curve.step_for(q)
+    at_step = curve.recall([step, max(step - 1, 0)])
     rec = {
         "setting_us": int(step * g),
-        "exact_us": exact_quantile(values, q),
-        "recall": float(recall[step]),
+        "exact_us": curve.value_for(q),
+        "recall": float(at_step[0]),
         "one_step_below_us": int((step - 1) * g) if step > 0 else None,
-        "recall_one_step_below": float(recall[step - 1]) if step > 0 else None,
+        "recall_one_step_below": float(at_step[1]) if step > 0 else None,
         "per_stream_us": {name: int(step * g) for name in names},
         "per_stream_method": "common" if policy == "static" else "one K for every stream",
     }
@@ -447,26 +506,13 @@ def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence
     periods_out = None
     every = None
     if per_period:
-        pidx = period_index(replay, last, period_us)
-        periods_out = []
-        start0 = int(replay.arrival[0]) if replay.N else 0
-        count = int((int(replay.arrival[-1]) - start0) // period_us) + 1 if replay.N else 0
-        truth_p = np.bincount(pidx, minlength=count) if C else np.zeros(count, np.int64)
-        for p in range(count):
-            sel = values[pidx == p] if C else values
-            ex = exact_quantile(sel, q)
-            periods_out.append({
-                "start_us": start0 + p * period_us, "end_us": start0 + (p + 1) * period_us,
-                "truth": int(truth_p[p]), "exact_us": ex,
-                "setting_us": int(grid_index(np.array([ex]), g)[0] * g),
-                "recall_at_recommendation": float((sel <= rec["setting_us"]).mean()) if len(sel) else 1.0,
-            })
-        every_us = max((p["setting_us"] for p in periods_out if p["truth"]), default=0)
+        periods_out = per_period_settings(replay, last, values, period_us, q, g, rec["setting_us"])
+        every_us = max((p["setting_us"] for p in periods_out), default=0)
         every = {"setting_us": every_us, "per_stream_us": {name: every_us for name in names},
                  "per_stream_method": rec["per_stream_method"],
                  "periods_meeting_target_at_recommendation": sum(
-                     1 for p in periods_out if p["truth"] and p["recall_at_recommendation"] >= q),
-                 "periods_with_truth": sum(1 for p in periods_out if p["truth"])}
+                     1 for p in periods_out if p["recall_at_recommendation"] >= q),
+                 "periods_with_truth": len(periods_out)}
     # --- per-stream static ---
     if policy == "static":
         ps = per_stream_static(replay, windows, req_static, g, Constraint(None, q), step)
@@ -480,12 +526,12 @@ def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence
             every["per_stream_method"] = ps_p["method"]
     # --- candidates: the engine's memory (and latency) at a set of settings ---
     candidates = []
-    for s in _candidate_steps(counts, C, [step] + ([every["setting_us"] // g] if every else [])):
-        ev = evaluate(replay, combos, windows, policy_for(policy, n, s * g), row_bytes, emitted=int(counts[s]))
+    for s in _candidate_steps(curve, [step] + ([every["setting_us"] // g] if every else [])):
+        ev = evaluate(replay, combos, windows, policy_for(policy, n, s * g), row_bytes, emitted=int(curve.count([s])[0]))
         ev["setting_us"] = int(s * g)
         candidates.append(ev)
     at_rec = evaluate(replay, combos, windows, policy_for(policy, n, rec["setting_us"]), row_bytes,
-                      emitted=int(counts[step]))
+                      emitted=int(curve.count([step])[0]))
     rec["memory_tuples"] = at_rec["memory_tuples"]
     rec["latency_us"] = at_rec["latency_us"]
     if policy == "static":
@@ -498,11 +544,12 @@ def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence
                                 policy_for(policy, n, [every["per_stream_us"][nm] for nm in names]), row_bytes)
             every["per_stream_recall"] = at_every["recall"]
             every["per_stream_memory_tuples"] = at_every["memory_tuples"]
-    s_list, r_list = _downsample_curve(settings, recall, [step, max(step - 1, 0)])
+    s_list, r_list = curve.sampled([step, max(step - 1, 0)])
     out = {
         "policy": policy,
         "recall_target": q,
         "granularity_us": g,
+        "granularity_source": granularity_source,
         "period_us": period_us,
         "truth_results": C,
         "streams": list(names),
@@ -575,13 +622,18 @@ def frameworks_text(t: dict[str, Any]) -> list[str]:
     ]
 
 
+def _grid_note(t: dict[str, Any]) -> str:
+    source = t.get("granularity_source") or "user"
+    return "" if source == "user" else f" (--granularity default: about {GRID_STEPS_PER_RANGE} steps up to the largest required slack)"
+
+
 def summary_text(t: dict[str, Any]) -> list[str]:
     rec = t["recommendation"]
     q = t["recall_target"]
     name = "retention" if t["policy"] == "static" else "K"
     lines = [
         f"{t['policy']}: the smallest {name} with recall >= {q} is {format_duration(rec['exact_us'])} "
-        f"(exact); on the {format_duration(t['granularity_us'])} grid: {format_duration(rec['setting_us'])} "
+        f"(exact); on the {format_duration(t['granularity_us'])} grid{_grid_note(t)}: {format_duration(rec['setting_us'])} "
         f"-> recall {fmt_recall(rec['recall'], 6)}",
     ]
     if rec["one_step_below_us"] is not None:
@@ -598,7 +650,8 @@ def summary_text(t: dict[str, Any]) -> list[str]:
                      "one K for every stream (the release horizon couples the streams)")
     if t.get("every_period"):
         e = t["every_period"]
-        lines.append(f"recall >= {q} in every period: {name} {format_duration(e['setting_us'])} "
+        period = format_duration(t.get("period_us"))
+        lines.append(f"recall >= {q} in every {period} period with results: {name} {format_duration(e['setting_us'])} "
                      f"({e['periods_meeting_target_at_recommendation']}/{e['periods_with_truth']} periods meet it at the overall recommendation)")
     return lines
 
@@ -622,7 +675,8 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     from .config import check_recall
     from .engines.local import join
     from .errors import InputError
-    from .job import space_of, tool_version, where_of
+    from .job import arrival_span, resolve_period, space_of, tool_version, where_of
+    from .metrics import period_counts
     from .load import load_all
     from .output import AtomicOutput
     from .report import html as report_html
@@ -634,14 +688,15 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     q = check_recall(q)
     if q is None:
         raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
-    g = parse_duration(granularity, what="granularity") if granularity is not None else 10_000
-    if g <= 0:
+    g = parse_duration(granularity, what="granularity") if granularity is not None else None  # None: from the data
+    if g is not None and g <= 0:
         raise InputError("--granularity must be > 0")
     started = time.perf_counter()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     streams = load_all(list(cfg.streams))
     where_fn = where_of(cfg, streams)
+    cfg = resolve_period(cfg, streams)  # --period, or chosen from the replay span
     timings["load"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # the same truth as `run` (keys, distance, --where); the policy is decided per setting below
@@ -653,6 +708,9 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     result = tune(outcome.replay, outcome.combos, cfg.windows, [s.name for s in streams], policy=policy, q=q, g=g,
                   period_us=cfg.period_us, per_period=per_period, row_bytes=[s.row_bytes for s in streams])
     timings["tune"] = time.perf_counter() - t0
+    result["period_source"] = cfg.period_source
+    if per_period:
+        result.update(period_counts(*arrival_span(streams), cfg.period_us, len(result["periods"])))
     config = cfg.to_dict()
     config["policy"] = {"name": policy}
     head = {"schema_version": 1, "kind": "tune-buffer", "tool_version": tool_version(), "command": command,
@@ -670,6 +728,12 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     return result
 
 
+def _worst_periods(periods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    from .report.html import worst_periods
+
+    return worst_periods(periods, "recall_at_recommendation")
+
+
 def tune_lines(t: dict[str, Any]) -> list[str]:
     """Plain-text output (cron, pipes): summary, candidates, snippet, frameworks."""
     label = "retention" if t["policy"] == "static" else "K"
@@ -680,9 +744,11 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
                      f"{c['memory_tuples']['mean']:>10,.1f} {format_duration(c['latency_us']['mean']):>9} "
                      f"{format_duration(c['latency_us']['p95']):>9}")
     if t.get("periods"):
-        lines.append("per period (start, truth, exact, on grid, recall at recommendation):")
+        shown, hidden = _worst_periods(t["periods"])
+        which = "per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)"
+        lines.append(f"{which} (start, truth, exact, on grid, recall at recommendation):")
         start = t["periods"][0]["start_us"]
-        for p in t["periods"]:
+        for p in shown:
             lines.append(f"  +{format_duration(p['start_us'] - start)} {p['truth']:,} {format_duration(p['exact_us'])} "
                          f"{format_duration(p['setting_us'])} {fmt_recall(p['recall_at_recommendation'])}")
     lines.append("config snippet:")
@@ -709,11 +775,12 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
                       format_duration(c["latency_us"]["p95"]), style=style)
     console.print(table)
     if t.get("periods"):
-        pt = Table(title="per period")
+        shown, hidden = _worst_periods(t["periods"])
+        pt = Table(title="per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)")
         for col in ("start", "truth", f"exact {label}", "on grid", "recall at recommendation"):
             pt.add_column(col, justify="right")
         start = t["periods"][0]["start_us"]
-        for p in t["periods"]:
+        for p in shown:
             pt.add_row("+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", format_duration(p["exact_us"]),
                        format_duration(p["setting_us"]), f"{fmt_recall(p['recall_at_recommendation'])}")
         console.print(pt)

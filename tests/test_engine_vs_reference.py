@@ -100,10 +100,11 @@ def test_shifting_all_times_changes_nothing_but_times(problem, shift):
 @SETTINGS
 @given(problems(), st.integers(1, 30))
 def test_periods_match_a_direct_count(problem, period):
-    """Recall per period: each result counted in the period of its last member's arrival."""
+    """Recall per period: each result counted in the period of its last member's arrival;
+    exactly the periods that hold a result are listed (sparse), aligned to the first arrival."""
     import numpy as np
 
-    from streamjoin.pipelines.metrics import periods
+    from streamjoin.pipelines.metrics import period_counts, periods
 
     streams, windows, policy = problem
     ref = replay(streams, windows, policy)
@@ -117,14 +118,20 @@ def test_periods_match_a_direct_count(problem, period):
     mask = np.array([c in ref.emitted for c in combos], dtype=bool)
     got = periods(last, mask, arrival, period, 0.9)
     first = int(arrival[0])
-    assert got[0]["start_us"] == first and got[-1]["end_us"] > arrival[-1]
+    # the period of each result, counted directly
+    holding = {(max(by_id[(k, r)].arrival for k, r in enumerate(c)) - first) // period for c in combos}
+    assert [(p["start_us"] - first) // period for p in got] == sorted(holding)
     for p in got:
+        assert (p["start_us"] - first) % period == 0 and p["end_us"] == p["start_us"] + period
         inside = [c for c in combos
                   if p["start_us"] <= max(by_id[(k, r)].arrival for k, r in enumerate(c)) < p["end_us"]]
-        assert p["truth"] == len(inside)
+        assert p["truth"] == len(inside) > 0
         assert p["emitted"] == sum(c in ref.emitted for c in inside)
         assert p["target"] == 0.9
     assert sum(p["truth"] for p in got) == len(combos)
+    counts = period_counts(first, int(arrival[-1]), period, len(got))
+    assert counts["periods_total"] == (int(arrival[-1]) - first) // period + 1
+    assert counts["periods_empty"] == counts["periods_total"] - len(holding)
 
 
 @SETTINGS

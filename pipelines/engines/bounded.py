@@ -65,7 +65,7 @@ import polars as pl
 
 from ..candidates import Combos, Space, enumerate_truth, index_dtype
 from ..chunks import Batch, Chunk, Survey, filter_rows, take_rows
-from ..config import RunConfig
+from ..config import RunConfig, with_period
 from ..load import LoadedStream
 from ..plan import Plan, probe_order
 from ..policies import SORTING, retention_matrix, slack_matrix
@@ -136,6 +136,9 @@ class Accumulators:
     delays: list[Tally] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     expired: list[int] = field(default_factory=list)
+    # periods that hold a result (sorted ids, (arrival - first arrival) // P) and their counts:
+    # sparse, so bounded by the results, never by span / P
+    period_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     period_truth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     period_emitted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     mem_peak: int = 0
@@ -175,6 +178,9 @@ class BoundedReplay:
 
     def __init__(self, cfg: RunConfig, survey: Survey, sink: ResultSink | None, row_bytes: list[float],
                  series_points: int = 2_000):
+        if cfg.period_us is None:  # the default period, from the surveyed replay span
+            first, last = survey.arrival_span()
+            cfg = with_period(cfg, 0 if first is None else last - first)
         self.cfg = cfg
         self.survey = survey
         self.sink = sink
@@ -506,21 +512,32 @@ class BoundedReplay:
 
     def _count_periods(self, last_local: np.ndarray, emitted: np.ndarray, arr: np.ndarray) -> None:
         """Truth and emitted per period of the last member's arrival (as ``metrics.periods``):
-        counts per arrival index of the chunk, then summed over each period's index range."""
+        counts per arrival index of the chunk, summed over each occupied period's index range,
+        kept only for periods with truth (sparse: no array of ``span / P`` entries)."""
+        from ..metrics import occupied_periods
+
         P, C = self.cfg.period_us, len(arr)
-        first = (int(arr[0]) - self.first_arrival) // P
-        count = (int(arr[-1]) - self.first_arrival) // P - first + 1
-        edges = self.first_arrival + P * np.arange(first, first + count + 1, dtype=np.int64)
-        bounds = np.searchsorted(arr, edges, side="left")
-        acc = self.acc
-        size = first + count
-        if size > len(acc.period_truth):
-            grow = size - len(acc.period_truth)
-            acc.period_truth = np.concatenate([acc.period_truth, np.zeros(grow, np.int64)])
-            acc.period_emitted = np.concatenate([acc.period_emitted, np.zeros(grow, np.int64)])
-        for total, picked in ((acc.period_truth, last_local), (acc.period_emitted, last_local[emitted])):
+        ids, ends = occupied_periods(arr, self.first_arrival, P)
+        bounds = np.concatenate([[0], ends])
+        counts = []
+        for picked in (last_local, last_local[emitted]):
             running = np.concatenate([[0], np.cumsum(np.bincount(picked, minlength=C))])
-            total[first:size] += running[bounds[1:]] - running[bounds[:-1]]
+            counts.append(running[bounds[1:]] - running[bounds[:-1]])
+        keep = counts[0] > 0
+        ids, truth, emit = ids[keep], counts[0][keep], counts[1][keep]
+        acc = self.acc
+        if not len(acc.period_ids) or (len(ids) and ids[0] > acc.period_ids[-1]):
+            # the usual case: a chunk's arrivals come after every earlier chunk's
+            acc.period_ids = np.concatenate([acc.period_ids, ids])
+            acc.period_truth = np.concatenate([acc.period_truth, truth])
+            acc.period_emitted = np.concatenate([acc.period_emitted, emit])
+        elif len(ids):  # a period that spans chunks: add into it
+            both, inverse = np.unique(np.concatenate([acc.period_ids, ids]), return_inverse=True)
+            acc.period_truth = np.bincount(inverse, np.concatenate([acc.period_truth, truth]),
+                                           minlength=len(both)).astype(np.int64)
+            acc.period_emitted = np.bincount(inverse, np.concatenate([acc.period_emitted, emit]),
+                                             minlength=len(both)).astype(np.int64)
+            acc.period_ids = both
 
     def _duplicates(self, rows: list[np.ndarray], sizes: list[int]) -> int:
         from ..job import count_duplicates

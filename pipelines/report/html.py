@@ -28,6 +28,8 @@ LATENCY_BINS = 60
 #: grid of the run report's tuning curve (tune-buffer's default --granularity)
 DEFAULT_GRANULARITY_US = 10_000
 TUNING_TARGETS = (0.9, 0.95, 0.99, 0.999)
+#: period rows shown in tables (report.html, the terminal, tune-buffer): the worst ones; the JSON keeps all
+MAX_PERIOD_ROWS = 20
 #: a run's report estimates its tuning curve from at most this many results
 #: (an evenly spaced, deterministic sample); `tune-buffer` is always exact
 TUNING_SAMPLE = 1_000_000
@@ -174,6 +176,30 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def worst_periods(periods: list[dict[str, Any]], key: str, rows: int = MAX_PERIOD_ROWS) -> tuple[list[dict], int]:
+    """The ``rows`` periods with the lowest ``key`` (ties: more truth first), in time
+    order, and how many are left out.  Every period table shows at most this many."""
+    if len(periods) <= rows:
+        return list(periods), 0
+    worst = sorted(range(len(periods)), key=lambda i: (periods[i][key], -periods[i]["truth"], i))[:rows]
+    return [periods[i] for i in sorted(worst)], len(periods) - rows
+
+
+def period_text(report: dict[str, Any]) -> str:
+    """One line about the recall period: its length, where it came from, how many periods."""
+    P = report.get("period_us")
+    source = report.get("period_source") or "user"
+    total, empty = report.get("periods_total"), report.get("periods_empty")
+    text = f"period {format_duration(P)} ({source})"
+    if total is not None:
+        text += f": {total - (empty or 0):,} of {total:,} periods have results"
+    target = report.get("recall_target")
+    if target is not None:
+        below = sum(1 for p in report.get("periods", []) if p["truth"] and p["recall"] < target)
+        text += f", {below:,} below the target {target:g}"
+    return text
+
+
 # ---------------------------------------------------------------------------
 # page assembly
 # ---------------------------------------------------------------------------
@@ -244,8 +270,12 @@ def render_report(report: dict[str, Any]) -> str:
         "<h2>What to do</h2><div class=\"todo\"><ul>",
         *[f"<li>{_e(line)}</li>" for line in what_to_do(report)],
         "</ul></div>",
-        "<h2>Recall per period</h2>", _img(plots.recall_per_period(report.get("periods", []), target), "recall per period"),
+        "<h2>Recall per period</h2>",
+        _img(plots.recall_per_period(report.get("periods", []), target, period_us=report.get("period_us"),
+                                     total=report.get("periods_total")), "recall per period"),
     ]
+    if report.get("period_us"):
+        body.append(f"<div class=\"sub\">{_e(period_text(report))}</div>")
     series = report.get("memory_series")
     if series:
         body += ["<h2>Memory</h2>", _img(plots.memory_over_time(series), "memory over replay time"),
@@ -278,9 +308,13 @@ def render_report(report: dict[str, Any]) -> str:
     periods = report.get("periods", [])
     if periods:
         start = periods[0]["start_us"]
-        prow = [[f"+{(p['start_us'] - start) / 1e6:g}s", f"{p['truth']:,}", f"{p['emitted']:,}", fmt_recall(p["recall"]),
-                 "-" if p["target"] is None else f"{p['target']:g}"] for p in periods]
-        body += ["<h2>Periods</h2>", _table(["start", "truth", "emitted", "recall", "target"], prow)]
+        shown, hidden = worst_periods(periods, "recall")
+        prow = [[f"+{format_duration(p['start_us'] - start)}", f"{p['truth']:,}", f"{p['emitted']:,}",
+                 fmt_recall(p["recall"]), "-" if p["target"] is None else f"{p['target']:g}"] for p in shown]
+        body += ["<h2>Periods</h2>" if not hidden else
+                 f"<h2>Periods: the {len(shown)} worst</h2><div class=\"sub\">{hidden:,} more periods with results "
+                 f"are in report.json (periods)</div>",
+                 _table(["start", "truth", "emitted", "recall", "target"], prow)]
     return _page("streamjoin report", body)
 
 
@@ -314,10 +348,14 @@ def render_tune(t: dict[str, Any]) -> str:
              _table([label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"], crow)]
     if t.get("periods"):
         start = t["periods"][0]["start_us"]
-        prow = [[f"+{(p['start_us'] - start) / 1e6:g}s", f"{p['truth']:,}", format_duration(p["exact_us"]),
-                 format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])] for p in t["periods"]]
-        body += ["<h2>Per period</h2>",
-                 _table(["start", "truth", f"exact {label}", f"{label} on grid", "recall at recommendation"], prow)]
+        shown, hidden = worst_periods(t["periods"], "recall_at_recommendation")
+        prow = [[f"+{format_duration(p['start_us'] - start)}", f"{p['truth']:,}", format_duration(p["exact_us"]),
+                 format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])] for p in shown]
+        body += ["<h2>Per period</h2>" if not hidden else
+                 f"<h2>Per period: the {len(shown)} worst</h2><div class=\"sub\">{hidden:,} more periods with "
+                 f"results are in tune.json (periods)</div>",
+                 _table(["start", "truth", f"exact {label}", f"{label} on grid",
+                         "recall at recommendation"], prow)]
     body += ["<h2>What this means in Spark and Flink</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
     return _page("streamjoin tune-buffer", body)
 

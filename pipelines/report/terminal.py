@@ -8,7 +8,13 @@ from ..timeunits import format_duration
 
 
 def _fmt_rate(v):
-    return "-" if v is None else f"{v:,.1f}/s"
+    """Per second, or per minute / hour / day for slow streams (a year of clicks: ``2.9/h``, not ``0.0/s``)."""
+    if v is None:
+        return "-"
+    for per, unit in ((1, "s"), (60, "min"), (3600, "h")):
+        if v * per >= 1:
+            return f"{v * per:,.1f}/{unit}"
+    return f"{v * 86400:,.1f}/d"
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
@@ -24,6 +30,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"p95 {format_duration(lat['p95'])} p99 {format_duration(lat['p99'])} max {format_duration(lat['max'])}",
         f"memory_tuples: peak {report['memory_tuples']['peak']} mean {report['memory_tuples']['mean']:.1f}",
     ]
+    if report.get("period_us"):
+        lines.append(f"period: {_period_line(report)}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -44,6 +52,26 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _period_line(report: dict[str, Any]) -> str:
+    from .html import period_text
+
+    return period_text(report).removeprefix("period ")
+
+
+def worst_period_rows(report: dict[str, Any]) -> tuple[list[list[str]], int]:
+    """The worst periods (at most ``MAX_PERIOD_ROWS``) as table rows, and how many are not shown."""
+    from ..tune import fmt_recall
+    from .html import worst_periods
+
+    periods = report.get("periods") or []
+    if not periods:
+        return [], 0
+    start = periods[0]["start_us"]
+    shown, hidden = worst_periods(periods, "recall")
+    return [["+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", f"{p['emitted']:,}",
+             fmt_recall(p["recall"])] for p in shown], hidden
+
+
 def render_rich(report: dict[str, Any], console) -> None:
     """A table per concern, for people at a terminal."""
     from rich.table import Table
@@ -62,6 +90,8 @@ def render_rich(report: dict[str, Any], console) -> None:
                  f"{format_duration(lat['mean'])} / {format_duration(lat['p95'])} / {format_duration(lat['max'])}")
     head.add_row("memory peak / mean (tuples)",
                  f"{report['memory_tuples']['peak']:,} / {report['memory_tuples']['mean']:,.1f}")
+    if report.get("period_us"):
+        head.add_row("period", _period_line(report))
     total = report["timings_s"].get("total")
     if total is not None:
         head.add_row("time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)")
@@ -75,4 +105,14 @@ def render_rich(report: dict[str, Any], console) -> None:
                   format_duration(d["p50"]), format_duration(d["p95"]), format_duration(d["max"]),
                   str(s["dropped_late"]), str(s["expired_on_arrival"]))
     console.print(t)
+    rows, hidden = worst_period_rows(report)
+    if len(rows) > 1 or hidden:
+        pt = Table(title="periods" if not hidden else "worst periods")
+        for col in ("start", "truth", "emitted", "recall"):
+            pt.add_column(col, justify="right")
+        for r in rows:
+            pt.add_row(*r)
+        console.print(pt)
+        if hidden:
+            console.print(f"the {len(rows)} worst periods ({hidden:,} more in report.json)")
     console.print(f"report: {report['outputs'].get('report', '-')}")
