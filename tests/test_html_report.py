@@ -55,6 +55,17 @@ def _chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
 
 
+def probe(page: Path, tmp: Path) -> dict:
+    """Load a copy of ``page`` with :data:`PROBE` in front in headless Chromium:
+    images (and how many decoded), errors, external resources."""
+    probed = tmp / f"probed-{page.name}"
+    probed.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
+    proc = _chromium(probed.as_uri(), tmp, "--dump-dom")
+    match = re.search(r'<pre id="__probe">(.*?)</pre>', proc.stdout, re.S)
+    assert match, proc.stdout[-2000:]
+    return json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
 @pytest.fixture(scope="module")
 def soccer_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("html")
@@ -128,12 +139,7 @@ def test_html_opens_in_headless_chromium(soccer_run, tmp_path, page):
     console = [line for line in plain.stderr.splitlines() if "CONSOLE" in line]
     assert not console, console
     # 2. a copy with the probe in front: no errors of any kind, every image decoded
-    probed = tmp_path / f"probed-{page}"
-    probed.write_text(src.read_text().replace("<head>", "<head>" + PROBE, 1))
-    proc = _chromium(probed.as_uri(), tmp_path, "--dump-dom")
-    match = re.search(r'<pre id="__probe">(.*?)</pre>', proc.stdout, re.S)
-    assert match, proc.stdout[-2000:]
-    facts = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    facts = probe(src, tmp_path)
     assert facts["errors"] == [], facts
     assert facts["external"] == 0
     assert facts["images"] >= 2 and facts["decoded"] == facts["images"], facts
