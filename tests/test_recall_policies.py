@@ -235,12 +235,8 @@ def test_qjoin_meets_the_target_overall_and_per_period(sample):
 
 
 def test_qjoin_memory_and_latency_against_mpkslack(sample):
-    # QJoin's published claim is -50..80 % memory against MP-K-slack for a recall
-    # target on average; the promise here is per period (issue 15: the needs of
-    # the last periods are remembered), which measured 0.58x (soccer) and
-    # 0.66x (sensors) of MP-K-slack's memory with every period meeting 0.95.
     q, mp = sample["qjoin"], sample["mpkslack"]
-    assert q["mem"] <= 0.7 * mp["mem"]
+    assert q["mem"] <= 0.5 * mp["mem"]
     assert q["periods_ok"] >= mp["periods_ok"]
     assert q["lat"] <= 0.2 * mp["lat"]
 

@@ -81,3 +81,29 @@ def test_probe_ticks_one_per_gap():
     arrival = np.array([5, 7, 1_000_005, 1_000_006], dtype=np.int64)
     ticks = probe_ticks(arrival, 0, 10, 0)
     assert list(ticks) == [1_000_000]          # the tick before 5/7 is tick 0 (not taken); one before the late pair
+
+
+def test_toml_table_and_flags(tmp_path):
+    from pathlib import Path
+
+    from streamjoin.pipelines.config import Flags, resolve
+
+    root = Path(__file__).resolve().parents[1] / "samples" / "soccer"
+    toml = tmp_path / "job.toml"
+    text = (root / "soccer.toml").read_text()
+    for f in ("ball", "players"):
+        text = text.replace(f'path = "{f}.parquet"', f'path = "{root}/{f}.parquet"')
+    text = text.replace('policy = "mpkslack"', 'policy = "qjoin"\nrecall = 0.9')
+    text = text.replace('out = "out/soccer"', 'out = "out/soccer"\n\n[run.triggers]\nrate_ratio = 4\n'
+                        'bad_rows_reason = "null ts"')
+    toml.write_text(text)
+    cfg = resolve(toml, Flags(out=str(tmp_path / "o")), check_out=False)
+    trig = cfg.policy.target.triggers
+    assert (trig.rate_ratio, trig.bad_rows_reason, trig.min_streams) == (4.0, "null ts", 1)
+    cfg = resolve(toml, Flags(out=str(tmp_path / "o"), triggers=["rate_ratio=6", "min_streams=2"]), check_out=False)
+    trig = cfg.policy.target.triggers
+    assert (trig.rate_ratio, trig.bad_rows_reason, trig.min_streams) == (6.0, "null ts", 2)
+    with pytest.raises(InputError, match="unknown trigger"):
+        resolve(toml, Flags(out=str(tmp_path / "o"), triggers=["rate_ration=6"]), check_out=False)
+    with pytest.raises(InputError, match="KEY=VALUE"):
+        resolve(toml, Flags(out=str(tmp_path / "o"), triggers=["6"]), check_out=False)

@@ -89,8 +89,11 @@ What a decision aims at
   the rest of this period needs (below); and the needs of the last
   ``memory_periods`` (a week of periods, at least 100) completed periods --
   the latest-``P`` solution at each period's end -- are remembered, and per
-  stream the larger of their 95th percentile and their 95th percentile
-  weighted by each period's expected results is kept in force.  Purged state cannot come back, so a lag that recurs (a daily
+  stream the larger of their 95th percentile and their ``(1 + Q) / 2``
+  quantile weighted by each period's expected results is kept in force
+  (each period's need is solved for ``Q`` itself; the margin is the current
+  period's; periods with a stalled stream are left out: the backlog model
+  covers a stall when it happens).  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
   the 95th percentile matches the promise (``Q`` in 95 % of periods).  The
   values in force are the element-wise maximum of the three.
@@ -109,7 +112,8 @@ What a decision aims at
   will arrive in a burst, late by up to that long.  The backlog enters the
   estimate as tuples with lags spread evenly over ``[0, silence + probe]``
   and the stream's mean productivity, so the controller keeps
-  what the target needs for it -- no more (a fixed floor of the whole silence
+  what the target needs for it -- no more -- until that many late tuples have
+  arrived (a burst drains over many decisions) (a fixed floor of the whole silence
   had made the target irrelevant whenever a stream stalled).
 """
 
@@ -311,6 +315,11 @@ class _Controller:
         self.bad = [np.sort(np.asarray(b, dtype=np.int64)) for b in (bad_arrivals or [])] or [
             np.empty(0, np.int64) for _ in range(self.n)]
         self.arr_by_stream = [replay.arrival[replay.stream == i] for i in range(self.n)]
+        # per stream, late arrivals (delay above a probe) counted up to each of its arrivals:
+        # how much of a stalled stream's backlog has been delivered
+        self.late_count = [np.concatenate([[0], np.cumsum(replay.delay[replay.stream == i] > self.cfg.probe_us)])
+                           for i in range(self.n)]
+        self.debt: dict[int, tuple[float, int, int]] = {}   # stream -> (tuples owed, late by, arrivals then)
         # per stream, (ts, arrival) in ts order: basic-window counters are slices of it
         self.by_ts = []
         for i in range(self.n):
@@ -327,6 +336,7 @@ class _Controller:
         self.period_w: dict[int, float] = {}
         self.period_kept: dict[int, float] = {}
         self.period_need: dict[int, np.ndarray] = {}   # per period: the latest-P solution at its end
+        self.stalled: set[int] = set()                 # periods with a stalled stream (and the next)
 
     # ------------------------------------------------------------------ events
 
@@ -396,13 +406,17 @@ class _Controller:
         for k, st in enumerate(stats):
             if float(st["w"].sum()) <= 0:
                 continue
-            # the latest P at the steady goal (remembered per period); the latest L at this period's goal
+            # the latest P at the steady goal; the latest L at this period's goal
             aim = steady if (k == 0 and len(stats) > 1) else goal
             values, est, n_cand = self._choose(st, aim, ceiling, g)
             chosen.append(values)
             if k == 0:
                 estimate, considered = est, n_cand
-                self.period_need[period] = (values, float(st["w"].sum()))
+                # what a period like the latest P needs for Q itself (the margin is this period's)
+                need_q = self._choose(st, float(self.target.recall), ceiling, g)[0]
+                self.period_need[period] = (need_q, float(st["w"].sum()))
+        if backlog:   # a stall's burst is foreseen by the backlog model, not remembered as a need
+            self.stalled.update((period, period + 1))
         remembered = self._remembered(period)
         if remembered is not None:
             chosen.append(remembered)
@@ -430,26 +444,33 @@ class _Controller:
         self.log.append(entry)
 
     def _remembered(self, period: int) -> np.ndarray | None:
-        """Per stream, what the last ``memory_periods`` completed periods needed (the
-        latest-P solution at each period's end): the larger of their 95th percentile
-        and their 95th percentile weighted by each period's expected results.
+        """Per stream, what the last ``memory_periods`` completed periods needed for
+        ``Q`` (the latest-P solution at each period's end): the larger of their 95th
+        percentile and their ``(1 + Q) / 2`` quantile weighted by each period's
+        expected results.
 
         Purged state cannot come back, so a lag that recurs (a daily upload, a
         weekly batch) must be covered before it arrives, not after.  The plain
         percentile keeps ``Q`` in 95 % of periods; the weighted one keeps the
         overall recall when the rare periods hold many results (a nightly
-        batch of late clicks: 3 % of periods, a fifth of the results)."""
-        done = [v for p, v in self.period_need.items() if period - self.cfg.memory_periods <= p < period]
+        batch of late clicks: 3 % of periods, a fifth of the results), leaving
+        them half of the overall loss budget ``1 - Q``.  Periods in which a
+        stream stalled (and the next, where its burst lands) are not
+        remembered: the backlog model foresees a stall when it happens, and a
+        one-off stall must not hold an hour of state for a week."""
+        done = [v for p, v in self.period_need.items()
+                if period - self.cfg.memory_periods <= p < period and p not in self.stalled]
         if not done:
             return None
         values = np.stack([v for v, _ in done])
         weights = np.array([w for _, w in done])
         out = np.quantile(values, MEMORY_QUANTILE, axis=0, method="higher").astype(np.int64)
+        level = (1.0 + float(self.target.recall)) / 2   # half the overall loss budget left to rare periods
         if weights.sum() > 0:
             for i in range(self.n):
                 order = np.argsort(values[:, i], kind="stable")
                 cum = np.cumsum(weights[order])
-                k = int(np.searchsorted(cum, MEMORY_QUANTILE * cum[-1], side="left"))
+                k = int(np.searchsorted(cum, level * cum[-1], side="left"))
                 out[i] = max(out[i], int(values[order[min(k, len(order) - 1)], i]))
         return out
 
@@ -468,8 +489,15 @@ class _Controller:
         return max((1.0 - q) / 4, spread)
 
     def _backlog(self, t: int, hi: int) -> list[tuple[int, float, int]]:
-        """Streams silent for longer than ``rate_min_count`` expected arrivals, with
-        the tuples they owe (``rate x silence``) and the silence."""
+        """Streams that owe a backlog: ``(stream, tuples owed, how late)``.
+
+        A stream silent for longer than ``rate_min_count`` expected arrivals
+        (at its rate before the silence) owes ``rate x (silence + probe)``
+        tuples, late by up to ``silence + probe``.  After it resumes, the debt
+        stays until that many late tuples (delay above a probe) have arrived:
+        a burst drains over many decisions, and a retention dropped at its
+        first tuple could never be raised again for the rest of it.
+        """
         cfg = self.cfg
         first = int(self.r.arrival[0])
         out = []
@@ -486,8 +514,16 @@ class _Controller:
             rate = (upto - start) / max(last - hist_lo, 1)
             if silence >= cfg.probe_us // 2 and rate * silence >= self.trig.rate_min_count:
                 # the stall may last until the next probe: owe that much more, that much later
-                owed = silence + cfg.probe_us
-                out.append((i, float(rate * owed), int(owed)))
+                late_by = silence + cfg.probe_us
+                self.debt[i] = (float(rate * late_by), int(late_by), upto)
+                out.append((i, float(rate * late_by), int(late_by)))
+            elif i in self.debt:
+                owed, late_by, since = self.debt[i]
+                paid = int(self.late_count[i][upto] - self.late_count[i][since])
+                if owed - paid >= self.trig.rate_min_count:
+                    out.append((i, float(owed - paid), late_by))
+                else:
+                    del self.debt[i]
         return out
 
     def _values_for(self, idx: np.ndarray) -> np.ndarray:
