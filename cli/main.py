@@ -115,9 +115,10 @@ def run(
     retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms (or NAME=DUR)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period; required by qjoin/qkslack")] = None,
     period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span; a nightly run: 10min)")] = None,
-    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default 1s)")] = None,
-    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: delay granularity g (default 10ms)")] = None,
-    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b (default 10ms)")] = None,
+    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default max(1s, period/10))")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: step the chosen values are rounded up to (default: a 1-2-5 step <= 1% of the largest delay seen)")] = None,
+    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b of the partner-density counters (default: max window / 10)")] = None,
+    trigger: Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")] = None,
     engine: Annotated[Optional[str], typer.Option("--engine", help="spark|local (default spark, or $STREAMJOIN_ENGINE)")] = None,
     master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (default local[*]), e.g. spark://host:7077")] = None,
     partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over")] = None,
@@ -154,7 +155,7 @@ def run(
         window=window or [], k=k or [], retention=retention or [], policy=policy, router=router,
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
-        master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
+        triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import InputError
 from .output import check_target
-from .policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget
+from .policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .predicates import DistanceSpec, parse_distance
 from .sorting import SORT_ENV, SORTS
 from .timeunits import TS_UNITS, default_period, format_duration, parse_duration
@@ -50,7 +50,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # predicates beyond keys (pipelines/predicates.py)
             "distance", "where",
             # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
-            "interval", "granularity", "basic_window",
+            "interval", "granularity", "basic_window", "triggers",
             # Spark engine and routing (pipelines/engines/spark.py, pipelines/route/)
             "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
             # bounded-memory local engine (pipelines/chunked_job.py)
@@ -138,6 +138,7 @@ class Flags:
     interval: str | None = None       # qjoin / qkslack: re-decide every L
     granularity: str | None = None    # delay granularity g
     basic_window: str | None = None   # basic window b
+    triggers: list[str] = field(default_factory=list)   # KEY=VALUE early re-decision thresholds
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -198,6 +199,20 @@ def check_recall(value: float | None) -> float | None:
     return float(value)
 
 
+def _triggers(flags: Flags, run: dict[str, Any]) -> Triggers:
+    """``[run.triggers]`` merged with ``--trigger KEY=VALUE`` (flags win): seed 003's thresholds."""
+    table = run.get("triggers", {})
+    if not isinstance(table, dict):
+        raise InputError("[run.triggers] must be a table of KEY = VALUE")
+    items = dict(table)
+    for raw in flags.triggers:
+        key, eq, value = str(raw).partition("=")
+        if not eq or not key.strip():
+            raise InputError(f"--trigger {raw!r}: expected KEY=VALUE, e.g. rate_ratio=5")
+        items[key.strip()] = value.strip()
+    return Triggers.parse(items)
+
+
 def _recall_policy(name: str, recall: float | None, period: int | None, flags: Flags, run: dict[str, Any]) -> PolicySpec:
     """``qjoin`` / ``qkslack``: the recall target and its controller settings (SPEC §4.3).
 
@@ -216,6 +231,7 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
             if value <= 0:
                 raise InputError(f"{option} must be > 0")
             settings[f"{key}_us"] = value
+    settings["triggers"] = _triggers(flags, run)
     if period is not None:
         settings["period_us"] = period
     return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))

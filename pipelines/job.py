@@ -280,6 +280,7 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         "recall_target": cfg.recall_target,
         # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
         "policy_decisions": report_entries(outcome.decisions.policy_log, [s.name for s in streams]),
+        "policy_settings": outcome.decisions.policy_settings,
         "plan": outcome.plan.to_dict([s.name for s in streams]) if outcome.plan else None,
         "routing": {
             "router": cfg.router,
@@ -324,13 +325,13 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             from .engines.spark import join_for_job
 
             outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
-                                   bad_arrivals_of(streams) if cfg.policy.adaptive else None)
+                                   bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None)
         else:
             outcome = join(
                 [s.ts for s in streams], [s.arrival for s in streams],
                 [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
                 space=space_of(cfg, streams), where=where_fn,
-                bad_arrivals=bad_arrivals_of(streams) if cfg.policy.adaptive else None,
+                bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
             )
     with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
         # the HTML report's series (memory, latency histogram, tuning curve)
