@@ -92,8 +92,9 @@ What a decision aims at
   stream the larger of their 95th percentile and their ``(1 + Q) / 2``
   quantile weighted by each period's expected results is kept in force
   (each period's need is solved for ``Q`` itself; the margin is the current
-  period's; periods with a stalled stream are left out: the backlog model
-  covers a stall when it happens).  Purged state cannot come back, so a lag that recurs (a daily
+  period's; periods with a stalled stream count in the plain percentile
+  only: the backlog model covers a stall when it happens, and one huge burst
+  must not weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
   the 95th percentile matches the promise (``Q`` in 95 % of periods).  The
   values in force are the element-wise maximum of the three.
@@ -412,8 +413,11 @@ class _Controller:
             chosen.append(values)
             if k == 0:
                 estimate, considered = est, n_cand
-                # what a period like the latest P needs for Q itself (the margin is this period's)
-                need_q = self._choose(st, float(self.target.recall), ceiling, g)[0]
+                # what a period like the latest P needed for Q itself, from the tuples it saw
+                # (the margin is this period's; a stall's expected backlog is not a need it had)
+                seen = self._with_backlog(_slice(base, starts[0] - lo_all), ()) if backlog else st
+                need_q = (self._choose(seen, float(self.target.recall), ceiling, g)[0]
+                          if float(seen["w"].sum()) > 0 else np.zeros(self.n, np.int64))
                 self.period_need[period] = (need_q, float(st["w"].sum()))
         if backlog:   # a stall's burst is foreseen by the backlog model, not remembered as a need
             self.stalled.update((period, period + 1))
@@ -455,15 +459,17 @@ class _Controller:
         overall recall when the rare periods hold many results (a nightly
         batch of late clicks: 3 % of periods, a fifth of the results), leaving
         them half of the overall loss budget ``1 - Q``.  Periods in which a
-        stream stalled (and the next, where its burst lands) are not
-        remembered: the backlog model foresees a stall when it happens, and a
-        one-off stall must not hold an hour of state for a week."""
-        done = [v for p, v in self.period_need.items()
-                if period - self.cfg.memory_periods <= p < period and p not in self.stalled]
-        if not done:
+        stream stalled (and the next, where its burst lands) count in the plain
+        percentile only: the backlog model foresees a stall when it happens,
+        and one huge burst must not hold an hour of state for a week; stalls
+        that recur (a feed that stalls every few minutes) still show in the
+        plain percentile."""
+        recent = [p for p in self.period_need if period - self.cfg.memory_periods <= p < period]
+        if not recent:
             return None
-        values = np.stack([v for v, _ in done])
-        weights = np.array([w for _, w in done])
+        values = np.stack([self.period_need[p][0] for p in recent])
+        # a stall's burst weighs nothing here: its period counts once, like any other
+        weights = np.array([0.0 if p in self.stalled else self.period_need[p][1] for p in recent])
         out = np.quantile(values, MEMORY_QUANTILE, axis=0, method="higher").astype(np.int64)
         level = (1.0 + float(self.target.recall)) / 2   # half the overall loss budget left to rare periods
         if weights.sum() > 0:
