@@ -281,15 +281,18 @@ def _release_horizon(M: np.ndarray, K: np.ndarray) -> np.ndarray:
     return R
 
 
-def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals=None) -> Decisions:
+def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals=None, keys=None) -> Decisions:
     """Apply ``policy`` to the replay: horizons, drops, releases, expiries.
 
     ``bad_arrivals``: per stream, arrival times (us) of quarantined rows; the
     recall-target policies re-decide early on a burst of them (seed 003).
+    ``keys``: per stream, key ids in row order (equality joins): the
+    recall-target policies count partners per key, as a keyed operator's
+    state does.
     """
     N = replay.N
     W = np.asarray(windows, dtype=np.int64)
-    schedule = adaptive_schedule(replay, W, policy, bad_arrivals) if policy.adaptive else None
+    schedule = adaptive_schedule(replay, W, policy, bad_arrivals, keys) if policy.adaptive else None
     log = schedule.log if schedule is not None else None
     settings = schedule.settings if schedule is not None else None
     if policy.family == SORTING:

@@ -305,13 +305,13 @@ def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, rel
     return f
 
 
-def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None) -> dict:
+def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None, keys=None) -> dict:
     """The same columns from :mod:`~streamjoin.pipelines.progress`, computed on
     the driver; each column is built when first read (the Spark engine's
     planes read a few of them and mostly use ``_replay`` / ``_decisions``)."""
     replay = build_replay(list(ts), list(arrival),
                           keep_running_max=policy.family == SORTING or policy.adaptive)
-    dec = decide(replay, np.asarray(windows, dtype=INT), policy, bad_arrivals=bad_arrivals)
+    dec = decide(replay, np.asarray(windows, dtype=INT), policy, bad_arrivals=bad_arrivals, keys=keys)
     return facts_from_replay(replay, dec)
 
 

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import local_engine
+from local_adapter import _key_frames, local_engine
 from test_engine_vs_reference import _assert_same, problems
 
 from streamjoin.pipelines import metrics
 from streamjoin.pipelines.config import Flags, resolve
+from streamjoin.pipelines.candidates import key_ids
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.errors import InputError
 from streamjoin.pipelines.load import load_all
@@ -66,7 +67,8 @@ def test_engine_equals_reference_with_schedule(problem, name, target):
     streams, windows, _ = problem
     policy = PolicySpec(name, target=target)
     ts, arrival = _columns(streams)
-    values = schedule(name, build_replay(ts, arrival), windows, target).values
+    # the controller counts partners per key, as the engine's does
+    values = schedule(name, build_replay(ts, arrival), windows, target, keys=key_ids(_key_frames(streams))).values
     ref = replay(streams, windows, policy, schedule=values.tolist())
     _assert_same(local_engine(streams, windows, policy), ref)
 
@@ -77,7 +79,7 @@ def test_engine_equals_reference_with_schedule_two_streams(problem, name, target
     streams, windows, _ = problem
     policy = PolicySpec(name, target=target)
     ts, arrival = _columns(streams)
-    values = schedule(name, build_replay(ts, arrival), windows, target).values
+    values = schedule(name, build_replay(ts, arrival), windows, target, keys=key_ids(_key_frames(streams))).values
     _assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy, schedule=values.tolist()))
 
 
@@ -102,19 +104,22 @@ def test_decisions_are_online(problem, name, target, data):
     t = data.draw(st.sampled_from(every))
     bad = [sorted(data.draw(st.lists(st.integers(0, 80), max_size=6))) for _ in streams]
     ts, arrival = _columns(streams)
-    full = schedule(name, build_replay(ts, arrival), windows, target, bad)
+    keys = key_ids(_key_frames(streams))
+    full = schedule(name, build_replay(ts, arrival), windows, target, bad, keys=keys)
 
     # (a) everything after t removed
     kept = [[x for x in s if x.arrival <= t] for s in streams]
     kept_ts = [np.array([x.ts for x in s], dtype=np.int64) for s in kept]
     kept_arr = [np.array([x.arrival for x in s], dtype=np.int64) for s in kept]
-    cut = schedule(name, build_replay(kept_ts, kept_arr), windows, target, [[b for b in bs if b <= t] for bs in bad])
+    kept_keys = None if keys is None else [k[a <= t] for k, a in zip(keys, arrival)]
+    cut = schedule(name, build_replay(kept_ts, kept_arr), windows, target, [[b for b in bs if b <= t] for bs in bad],
+                   keys=kept_keys)
     # (b) everything after t changed (new event times, later arrivals, other bad rows)
     shift = data.draw(st.integers(1, 20))
     changed_ts = [np.where(a > t, (c * 7 + shift) % 50, c) for c, a in zip(ts, arrival)]
     changed_arr = [np.where(a > t, a + shift, a) for a in arrival]
     changed_bad = [[b for b in bs if b <= t] + [t + shift] * 3 for bs in bad]
-    moved = schedule(name, build_replay(changed_ts, changed_arr), windows, target, changed_bad)
+    moved = schedule(name, build_replay(changed_ts, changed_arr), windows, target, changed_bad, keys=keys)
 
     # A decision is taken only where it governs an arrival (one tick per gap), so
     # the truncated run takes a subset of the full run's decisions up to t:

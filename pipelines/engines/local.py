@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..candidates import Combos, Space, enumerate_truth
+from ..candidates import Combos, Space, enumerate_truth, key_ids
 from ..emit import Emission, emission, last_arrivals
 from ..plan import Plan, probe_order, smaller_first, two_stream_plan
 from ..policies import SORTING, PolicySpec
@@ -143,7 +143,8 @@ def join(
             replay_ready.set_exception(exc)  # the truth job waits for it
             raise
         replay_ready.set_result(replay)
-        decisions = decide(replay, W, policy, bad_arrivals=bad_arrivals)
+        decisions = decide(replay, W, policy, bad_arrivals=bad_arrivals,
+                           keys=key_ids(list(keys)) if policy.adaptive else None)
         timings["progress"] = time.perf_counter() - t0
         # the expiry index of every tuple serves both memory and emission
         expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)

@@ -1282,7 +1282,8 @@ def spark_join(
     if use_spark_progress:
         f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
     elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
-        f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals)
+        f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
+                            keys=key_ids(list(keys)) if policy.adaptive else None)
     else:
         raise AssertionError(progress)
     replay, dec = (f["_replay"], f["_decisions"]) if "_replay" in f else sp.replay_from_facts(f, n, policy, sizes)

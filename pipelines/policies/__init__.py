@@ -94,9 +94,9 @@ def retention_matrix(replay, policy: PolicySpec):
     return {"static": static}[policy.name].retention(replay, policy)
 
 
-def adaptive_schedule(replay, windows, policy: PolicySpec, bad_arrivals=None):
+def adaptive_schedule(replay, windows, policy: PolicySpec, bad_arrivals=None, keys=None):
     """``d_i(a)`` (``qjoin``) or ``K_i(a)`` (``qkslack``) decided online: a
     :class:`~.controller.Schedule` with the ``(n, N)`` values and the decision log."""
     from . import qjoin, qkslack
 
-    return {"qjoin": qjoin, "qkslack": qkslack}[policy.name].schedule(replay, windows, policy, bad_arrivals)
+    return {"qjoin": qjoin, "qkslack": qkslack}[policy.name].schedule(replay, windows, policy, bad_arrivals, keys)

@@ -139,6 +139,9 @@ WEEK_US = 7 * 86_400_000_000
 #: the statistics window holds at least this many tuples per unit of (1 - Q) (10 / (1 - Q)):
 #: a tail quantile needs samples beyond it (Q = 0.99: 1,000 tuples)
 TAIL_SAMPLES = 10.0
+#: a silence of this many expected arrivals owes a backlog (a Poisson stream is this
+#: silent by chance once in e^5 ~ 150 gaps: a small debt, weighed against the target)
+BACKLOG_MIN = 5
 #: points standing for a stalled stream's expected backlog
 BACKLOG_POINTS = 16
 
@@ -304,7 +307,7 @@ class _Controller:
     kind = ""
     value_key = ""
 
-    def __init__(self, replay, windows, target: RecallTarget, bad_arrivals=None):
+    def __init__(self, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None):
         self.r = replay
         self.n = replay.n
         self.N = replay.N
@@ -321,12 +324,25 @@ class _Controller:
         self.late_count = [np.concatenate([[0], np.cumsum(replay.delay[replay.stream == i] > self.cfg.probe_us)])
                            for i in range(self.n)]
         self.debt: dict[int, tuple[float, int, int]] = {}   # stream -> (tuples owed, late by, arrivals then)
-        # per stream, (ts, arrival) in ts order: basic-window counters are slices of it
+        # per stream, (counter position, arrival) sorted by position: basic-window
+        # counters are slices of it.  With keys, a keyed operator's state is per key:
+        # the position packs (key, ts) so a basic window is counted per key.
+        self.key, self.t0, self.key_span = None, 0, 0
+        if keys is not None and self.N:
+            key = np.empty(self.N, dtype=np.int64)
+            for i, pos in enumerate(replay.index_of):
+                key[pos] = np.asarray(keys[i], dtype=np.int64)
+            t0, t1 = int(replay.ts.min()), int(replay.ts.max())
+            self.pad = int(self.W.max(initial=0)) + self.cfg.basic_window_us + 1
+            span = t1 - t0 + 2 * self.pad + 1
+            if int(key.max(initial=0)) < (2**62) // span:   # (key, ts) packs into an int64
+                self.key, self.t0, self.key_span = key, t0, span
         self.by_ts = []
         for i in range(self.n):
-            ts_i = replay.ts[replay.stream == i]
-            order = np.argsort(ts_i, kind="stable")
-            self.by_ts.append((ts_i[order], self.arr_by_stream[i][order]))
+            mine = replay.stream == i
+            pos_i = self._position(replay.ts[mine], None if self.key is None else self.key[mine])
+            order = np.argsort(pos_i, kind="stable")
+            self.by_ts.append((pos_i[order], self.arr_by_stream[i][order]))
         self._table_cache = (0, None)
         # running maximum delay over all streams: MP-K-slack's bound (and the search ceiling)
         self.maxdelay = np.maximum.accumulate(replay.delay) if self.N else np.empty(0, np.int64)
@@ -518,7 +534,7 @@ class _Controller:
             hist_lo = max(last - cfg.rate_history_us, first - 1)
             start = int(np.searchsorted(times, hist_lo, side="right"))
             rate = (upto - start) / max(last - hist_lo, 1)
-            if silence >= cfg.probe_us // 2 and rate * silence >= self.trig.rate_min_count:
+            if silence >= cfg.probe_us // 2 and rate * silence >= BACKLOG_MIN:
                 # the stall may last until the next probe: owe that much more, that much later
                 late_by = silence + cfg.probe_us
                 self.debt[i] = (float(rate * late_by), int(late_by), upto)
@@ -554,22 +570,34 @@ class _Controller:
 
     # ------------------------------------------------------- model helpers
 
+    def _position(self, ts: np.ndarray, key: np.ndarray | None) -> np.ndarray:
+        """Counter position of a tuple: its ``ts``, or ``(key, ts)`` packed (keyed joins)."""
+        if key is None:
+            return ts
+        return key * self.key_span + (ts - self.t0 + self.pad)
+
     def _density(self, t: int, idx: np.ndarray) -> np.ndarray:
         """Partner density per stream around each ``ts[idx]``: ``(n, len(idx))`` tuples per us.
 
         The operator's basic-window counters: tuples *arrived by t* per basic
-        window ``b`` of event time, read only for the windows the tuples fall
-        in (cost: the tuples in those windows, never the span they cover).
+        window ``b`` of event time -- per key in a keyed join (the partners a
+        tuple can match: the selectivity of seed 002 (11)-(12) observed per
+        key instead of taken as constant) -- read only for the windows the
+        tuples fall in (cost: the tuples in those windows, never the span).
         """
         b = self.cfg.basic_window_us
         out = np.zeros((self.n, len(idx)))
         if not len(idx):
             return out
-        bins, inv = np.unique(self.r.ts[idx] // b, return_inverse=True)
+        ts_x = self.r.ts[idx]
+        start = (ts_x // b) * b
+        if self.key is not None:
+            start = self._position(start, self.key[idx])
+        bins, inv = np.unique(start, return_inverse=True)
         for j in range(self.n):
             ts_j, arr_j = self.by_ts[j]
-            lo = np.searchsorted(ts_j, bins * b, side="left")
-            hi = np.searchsorted(ts_j, (bins + 1) * b, side="left")
+            lo = np.searchsorted(ts_j, bins, side="left")
+            hi = np.searchsorted(ts_j, bins + b, side="left")
             counts = hi - lo
             if counts.sum():
                 late = (gather_ranges(arr_j, lo, counts) > t).astype(np.int64)
@@ -877,10 +905,11 @@ class QKSlackController(_Controller):
         self.committed = hi
 
 
-def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None) -> Schedule:
-    """Run the ``qjoin`` or ``qkslack`` controller over a replay."""
+def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None) -> Schedule:
+    """Run the ``qjoin`` or ``qkslack`` controller over a replay (``keys``: per
+    stream, key ids in row order, or ``None``)."""
     cls = {"qjoin": QJoinController, "qkslack": QKSlackController}[kind]
-    return cls(replay, windows, target, bad_arrivals).run()
+    return cls(replay, windows, target, bad_arrivals, keys).run()
 
 
 __all__ = ["RecallTarget", "Resolved", "Schedule", "QJoinController", "QKSlackController", "schedule",

@@ -14,6 +14,6 @@ from __future__ import annotations
 from .controller import Schedule, schedule as _schedule
 
 
-def schedule(replay, windows, policy, bad_arrivals=None) -> Schedule:
+def schedule(replay, windows, policy, bad_arrivals=None, keys=None) -> Schedule:
     """The retention schedule ``d_i(a)`` (``(n, N)``) and its decision log."""
-    return _schedule("qjoin", replay, windows, policy.target, bad_arrivals)
+    return _schedule("qjoin", replay, windows, policy.target, bad_arrivals, keys)

@@ -15,6 +15,6 @@ from __future__ import annotations
 from .controller import Schedule, schedule as _schedule
 
 
-def schedule(replay, windows, policy, bad_arrivals=None) -> Schedule:
+def schedule(replay, windows, policy, bad_arrivals=None, keys=None) -> Schedule:
     """The slack schedule ``K_i(a)`` (``(n, N)``) and its decision log."""
-    return _schedule("qkslack", replay, windows, policy.target, bad_arrivals)
+    return _schedule("qkslack", replay, windows, policy.target, bad_arrivals, keys)
