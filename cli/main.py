@@ -116,7 +116,7 @@ def run(
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period; required by qjoin/qkslack")] = None,
     period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span; a nightly run: 10min)")] = None,
     interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default max(1s, period/10))")] = None,
-    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: step the chosen values are rounded up to (default: a 1-2-5 step <= 1% of the largest delay seen)")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
     basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b of the partner-density counters (default: max window / 10)")] = None,
     trigger: Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")] = None,
     engine: Annotated[Optional[str], typer.Option("--engine", help="spark|local (default spark, or $STREAMJOIN_ENGINE)")] = None,

@@ -4,7 +4,6 @@
   per-tuple integer count of kept partner offsets, summed (hypothesis);
 * the two-stream search finds the cheapest candidate pair meeting the goal,
   against a dense scan of every pair (hypothesis);
-* ``auto_granularity`` is the largest 1-2-5 step at most a hundredth of the delay;
 * the default settings follow the span (``Resolved``), and a year of sparse
   data costs decisions bounded by its arrivals, not its seconds.
 """
@@ -16,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamjoin.pipelines.policies.controller import (
-    QJoinController, RecallTarget, Resolved, auto_granularity, candidates, ramp_sums, schedule)
+    QJoinController, RecallTarget, Resolved, candidates, ramp_sums, schedule)
 from streamjoin.pipelines.progress import build_replay
 
 
@@ -72,11 +71,6 @@ def test_two_stream_search_is_the_cheapest_feasible_pair(tuples, goal, c0, c1):
     else:
         assert abs(c0 * values[0] + c1 * values[1] - best) < 1e-6
         assert (w * ctl._share(st_, values)).sum() >= goal * total - 1e-6
-
-
-def test_auto_granularity_is_a_1_2_5_step():
-    assert [auto_granularity(x) for x in (0, 150, 250, 999, 1000, 4_999, 3_600_000_000)] == [
-        1, 1, 2, 5, 10, 20, 20_000_000]
 
 
 def test_defaults_follow_the_span():

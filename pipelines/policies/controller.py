@@ -31,9 +31,11 @@ Settings and their defaults (:class:`RecallTarget`)
 spans so that a run makes about ten decisions per period, not one per second
 of a year.  ``b`` (basic window): ``max(W) / 10`` (at least 1 us): partner
 densities are counted in tenths of the window.  ``g`` (granularity): given,
-or per decision the 1-2-5 step at most a hundredth of the largest delay seen
-so far (at least 1 us) -- the values follow the delay scale of the data, a
-setting is never more than 1 % of the largest delay above the model's need.
+or per decision ``timeunits.default_granularity`` of the largest delay seen
+so far -- the human step (1-2-5 us .. 1h) at most a hundredth of it, the same
+rule as ``tune-buffer``'s grid: the values follow the delay scale of the
+data, a setting is never more than ~1 % of the largest delay above the
+model's need.
 
 Decision times (events)
 -----------------------
@@ -127,7 +129,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..sorting import gather_ranges
-from ..timeunits import NEG_INF, default_period
+from ..timeunits import NEG_INF, default_granularity, default_period
 from .triggers import Triggers, fired, probe_ticks
 
 #: candidate settings per stream and decision (quantiles of the observed breakpoints)
@@ -246,16 +248,6 @@ class Schedule:
 def ceil_to(values, step: int):
     """``values`` rounded up to a multiple of ``step``."""
     return -((-values) // step) * step
-
-
-def auto_granularity(largest_delay: int) -> int:
-    """The largest 1-2-5 step (1, 2, 5, 10, 20, ... us) at most a hundredth of
-    ``largest_delay``; 1 us for delays under 200 us."""
-    target = max(int(largest_delay) // 100, 1)
-    step = 1
-    while step * 10 <= target:
-        step *= 10
-    return next(m * step for m in (5, 2, 1) if m * step <= target)
 
 
 def ramp_sums(start: np.ndarray, end: np.ndarray, weight: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -407,7 +399,7 @@ class _Controller:
         ceiling = int(self.maxdelay[hi - 1]) if hi else 0
         backlog = self._backlog(t, hi)
         ceiling = max([ceiling] + [silence for _, _, silence in backlog])   # a backlog is late by its silence
-        g = cfg.granularity_us or auto_granularity(ceiling)
+        g = cfg.granularity_us or default_granularity(ceiling)
         stats = [self._with_backlog(_slice(base, lo - lo_all), backlog) for lo in starts]
         w_long = float(stats[0]["w"].sum())
         w_future = w_long * max(period_end - t, 0) / max(long_span, 1)
@@ -913,7 +905,7 @@ def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None
 
 
 __all__ = ["RecallTarget", "Resolved", "Schedule", "QJoinController", "QKSlackController", "schedule",
-           "ramp_sums", "candidates", "auto_granularity"]
+           "ramp_sums", "candidates"]
 
 
 def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
