@@ -141,9 +141,6 @@ WEEK_US = 7 * 86_400_000_000
 #: the statistics window holds at least this many tuples per unit of (1 - Q) (10 / (1 - Q)):
 #: a tail quantile needs samples beyond it (Q = 0.99: 1,000 tuples)
 TAIL_SAMPLES = 10.0
-#: a silence of this many expected arrivals owes a backlog (a Poisson stream is this
-#: silent by chance once in e^5 ~ 150 gaps: a small debt, weighed against the target)
-BACKLOG_MIN = 5
 #: points standing for a stalled stream's expected backlog
 BACKLOG_POINTS = 16
 
@@ -526,7 +523,7 @@ class _Controller:
             hist_lo = max(last - cfg.rate_history_us, first - 1)
             start = int(np.searchsorted(times, hist_lo, side="right"))
             rate = (upto - start) / max(last - hist_lo, 1)
-            if silence >= cfg.probe_us // 2 and rate * silence >= BACKLOG_MIN:
+            if silence >= cfg.probe_us // 2 and rate * silence >= self.trig.rate_min_count:
                 # the stall may last until the next probe: owe that much more, that much later
                 late_by = silence + cfg.probe_us
                 self.debt[i] = (float(rate * late_by), int(late_by), upto)
@@ -571,33 +568,46 @@ class _Controller:
     def _density(self, t: int, idx: np.ndarray) -> np.ndarray:
         """Partner density per stream around each ``ts[idx]``: ``(n, len(idx))`` tuples per us.
 
-        The operator's basic-window counters: tuples *arrived by t* per basic
-        window ``b`` of event time -- per key in a keyed join (the partners a
-        tuple can match: the selectivity of seed 002 (11)-(12) observed per
-        key instead of taken as constant) -- read only for the windows the
-        tuples fall in (cost: the tuples in those windows, never the span).
+        The operator's counters of tuples *arrived by t*: per basic window
+        ``b`` of event time, read only for the windows the tuples fall in (cost:
+        the tuples in those windows, never the span); in a keyed join, per key
+        over the tuple's partner window (the partners it can match: the
+        selectivity of seed 002 (11)-(12) observed per key, not a constant;
+        cost: its partners).
         """
         b = self.cfg.basic_window_us
         out = np.zeros((self.n, len(idx)))
         if not len(idx):
             return out
         ts_x = self.r.ts[idx]
-        start = (ts_x // b) * b
         if self.key is not None:
-            start = self._position(start, self.key[idx])
-        bins, inv = np.unique(start, return_inverse=True)
+            # per key, a basic window is too sparse (a feeder's alerts, once a day): count
+            # the same key's partners over the tuple's whole partner window instead
+            own_w = self.W[self.r.stream[idx]]
+            for j in range(self.n):
+                below = np.maximum(self.W[j], b)
+                above = np.maximum(own_w, b)
+                lo_pos = self._position(ts_x - below, self.key[idx])
+                hi_pos = self._position(ts_x + above, self.key[idx])
+                out[j] = self._arrived(j, t, lo_pos, hi_pos + 1) / (below + above + 1)
+            return out
+        bins, inv = np.unique((ts_x // b) * b, return_inverse=True)
         for j in range(self.n):
-            ts_j, arr_j = self.by_ts[j]
-            lo = np.searchsorted(ts_j, bins, side="left")
-            hi = np.searchsorted(ts_j, bins + b, side="left")
-            counts = hi - lo
-            if counts.sum():
-                late = (gather_ranges(arr_j, lo, counts) > t).astype(np.int64)
-                ends = np.cumsum(counts)
-                c_late = np.concatenate([[0], np.cumsum(late)])
-                counts = counts - (c_late[ends] - c_late[ends - counts])
-            out[j] = counts[inv] / b
+            out[j] = self._arrived(j, t, bins, bins + b)[inv] / b
         return out
+
+    def _arrived(self, j: int, t: int, lo_pos: np.ndarray, hi_pos: np.ndarray) -> np.ndarray:
+        """Tuples of stream ``j`` arrived by ``t`` with counter position in ``[lo, hi)``."""
+        pos_j, arr_j = self.by_ts[j]
+        lo = np.searchsorted(pos_j, lo_pos, side="left")
+        hi = np.searchsorted(pos_j, hi_pos, side="left")
+        counts = hi - lo
+        if counts.sum():
+            late = (gather_ranges(arr_j, lo, counts) > t).astype(np.int64)
+            ends = np.cumsum(counts)
+            c_late = np.concatenate([[0], np.cumsum(late)])
+            counts = counts - (c_late[ends] - c_late[ends - counts])
+        return counts
 
     def _spans(self, idx: np.ndarray):
         """Per tuple and partner stream: owned partner-offset range ``[-W_j, U_j]`` (inclusive, us)."""
