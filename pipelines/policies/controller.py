@@ -332,7 +332,6 @@ class _Controller:
             pos_i = self._position(replay.ts[mine], None if self.key is None else self.key[mine])
             order = np.argsort(pos_i, kind="stable")
             self.by_ts.append((pos_i[order], self.arr_by_stream[i][order]))
-        self._table_cache = (0, None)
         # running maximum delay over all streams: MP-K-slack's bound (and the search ceiling)
         self.maxdelay = np.maximum.accumulate(replay.delay) if self.N else np.empty(0, np.int64)
         self.decision_times: list[int] = []
@@ -544,9 +543,7 @@ class _Controller:
         if not self.decision_values:
             return initial
         which = np.searchsorted(np.asarray(self.decision_times, dtype=np.int64), arrival, side="left") - 1
-        if self._table_cache[0] != len(self.decision_values):
-            self._table_cache = (len(self.decision_values), np.stack(self.decision_values, axis=1))
-        table = self._table_cache[1]  # (n, decisions)
+        table = np.stack(self.decision_values, axis=1)  # (n, decisions): built once, at the end of run()
         chosen = table[:, np.maximum(which, 0)]
         return np.where(which >= 0, chosen, initial)
 
