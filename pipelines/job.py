@@ -101,9 +101,11 @@ def resolve_period(cfg: RunConfig, streams: list[LoadedStream]) -> RunConfig:
 
 def period_report(cfg: RunConfig, periods: list[dict[str, Any]], first: int | None, last: int | None) -> dict[str, Any]:
     """``report.json``'s period facts beside ``periods``: the period, where it came
-    from, and how many periods the span has (``periods`` lists only those with results)."""
+    from, how many periods the span has (``periods`` lists only those with results),
+    and ``time_origin`` (whether the times are calendar times, for the pages' axes)."""
     return {"period_us": cfg.period_us, "period_source": cfg.period_source,
-            **metrics.period_counts(first, last, cfg.period_us, len(periods))}
+            **metrics.period_counts(first, last, cfg.period_us, len(periods)),
+            "time_origin": report_json.calendar_origin(first, last)}
 
 
 def space_of(cfg: RunConfig, streams: list[LoadedStream]) -> Space | None:

@@ -680,7 +680,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     from .load import load_all
     from .output import AtomicOutput
     from .report import html as report_html
-    from .report.json import _clean
+    from .report.json import _clean, calendar_origin
     from .timeunits import parse_duration
 
     if policy not in TUNE_POLICIES:
@@ -709,6 +709,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
                   period_us=cfg.period_us, per_period=per_period, row_bytes=[s.row_bytes for s in streams])
     timings["tune"] = time.perf_counter() - t0
     result["period_source"] = cfg.period_source
+    result["time_origin"] = calendar_origin(*arrival_span(streams))
     if per_period:
         result.update(period_counts(*arrival_span(streams), cfg.period_us, len(result["periods"])))
     config = cfg.to_dict()

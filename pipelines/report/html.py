@@ -176,13 +176,36 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def worst_first(periods: list[dict[str, Any]], key: str, rows: int = MAX_PERIOD_ROWS) -> tuple[list[dict], int]:
+    """The ``rows`` periods with the lowest ``key``, worst first (ties: more truth first,
+    then earlier), and how many are left out: the pages' collapsed period tables."""
+    order = sorted(periods, key=lambda p: (p[key], -p["truth"], p["start_us"]))
+    return order[:rows], max(0, len(periods) - rows)
+
+
 def worst_periods(periods: list[dict[str, Any]], key: str, rows: int = MAX_PERIOD_ROWS) -> tuple[list[dict], int]:
-    """The ``rows`` periods with the lowest ``key`` (ties: more truth first), in time
-    order, and how many are left out.  Every period table shows at most this many."""
-    if len(periods) <= rows:
-        return list(periods), 0
-    worst = sorted(range(len(periods)), key=lambda i: (periods[i][key], -periods[i]["truth"], i))[:rows]
-    return [periods[i] for i in sorted(worst)], len(periods) - rows
+    """:func:`worst_first`'s periods in time order (the terminal's tables)."""
+    shown, hidden = worst_first(periods, key, rows)
+    return sorted(shown, key=lambda p: p["start_us"]), hidden
+
+
+def period_start_text(start_us: int, first_us: int, time_origin: str | None) -> str:
+    """A period's start in a table: a UTC date and time when the times are calendar
+    times (report.json ``time_origin``), else the time after the first listed period."""
+    if time_origin is None:
+        return f"+{format_duration(start_us - first_us)}"
+    at = np.datetime64(int(start_us), "us")
+    text = np.datetime_as_string(at, unit="s").replace("T", " ")
+    return text[:-3] if text.endswith(":00") else text
+
+
+def memory_text(series: dict[str, Any]) -> str:
+    """The sentence under the memory plot: what one point of it stands for."""
+    n = series["arrivals_per_point"]
+    if n <= 1:
+        return "One point per arriving tuple: the number of tuples held right after it arrived."
+    return (f"Each point covers about {n:,.0f} consecutive arriving tuples: the shaded area is the most "
+            f"tuples held at once among them, the line the average.")
 
 
 def period_text(report: dict[str, Any]) -> str:
@@ -218,7 +241,10 @@ th,td{border:1px solid #e2e8f0;padding:4px 8px;text-align:right}th{background:#f
 td:first-child,th:first-child{text-align:left}
 img{max-width:100%;background:#fff;border:1px solid #e2e8f0;border-radius:8px;margin:6px 0}
 .todo{background:#fff7ed;border:1px solid #fed7aa;border-radius:8px;padding:8px 16px}
-pre{background:#0f172a;color:#e2e8f0;padding:12px;border-radius:8px;overflow-x:auto;font-size:13px}
+pre{background:#0f172a;color:#e2e8f0;padding:12px;border-radius:8px;overflow-x:auto;font-size:13px;white-space:pre-wrap}
+.scroll{overflow-x:auto}
+details{margin:6px 0}summary{cursor:pointer;color:#334155;font-size:14px;padding:4px 0}
+@media (max-width:600px){main{padding:12px}.card{min-width:0;flex:1 1 40%}.card .v{font-size:17px}}
 """
 
 
@@ -244,7 +270,21 @@ def _img(uri: str, alt: str) -> str:
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
+def _periods_table(periods: list[dict[str, Any]], key: str, headers: list[str], cells, source: str,
+                   time_origin: str | None) -> str:
+    """Collapsed (``<details>``): the worst periods by ``key``, worst first; ``cells(p)``
+    gives a row after its start; the full list is in ``source`` (report.json or tune.json)."""
+    shown, hidden = worst_first(periods, key)
+    first = min(p["start_us"] for p in periods)
+    rows = [[period_start_text(p["start_us"], first, time_origin), *cells(p)] for p in shown]
+    which = (f"all {len(shown):,} periods with results" if not hidden else
+             f"the {len(shown):,} worst of {len(periods):,} periods with results")
+    start = "start (UTC)" if time_origin is not None else "start"
+    return (f"<details class=\"periods\"><summary>{_e(which[0].upper() + which[1:])}, worst first "
+            f"(full list: &quot;periods&quot; in {_e(source)})</summary>{_table([start, *headers], rows)}</details>")
 
 
 def render_report(report: dict[str, Any]) -> str:
@@ -272,15 +312,16 @@ def render_report(report: dict[str, Any]) -> str:
         "</ul></div>",
         "<h2>Recall per period</h2>",
         _img(plots.recall_per_period(report.get("periods", []), target, period_us=report.get("period_us"),
-                                     total=report.get("periods_total")), "recall per period"),
+                                     total=report.get("periods_total"), time_origin=report.get("time_origin")),
+             "recall per period"),
     ]
     if report.get("period_us"):
         body.append(f"<div class=\"sub\">{_e(period_text(report))}</div>")
     series = report.get("memory_series")
     if series:
-        body += ["<h2>Memory</h2>", _img(plots.memory_over_time(series), "memory over replay time"),
-                 f"<div class=\"sub\">{series['points']:,} points, each the peak / mean over "
-                 f"{series['arrivals_per_point']:,.1f} arrivals</div>"]
+        body += ["<h2>Memory</h2>",
+                 _img(plots.memory_over_time(series, report.get("time_origin")), "memory over time"),
+                 f"<div class=\"sub\">{_e(memory_text(series))}</div>"]
     hist = report.get("latency_histogram")
     if hist is not None and report["emitted_results"] and not lat.get("max"):
         body += ["<h2>Latency</h2>", f"<p>All {report['emitted_results']:,} results were emitted the moment their "
@@ -307,14 +348,11 @@ def render_report(report: dict[str, Any]) -> str:
                                           "dropped late", "expired on arrival"], rows)]
     periods = report.get("periods", [])
     if periods:
-        start = periods[0]["start_us"]
-        shown, hidden = worst_periods(periods, "recall")
-        prow = [[f"+{format_duration(p['start_us'] - start)}", f"{p['truth']:,}", f"{p['emitted']:,}",
-                 fmt_recall(p["recall"]), "-" if p["target"] is None else f"{p['target']:g}"] for p in shown]
-        body += ["<h2>Periods</h2>" if not hidden else
-                 f"<h2>Periods: the {len(shown)} worst</h2><div class=\"sub\">{hidden:,} more periods with results "
-                 f"are in report.json (periods)</div>",
-                 _table(["start", "truth", "emitted", "recall", "target"], prow)]
+        body += ["<h2>Periods</h2>",
+                 _periods_table(periods, "recall", ["truth", "emitted", "recall", "target"],
+                                lambda p: [f"{p['truth']:,}", f"{p['emitted']:,}", fmt_recall(p["recall"]),
+                                           "-" if p["target"] is None else f"{p['target']:g}"],
+                                "report.json", report.get("time_origin"))]
     return _page("streamjoin report", body)
 
 
@@ -347,15 +385,12 @@ def render_tune(t: dict[str, Any]) -> str:
     body += ["<h2>Replayed settings</h2>",
              _table([label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"], crow)]
     if t.get("periods"):
-        start = t["periods"][0]["start_us"]
-        shown, hidden = worst_periods(t["periods"], "recall_at_recommendation")
-        prow = [[f"+{format_duration(p['start_us'] - start)}", f"{p['truth']:,}", format_duration(p["exact_us"]),
-                 format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])] for p in shown]
-        body += ["<h2>Per period</h2>" if not hidden else
-                 f"<h2>Per period: the {len(shown)} worst</h2><div class=\"sub\">{hidden:,} more periods with "
-                 f"results are in tune.json (periods)</div>",
-                 _table(["start", "truth", f"exact {label}", f"{label} on grid",
-                         "recall at recommendation"], prow)]
+        body += ["<h2>Per period</h2>",
+                 _periods_table(t["periods"], "recall_at_recommendation",
+                                ["truth", f"exact {label}", f"{label} on grid", "recall at recommendation"],
+                                lambda p: [f"{p['truth']:,}", format_duration(p["exact_us"]),
+                                           format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])],
+                                "tune.json", t.get("time_origin"))]
     body += ["<h2>What this means in Spark and Flink</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
     return _page("streamjoin tune-buffer", body)
 

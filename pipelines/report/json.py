@@ -1,6 +1,8 @@
 """``report.json``: the machine contract (SPEC §9, ``schema_version`` 1).
 
 Keys listed in the SPEC keep their meaning forever; extra keys are allowed.
+One such extra key is ``time_origin`` (:func:`calendar_origin`): what replay
+time 0 is, so that pages can show calendar dates.
 :func:`validate` checks a report against that contract and is used by the
 tests and before publishing.
 """
@@ -34,6 +36,22 @@ REQUIRED = {
 }
 STREAM_KEYS = ("name", "rows", "quarantined", "rate_per_s", "delay_us", "dropped_late", "expired_on_arrival")
 PERIOD_KEYS = ("start_us", "end_us", "truth", "emitted", "recall", "target")
+#: ``time_origin`` when replay times are microseconds since the Unix epoch
+EPOCH = "1970-01-01T00:00:00Z"
+#: first arrival within [1990-01-01, 2100-01-01) UTC: epoch times (microseconds)
+CALENDAR_RANGE_US = (631_152_000_000_000, 4_102_444_800_000_000)
+
+
+def calendar_origin(first_us: int | None, last_us: int | None) -> str | None:
+    """``report.json``'s ``time_origin``: :data:`EPOCH` when the replay times read as
+    calendar times (Parquet timestamps or epoch-unit integers put the whole span in
+    1990-2100 UTC), else ``None`` (times from an arbitrary origin, e.g. a sensor clock)."""
+    if first_us is None or last_us is None:
+        return None
+    lo, hi = CALENDAR_RANGE_US
+    return EPOCH if lo <= first_us and last_us < hi else None
+
+
 ROUTING_KEYS = ("router", "partitions", "replication_factor", "overhead_measured", "overhead_predicted", "load_imbalance")
 
 
