@@ -217,9 +217,10 @@ def test_explicit_period_is_honoured_and_bounded(year, tmp_path, span_us):
     assert len(plots.period_groups(report["periods"])["start_us"]) <= plots.MAX_BARS
     assert report["timings_s"]["total"] < 60
     assert "period: 1s (user)" in proc.stdout
-    # the page lists the worst periods only and says how many more report.json has
+    # the page lists the worst periods only, collapsed, and says where the rest are
     html = (out / "report.html").read_text()
-    assert re.search(r"Periods: the 20 worst</h2><div class=\"sub\">[\d,]+ more periods with results", html)
+    assert re.search(r"<details class=\"periods\"><summary>The 20 worst of [\d,]+ periods with results, worst first "
+                     r"\(full list: &quot;periods&quot; in report.json\)", html)
 
 
 def test_terminal_tables_show_the_worst_periods_only(local_run):
