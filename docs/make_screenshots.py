@@ -2,7 +2,7 @@
 
 Three pages, each at 1400 px and at a phone width (390 px), in headless Chromium:
 
-* ``report-sensors*.png``: ``streamjoin run samples/sensors/sensors.toml --policy kslack``;
+* ``report-sensors*.png``: ``streamjoin run samples/sensors/sensors.toml --policy kslack --k 100ms --recall 0.95``;
 * ``report-3day*.png``: a kslack run over three days of clicks and impressions
   (:func:`make_clicks`: epoch-millisecond integers, keyed by user, minutes of
   disorder, an outage with no data, so some periods fail and some are empty);
@@ -119,8 +119,8 @@ def shoot(page: Path, png: Path, width: int, height: int) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        _run("streamjoin", "run", str(ROOT / "samples/sensors/sensors.toml"), "--policy", "kslack", "--k", "20ms",
-             "--recall", "0.99", "--no-results", "--out", str(tmp / "sensors"))
+        _run("streamjoin", "run", str(ROOT / "samples/sensors/sensors.toml"), "--policy", "kslack", "--k", "100ms",
+             "--recall", "0.95", "--no-results", "--out", str(tmp / "sensors"))
         cfg = make_clicks(tmp / "clicks")
         _run("streamjoin", "run", str(cfg), "--recall", "0.99", "--no-results", "--out", str(tmp / "3day"))
         _run("streamjoin", "tune-buffer", str(cfg), "--recall", "0.99", "--policy", "kslack", "--per-period",

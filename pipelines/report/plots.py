@@ -207,7 +207,8 @@ def recall_figure(periods: list[dict[str, Any]], target: float | None, *, period
         if target is not None:
             ax.axhline(target, color=TARGET, linestyle="--", linewidth=1.0, label=f"target {target:g}")
             if f["x"]:
-                ax.plot(f["x"], f["recall"], FAIL_MARKER, color=TARGET, markersize=6, markeredgecolor="#7f1d1d",
+                size = 6 if len(f["x"]) <= 50 else 4.5 if len(f["x"]) <= 300 else 3.5  # many: smaller, still red
+                ax.plot(f["x"], f["recall"], FAIL_MARKER, color=TARGET, markersize=size, markeredgecolor="#7f1d1d",
                         markeredgewidth=0.5, linestyle="none", label=f"below target ({len(f['x']):,} periods)",
                         zorder=5)
         elif g["k"] > 1:
