@@ -231,7 +231,7 @@ STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f8fafc;color:#0f172a}
 main{max-width:960px;margin:0 auto;padding:24px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
-.sub{color:#64748b;font-size:13px;margin-bottom:16px;word-break:break-all}
+.sub{color:#64748b;font-size:13px;margin-bottom:16px;overflow-wrap:anywhere}
 .cards{display:flex;flex-wrap:wrap;gap:12px}
 .card{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:10px 14px;min-width:150px}
 .card .k{color:#64748b;font-size:12px}.card .v{font-size:20px;font-weight:600}
