@@ -6,7 +6,8 @@ Three pages, each at 1400 px and at a phone width (390 px), in headless Chromium
 * ``report-3day*.png``: a kslack run over three days of clicks and impressions
   (:func:`make_clicks`: epoch-millisecond integers, keyed by user, minutes of
   disorder, an outage with no data, so some periods fail and some are empty);
-* ``tune*.png``: ``streamjoin tune-buffer`` on the 3-day data.
+* ``tune*.png``: ``streamjoin tune-buffer`` on the 3-day data;
+* ``report-3day-periods.png``: the 3-day page with its periods table opened.
 
 Needs ``streamjoin`` and ``chromium`` on PATH.  Work files go to a temporary
 directory; only the PNGs are written to docs/.
@@ -98,9 +99,9 @@ def make_clicks(out: Path, seed: int = 16) -> Path:
     return out / "clicks.toml"
 
 
-def _run(*args: str) -> None:
+def _run(*args: str, quiet: bool = False) -> None:
     print("$", " ".join(args), flush=True)
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
 
 
 def shoot(page: Path, png: Path, width: int, height: int) -> None:
@@ -109,7 +110,7 @@ def shoot(page: Path, png: Path, width: int, height: int) -> None:
         sys.exit("chromium is not on PATH")
     with tempfile.TemporaryDirectory() as profile:
         _run(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", f"--screenshot={png}", page.as_uri())
+             f"--window-size={width},{height}", f"--screenshot={png}", page.as_uri(), quiet=True)
     # palette PNG: a few hundred KB at most
     from PIL import Image
 
@@ -127,8 +128,13 @@ def main() -> None:
              "--out", str(tmp / "tune"))
         for page, name in ((tmp / "sensors/report.html", "report-sensors"), (tmp / "3day/report.html", "report-3day"),
                            (tmp / "tune/tune.html", "tune")):
-            shoot(page, DOCS / f"{name}.png", 1400, 2400)
-            shoot(page, DOCS / f"{name}-phone.png", 390, 2400)
+            shoot(page, DOCS / f"{name}.png", 1400, 2700)
+            shoot(page, DOCS / f"{name}-phone.png", 390, 2800)
+        # the collapsed periods table, opened (as after a click)
+        opened = tmp / "3day/report-open.html"
+        opened.write_text((tmp / "3day/report.html").read_text().replace('<details class="periods">',
+                                                                        '<details class="periods" open>'))
+        shoot(opened, DOCS / "report-3day-periods.png", 1400, 4000)
 
 
 if __name__ == "__main__":

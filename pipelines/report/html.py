@@ -240,11 +240,14 @@ table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
 th,td{border:1px solid #e2e8f0;padding:4px 8px;text-align:right}th{background:#f1f5f9}
 td:first-child,th:first-child{text-align:left}
 img{max-width:100%;background:#fff;border:1px solid #e2e8f0;border-radius:8px;margin:6px 0}
+.plot{overflow-x:auto}
 .todo{background:#fff7ed;border:1px solid #fed7aa;border-radius:8px;padding:8px 16px}
 pre{background:#0f172a;color:#e2e8f0;padding:12px;border-radius:8px;overflow-x:auto;font-size:13px;white-space:pre-wrap}
 .scroll{overflow-x:auto}
+p,li{overflow-wrap:anywhere}
 details{margin:6px 0}summary{cursor:pointer;color:#334155;font-size:14px;padding:4px 0}
-@media (max-width:600px){main{padding:12px}.card{min-width:0;flex:1 1 40%}.card .v{font-size:17px}}
+@media (max-width:600px){main{padding:12px}.card{min-width:0;flex:1 1 40%}.card .v{font-size:17px}
+.plot img{max-width:none;width:600px}}
 """
 
 
@@ -264,7 +267,8 @@ def _card(k: str, v: str, cls: str = "") -> str:
 
 
 def _img(uri: str, alt: str) -> str:
-    return f"<img src=\"{uri}\" alt=\"{_e(alt)}\">"
+    """A plot; on a phone it keeps a readable width and scrolls sideways."""
+    return f"<div class=\"plot\"><img src=\"{uri}\" alt=\"{_e(alt)}\"></div>"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -339,7 +343,7 @@ def render_report(report: dict[str, Any]) -> str:
                  _img(plots.tuning_curve(tuning["curve"], target=target, label=label, marks=marks), "tuning curve"),
                  "<div class=\"sub\">" + (
                      "exact: every valid combination's required " if tuning.get("sample_every", 1) == 1 else
-                     f"estimated from every {tuning['sample_every']:,}th valid combination's required ") + _e(label) +
+                     f"estimated from one in every {tuning['sample_every']:,} valid combinations' required ") + _e(label) +
                  " (SPEC §7); `streamjoin tune-buffer` gives exact values and adds memory and latency per setting</div>"]
     rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
              format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
