@@ -13,8 +13,50 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from streamjoin.pipelines.errors import EXIT_FAILURE, StreamjoinError
+
+Multi = Optional[list[str]]
+
+#: what a user may type after a flag meaning "on" or "off" (``--no-results true``)
+BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
+
+class _FlagsReadAsFlags:
+    """Boolean options read as flags.
+
+    ``--help`` shows no ``<bool>`` type for them, and a yes/no word after one
+    (``--no-results true``) is a usage error -- otherwise the word would be
+    taken as the next positional argument, the config path.
+    """
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # the type column stays empty: nothing to type after a flag
+        return params
+
+    def parse_args(self, ctx, args):
+        flags = {o for p in self.get_params(ctx) if getattr(p, "is_flag", False) for o in p.opts}
+        for flag, word in zip(args, args[1:]):
+            if flag == "--":
+                break
+            if flag in flags and word.lower() in BOOL_WORDS:
+                raise typer.BadParameter(
+                    f"{flag} is a flag and takes no value: write '{flag}' alone (or leave it out), "
+                    f"not '{flag} {word}'", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+class FlagCommand(_FlagsReadAsFlags, TyperCommand):
+    """A ``streamjoin`` command (see :class:`_FlagsReadAsFlags`)."""
+
+
+class FlagGroup(_FlagsReadAsFlags, TyperGroup):
+    """``streamjoin`` itself (see :class:`_FlagsReadAsFlags`)."""
+
 
 app = typer.Typer(
     name="streamjoin",
@@ -24,9 +66,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=FlagGroup,
 )
-
-Multi = Optional[list[str]]
 
 # stream options shared by every command that reads streams (run, tune-buffer)
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
@@ -100,7 +141,7 @@ def _target_code(nightly, cfg, report) -> int:
     return EXIT_TARGET_MISSED if nightly.fail_under_target and target is not None and report["recall"] < target else EXIT_OK
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     stream: StreamOpt = None,
@@ -197,7 +238,7 @@ def run(
         raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def inspect(
     paths: Annotated[list[str], typer.Argument(help="Parquet files, globs or directories (NAME=PATH to name them)")],
     ts: Annotated[str, typer.Option("--ts", help="event-time column")] = "ts",
@@ -234,7 +275,7 @@ def inspect(
         )
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def generate(
     kind: Annotated[str, typer.Argument(help="soccer | sensors | bench")],
     out: Annotated[Path, typer.Option("--out", help="directory for the Parquet files and config")] = Path("."),
@@ -257,7 +298,7 @@ def generate(
         typer.echo(str(p))
 
 
-@app.command("tune-buffer")
+@app.command("tune-buffer", cls=FlagCommand)
 def tune_buffer(
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
@@ -311,7 +352,7 @@ def tune_buffer(
             typer.echo(line)
 
 
-@app.command("report")
+@app.command("report", cls=FlagCommand)
 def report_cmd(
     directory: Annotated[Path, typer.Argument(help="a streamjoin --out directory (report.json or tune.json)")],
 ) -> None:
@@ -325,7 +366,7 @@ def report_cmd(
     typer.echo(str(path))
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def backfill(
     config: Annotated[Path, typer.Argument(help="TOML config of a partitioned job (stream paths with {date} or date=... dirs)")],
     from_: Annotated[Optional[str], typer.Option("--from", help="first day, YYYY-MM-DD|yesterday|today")] = None,
@@ -356,7 +397,7 @@ def backfill(
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def validate(
     config: Annotated[Path, typer.Argument(help="TOML config")],
     date: Annotated[Optional[str], typer.Option("--date", help="check this day's partitions (default: every day found)")] = None,

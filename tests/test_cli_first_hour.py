@@ -1,0 +1,75 @@
+"""The first hour with ``streamjoin`` (issue 16): what a new user meets first.
+
+Flags that look like flags, ``--version``, defaults in ``--help``,
+``tune-buffer`` taking a copy-pasted ``run`` command line, whole numbers in
+rich tables at 80 columns, a missed recall target said in words, where
+``report.html`` is, and tune-buffer values printed with enough digits to
+tell them apart.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from test_cli import CMD, _env, assert_plain, run_cli  # noqa: F401  (same console command, same env)
+
+RUN_FLAGS = ("--adapt-segment", "--no-results", "--json", "--force", "--fail-under-target")
+
+
+def _options_help(command: str, tmp_path: Path) -> dict[str, str]:
+    """``streamjoin COMMAND --help`` as {option: its type column + help text}, one entry per option."""
+    proc = run_cli([command, "--help"] if command else ["--help"], cwd=tmp_path)
+    assert_plain(proc.stdout)
+    rows: dict[str, str] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        body = line.strip().strip("│").strip()
+        m = re.match(r"^(--[a-z-]+)\s*(.*)$", body)
+        if m:
+            current = m.group(1)
+            rows[current] = m.group(2)
+        elif current and body and not body.startswith(("╭", "╰")):
+            rows[current] += " " + body
+        elif body.startswith(("╭", "╰")):
+            current = None
+    return {k: " ".join(v.split()) for k, v in rows.items()}
+
+
+# ----------------------------------------------------------------------------
+# 1. flags are flags
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["", "run", "tune-buffer", "backfill", "inspect"])
+def test_help_shows_no_bool_metavar(command: str, tmp_path: Path) -> None:
+    opts = _options_help(command, tmp_path)
+    assert "--help" in opts
+    assert not [o for o, text in opts.items() if "<bool>" in text], opts
+
+
+@pytest.mark.parametrize("flag", RUN_FLAGS)
+@pytest.mark.parametrize("word", ["true", "False", "1"])
+def test_value_after_a_flag_is_a_one_line_usage_error(flag: str, word: str, tmp_path: Path) -> None:
+    proc = run_cli(["run", "--stream", "a=a.parquet", flag, word], cwd=tmp_path, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: ")
+    assert f"{flag} is a flag" in proc.stderr and f"'{flag} {word}'" in proc.stderr
+    assert "config file not found" not in proc.stderr
+
+
+def test_value_after_a_tune_buffer_flag_is_a_usage_error(tmp_path: Path) -> None:
+    proc = run_cli(["tune-buffer", "--recall", "0.9", "--per-period", "yes"], cwd=tmp_path, ok=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--per-period is a flag" in proc.stderr
+
+
+def test_an_option_value_spelled_like_a_bool_is_still_a_value(tmp_path: Path) -> None:
+    # `--where true` is a (silly but legal) predicate: the flag check must not touch option values
+    proc = run_cli(["run", "--where", "true", "nothing.toml"], cwd=tmp_path, ok=False)
+    assert proc.returncode == 2 and "is a flag" not in proc.stderr and "nothing.toml" in proc.stderr
