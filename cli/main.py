@@ -78,6 +78,22 @@ UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time col
 WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from streamjoin.pipelines.job import tool_version
+
+        typer.echo(f"streamjoin {tool_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", help="print the streamjoin version and exit",
+                                          callback=_print_version, is_eager=True)] = False,
+) -> None:
+    pass  # options of `streamjoin` itself; the work is in the commands
+
+
 def _fail(exc: StreamjoinError) -> None:
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(exc.exit_code)

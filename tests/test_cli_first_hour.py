@@ -10,6 +10,7 @@ tell them apart.
 from __future__ import annotations
 
 import re
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,15 @@ def test_an_option_value_spelled_like_a_bool_is_still_a_value(tmp_path: Path) ->
     # `--where true` is a (silly but legal) predicate: the flag check must not touch option values
     proc = run_cli(["run", "--where", "true", "nothing.toml"], cwd=tmp_path, ok=False)
     assert proc.returncode == 2 and "is a flag" not in proc.stderr and "nothing.toml" in proc.stderr
+
+
+# ----------------------------------------------------------------------------
+# 2. --version
+# ----------------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    proc = run_cli(["--version"], cwd=tmp_path)
+    assert proc.stdout == f"streamjoin {metadata.version('streamjoin')}\n"
+    assert re.fullmatch(r"streamjoin \d+\.\d+\.\d+\S*\n", proc.stdout)
+    assert "--version" in run_cli(["--help"], cwd=tmp_path).stdout
