@@ -71,11 +71,11 @@ app = typer.Typer(
 
 # stream options shared by every command that reads streams (run, tune-buffer)
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
-TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL")]
+TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]
 ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")]
-KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")]
-UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")]
-WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
+KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL (default: none, no key)")]
+UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
+WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms, or NAME=DUR (required, here or in the config)")]
 
 
 def _print_version(value: bool) -> None:
@@ -166,28 +166,28 @@ def run(
     key: KeyOpt = None,
     unit: UnitOpt = None,
     window: WindowOpt = None,
-    router: Annotated[Optional[str], typer.Option("--router", help="none|atr|ctr|auto (Spark engine; SPEC §6)")] = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none|kslack|mpkslack|static|qjoin|qkslack")] = None,
-    k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms (or NAME=DUR)")] = None,
-    retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms (or NAME=DUR)")] = None,
-    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period; required by qjoin/qkslack")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span; a nightly run: 10min)")] = None,
-    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default max(1s, period/10))")] = None,
-    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
-    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b of the partner-density counters (default: max window / 10)")] = None,
+    router: Annotated[Optional[str], typer.Option("--router", help="none | atr | ctr | auto: routing of the Spark engine, SPEC §6 (default: none)")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack (default: none)")] = None,
+    k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms, or NAME=DUR (required by kslack)")] = None,
+    retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms, or NAME=DUR (required by static)")] = None,
+    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,
+    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")] = None,
+    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin / qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
+    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")] = None,
     trigger: Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", help="spark|local (default spark, or $STREAMJOIN_ENGINE)")] = None,
-    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (default local[*]), e.g. spark://host:7077")] = None,
-    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")] = None,
+    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")] = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")] = None,
     spark_conf: Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")] = None,
-    segment: Annotated[Optional[str], typer.Option("--segment", help="ATR/CTR segment length T, e.g. 2s (default: from the data)")] = None,
-    load_weights: Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default 1,1,1)")] = None,
+    segment: Annotated[Optional[str], typer.Option("--segment", help="ATR / CTR segment length T, e.g. 2s (default: from the data)")] = None,
+    load_weights: Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default: 1,1,1)")] = None,
     adapt_segment: Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")] = False,
-    out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="output directory, replaced atomically (required, here or in the config)")] = None,
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
     chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
-    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
+    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance (default: none)")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\" (default: none)")] = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
     date: Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")] = None,
     from_: Annotated[Optional[str], typer.Option("--from", help="nightly: first day of a range (with --to), one partition per day")] = None,
@@ -195,7 +195,7 @@ def run(
     lookback: Annotated[Optional[str], typer.Option("--lookback", help="nightly: tail of earlier days replayed first (default max(1h, 2x(window+K/retention)))")] = None,
     force: Annotated[bool, typer.Option("--force", help="nightly: redo partitions that are up to date")] = False,
     fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")] = False,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json (json: one line per stage + a summary line)")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json: json prints one line per stage and a summary line (default: text)")] = None,
 ) -> None:
     """Replay streams through a disorder policy, join them, and report recall, latency and memory.
 
@@ -320,16 +320,16 @@ def tune_buffer(
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
     policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K)")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
-    granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: the largest of 1us 2us 5us 10us .. 500ms 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h at most the largest required slack / 100, so about 100-300 steps whatever the time scale)")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span)")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
+    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000)")] = None,
     stream: StreamOpt = None,
     ts: TsOpt = None,
     arrival: ArrivalOpt = None,
     key: KeyOpt = None,
     unit: UnitOpt = None,
     window: WindowOpt = None,
-    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns")] = None,
+    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance (default: none)")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns (default: none)")] = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
 ) -> None:
@@ -392,7 +392,7 @@ def backfill(
     lookback: Annotated[Optional[str], typer.Option("--lookback", help="tail of earlier days replayed first")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="output root (holds date=YYYY-MM-DD/ partitions)")] = None,
     fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when a day's recall < recall target")] = False,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json (default: text)")] = None,
 ) -> None:
     """Run (or with --plan, list) every day from --from to --to, one partition per day.
 
@@ -420,7 +420,7 @@ def validate(
     from_: Annotated[Optional[str], typer.Option("--from", help="first day to check")] = None,
     to: Annotated[Optional[str], typer.Option("--to", help="last day to check")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory to check")] = None,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json (default: text)")] = None,
 ) -> None:
     """Check a config and its inputs (files, columns, types, partitions) without running. Exit 0 ok, 2 bad."""
     from streamjoin.pipelines.backfill import cli_validate

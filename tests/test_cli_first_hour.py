@@ -86,3 +86,41 @@ def test_version_prints_the_package_version(tmp_path: Path) -> None:
     assert proc.stdout == f"streamjoin {metadata.version('streamjoin')}\n"
     assert re.fullmatch(r"streamjoin \d+\.\d+\.\d+\S*\n", proc.stdout)
     assert "--version" in run_cli(["--help"], cwd=tmp_path).stdout
+
+
+# ----------------------------------------------------------------------------
+# 3. defaults in --help
+# ----------------------------------------------------------------------------
+
+PERIOD_DEFAULT = "default: from the replay span, <= 1000 periods"
+
+
+def test_run_help_states_the_defaults(tmp_path: Path) -> None:
+    opts = _options_help("run", tmp_path)
+    assert "(default: none)" in opts["--policy"]
+    assert "(default: none)" in opts["--router"]
+    assert "(default: spark, or $STREAMJOIN_ENGINE)" in opts["--engine"]
+    assert PERIOD_DEFAULT in opts["--period"]
+    assert "(default: ts)" in opts["--ts"]
+    assert "(default: local[*])" in opts["--master"]
+    assert "(default: text)" in opts["--log-format"]
+
+
+def test_tune_buffer_help_states_the_defaults(tmp_path: Path) -> None:
+    opts = _options_help("tune-buffer", tmp_path)
+    assert "[default: static]" in opts["--policy"]
+    assert PERIOD_DEFAULT in opts["--period"]
+    assert "(default: ts)" in opts["--ts"]
+    assert "[default: out/tune]" in opts["--out"]
+    assert "default: from the data" in opts["--granularity"]
+
+
+def test_every_option_with_a_value_says_its_default_or_that_it_is_needed(tmp_path: Path) -> None:
+    """No option of run / tune-buffer taking a value leaves a user guessing what happens without it
+    (and no help text is cut short at 80 columns)."""
+    for command in ("run", "tune-buffer"):
+        opts = _options_help(command, tmp_path)
+        said = re.compile(r"default|required|needs|nightly|repeatable|no effect")
+        silent = [o for o, text in opts.items() if text.startswith("<") and not said.search(text)]
+        assert not silent, (command, {o: opts[o] for o in silent})
+        assert not [o for o, text in opts.items() if "…" in text], (command, opts)
