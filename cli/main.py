@@ -6,11 +6,12 @@ Exit codes: 0 success, 1 failure, 2 usage or bad input, 3 recall target missed
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -76,6 +77,69 @@ ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time colum
 KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL (default: none, no key)")]
 UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
 WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms, or NAME=DUR (required, here or in the config)")]
+
+
+# options of run that tune-buffer also takes (a run command line can be copied)
+PeriodOpt = Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")]
+DistanceOpt = Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance (default: none)")]
+WhereOpt = Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\" (default: none)")]
+
+# options of run that do not change tune-buffer's answer (see tune_buffer)
+RouterOpt = Annotated[Optional[str], typer.Option("--router", help="none | atr | ctr | auto: routing of the Spark engine, SPEC §6 (default: none)")]
+KOpt = Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms, or NAME=DUR (required by kslack)")]
+RetentionOpt = Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms, or NAME=DUR (required by static)")]
+IntervalOpt = Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")]
+BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")]
+TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
+MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
+PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
+SparkConfOpt = Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")]
+SegmentOpt = Annotated[Optional[str], typer.Option("--segment", help="ATR / CTR segment length T, e.g. 2s (default: from the data)")]
+LoadWeightsOpt = Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default: 1,1,1)")]
+AdaptSegmentOpt = Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")]
+NoResultsOpt = Annotated[bool, typer.Option("--no-results", help="write the reports only")]
+ChunkRowsOpt = Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")]
+FailUnderTargetOpt = Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")]
+
+#: tune-buffer's copies of the options above, shown in their own --help panel
+NO_EFFECT_PANEL = "Options of run: accepted, no effect here (tune-buffer replays exactly, in-process)"
+
+
+def _in_panel(alias, panel: str):
+    base, info = get_args(alias)
+    info = copy.copy(info)
+    info.rich_help_panel = panel
+    return Annotated[base, info]
+
+
+RUN_ONLY = {name: _in_panel(alias, NO_EFFECT_PANEL) for name, alias in {
+    "router": RouterOpt, "k": KOpt, "retention": RetentionOpt, "interval": IntervalOpt,
+    "basic_window": BasicWindowOpt, "trigger": TriggerOpt, "engine": EngineOpt, "master": MasterOpt,
+    "partitions": PartitionsOpt, "spark_conf": SparkConfOpt, "segment": SegmentOpt,
+    "load_weights": LoadWeightsOpt, "adapt_segment": AdaptSegmentOpt, "no_results": NoResultsOpt,
+    "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt}.items()}
+
+# nightly options of run (tune-buffer refuses them with an explanation)
+DateOpt = Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")]
+FromOpt = Annotated[Optional[str], typer.Option("--from", help="nightly: first day of a range (with --to), one partition per day")]
+ToOpt = Annotated[Optional[str], typer.Option("--to", help="nightly: last day of a range")]
+LookbackOpt = Annotated[Optional[str], typer.Option("--lookback", help="nightly: tail of earlier days replayed first (default max(1h, 2x(window+K/retention)))")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="nightly: redo partitions that are up to date")]
+LogFormatOpt = Annotated[Optional[str], typer.Option("--log-format", help="text | json: json prints one line per stage and a summary line (default: text)")]
+NIGHTLY = {name: Annotated[get_args(alias)[0], copy.copy(get_args(alias)[1])] for name, alias in {
+    "date": DateOpt, "from_": FromOpt, "to": ToOpt, "lookback": LookbackOpt, "force": ForceOpt,
+    "log_format": LogFormatOpt}.items()}
+for _alias in NIGHTLY.values():
+    get_args(_alias)[1].hidden = True  # tune-buffer refuses them: not in its --help
+
+
+def _given_options(ctx: typer.Context, names) -> list[str]:
+    """The command-line names (``--engine``) of the parameters ``names`` given a value on this command line."""
+    def given(value) -> bool:
+        return value is not None and value is not False and value != [] and value != ()
+
+    return [p.opts[0] for p in ctx.command.params if p.name in names and given(ctx.params[p.name])]
 
 
 def _print_version(value: bool) -> None:
@@ -166,36 +230,36 @@ def run(
     key: KeyOpt = None,
     unit: UnitOpt = None,
     window: WindowOpt = None,
-    router: Annotated[Optional[str], typer.Option("--router", help="none | atr | ctr | auto: routing of the Spark engine, SPEC §6 (default: none)")] = None,
+    router: RouterOpt = None,
     policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack (default: none)")] = None,
-    k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms, or NAME=DUR (required by kslack)")] = None,
-    retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms, or NAME=DUR (required by static)")] = None,
+    k: KOpt = None,
+    retention: RetentionOpt = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")] = None,
-    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")] = None,
+    period: PeriodOpt = None,
+    interval: IntervalOpt = None,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin / qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
-    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")] = None,
-    trigger: Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")] = None,
-    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")] = None,
-    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")] = None,
-    spark_conf: Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")] = None,
-    segment: Annotated[Optional[str], typer.Option("--segment", help="ATR / CTR segment length T, e.g. 2s (default: from the data)")] = None,
-    load_weights: Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default: 1,1,1)")] = None,
-    adapt_segment: Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")] = False,
+    basic_window: BasicWindowOpt = None,
+    trigger: TriggerOpt = None,
+    engine: EngineOpt = None,
+    master: MasterOpt = None,
+    partitions: PartitionsOpt = None,
+    spark_conf: SparkConfOpt = None,
+    segment: SegmentOpt = None,
+    load_weights: LoadWeightsOpt = None,
+    adapt_segment: AdaptSegmentOpt = False,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory, replaced atomically (required, here or in the config)")] = None,
-    no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
-    chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
-    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance (default: none)")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\" (default: none)")] = None,
+    no_results: NoResultsOpt = False,
+    chunk_rows: ChunkRowsOpt = None,
+    distance: DistanceOpt = None,
+    where: WhereOpt = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
-    date: Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")] = None,
-    from_: Annotated[Optional[str], typer.Option("--from", help="nightly: first day of a range (with --to), one partition per day")] = None,
-    to: Annotated[Optional[str], typer.Option("--to", help="nightly: last day of a range")] = None,
-    lookback: Annotated[Optional[str], typer.Option("--lookback", help="nightly: tail of earlier days replayed first (default max(1h, 2x(window+K/retention)))")] = None,
-    force: Annotated[bool, typer.Option("--force", help="nightly: redo partitions that are up to date")] = False,
-    fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")] = False,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json: json prints one line per stage and a summary line (default: text)")] = None,
+    date: DateOpt = None,
+    from_: FromOpt = None,
+    to: ToOpt = None,
+    lookback: LookbackOpt = None,
+    force: ForceOpt = False,
+    fail_under_target: FailUnderTargetOpt = False,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Replay streams through a disorder policy, join them, and report recall, latency and memory.
 
@@ -316,41 +380,85 @@ def generate(
 
 @app.command("tune-buffer", cls=FlagCommand)
 def tune_buffer(
+    ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K)")] = "static",
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000)")] = None,
+    period: PeriodOpt = None,
     stream: StreamOpt = None,
     ts: TsOpt = None,
     arrival: ArrivalOpt = None,
     key: KeyOpt = None,
     unit: UnitOpt = None,
     window: WindowOpt = None,
-    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance (default: none)")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns (default: none)")] = None,
+    distance: DistanceOpt = None,
+    where: WhereOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
+    router: RUN_ONLY["router"] = None,
+    k: RUN_ONLY["k"] = None,
+    retention: RUN_ONLY["retention"] = None,
+    interval: RUN_ONLY["interval"] = None,
+    basic_window: RUN_ONLY["basic_window"] = None,
+    trigger: RUN_ONLY["trigger"] = None,
+    engine: RUN_ONLY["engine"] = None,
+    master: RUN_ONLY["master"] = None,
+    partitions: RUN_ONLY["partitions"] = None,
+    spark_conf: RUN_ONLY["spark_conf"] = None,
+    segment: RUN_ONLY["segment"] = None,
+    load_weights: RUN_ONLY["load_weights"] = None,
+    adapt_segment: RUN_ONLY["adapt_segment"] = False,
+    no_results: RUN_ONLY["no_results"] = False,
+    chunk_rows: RUN_ONLY["chunk_rows"] = None,
+    fail_under_target: RUN_ONLY["fail_under_target"] = False,
+    date: NIGHTLY["date"] = None,
+    from_: NIGHTLY["from_"] = None,
+    to: NIGHTLY["to"] = None,
+    lookback: NIGHTLY["lookback"] = None,
+    force: NIGHTLY["force"] = False,
+    log_format: NIGHTLY["log_format"] = None,
 ) -> None:
     """Exact offline buffer recommendation for a recall target (SPEC §7): curve, per-stream values, config snippet.
 
     Defaults follow the data: --period from the replay span (at most 1,000 periods, a human unit).
 
+A run command line can be reused as it is: run's other options are accepted (last panel) and do not
+change the answer, and run's --policy tunes the fixed policy of its family.
+
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
     from streamjoin.pipelines.config import Flags, check_recall, resolve
     from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.tune import render_tune_rich, run_tune, tune_lines
+    from streamjoin.pipelines.tune import FIXED_POLICY_OF, render_tune_rich, run_tune, tune_lines
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
+        nightly = _given_options(ctx, NIGHTLY)
+        if nightly:
+            raise InputError(f"{', '.join(nightly)}: nightly options of run; tune-buffer replays the streams as "
+                             "given and publishes no day partitions -- point --stream (or the config) at the days' files")
         if recall is None:
             raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
         check_recall(recall)
+        # run's options are checked as run checks them (a typo is an error), then left out
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
-                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where)
+                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
+                      router=router, engine=engine, master=master, partitions=partitions, spark_conf=spark_conf or [],
+                      segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows)
         cfg = resolve(config, flags)
+        notes = []
+        if FIXED_POLICY_OF.get(policy, policy) != policy:
+            notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, "
+                         f"{FIXED_POLICY_OF[policy]}")
+            policy = FIXED_POLICY_OF[policy]
+        ignored = _given_options(ctx, RUN_ONLY)
+        if ignored:
+            notes.append(f"{', '.join(ignored)} accepted from run, ignored: tune-buffer replays exactly, in-process, "
+                         "and chooses K / retention itself, so they do not change its answer")
+        if notes:
+            typer.echo("note: " + "; ".join(notes), err=True)
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
     except StreamjoinError as exc:
         _fail(exc)

@@ -93,6 +93,9 @@ from .progress import Replay, decide, memory_per_stream
 from .timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration
 
 TUNE_POLICIES = ("static", "kslack")
+#: run's policies -> the fixed policy of the same family, whose setting tune-buffer tunes (SPEC §4.1, §4.2)
+FIXED_POLICY_OF = {"static": "static", "qjoin": "static",
+                   "none": "kslack", "kslack": "kslack", "mpkslack": "kslack", "qkslack": "kslack"}
 #: grid cells above which the exact two-stream search is skipped
 MAX_GRID_CELLS = 40_000_000
 #: grid values per stream above which the exact search is skipped (memory per value costs a pass)

@@ -9,6 +9,7 @@ tell them apart.
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import metadata
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from test_cli import CMD, _env, assert_plain, run_cli  # noqa: F401  (same console command, same env)
+from test_cli import SENSOR_ARGS, assert_plain, run_cli, sensors  # noqa: F401  (sensors: a fixture)
 
 RUN_FLAGS = ("--adapt-segment", "--no-results", "--json", "--force", "--fail-under-target")
 
@@ -124,3 +125,60 @@ def test_every_option_with_a_value_says_its_default_or_that_it_is_needed(tmp_pat
         silent = [o for o, text in opts.items() if text.startswith("<") and not said.search(text)]
         assert not silent, (command, {o: opts[o] for o in silent})
         assert not [o for o, text in opts.items() if "…" in text], (command, opts)
+
+
+# ----------------------------------------------------------------------------
+# 4. tune-buffer takes a copy-pasted run command line
+# ----------------------------------------------------------------------------
+
+RUN_ONLY = ["--engine", "spark", "--master", "local[2]", "--partitions", "2", "--router", "none",
+            "--spark-conf", "spark.ui.enabled=false", "--segment", "2s", "--load-weights", "1,1,1",
+            "--adapt-segment", "--chunk-rows", "0", "--no-results", "--k", "5ms", "--interval", "1s",
+            "--basic-window", "2ms", "--trigger", "rate_ratio=4", "--fail-under-target"]
+
+
+def _tune(d: Path, args: list[str], out: str, *, ok: bool = True):
+    proc = run_cli(["tune-buffer", *SENSOR_ARGS, "--recall", "0.9", "--out", out, *args], cwd=d, ok=ok)
+    return proc, (json.loads((d / out / "tune.json").read_text()) if ok else None)
+
+
+def test_tune_buffer_accepts_the_options_of_run_and_says_they_change_nothing(sensors: dict) -> None:
+    d = sensors["dir"]
+    plain, base = _tune(d, ["--policy", "kslack"], "t0")
+    assert "note:" not in plain.stderr
+    proc, copied = _tune(d, ["--policy", "kslack", *RUN_ONLY], "t1")
+    assert copied["recommendation"] == base["recommendation"]
+    assert copied["candidates"] == base["candidates"]
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1, proc.stderr
+    for opt in ("--engine", "--master", "--partitions", "--router", "--spark-conf", "--chunk-rows", "--k",
+                "--no-results", "--fail-under-target"):
+        assert opt in notes[0], notes[0]
+    assert "in-process" in notes[0] and "do not change" in notes[0]
+    # a bad value is still an error, as in run
+    proc, _ = _tune(d, ["--engine", "sprak"], "t2", ok=False)
+    assert proc.returncode == 2 and "--engine sprak" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("run_policy", "tuned"), [("qkslack", "kslack"), ("mpkslack", "kslack"), ("qjoin", "static")])
+def test_tune_buffer_tunes_the_fixed_policy_of_runs_family(sensors: dict, run_policy: str, tuned: str) -> None:
+    d = sensors["dir"]
+    _, direct = _tune(d, ["--policy", tuned], "direct")
+    proc, mapped = _tune(d, ["--policy", run_policy], "mapped")
+    assert mapped["policy"] == tuned and mapped["recommendation"] == direct["recommendation"]
+    assert f"--policy {run_policy}" in proc.stderr and tuned in proc.stderr
+
+
+def test_tune_buffer_explains_the_nightly_options_it_refuses(sensors: dict) -> None:
+    proc, _ = _tune(sensors["dir"], ["--date", "2024-01-02"], "t", ok=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--date" in proc.stderr and "--stream" in proc.stderr and "No such option" not in proc.stderr
+
+
+def test_tune_buffer_help_lists_runs_options_in_their_own_panel(tmp_path: Path) -> None:
+    proc = run_cli(["tune-buffer", "--help"], cwd=tmp_path)
+    text = proc.stdout
+    panel = text[text.index("no effect here"):]
+    for opt in ("--engine", "--master", "--router", "--k", "--chunk-rows"):
+        assert opt in panel
+    assert "--date" not in text
