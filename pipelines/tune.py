@@ -763,30 +763,29 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
 
 def render_tune_rich(t: dict[str, Any], console) -> None:
     from rich.panel import Panel
-    from rich.table import Table
+
+    from .report.terminal import fitted_tables
 
     label = "retention" if t["policy"] == "static" else "K"
     rec = t["recommendation"]
+    width = console.width
     console.print(Panel("\n".join(t["summary"]), title=f"tune-buffer: {t['policy']}, recall >= {t['recall_target']:g}"))
-    table = Table(title="replayed settings")
-    for col in (label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"):
-        table.add_column(col, justify="right")
+    rows, styles = [], []
     for c in t["candidates"]:
-        style = "bold green" if c["setting_us"] == rec["setting_us"] else None
-        table.add_row(format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
-                      f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
-                      format_duration(c["latency_us"]["p95"]), style=style)
-    console.print(table)
+        styles.append("bold green" if c["setting_us"] == rec["setting_us"] else None)
+        rows.append([format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+                     f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
+                     format_duration(c["latency_us"]["p95"])])
+    console.print(*fitted_tables("replayed settings", [label, "recall", "memory peak", "memory mean", "latency mean",
+                                                       "latency p95"], rows, width, row_styles=styles))
     if t.get("periods"):
         shown, hidden = _worst_periods(t["periods"])
-        pt = Table(title="per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)")
-        for col in ("start", "truth", f"exact {label}", "on grid", "recall at recommendation"):
-            pt.add_column(col, justify="right")
         start = t["periods"][0]["start_us"]
-        for p in shown:
-            pt.add_row("+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", format_duration(p["exact_us"]),
-                       format_duration(p["setting_us"]), f"{fmt_recall(p['recall_at_recommendation'])}")
-        console.print(pt)
+        rows = [["+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", format_duration(p["exact_us"]),
+                 format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])] for p in shown]
+        console.print(*fitted_tables("per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)",
+                                     ["start", "truth", f"exact {label}", "on grid", "recall at recommendation"],
+                                     rows, width))
     console.print(Panel(t["toml"].rstrip("\n"), title="paste into your config"))
     for x in t["frameworks"]:
         console.print(x)

@@ -9,6 +9,7 @@ tell them apart.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from importlib import metadata
@@ -182,3 +183,61 @@ def test_tune_buffer_help_lists_runs_options_in_their_own_panel(tmp_path: Path) 
     for opt in ("--engine", "--master", "--router", "--k", "--chunk-rows"):
         assert opt in panel
     assert "--date" not in text
+
+
+# ----------------------------------------------------------------------------
+# 5. whole numbers in rich tables at 80 columns
+# ----------------------------------------------------------------------------
+
+BIG = {"rows": 121_000_000, "quarantined": 1_234_567, "dropped_late": 12_345_678, "expired_on_arrival": 9_876_543}
+
+
+def _render(render, data, width: int = 80) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None)
+    render(data, console)
+    return console.file.getvalue()
+
+
+def _big_report(d: Path) -> dict:
+    proc = run_cli(["run", *SENSOR_ARGS, "--policy", "mpkslack", "--recall", "0.95", "--period", "100ms",
+                    "--json", "--out", "out"], cwd=d)
+    report = json.loads(proc.stdout)
+    for s in report["streams"]:
+        s.update(BIG, rate_per_s=1_234_567.8, name=s["name"] + "_sensor_stream")
+    report["truth_results"], report["emitted_results"] = 1_234_567_890, 1_168_234_567
+    report["memory_tuples"].update(peak=98_765_432, mean=87_654_321.5)
+    return report
+
+
+def _whole(text: str, numbers: list[str]) -> None:
+    assert "…" not in text, text
+    flat = text.replace("\n", " ")
+    for n in numbers:
+        assert re.search(rf"(?<![\d,.]){re.escape(n)}(?![\d,])", flat), (n, text)
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_run_tables_print_every_number_whole(sensors: dict, width: int) -> None:
+    from streamjoin.pipelines.report.terminal import render_rich
+
+    text = _render(render_rich, _big_report(sensors["dir"]), width)
+    _whole(text, ["121,000,000", "1,234,567", "12,345,678", "9,876,543", "1,234,567.8/s",
+                  "1,234,567,890", "1,168,234,567", "98,765,432", "87,654,321.5"])
+    assert "temp_sensor_stream" in text and "hum_sensor_stream" in text
+    assert max(len(line) for line in text.splitlines()) <= width
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_tune_tables_print_every_number_whole(sensors: dict, width: int) -> None:
+    from streamjoin.pipelines.tune import render_tune_rich
+
+    _, t = _tune(sensors["dir"], ["--per-period", "--period", "100ms", "--json"], "tj")
+    for i, c in enumerate(t["candidates"]):
+        c["memory_tuples"].update(peak=123_456_789 + i, mean=23_456_789.5)
+    for p in t["periods"]:
+        p["truth"] = 7_654_321
+    text = _render(render_tune_rich, t, width)
+    _whole(text, [f"{123_456_789 + i:,}" for i in range(len(t["candidates"]))] + ["23,456,789.5", "7,654,321"])
+    assert max(len(line) for line in text.splitlines()) <= width
