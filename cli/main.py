@@ -310,9 +310,9 @@ def run(
     elif sys.stdout.isatty():
         from rich.console import Console
 
-        render_rich(report, Console())
+        render_rich(report, Console(), nightly.fail_under_target)
     else:
-        for line in summary_lines(report):
+        for line in summary_lines(report, nightly.fail_under_target):
             typer.echo(line)
     if code:
         raise typer.Exit(code)

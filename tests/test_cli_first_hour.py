@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from test_cli import SENSOR_ARGS, assert_plain, run_cli, sensors  # noqa: F401  (sensors: a fixture)
+from test_cli import CMD, SENSOR_ARGS, _env, assert_plain, run_cli, sensors  # noqa: F401  (sensors: a fixture)
 
 RUN_FLAGS = ("--adapt-segment", "--no-results", "--json", "--force", "--fail-under-target")
 
@@ -241,3 +241,84 @@ def test_tune_tables_print_every_number_whole(sensors: dict, width: int) -> None
     text = _render(render_tune_rich, t, width)
     _whole(text, [f"{123_456_789 + i:,}" for i in range(len(t["candidates"]))] + ["23,456,789.5", "7,654,321"])
     assert max(len(line) for line in text.splitlines()) <= width
+
+
+# ----------------------------------------------------------------------------
+# 6. a missed recall target in words
+# ----------------------------------------------------------------------------
+
+MISS = ["run", *SENSOR_ARGS, "--policy", "mpkslack", "--recall", "0.99", "--out", "out"]
+
+
+def run_tty(args: list[str], cwd: Path, columns: int = 80) -> tuple[int, str]:
+    """Run the console command on a pseudo-terminal of ``columns`` columns: (exit code, text without escapes)."""
+    import os
+    import pty
+    import select
+    import subprocess
+
+    master, slave = pty.openpty()
+    env = _env()
+    env.update(COLUMNS=str(columns), LINES="60")
+    proc = subprocess.Popen(CMD + args, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            proc.kill()
+            raise AssertionError("no output for 120 s")
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(timeout=120)
+    os.close(master)
+    text = re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-B])", "",
+                  b"".join(chunks).decode(errors="replace"))
+    # what stays on the screen: a carriage return starts the line over (the progress bar redraws so)
+    return code, "\n".join(line.rstrip("\r").split("\r")[-1] for line in text.split("\n"))
+
+
+def _recall_6(d: Path) -> str:
+    from streamjoin.pipelines.tune import fmt_recall
+
+    recall = json.loads((d / "out" / "report.json").read_text())["recall"]
+    assert recall < 0.99
+    return fmt_recall(recall, 6)
+
+
+def test_missed_target_with_fail_under_target_says_why_exit_3(sensors: dict) -> None:
+    d = sensors["dir"]
+    proc = run_cli([*MISS, "--fail-under-target"], cwd=d, ok=False)
+    assert proc.returncode == 3, proc.stderr
+    r = _recall_6(d)
+    assert f"recall: {r}\n" in proc.stdout
+    assert f"target: missed (recall {r} < 0.99); exit 3 because --fail-under-target\n" in proc.stdout
+
+
+def test_missed_target_without_the_flag_is_said_and_exits_0(sensors: dict) -> None:
+    d = sensors["dir"]
+    proc = run_cli(MISS, cwd=d)
+    r = _recall_6(d)
+    assert f"target: missed (recall {r} < 0.99); exit 0 (with --fail-under-target: exit 3)\n" in proc.stdout
+
+
+def test_met_target_is_said(sensors: dict) -> None:
+    d = sensors["dir"]
+    proc = run_cli([*MISS[:-4], "--recall", "0.5", "--out", "out", "--fail-under-target"], cwd=d)
+    assert re.search(r"^target: met \(recall 0\.\d{6} >= 0\.5\)$", proc.stdout, re.M), proc.stdout
+
+
+def test_terminal_says_the_target_was_missed(sensors: dict) -> None:
+    d = sensors["dir"]
+    code, text = run_tty([*MISS, "--fail-under-target"], d)
+    assert code == 3, text
+    r = _recall_6(d)
+    flat = " ".join(text.split())
+    assert f"target: missed (recall {r} < 0.99); exit 3 because --fail-under-target" in flat, text
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80

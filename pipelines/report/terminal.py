@@ -17,14 +17,33 @@ def _fmt_rate(v):
     return f"{v * 86400:,.1f}/d"
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
+def target_line(report: dict[str, Any], fail_under_target: bool) -> str | None:
+    """Whether the recall target was met, and what that does to the exit code (None: no target)."""
+    from ..tune import fmt_recall
+
+    target = report.get("recall_target")
+    if target is None:
+        return None
+    recall = fmt_recall(report["recall"], 6)  # truncated: a missed target never prints as reached
+    if report["recall"] >= target:
+        return f"target: met (recall {recall} >= {target:g})"
+    if fail_under_target:
+        return f"target: missed (recall {recall} < {target:g}); exit 3 because --fail-under-target"
+    return f"target: missed (recall {recall} < {target:g}); exit 0 (with --fail-under-target: exit 3)"
+
+
+def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> list[str]:
     """Plain-text summary (cron logs, pipes): one fact per line."""
+    from ..tune import fmt_recall
+
     lat = report["latency_us"]
+    target = target_line(report, fail_under_target)
     lines = [
         f"policy: {report['config']['policy']['name']}  router: {report['routing']['router']}",
         f"truth_results: {report['truth_results']}",
         f"emitted_results: {report['emitted_results']}",
-        f"recall: {report['recall']:.6f}",
+        f"recall: {fmt_recall(report['recall'], 6)}",
+        *([target] if target else []),
         f"duplicates: {report['duplicates']}",
         f"latency: mean {format_duration(lat['mean'])} p50 {format_duration(lat['p50'])} "
         f"p95 {format_duration(lat['p95'])} p99 {format_duration(lat['p99'])} max {format_duration(lat['max'])}",
@@ -131,8 +150,10 @@ def fitted_tables(title: str | None, columns: list[str], rows: list[list[str]], 
     return out
 
 
-def render_rich(report: dict[str, Any], console) -> None:
-    """A table per concern, for people at a terminal."""
+def render_rich(report: dict[str, Any], console, fail_under_target: bool = False) -> None:
+    """A table per concern, for people at a terminal; then the target and where report.json is."""
+    from ..tune import fmt_recall
+
     lat = report["latency_us"]
     width = console.width
     head = [
@@ -142,7 +163,7 @@ def render_rich(report: dict[str, Any], console) -> None:
     ]
     recall_style = "green" if report["recall"] >= (report.get("recall_target") or 0) else "red"
     head += [
-        ["recall", f"[{recall_style}]{report['recall']:.4%}[/]"],
+        ["recall", f"[{recall_style}]{fmt_recall(report['recall'], 6)}[/]"],
         ["duplicates", str(report["duplicates"])],
         ["latency mean / p95 / max",
          f"{format_duration(lat['mean'])} / {format_duration(lat['p95'])} / {format_duration(lat['max'])}"],
@@ -170,4 +191,8 @@ def render_rich(report: dict[str, Any], console) -> None:
                                      ["start", "truth", "emitted", "recall"], rows, width))
         if hidden:
             console.print(f"the {len(rows)} worst periods ({hidden:,} more in report.json)")
-    console.print(f"report: {report['outputs'].get('report', '-')}")
+    target = target_line(report, fail_under_target)
+    if target:
+        console.print(target, style=None if report["recall"] >= report["recall_target"] else "bold red",
+                      highlight=False)
+    console.print(f"report: {report['outputs'].get('report', '-')}", highlight=False)
