@@ -244,7 +244,7 @@ def test_tune_tables_print_every_number_whole(sensors: dict, width: int) -> None
 
 
 # ----------------------------------------------------------------------------
-# 6. a missed recall target in words
+# 6. a missed recall target in words; 7. where report.html is
 # ----------------------------------------------------------------------------
 
 MISS = ["run", *SENSOR_ARGS, "--policy", "mpkslack", "--recall", "0.99", "--out", "out"]
@@ -311,14 +311,16 @@ def test_met_target_is_said(sensors: dict) -> None:
     d = sensors["dir"]
     proc = run_cli([*MISS[:-4], "--recall", "0.5", "--out", "out", "--fail-under-target"], cwd=d)
     assert re.search(r"^target: met \(recall 0\.\d{6} >= 0\.5\)$", proc.stdout, re.M), proc.stdout
+    assert "report_html: out/report.html\n" in proc.stdout
 
 
-def test_terminal_says_the_target_was_missed(sensors: dict) -> None:
+def test_terminal_says_the_target_was_missed_and_where_report_html_is(sensors: dict) -> None:
     d = sensors["dir"]
     code, text = run_tty([*MISS, "--fail-under-target"], d)
     assert code == 3, text
     r = _recall_6(d)
     flat = " ".join(text.split())
     assert f"target: missed (recall {r} < 0.99); exit 3 because --fail-under-target" in flat, text
+    assert "report.html: out/report.html" in flat, text
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80

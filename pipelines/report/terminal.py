@@ -151,7 +151,7 @@ def fitted_tables(title: str | None, columns: list[str], rows: list[list[str]], 
 
 
 def render_rich(report: dict[str, Any], console, fail_under_target: bool = False) -> None:
-    """A table per concern, for people at a terminal; then the target and where report.json is."""
+    """A table per concern, for people at a terminal; then the target and where the reports are."""
     from ..tune import fmt_recall
 
     lat = report["latency_us"]
@@ -196,3 +196,5 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
         console.print(target, style=None if report["recall"] >= report["recall_target"] else "bold red",
                       highlight=False)
     console.print(f"report: {report['outputs'].get('report', '-')}", highlight=False)
+    if report["outputs"].get("report_html"):
+        console.print(f"report.html: {report['outputs']['report_html']}", highlight=False)
