@@ -10,6 +10,7 @@ duration from it cannot overflow.  Input timestamps are checked to lie within
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from .errors import InputError
 
@@ -63,23 +64,35 @@ def parse_duration(text: str | int, *, what: str = "duration") -> int:
     return int(us)
 
 
-def format_duration(us: float | int | None) -> str:
-    """Human form of a microsecond count: ``365d``, ``1.25s``, ``340ms``, ``12us``."""
+def format_duration(us: float | int | None, digits: int = 3) -> str:
+    """Human form of a microsecond count: ``365d``, ``1.25s``, ``340ms``, ``12us``
+    (``digits`` significant digits, trailing zeros dropped)."""
     if us is None:
         return "-"
     us = float(us)
     a = abs(us)
-    if a >= 86_400_000_000:
-        return f"{us / 86_400_000_000:.3g}d"
-    if a >= 3_600_000_000:
-        return f"{us / 3_600_000_000:.3g}h"
-    if a >= 60_000_000:
-        return f"{us / 60_000_000:.3g}min"
-    if a >= 1_000_000:
-        return f"{us / 1_000_000:.3g}s"
-    if a >= 1_000:
-        return f"{us / 1_000:.3g}ms"
-    return f"{us:.3g}us"
+    for size, unit in ((86_400_000_000, "d"), (3_600_000_000, "h"), (60_000_000, "min"), (1_000_000, "s"),
+                       (1_000, "ms")):
+        if a >= size:
+            break
+    else:
+        size, unit = 1, "us"
+    text = f"{us / size:.{digits}g}"
+    if "e" in text:  # rounded up to a power of ten: 999.95ms with 3 digits is 1000ms, not 1e+03ms
+        text = f"{us / size:.0f}"
+    return text + unit
+
+
+def format_durations(values: Sequence[float | int | None]) -> list[str]:
+    """:func:`format_duration` of each value, with as many significant digits
+    (3 at least) as it takes to print different values differently:
+    ``330.4ms`` next to ``330ms``, ``10.001s`` next to ``10s``."""
+    distinct = len({float(v) for v in values if v is not None})
+    for digits in range(3, 16):
+        texts = [format_duration(v, digits) for v in values]
+        if len({t for t, v in zip(texts, values) if v is not None}) == distinct:
+            break
+    return texts
 
 
 #: the human units a default period (or any automatic time step) is rounded to

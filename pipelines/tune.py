@@ -90,7 +90,7 @@ from .emit import emission
 from .metrics import latency_summary, memory_summary
 from .policies import SYMMETRIC, PolicySpec
 from .progress import Replay, decide, memory_per_stream
-from .timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration
+from .timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration, format_durations
 
 TUNE_POLICIES = ("static", "kslack")
 #: run's policies -> the fixed policy of the same family, whose setting tune-buffer tunes (SPEC §4.1, §4.2)
@@ -625,37 +625,55 @@ def frameworks_text(t: dict[str, Any]) -> list[str]:
     ]
 
 
-def _grid_note(t: dict[str, Any]) -> str:
+def _grid_note(t: dict[str, Any], name: str) -> str:
     source = t.get("granularity_source") or "user"
-    return "" if source == "user" else f" (--granularity default: about {GRID_STEPS_PER_RANGE} steps up to the largest required slack)"
+    return "" if source == "user" else (f" (a step chosen from the data: about {GRID_STEPS_PER_RANGE} steps up to "
+                                        f"the largest {name} any result needs; set it with --granularity)")
+
+
+#: how the per-stream values were found, in words
+_PER_STREAM_SEARCH = {"exact": "exact search", "greedy": "greedy search", "common": "no search: no results"}
 
 
 def summary_text(t: dict[str, Any]) -> list[str]:
+    """What tune-buffer found, in sentences (terminal, cron output and tune.html).
+
+    Durations get as many digits as it takes to tell them apart (the exact
+    value 330.4ms next to the grid values 330ms and 332ms).
+    """
     rec = t["recommendation"]
     q = t["recall_target"]
     name = "retention" if t["policy"] == "static" else "K"
+    per = rec.get("per_stream_us") or {}
+    every = t.get("every_period")
+    exact, setting, below, grid, every_us, *per_text = format_durations(
+        [rec["exact_us"], rec["setting_us"], rec["one_step_below_us"], t["granularity_us"],
+         every["setting_us"] if every else None, *per.values()])
     lines = [
-        f"{t['policy']}: the smallest {name} with recall >= {q} is {format_duration(rec['exact_us'])} "
-        f"(exact); on the {format_duration(t['granularity_us'])} grid{_grid_note(t)}: {format_duration(rec['setting_us'])} "
-        f"-> recall {fmt_recall(rec['recall'], 6)}",
+        f"The smallest {name} of {t['policy']} that reaches recall {q} is exactly {exact}; rounded up to the "
+        f"{grid} grid{_grid_note(t, name)} it is {setting}, which gives recall {fmt_recall(rec['recall'], 6)}.",
     ]
     if rec["one_step_below_us"] is not None:
-        lines.append(f"one step less ({format_duration(rec['one_step_below_us'])}) -> recall {fmt_recall(rec['recall_one_step_below'], 6)}")
-    lines.append(f"memory at the recommendation: peak {rec['memory_tuples']['peak']:,} mean "
-                 f"{rec['memory_tuples']['mean']:,.1f} tuples")
+        lines.append(f"One grid step less, {below}, gives recall {fmt_recall(rec['recall_one_step_below'], 6)}: "
+                     "below the target.")
+    lines.append(f"Memory at {setting}: at most {rec['memory_tuples']['peak']:,} tuples held, "
+                 f"{rec['memory_tuples']['mean']:,.1f} on average.")
     if t["policy"] == "static":
-        per = ", ".join(f"{k} {format_duration(v)}" for k, v in rec["per_stream_us"].items())
-        lines.append(f"per stream ({rec['per_stream_method']}): {per} -> recall {fmt_recall(rec['per_stream_recall'], 6)}, "
-                     f"mean memory {rec['per_stream_memory_tuples']['mean']:,.1f} tuples")
+        values = ", ".join(f"{k} {v}" for k, v in zip(per, per_text))
+        search = _PER_STREAM_SEARCH.get(rec["per_stream_method"], rec["per_stream_method"])
+        lines.append(f"With a retention per stream ({search}): {values}; recall "
+                     f"{fmt_recall(rec['per_stream_recall'], 6)}, {rec['per_stream_memory_tuples']['mean']:,.1f} "
+                     "tuples held on average.")
     else:
         lat = rec["latency_us"]
-        lines.append(f"latency at the recommendation: mean {format_duration(lat['mean'])} p95 {format_duration(lat['p95'])}; "
-                     "one K for every stream (the release horizon couples the streams)")
-    if t.get("every_period"):
-        e = t["every_period"]
+        lines.append(f"At {setting} results wait {format_duration(lat['mean'])} on average, 95% of them at most "
+                     f"{format_duration(lat['p95'])}. One K serves every stream: K-slack releases all streams "
+                     "against one shared frontier.")
+    if every:
         period = format_duration(t.get("period_us"))
-        lines.append(f"recall >= {q} in every {period} period with results: {name} {format_duration(e['setting_us'])} "
-                     f"({e['periods_meeting_target_at_recommendation']}/{e['periods_with_truth']} periods meet it at the overall recommendation)")
+        lines.append(f"To reach recall {q} in every {period} period that has results: {name} {every_us}. "
+                     f"At {setting}, {every['periods_meeting_target_at_recommendation']} of "
+                     f"{every['periods_with_truth']} periods reach it.")
     return lines
 
 
@@ -742,8 +760,8 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
     label = "retention" if t["policy"] == "static" else "K"
     lines = list(t["summary"])
     lines.append(f"{label:>10} {'recall':>8} {'mem peak':>9} {'mem mean':>10} {'lat mean':>9} {'lat p95':>9}")
-    for c in t["candidates"]:
-        lines.append(f"{format_duration(c['setting_us']):>10} {fmt_recall(c['recall']):>8} {c['memory_tuples']['peak']:>9,} "
+    for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
+        lines.append(f"{setting:>10} {fmt_recall(c['recall']):>8} {c['memory_tuples']['peak']:>9,} "
                      f"{c['memory_tuples']['mean']:>10,.1f} {format_duration(c['latency_us']['mean']):>9} "
                      f"{format_duration(c['latency_us']['p95']):>9}")
     if t.get("periods"):
@@ -751,9 +769,10 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
         which = "per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)"
         lines.append(f"{which} (start, truth, exact, on grid, recall at recommendation):")
         start = t["periods"][0]["start_us"]
-        for p in shown:
-            lines.append(f"  +{format_duration(p['start_us'] - start)} {p['truth']:,} {format_duration(p['exact_us'])} "
-                         f"{format_duration(p['setting_us'])} {fmt_recall(p['recall_at_recommendation'])}")
+        values = format_durations([v for p in shown for v in (p["exact_us"], p["setting_us"])])
+        for p, exact, setting in zip(shown, values[::2], values[1::2]):
+            lines.append(f"  +{format_duration(p['start_us'] - start)} {p['truth']:,} {exact} {setting} "
+                         f"{fmt_recall(p['recall_at_recommendation'])}")
     lines.append("config snippet:")
     lines += ["  " + x for x in t["toml"].rstrip("\n").split("\n")]
     lines += t["frameworks"]
@@ -771,9 +790,9 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
     width = console.width
     console.print(Panel("\n".join(t["summary"]), title=f"tune-buffer: {t['policy']}, recall >= {t['recall_target']:g}"))
     rows, styles = [], []
-    for c in t["candidates"]:
+    for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
         styles.append("bold green" if c["setting_us"] == rec["setting_us"] else None)
-        rows.append([format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+        rows.append([setting, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
                      f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
                      format_duration(c["latency_us"]["p95"])])
     console.print(*fitted_tables("replayed settings", [label, "recall", "memory peak", "memory mean", "latency mean",
@@ -781,8 +800,9 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
     if t.get("periods"):
         shown, hidden = _worst_periods(t["periods"])
         start = t["periods"][0]["start_us"]
-        rows = [["+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", format_duration(p["exact_us"]),
-                 format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])] for p in shown]
+        values = format_durations([v for p in shown for v in (p["exact_us"], p["setting_us"])])
+        rows = [["+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", exact, setting,
+                 fmt_recall(p["recall_at_recommendation"])] for p, exact, setting in zip(shown, values[::2], values[1::2])]
         console.print(*fitted_tables("per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)",
                                      ["start", "truth", f"exact {label}", "on grid", "recall at recommendation"],
                                      rows, width))

@@ -324,3 +324,78 @@ def test_terminal_says_the_target_was_missed_and_where_report_html_is(sensors: d
     assert "report.html: out/report.html" in flat, text
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+# ----------------------------------------------------------------------------
+# 8. tune-buffer values told apart, texts in plain words
+# ----------------------------------------------------------------------------
+
+
+def test_format_durations_prints_different_values_differently() -> None:
+    from streamjoin.pipelines.timeunits import format_durations
+
+    assert format_durations([330_400, 332_000, 330_000]) == ["330.4ms", "332ms", "330ms"]
+    assert format_durations([1_000_000, 1_001_000, 1_000_000]) == ["1s", "1.001s", "1s"]
+    assert format_durations([12_345, None, 12_345]) == ["12.3ms", "-", "12.3ms"]  # 3 digits when enough
+    assert format_durations([999_950, 999_960]) == ["999.95ms", "999.96ms"]
+    assert format_durations([999_950]) == ["1000ms"]  # never 1e+03ms
+
+
+def _tune_result(exact: int, g: int, policy: str = "static") -> dict:
+    from streamjoin.pipelines.tune import summary_text
+
+    step = -(-exact // g)
+    rec = {"exact_us": exact, "setting_us": step * g, "recall": 0.9512345, "one_step_below_us": (step - 1) * g,
+           "recall_one_step_below": 0.9487, "memory_tuples": {"peak": 120, "mean": 80.5},
+           "per_stream_us": {"a": step * g, "b": (step - 3) * g}, "per_stream_method": "exact",
+           "per_stream_recall": 0.9501, "per_stream_memory_tuples": {"mean": 70.25},
+           "latency_us": {"mean": 1_500, "p95": 9_000}}
+    t = {"policy": policy, "recall_target": 0.95, "granularity_us": g, "granularity_source": "default: ...",
+         "period_us": 60_000_000, "recommendation": rec,
+         "every_period": {"setting_us": (step + 2) * g, "periods_meeting_target_at_recommendation": 7,
+                          "periods_with_truth": 9}}
+    return {**t, "summary": summary_text(t)}
+
+
+@pytest.mark.parametrize("policy", ["static", "kslack"])
+def test_tune_summary_tells_the_exact_value_from_the_grid_values(policy: str) -> None:
+    text = "\n".join(_tune_result(330_400, 2_000, policy)["summary"])
+    assert "330.4ms" in text and "332ms" in text and "330ms" in text
+    assert re.search(r"\b330ms\b", text.replace("330.4ms", "")), text
+    text = "\n".join(_tune_result(10_000_700, 1_000, policy)["summary"])  # 3 digits would print all as 10s
+    assert "10.0007s" in text and "10.001s" in text and "10s" in text
+
+
+@pytest.mark.parametrize("policy", ["static", "kslack"])
+def test_tune_summary_is_in_plain_words(policy: str) -> None:
+    lines = _tune_result(330_400, 2_000, policy)["summary"]
+    text = "\n".join(lines)
+    for jargon in ("->", "each the", "(exact);", "release horizon", "/9 periods", "one step less ("):
+        assert jargon not in text, (jargon, text)
+    assert "One grid step less" in text and "7 of 9 periods" in text
+    assert all(line[:1].isupper() for line in lines), lines
+
+
+def test_tune_tables_tell_grid_settings_apart(sensors: dict) -> None:
+    from streamjoin.pipelines.tune import tune_lines
+
+    _, t = _tune(sensors["dir"], ["--policy", "kslack", "--granularity", "1us", "--period", "100ms", "--per-period"], "tg")
+    table = [line.split()[0] for line in tune_lines(t)
+             if re.match(r"\s+[\d.]+(us|ms|s)\s+\d\.\d{4}\s", line)]
+    assert len(table) == len(t["candidates"]) > 3
+    assert len(set(table)) == len({c["setting_us"] for c in t["candidates"]}), table
+    html = (sensors["dir"] / "tg" / "tune.html").read_text()
+    replayed = html[html.index("Replayed settings"):]
+    cells = re.findall(r"<tr><td>([^<]+)</td>", replayed[:replayed.index("</table>")])
+    assert cells == table, (cells, table)
+
+
+def test_report_html_memory_caption_is_a_sentence(sensors: dict) -> None:
+    d = sensors["dir"]
+    run_cli(["run", *SENSOR_ARGS, "--policy", "mpkslack", "--out", "out"], cwd=d)
+    html = (d / "out" / "report.html").read_text()
+    assert "each the peak / mean over" not in html
+    report = json.loads((d / "out" / "report.json").read_text())
+    per = report["memory_series"]["arrivals_per_point"]
+    assert re.search(rf"Each point is the most and the average number of tuples held over about "
+                     rf"{per:,.0f} consecutive arrivals", html), html

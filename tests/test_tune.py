@@ -298,7 +298,7 @@ def test_sensors_static_recommendation_replayed_with_the_engine():
     (["--recall", "1.5"], "recall"),
     (["--recall", "0"], "recall"),
     ([], "--recall"),
-    (["--recall", "0.9", "--policy", "mpkslack"], "--policy"),
+    (["--recall", "0.9", "--policy", "fifo"], "--policy"),  # run's policies map to their family (test_cli_first_hour)
     (["--recall", "0.9", "--granularity", "0"], "granularity"),
     (["--recall", "0.9", "--granularity", "ten"], "granularity"),
 ])

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..timeunits import format_duration
+from ..timeunits import format_duration, format_durations
 from ..tune import fmt_recall
 
 #: memory series points kept in report.json (per-arrival memory is downsampled)
@@ -160,10 +160,10 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
             out.append(f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))}); "
                        f"`streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that meets it in every period.")
     else:
-        parts = [f"{q} -> {format_duration(v)}" for q, v in at.items()]
+        parts = [f"{q} needs {format_duration(v)}" for q, v in at.items()]
         if parts and tuned_policy:
-            out.append(f"No --recall target given (recall {fmt_recall(recall)}). With policy {tuned_policy}, the {knob} needed "
-                       f"for a recall of " + ", ".join(parts) + ".")
+            out.append(f"No --recall target given (recall {fmt_recall(recall)}). With policy {tuned_policy}, a recall of "
+                       + ", ".join(parts) + f" of {knob}.")
         else:
             out.append(f"No --recall target given (recall {fmt_recall(recall)}).")
     lat = report.get("latency_us") or {}
@@ -279,8 +279,8 @@ def render_report(report: dict[str, Any]) -> str:
     series = report.get("memory_series")
     if series:
         body += ["<h2>Memory</h2>", _img(plots.memory_over_time(series), "memory over replay time"),
-                 f"<div class=\"sub\">{series['points']:,} points, each the peak / mean over "
-                 f"{series['arrivals_per_point']:,.1f} arrivals</div>"]
+                 f"<div class=\"sub\">{series['points']:,} points. Each point is the most and the average number "
+                 f"of tuples held over about {series['arrivals_per_point']:,.0f} consecutive arrivals.</div>"]
     hist = report.get("latency_histogram")
     if hist is not None and report["emitted_results"] and not lat.get("max"):
         body += ["<h2>Latency</h2>", f"<p>All {report['emitted_results']:,} results were emitted the moment their "
@@ -297,9 +297,10 @@ def render_report(report: dict[str, Any]) -> str:
         body += [f"<h2>Tuning curve ({_e(tuning['policy'])})</h2>",
                  _img(plots.tuning_curve(tuning["curve"], target=target, label=label, marks=marks), "tuning curve"),
                  "<div class=\"sub\">" + (
-                     "exact: every valid combination's required " if tuning.get("sample_every", 1) == 1 else
-                     f"estimated from every {tuning['sample_every']:,}th valid combination's required ") + _e(label) +
-                 " (SPEC §7); `streamjoin tune-buffer` gives exact values and adds memory and latency per setting</div>"]
+                     "Exact: for every result, the smallest " if tuning.get("sample_every", 1) == 1 else
+                     f"Estimated from every {tuning['sample_every']:,}th result: for each, the smallest ") + _e(label) +
+                 " at which it is emitted (SPEC §7). `streamjoin tune-buffer` gives exact values and adds memory "
+                 "and latency per setting.</div>"]
     rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
              format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
              s["expired_on_arrival"]] for s in report["streams"]]
@@ -323,14 +324,15 @@ def render_tune(t: dict[str, Any]) -> str:
 
     rec = t["recommendation"]
     label = "retention" if t["policy"] == "static" else "K"
+    setting, exact = format_durations([rec["setting_us"], rec["exact_us"]])  # 332ms next to 330.4ms, not 330ms
     body = [
         f"<h1>streamjoin tune-buffer: {_e(t['policy'])}, recall &ge; {t['recall_target']:g}</h1>",
         f"<div class=\"sub\">{_e(t.get('command', ''))}</div>",
         "<div class=\"cards\">",
-        _card(f"recommended {label}", format_duration(rec["setting_us"]), "ok"),
-        _card("exact minimum", format_duration(rec["exact_us"])),
+        _card(f"recommended {label}", setting, "ok"),
+        _card("exact minimum", exact),
         _card("recall there", fmt_recall(rec["recall"])),
-        _card("one step less", fmt_recall(rec["recall_one_step_below"])),
+        _card("recall one grid step less", fmt_recall(rec["recall_one_step_below"])),
         _card("memory peak / mean", f"{rec['memory_tuples']['peak']:,} / {rec['memory_tuples']['mean']:,.0f}"),
         "</div>",
         "<h2>Summary</h2><div class=\"todo\"><ul>", *[f"<li>{_e(x)}</li>" for x in t["summary"]], "</ul></div>",
@@ -341,9 +343,10 @@ def render_tune(t: dict[str, Any]) -> str:
     ]
     if t["policy"] == "kslack":
         body.append(_img(plots.latency_curve(t["candidates"], label), "latency curve"))
-    crow = [[format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+    settings = format_durations([c["setting_us"] for c in t["candidates"]])
+    crow = [[s, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
              f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
-             format_duration(c["latency_us"]["p95"])] for c in t["candidates"]]
+             format_duration(c["latency_us"]["p95"])] for c, s in zip(t["candidates"], settings)]
     body += ["<h2>Replayed settings</h2>",
              _table([label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"], crow)]
     if t.get("periods"):
