@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from streamjoin.pipelines.errors import EXIT_FAILURE, StreamjoinError
+from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 
 app = typer.Typer(
     name="streamjoin",
@@ -77,7 +77,7 @@ def _chunk_reporter(progress):
 def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False, fail_under_target=False,
              log_format=None, json_summary=False):
     """Nightly settings from the TOML and flags (booleans: only a given flag overrides the TOML)."""
-    from streamjoin.pipelines.backfill import nightly_options
+    from streamjoin.pipelines.nightly.backfill import nightly_options
 
     try:
         return nightly_options(config, date=date, from_=from_, to=to, lookback=lookback, force=force or None,
@@ -88,13 +88,13 @@ def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False,
 
 
 def _json_log(nightly):
-    from streamjoin.pipelines.runlog import RunLog
+    from streamjoin.pipelines.nightly.runlog import RunLog
 
     return RunLog("json") if nightly.log_format == "json" else None
 
 
 def _target_code(nightly, cfg, report) -> int:
-    from streamjoin.pipelines.errors import EXIT_OK, EXIT_TARGET_MISSED
+    from streamjoin.pipelines.base.errors import EXIT_OK, EXIT_TARGET_MISSED
 
     target = cfg.recall_target
     return EXIT_TARGET_MISSED if nightly.fail_under_target and target is not None and report["recall"] < target else EXIT_OK
@@ -146,8 +146,8 @@ def run(
     (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
     3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
     """
-    from streamjoin.pipelines.config import Flags, resolve
-    from streamjoin.pipelines.job import STAGES, run_job
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
     flags = Flags(
@@ -161,7 +161,7 @@ def run(
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
     if nightly.days:
-        from streamjoin.pipelines.backfill import cli_run
+        from streamjoin.pipelines.nightly.backfill import cli_run
 
         raise typer.Exit(cli_run(config, flags, nightly, command))
     log = _json_log(nightly)
@@ -206,10 +206,10 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Rows, time span, rate, delay distribution and out-of-order share, per stream."""
-    from streamjoin.pipelines.config import StreamConfig
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.inspect import inspect_stream
-    from streamjoin.pipelines.timeunits import TS_UNITS, format_duration
+    from streamjoin.pipelines.config.settings import StreamConfig
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.jobs.inspect import inspect_stream
+    from streamjoin.pipelines.base.timeunits import TS_UNITS, format_duration
 
     try:
         if unit is not None and unit not in TS_UNITS:
@@ -243,9 +243,9 @@ def generate(
     scale: Annotated[float, typer.Option("--scale", help="row-count multiplier (bench)")] = 1.0,
 ) -> None:
     """Write deterministic synthetic streams with realistic disorder, plus a ready config."""
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.generate import KINDS
-    from streamjoin.pipelines.generate import generate as gen
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.tools.generate import KINDS
+    from streamjoin.pipelines.tools.generate import generate as gen
 
     try:
         if kind not in KINDS:
@@ -282,9 +282,9 @@ def tune_buffer(
 
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
-    from streamjoin.pipelines.config import Flags, check_recall, resolve
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.tune import render_tune_rich, run_tune, tune_lines
+    from streamjoin.pipelines.config.settings import Flags, check_recall, resolve
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.analysis.tuning import render_tune_rich, run_tune, tune_lines
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
@@ -344,8 +344,8 @@ def backfill(
     Exit codes: 0 ok, 1 failure, 2 usage/bad input, 3 recall target missed
     (--fail-under-target), 4 locked by another run; the most serious day wins.
     """
-    from streamjoin.pipelines.backfill import cli_run
-    from streamjoin.pipelines.config import Flags
+    from streamjoin.pipelines.nightly.backfill import cli_run
+    from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -366,8 +366,8 @@ def validate(
     log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
 ) -> None:
     """Check a config and its inputs (files, columns, types, partitions) without running. Exit 0 ok, 2 bad."""
-    from streamjoin.pipelines.backfill import cli_validate
-    from streamjoin.pipelines.config import Flags
+    from streamjoin.pipelines.nightly.backfill import cli_validate
+    from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, date, from_, to, None, False, False, log_format)
     raise typer.Exit(cli_validate(config, Flags(out=out), nightly))
@@ -382,7 +382,7 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
-    from streamjoin.pipelines.allocator import no_huge_page_advice, reuse_freed_memory
+    from streamjoin.pipelines.base.allocator import no_huge_page_advice, reuse_freed_memory
 
     reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
     no_huge_page_advice()  # no memory compaction stalls on page faults

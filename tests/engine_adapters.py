@@ -14,7 +14,7 @@ from collections.abc import Callable
 from streamjoin.pipelines.policies import PolicySpec
 from local_adapter import local_engine, local_engine_bucketed
 
-from streamjoin.pipelines.reference import RefTuple, ReferenceResult, replay
+from streamjoin.pipelines.replay.reference import RefTuple, ReferenceResult, replay
 
 Engine = Callable[[list[list[RefTuple]], tuple[int, ...], PolicySpec], ReferenceResult]
 

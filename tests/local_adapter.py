@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from streamjoin.pipelines.candidates import Space
+from streamjoin.pipelines.replay.candidates import Space
 from streamjoin.pipelines.engines.local import join
-from streamjoin.pipelines.predicates import compile_where, prefixed_columns, where_mask
+from streamjoin.pipelines.replay.predicates import compile_where, prefixed_columns, where_mask
 from streamjoin.pipelines.policies import SORTING, PolicySpec
-from streamjoin.pipelines.reference import RefTuple, ReferenceResult
+from streamjoin.pipelines.replay.reference import RefTuple, ReferenceResult
 
 
 def _key_frames(streams: list[list[RefTuple]]) -> list[pl.DataFrame | None]:

@@ -22,11 +22,11 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from streamjoin.pipelines import manifest as mf
-from streamjoin.pipelines.config import Flags, resolve
-from streamjoin.pipelines.daily import compute_days
-from streamjoin.pipelines.nightly_sample import generate_nightly
-from streamjoin.pipelines.partitions import load_days
+from streamjoin.pipelines.nightly import manifest as mf
+from streamjoin.pipelines.config.settings import Flags, resolve
+from streamjoin.pipelines.nightly.daily import compute_days
+from streamjoin.pipelines.tools.nightly_sample import generate_nightly
+from streamjoin.pipelines.nightly.partitions import load_days
 
 D1, D2, D3 = dt.date(2026, 11, 20), dt.date(2026, 11, 21), dt.date(2026, 11, 22)
 LOOKBACK = "1h"
@@ -168,7 +168,7 @@ def test_two_daily_runs_equal_one_run_over_both_days(data):
 @pytest.mark.parametrize("policy", ["static", "none", "mpkslack"])
 def test_daily_runs_per_policy(data, policy, monkeypatch, capsys):
     """The same, in-process (same code path as the command, without process start-up)."""
-    from streamjoin.pipelines.backfill import cli_run, nightly_options
+    from streamjoin.pipelines.nightly.backfill import cli_run, nightly_options
 
     work = data / f"mid-{policy}"
     work.mkdir()

@@ -23,13 +23,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines.chunked_job import chunked_report
-from streamjoin.pipelines.chunks import read_chunks, survey
-from streamjoin.pipelines.config import RunConfig, StreamConfig
+from streamjoin.pipelines.jobs.chunked import chunked_report
+from streamjoin.pipelines.io.chunks import read_chunks, survey
+from streamjoin.pipelines.config.settings import RunConfig, StreamConfig
 from streamjoin.pipelines.engines.bounded import BoundedReplay, result_order
 from streamjoin.pipelines.engines.local import join
-from streamjoin.pipelines.job import build_report, results_frame
-from streamjoin.pipelines.load import load_all
+from streamjoin.pipelines.jobs.run import build_report, results_frame
+from streamjoin.pipelines.io.load import load_all
 from streamjoin.pipelines.policies import PolicySpec
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -152,7 +152,7 @@ def test_chunk_of_one_tuple_and_chunk_bigger_than_input(problem):
 def test_state_grows_with_the_disorder_span_not_with_the_input(tmp_path):
     """Four times the input (same rate, window and disorder): the state held
     between chunks stays the same size, while the input grows 4x."""
-    from streamjoin.pipelines.generate import generate
+    from streamjoin.pipelines.tools.generate import generate
 
     peaks = {}
     for duration in (30, 120):
@@ -209,8 +209,8 @@ def test_bad_chunk_rows(tmp_path, args, message):
 
 
 def test_interrupted_chunked_run_publishes_nothing(tmp_path, monkeypatch):
-    from streamjoin.pipelines import job
-    from streamjoin.pipelines.config import Flags, resolve
+    from streamjoin.pipelines.jobs import run as job
+    from streamjoin.pipelines.config.settings import Flags, resolve
 
     sample = Path(__file__).resolve().parents[1] / "samples" / "sensors" / "sensors.toml"
     cfg = resolve(sample, Flags(engine="local", chunk_rows=20_000, out=str(tmp_path / "o"), policy="none"))
@@ -249,9 +249,9 @@ def test_pieces_keep_row_numbers_with_hive_partitions(tmp_path):
 @given(st.lists(st.lists(st.one_of(st.integers(-5, 40), st.integers(-10**12, 10**12)), max_size=30), max_size=5))
 def test_tally_percentiles_and_histogram_equal_those_of_the_whole_column(parts):
     """Value counts merged chunk by chunk give the whole column's nearest-rank percentiles and histogram."""
-    from streamjoin.pipelines.metrics import distribution
+    from streamjoin.pipelines.analysis.metrics import distribution
     from streamjoin.pipelines.report.html import latency_histogram
-    from streamjoin.pipelines.tally import Tally
+    from streamjoin.pipelines.base.tally import Tally
 
     tally = Tally()
     for p in parts:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from streamjoin.pipelines.policies.controller import (
     QJoinController, RecallTarget, Resolved, candidates, ramp_sums, schedule)
-from streamjoin.pipelines.progress import build_replay
+from streamjoin.pipelines.replay.progress import build_replay
 
 
 @settings(max_examples=200, deadline=None)

@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines.engines import spark as spark_engine
-from streamjoin.pipelines.engines.spark import emitted_partials, extend_probers, lean_partial_columns
+from streamjoin.pipelines.engines.spark import engine as spark_engine
+from streamjoin.pipelines.engines.spark.engine import emitted_partials, extend_probers, lean_partial_columns
 from streamjoin.pipelines.policies import SORTING, SYMMETRIC
 
 

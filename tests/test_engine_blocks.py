@@ -20,9 +20,12 @@ from hypothesis import strategies as st
 from local_adapter import local_engine
 from test_engine_vs_reference import _assert_same, problems
 
-from streamjoin.pipelines import emit, job, metrics, sorting
+from streamjoin.pipelines.replay import emit
+from streamjoin.pipelines.jobs import run as job
+from streamjoin.pipelines.analysis import metrics
+from streamjoin.pipelines.base import sorting
 from streamjoin.pipelines.engines.local import join
-from streamjoin.pipelines.reference import replay
+from streamjoin.pipelines.replay.reference import replay
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from local_adapter import local_engine, local_engine_bucketed
 
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.reference import RefTuple, brute_force_truth, replay
+from streamjoin.pipelines.replay.reference import RefTuple, brute_force_truth, replay
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -104,7 +104,7 @@ def test_periods_match_a_direct_count(problem, period):
     exactly the periods that hold a result are listed (sparse), aligned to the first arrival."""
     import numpy as np
 
-    from streamjoin.pipelines.metrics import period_counts, periods
+    from streamjoin.pipelines.analysis.metrics import period_counts, periods
 
     streams, windows, policy = problem
     ref = replay(streams, windows, policy)
@@ -140,7 +140,7 @@ def test_enumeration_never_repeats_a_combination(problem):
     """Sets hide repeats: count them (SPEC §5 requires duplicates == 0)."""
     import numpy as np
 
-    from streamjoin.pipelines.candidates import enumerate_truth
+    from streamjoin.pipelines.replay.candidates import enumerate_truth
     from local_adapter import _key_frames
 
     streams, windows, _ = problem

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streamjoin.pipelines.errors import InputError
-from streamjoin.pipelines.generate import KINDS, generate, window_pair_count
+from streamjoin.pipelines.base.errors import InputError
+from streamjoin.pipelines.tools.generate import KINDS, generate, window_pair_count
 
 
 @pytest.fixture(scope="module")

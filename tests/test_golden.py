@@ -15,7 +15,7 @@ import pytest
 from engine_adapters import ENGINES
 
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.reference import RefTuple
+from streamjoin.pipelines.replay.reference import RefTuple
 
 
 def make_streams(*streams: list[tuple]) -> list[list[RefTuple]]:

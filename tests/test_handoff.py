@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from streamjoin.pipelines.engines.handoff import Handoff, same_host
-from streamjoin.pipelines.errors import InputError
+from streamjoin.pipelines.engines.spark.handoff import Handoff, same_host
+from streamjoin.pipelines.base.errors import InputError
 
 
 def _record():
@@ -118,7 +118,7 @@ def test_files_mode_rejects_a_file_that_is_not_a_record(tmp_path):
     try:
         bad = tmp_path / "x"
         bad.write_bytes(pickle.dumps({"a": 1}))
-        from streamjoin.pipelines.engines.handoff import _File
+        from streamjoin.pipelines.engines.spark.handoff import _File
 
         with pytest.raises(ValueError, match="not a hand-off record"):
             h.get(_File(str(bad)))

@@ -148,9 +148,9 @@ def test_html_opens_in_headless_chromium(soccer_run, tmp_path, page):
 def test_large_runs_estimate_the_tuning_curve_from_a_sample(monkeypatch):
     """Above TUNING_SAMPLE results the run's curve is a 1-in-k sample, said so, and close to exact."""
 
-    from streamjoin.pipelines.config import Flags, resolve
+    from streamjoin.pipelines.config.settings import Flags, resolve
     from streamjoin.pipelines.engines.local import join
-    from streamjoin.pipelines.load import load_all
+    from streamjoin.pipelines.io.load import load_all
     from streamjoin.pipelines.report import html as H
 
     cfg = resolve(ROOT / "samples/soccer/soccer.toml", Flags(policy="kslack", k=["5ms"], recall=0.97, out="unused"))

@@ -21,7 +21,7 @@ import pytest
 from test_cli import run_cli
 
 from streamjoin.pipelines.report.json import validate
-from streamjoin.pipelines.timeunits import GRID_STEPS_US, HUMAN_STEPS_US
+from streamjoin.pipelines.base.timeunits import GRID_STEPS_US, HUMAN_STEPS_US
 
 #: 2025-01-01 00:00 UTC in seconds
 YEAR_START_S = 1_735_689_600

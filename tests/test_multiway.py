@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from local_adapter import _key_frames, local_engine
 
-from streamjoin.pipelines.candidates import Space, enumerate_truth
-from streamjoin.pipelines.plan import probe_order
+from streamjoin.pipelines.replay.candidates import Space, enumerate_truth
+from streamjoin.pipelines.replay.probe_order import probe_order
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.predicates import parse_distance
-from streamjoin.pipelines.reference import RefTuple, brute_force_truth, replay
-from streamjoin.pipelines.errors import InputError
+from streamjoin.pipelines.replay.predicates import parse_distance
+from streamjoin.pipelines.replay.reference import RefTuple, brute_force_truth, replay
+from streamjoin.pipelines.base.errors import InputError
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

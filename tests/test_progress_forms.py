@@ -18,10 +18,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines import progress
+from streamjoin.pipelines.replay import progress
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.progress import Decisions, _horizons, build_replay, decide, expiry, memory_per_stream
-from streamjoin.pipelines.timeunits import NEG_INF
+from streamjoin.pipelines.replay.progress import Decisions, _horizons, build_replay, decide, expiry, memory_per_stream
+from streamjoin.pipelines.base.timeunits import NEG_INF
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -123,7 +123,7 @@ def test_static_implicit_horizons_equal_explicit(data):
 
 def test_allocator_settings_in_a_fresh_process():
     code = (
-        "from streamjoin.pipelines.allocator import reuse_freed_memory\n"
+        "from streamjoin.pipelines.base.allocator import reuse_freed_memory\n"
         "ok = reuse_freed_memory()\n"
         "import pyarrow as pa\n"
         "print(ok, pa.default_memory_pool().backend_name)\n"
@@ -144,7 +144,7 @@ def test_one_malloc_arena_for_the_whole_process():
     code = (
         "import ctypes, ctypes.util\n"
         "from concurrent.futures import ThreadPoolExecutor\n"
-        "from streamjoin.pipelines.allocator import reuse_freed_memory\n"
+        "from streamjoin.pipelines.base.allocator import reuse_freed_memory\n"
         "assert reuse_freed_memory()\n"
         "import numpy as np, polars, pyarrow\n"
         "with ThreadPoolExecutor(2) as pool:\n"
@@ -161,7 +161,7 @@ def test_heap_grows_in_large_steps():
     # (glibc's default pad, 128 kB, leaves the heap near 50 MB here)
     code = (
         "import ctypes, ctypes.util\n"
-        "from streamjoin.pipelines.allocator import HEAP_GROWTH, reuse_freed_memory\n"
+        "from streamjoin.pipelines.base.allocator import HEAP_GROWTH, reuse_freed_memory\n"
         "assert reuse_freed_memory()\n"
         "class Info(ctypes.Structure):\n"
         "    _fields_ = [(f, ctypes.c_size_t) for f in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd',\n"

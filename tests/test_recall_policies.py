@@ -23,16 +23,16 @@ from hypothesis import strategies as st
 from local_adapter import _key_frames, local_engine
 from test_engine_vs_reference import _assert_same, problems
 
-from streamjoin.pipelines import metrics
-from streamjoin.pipelines.config import Flags, resolve
-from streamjoin.pipelines.candidates import key_ids
+from streamjoin.pipelines.analysis import metrics
+from streamjoin.pipelines.config.settings import Flags, resolve
+from streamjoin.pipelines.replay.candidates import key_ids
 from streamjoin.pipelines.engines.local import join
-from streamjoin.pipelines.errors import InputError
-from streamjoin.pipelines.load import load_all
+from streamjoin.pipelines.base.errors import InputError
+from streamjoin.pipelines.io.load import load_all
 from streamjoin.pipelines.policies import PolicySpec, RecallTarget, Triggers
 from streamjoin.pipelines.policies.controller import QJoinController, schedule
-from streamjoin.pipelines.progress import build_replay
-from streamjoin.pipelines.reference import RefTuple, replay
+from streamjoin.pipelines.replay.progress import build_replay
+from streamjoin.pipelines.replay.reference import RefTuple, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

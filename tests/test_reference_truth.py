@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.reference import RefTuple, brute_force_truth, replay, replay_order
+from streamjoin.pipelines.replay.reference import RefTuple, brute_force_truth, replay, replay_order
 
 SETTINGS = settings(max_examples=300, deadline=None)
 

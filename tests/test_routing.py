@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from local_adapter import _key_frames, local_engine
 
-from streamjoin.pipelines import sparkprogress as sp
-from streamjoin.pipelines.engines import spark as spark_engine
-from streamjoin.pipelines.engines.spark import RouteSettings, spark_join
+from streamjoin.pipelines.replay import partitioned_progress as sp
+from streamjoin.pipelines.engines.spark import engine as spark_engine
+from streamjoin.pipelines.engines.spark.engine import RouteSettings, spark_join
 from streamjoin.pipelines.policies import POLICY_NAMES, PolicySpec
 from streamjoin.pipelines.policies.controller import RecallTarget
-from streamjoin.pipelines.reference import RefTuple
+from streamjoin.pipelines.replay.reference import RefTuple
 from streamjoin.pipelines.route import greedy_set_cover, histogram, theorem_b
 from streamjoin.pipelines.route import atr, ctr
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines import sorting
-from streamjoin.pipelines.candidates import enumerate_truth
-from streamjoin.pipelines.sorting import stable_order
+from streamjoin.pipelines.base import sorting
+from streamjoin.pipelines.replay.candidates import enumerate_truth
+from streamjoin.pipelines.base.sorting import stable_order
 
 SETTINGS = settings(max_examples=300, deadline=None)
 I64_MIN, I64_MAX = -2**63, 2**63 - 1
@@ -262,7 +262,7 @@ def test_emission_order_is_the_lexicographic_results_order(data):
     backfill day) equals ``np.lexsort`` on (emission time, last member's
     arrival, member rows): ties in the first keys are common, member row
     tuples are unique, rows may be int32 or int64."""
-    from streamjoin.pipelines.emit import emission_order
+    from streamjoin.pipelines.replay.emit import emission_order
 
     streams = data.draw(st.integers(2, 3))
     n = data.draw(st.integers(0, 120))

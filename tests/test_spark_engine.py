@@ -21,9 +21,9 @@ import polars as pl
 import pytest
 from local_adapter import _key_frames, local_engine
 
-from streamjoin.pipelines.engines.spark import RouteSettings, spark_join, spark_session
+from streamjoin.pipelines.engines.spark.engine import RouteSettings, spark_join, spark_session
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.reference import RefTuple
+from streamjoin.pipelines.replay.reference import RefTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamjoin.pipelines.errors import InputError
+from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.policies.triggers import Triggers, fired, probe_ticks
 
 PROBE = 100
@@ -86,7 +86,7 @@ def test_probe_ticks_one_per_gap():
 def test_toml_table_and_flags(tmp_path):
     from pathlib import Path
 
-    from streamjoin.pipelines.config import Flags, resolve
+    from streamjoin.pipelines.config.settings import Flags, resolve
 
     root = Path(__file__).resolve().parents[1] / "samples" / "soccer"
     toml = tmp_path / "job.toml"

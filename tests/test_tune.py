@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli import run_cli
 
-from streamjoin.pipelines import tune as T
-from streamjoin.pipelines.emit import emission
+from streamjoin.pipelines.analysis import tuning as T
+from streamjoin.pipelines.replay.emit import emission
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.progress import decide, memory_per_stream
+from streamjoin.pipelines.replay.progress import decide, memory_per_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -205,7 +205,7 @@ def test_needed_count_matches_float_recall():
 
 
 def test_toml_duration_round_trips():
-    from streamjoin.pipelines.timeunits import parse_duration
+    from streamjoin.pipelines.base.timeunits import parse_duration
 
     for us in (0, 1, 999, 1000, 10_000, 1_500_000, 2_000_000, 123_456_789):
         assert parse_duration(T.toml_duration(us)) == us
@@ -258,8 +258,8 @@ def test_soccer_recommendation_replayed_with_run(tmp_path, policy):
 
 def test_sensors_static_recommendation_replayed_with_the_engine():
     """Sensors in-process (loaded once): the engine's decisions and memory, as `run` computes them."""
-    from streamjoin.pipelines.config import Flags, resolve
-    from streamjoin.pipelines.load import load_all
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.io.load import load_all
 
     q, g = 0.95, 10_000
     cfg = resolve(ROOT / "samples/sensors/sensors.toml", Flags(policy="none", out=str(ROOT / "out" / "unused")))

@@ -63,15 +63,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..candidates import Combos, Space, enumerate_truth, index_dtype
-from ..chunks import Batch, Chunk, Survey, filter_rows, take_rows
-from ..config import RunConfig, with_period
-from ..load import LoadedStream
-from ..plan import Plan, probe_order
+from ..replay.candidates import Combos, Space, enumerate_truth, index_dtype
+from ..io.chunks import Batch, Chunk, Survey, filter_rows, take_rows
+from ..config.settings import RunConfig, with_period
+from ..io.load import LoadedStream
+from ..replay.probe_order import Plan, probe_order
 from ..policies import SORTING, retention_matrix, slack_matrix
-from ..progress import minus, running_max, stream_running_max
-from ..tally import Tally
-from ..timeunits import NEG_INF
+from ..replay.progress import minus, running_max, stream_running_max
+from ..base.tally import Tally
+from ..base.timeunits import NEG_INF
 
 ResultSink = Callable[[pl.DataFrame], None]
 BIG = np.iinfo(np.int64).max
@@ -419,7 +419,7 @@ class BoundedReplay:
         return combos
 
     def _where(self, windows: list[Slab]):
-        from ..job import where_of
+        from ..jobs.run import where_of
 
         streams = [LoadedStream(config=s.config, ts=w.ts, arrival=w.arrival, keys=w.keys, payload=w.payload,
                                 quarantine=pl.DataFrame(), files=[], row_bytes=0.0, vectors=w.vectors)
@@ -514,7 +514,7 @@ class BoundedReplay:
         """Truth and emitted per period of the last member's arrival (as ``metrics.periods``):
         counts per arrival index of the chunk, summed over each occupied period's index range,
         kept only for periods with truth (sparse: no array of ``span / P`` entries)."""
-        from ..metrics import occupied_periods
+        from ..analysis.metrics import occupied_periods
 
         P, C = self.cfg.period_us, len(arr)
         ids, ends = occupied_periods(arr, self.first_arrival, P)
@@ -540,7 +540,7 @@ class BoundedReplay:
             acc.period_ids = both
 
     def _duplicates(self, rows: list[np.ndarray], sizes: list[int]) -> int:
-        from ..job import count_duplicates
+        from ..jobs.run import count_duplicates
 
         return count_duplicates(rows, sizes)
 
@@ -567,7 +567,7 @@ class BoundedReplay:
 
     def empty_frame(self) -> pl.DataFrame:
         """The results schema with no rows (for a run without results)."""
-        from ..chunks import _empty_stream
+        from ..io.chunks import _empty_stream
 
         empties = []
         for s in self.survey.streams:

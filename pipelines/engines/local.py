@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..candidates import Combos, Space, enumerate_truth, key_ids
-from ..emit import Emission, emission, last_arrivals
-from ..plan import Plan, probe_order, smaller_first, two_stream_plan
+from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
+from ..replay.emit import Emission, emission, last_arrivals
+from ..replay.probe_order import Plan, probe_order, smaller_first, two_stream_plan
 from ..policies import SORTING, PolicySpec
-from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
+from ..replay.progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .controller import RecallTarget
 from .triggers import Triggers
 

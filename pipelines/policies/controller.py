@@ -127,9 +127,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..sorting import gather_ranges
-from ..timeunits import NEG_INF, default_granularity, default_period
+from ..base.errors import InputError
+from ..base.sorting import gather_ranges
+from ..base.timeunits import NEG_INF, default_granularity, default_period
 from .triggers import Triggers, fired, probe_ticks
 
 #: candidate settings per stream and decision (quantiles of the observed breakpoints)
@@ -924,7 +924,7 @@ def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
     """
     import pyarrow as pa
 
-    from ..load import _to_micros
+    from ..io.load import _to_micros
 
     out = []
     for s in streams:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 RATE_HISTORIES = ("recent", "run")
 

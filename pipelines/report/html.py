@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..timeunits import format_duration
-from ..tune import fmt_recall
+from ..base.errors import InputError
+from ..base.timeunits import format_duration
+from ..analysis.tuning import fmt_recall
 
 #: memory series points kept in report.json (per-arrival memory is downsampled)
 MAX_SERIES_POINTS = 2_000
@@ -82,7 +82,7 @@ def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict
 def extras(cfg, outcome) -> dict[str, Any]:
     """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
     from ..policies import SYMMETRIC
-    from ..tune import curve_only
+    from ..analysis.tuning import curve_only
 
     em = outcome.emission
     policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"

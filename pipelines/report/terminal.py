@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..timeunits import format_duration
+from ..base.timeunits import format_duration
 
 
 def _fmt_rate(v):
@@ -60,7 +60,7 @@ def _period_line(report: dict[str, Any]) -> str:
 
 def worst_period_rows(report: dict[str, Any]) -> tuple[list[list[str]], int]:
     """The worst periods (at most ``MAX_PERIOD_ROWS``) as table rows, and how many are not shown."""
-    from ..tune import fmt_recall
+    from ..analysis.tuning import fmt_recall
     from .html import worst_periods
 
     periods = report.get("periods") or []

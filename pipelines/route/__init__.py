@@ -71,7 +71,7 @@ class Loads:
 
 
 def parse_weights(text: str | Sequence[float] | None) -> tuple[float, float, float]:
-    from ..errors import InputError
+    from ..base.errors import InputError
 
     if text is None:
         return (1.0, 1.0, 1.0)
