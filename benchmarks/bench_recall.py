@@ -44,7 +44,7 @@ from streamjoin.pipelines.config.settings import Flags, resolve  # noqa: E402
 from streamjoin.pipelines.engines.local import join  # noqa: E402
 from streamjoin.pipelines.io.load import load_all  # noqa: E402
 from streamjoin.pipelines.policies import PolicySpec, RecallTarget  # noqa: E402
-from streamjoin.pipelines.policies.controller import bad_arrivals_of  # noqa: E402
+from streamjoin.pipelines.io.load import bad_arrivals_of  # noqa: E402
 from streamjoin.pipelines.base.timeunits import default_period, format_duration  # noqa: E402
 from streamjoin.pipelines.analysis.tuning import exact_quantile, member_indexes, required_kslack, required_static_common  # noqa: E402
 

@@ -284,7 +284,8 @@ def tune_buffer(
     """
     from streamjoin.pipelines.config.settings import Flags, check_recall, resolve
     from streamjoin.pipelines.base.errors import InputError
-    from streamjoin.pipelines.analysis.tuning import render_tune_rich, run_tune, tune_lines
+    from streamjoin.pipelines.jobs.tune import run_tune
+    from streamjoin.pipelines.report.terminal import render_tune_rich, tune_lines
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:

@@ -250,7 +250,7 @@ def test_pieces_keep_row_numbers_with_hive_partitions(tmp_path):
 def test_tally_percentiles_and_histogram_equal_those_of_the_whole_column(parts):
     """Value counts merged chunk by chunk give the whole column's nearest-rank percentiles and histogram."""
     from streamjoin.pipelines.analysis.metrics import distribution
-    from streamjoin.pipelines.report.html import latency_histogram
+    from streamjoin.pipelines.report.build import latency_histogram
     from streamjoin.pipelines.base.tally import Tally
 
     tally = Tally()

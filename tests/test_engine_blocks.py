@@ -21,7 +21,7 @@ from local_adapter import local_engine
 from test_engine_vs_reference import _assert_same, problems
 
 from streamjoin.pipelines.replay import emit
-from streamjoin.pipelines.jobs import run as job
+from streamjoin.pipelines.replay import duplicates
 from streamjoin.pipelines.analysis import metrics
 from streamjoin.pipelines.base import sorting
 from streamjoin.pipelines.engines.local import join
@@ -107,8 +107,8 @@ def test_duplicate_count_equals_hashing(problem):
     rows, sizes, mask = problem
     picked = [r[mask] for r in rows] if mask is not None else rows
     want = len(set(zip(*[r.tolist() for r in picked]))) if len(picked[0]) else 0
-    assert job.count_duplicates(rows, sizes, mask) == len(picked[0]) - want
-    assert job.count_duplicates(picked, sizes) == len(picked[0]) - want
+    assert duplicates.count_duplicates(rows, sizes, mask) == len(picked[0]) - want
+    assert duplicates.count_duplicates(picked, sizes) == len(picked[0]) - want
 
 
 def test_member_indexes_gather_on_first_read():

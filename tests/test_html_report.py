@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from test_cli import run_cli
 
-from streamjoin.pipelines.report.html import MAX_SERIES_POINTS, what_to_do
+from streamjoin.pipelines.report.build import MAX_SERIES_POINTS
+from streamjoin.pipelines.report.html import what_to_do
 from streamjoin.pipelines.report.json import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,7 +152,7 @@ def test_large_runs_estimate_the_tuning_curve_from_a_sample(monkeypatch):
     from streamjoin.pipelines.config.settings import Flags, resolve
     from streamjoin.pipelines.engines.local import join
     from streamjoin.pipelines.io.load import load_all
-    from streamjoin.pipelines.report import html as H
+    from streamjoin.pipelines.report import build as H
 
     cfg = resolve(ROOT / "samples/soccer/soccer.toml", Flags(policy="kslack", k=["5ms"], recall=0.97, out="unused"))
     streams = load_all(list(cfg.streams))

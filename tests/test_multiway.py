@@ -18,7 +18,7 @@ from local_adapter import _key_frames, local_engine
 from streamjoin.pipelines.replay.candidates import Space, enumerate_truth
 from streamjoin.pipelines.replay.probe_order import probe_order
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.replay.predicates import parse_distance
+from streamjoin.pipelines.config.options import parse_distance
 from streamjoin.pipelines.replay.reference import RefTuple, brute_force_truth, replay
 from streamjoin.pipelines.base.errors import InputError
 

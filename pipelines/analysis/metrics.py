@@ -178,3 +178,11 @@ def memory_summary(memory: np.ndarray, row_bytes: Sequence[float]) -> tuple[dict
         for i in range(1, memory.shape[0]):
             out += memory[i, c0:c0 + BLOCK] * weights[i]
     return tuples, {"peak": int(round(float(nbytes.max()))), "mean": float(nbytes.mean())}
+
+
+def fmt_recall(r: float | None, digits: int = 4) -> str:
+    """Recall truncated (never rounded up): 0.94997 shows as 0.9499, not 0.9500."""
+    if r is None:
+        return "-"
+    scale = 10 ** digits
+    return f"{math.floor(r * scale + 1e-9) / scale:.{digits}f}"

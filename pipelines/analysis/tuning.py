@@ -87,7 +87,7 @@ import numpy as np
 
 from ..replay.candidates import Combos
 from ..replay.emit import emission
-from .metrics import latency_summary, memory_summary
+from .metrics import fmt_recall, latency_summary, memory_summary
 from ..policies import SYMMETRIC, PolicySpec
 from ..replay.progress import Replay, decide, memory_per_stream
 from ..base.timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration
@@ -411,14 +411,6 @@ def per_stream_static(replay: Replay, windows: Sequence[int], req: np.ndarray, g
 # ---------------------------------------------------------------------------
 
 
-def fmt_recall(r: float | None, digits: int = 4) -> str:
-    """Recall truncated (never rounded up): 0.94997 shows as 0.9499, not 0.9500."""
-    if r is None:
-        return "-"
-    scale = 10 ** digits
-    return f"{math.floor(r * scale + 1e-9) / scale:.{digits}f}"
-
-
 def toml_duration(us: int) -> str:
     """A duration string that ``parse_duration`` reads back to exactly ``us``."""
     us = int(us)
@@ -654,137 +646,3 @@ def summary_text(t: dict[str, Any]) -> list[str]:
         lines.append(f"recall >= {q} in every {period} period with results: {name} {format_duration(e['setting_us'])} "
                      f"({e['periods_meeting_target_at_recommendation']}/{e['periods_with_truth']} periods meet it at the overall recommendation)")
     return lines
-
-
-# ---------------------------------------------------------------------------
-# the command
-# ---------------------------------------------------------------------------
-
-
-def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None, per_period: bool,
-             command: str = "tune-buffer") -> dict[str, Any]:
-    """``streamjoin tune-buffer``: load, replay once, tune, publish ``tune.json`` + ``tune.html``.
-
-    ``cfg`` is a resolved :class:`~streamjoin.pipelines.config.RunConfig`
-    (its policy is ignored).  Bad options raise ``InputError`` before any
-    work is done.
-    """
-    import json
-    import time
-
-    from ..config.settings import check_recall
-    from ..engines.local import join
-    from ..base.errors import InputError
-    from ..jobs.run import arrival_span, resolve_period, space_of, tool_version, where_of
-    from .metrics import period_counts
-    from ..io.load import load_all
-    from ..io.output import AtomicOutput
-    from ..report import html as report_html
-    from ..report.json import _clean
-    from ..base.timeunits import parse_duration
-
-    if policy not in TUNE_POLICIES:
-        raise InputError(f"--policy {policy}: tune-buffer tunes one of {', '.join(TUNE_POLICIES)}")
-    q = check_recall(q)
-    if q is None:
-        raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
-    g = parse_duration(granularity, what="granularity") if granularity is not None else None  # None: from the data
-    if g is not None and g <= 0:
-        raise InputError("--granularity must be > 0")
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    streams = load_all(list(cfg.streams))
-    where_fn = where_of(cfg, streams)
-    cfg = resolve_period(cfg, streams)  # --period, or chosen from the replay span
-    timings["load"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # the same truth as `run` (keys, distance, --where); the policy is decided per setting below
-    outcome = join([s.ts for s in streams], [s.arrival for s in streams],
-                   [s.keys if s.keys.width else None for s in streams], cfg.windows, PolicySpec("none"),
-                   space=space_of(cfg, streams), where=where_fn)
-    timings["join"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    result = tune(outcome.replay, outcome.combos, cfg.windows, [s.name for s in streams], policy=policy, q=q, g=g,
-                  period_us=cfg.period_us, per_period=per_period, row_bytes=[s.row_bytes for s in streams])
-    timings["tune"] = time.perf_counter() - t0
-    result["period_source"] = cfg.period_source
-    if per_period:
-        result.update(period_counts(*arrival_span(streams), cfg.period_us, len(result["periods"])))
-    config = cfg.to_dict()
-    config["policy"] = {"name": policy}
-    head = {"schema_version": 1, "kind": "tune-buffer", "tool_version": tool_version(), "command": command,
-            "config": config}
-    result = {**head, **result}
-    with AtomicOutput(cfg.out) as staging:
-        t0 = time.perf_counter()
-        (staging / "tune.html").write_text(report_html.render_tune(result), encoding="utf-8")
-        timings["html"] = time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - started
-        result["timings_s"] = timings
-        result["outputs"] = {"tune": str(cfg.out / "tune.json"), "html": str(cfg.out / "tune.html")}
-        # tune.json last: its presence means the rest is complete
-        (staging / "tune.json").write_text(json.dumps(_clean(result), indent=2) + "\n")
-    return result
-
-
-def _worst_periods(periods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    from ..report.html import worst_periods
-
-    return worst_periods(periods, "recall_at_recommendation")
-
-
-def tune_lines(t: dict[str, Any]) -> list[str]:
-    """Plain-text output (cron, pipes): summary, candidates, snippet, frameworks."""
-    label = "retention" if t["policy"] == "static" else "K"
-    lines = list(t["summary"])
-    lines.append(f"{label:>10} {'recall':>8} {'mem peak':>9} {'mem mean':>10} {'lat mean':>9} {'lat p95':>9}")
-    for c in t["candidates"]:
-        lines.append(f"{format_duration(c['setting_us']):>10} {fmt_recall(c['recall']):>8} {c['memory_tuples']['peak']:>9,} "
-                     f"{c['memory_tuples']['mean']:>10,.1f} {format_duration(c['latency_us']['mean']):>9} "
-                     f"{format_duration(c['latency_us']['p95']):>9}")
-    if t.get("periods"):
-        shown, hidden = _worst_periods(t["periods"])
-        which = "per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)"
-        lines.append(f"{which} (start, truth, exact, on grid, recall at recommendation):")
-        start = t["periods"][0]["start_us"]
-        for p in shown:
-            lines.append(f"  +{format_duration(p['start_us'] - start)} {p['truth']:,} {format_duration(p['exact_us'])} "
-                         f"{format_duration(p['setting_us'])} {fmt_recall(p['recall_at_recommendation'])}")
-    lines.append("config snippet:")
-    lines += ["  " + x for x in t["toml"].rstrip("\n").split("\n")]
-    lines += t["frameworks"]
-    lines.append(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
-    return lines
-
-
-def render_tune_rich(t: dict[str, Any], console) -> None:
-    from rich.panel import Panel
-    from rich.table import Table
-
-    label = "retention" if t["policy"] == "static" else "K"
-    rec = t["recommendation"]
-    console.print(Panel("\n".join(t["summary"]), title=f"tune-buffer: {t['policy']}, recall >= {t['recall_target']:g}"))
-    table = Table(title="replayed settings")
-    for col in (label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"):
-        table.add_column(col, justify="right")
-    for c in t["candidates"]:
-        style = "bold green" if c["setting_us"] == rec["setting_us"] else None
-        table.add_row(format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
-                      f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
-                      format_duration(c["latency_us"]["p95"]), style=style)
-    console.print(table)
-    if t.get("periods"):
-        shown, hidden = _worst_periods(t["periods"])
-        pt = Table(title="per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)")
-        for col in ("start", "truth", f"exact {label}", "on grid", "recall at recommendation"):
-            pt.add_column(col, justify="right")
-        start = t["periods"][0]["start_us"]
-        for p in shown:
-            pt.add_row("+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", format_duration(p["exact_us"]),
-                       format_duration(p["setting_us"]), f"{fmt_recall(p['recall_at_recommendation'])}")
-        console.print(pt)
-    console.print(Panel(t["toml"].rstrip("\n"), title="paste into your config"))
-    for x in t["frameworks"]:
-        console.print(x)
-    console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")

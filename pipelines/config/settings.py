@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError
-from ..io.output import check_target
 from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
-from ..replay.predicates import DistanceSpec, parse_distance
+from .options import HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, parse_distance, parse_weights
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -160,7 +159,7 @@ def _split_override(value: str, names: list[str], option: str) -> tuple[str | No
     return None, value
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise InputError(f"{path}: config file not found")
     try:
@@ -243,7 +242,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     ``check_out=False``: the caller checks ``out`` itself (a partitioned
     output root, pipelines/publish.py).
     """
-    doc: dict[str, Any] = _read_toml(config_path) if config_path else {}
+    doc: dict[str, Any] = read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
     _check_keys(doc, TOML_TABLES, f"{config_path}")
     run = doc.get("run", {})
@@ -418,8 +417,6 @@ def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> Run
 
 def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
     """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``, ``--adapt-segment``."""
-    from ..route import parse_weights
-
     out: dict[str, Any] = {}
     master = flags.master or run.get("master")
     if master is not None:
@@ -436,10 +433,9 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
             raise InputError(f"--spark-conf {raw}: expected KEY=VALUE")
         conf.append((key, value))
     out["spark_conf"] = tuple((str(k), str(v)) for k, v in conf)
-    from ..engines.spark.handoff import CONF_KEY as HANDOFF_KEY, MODES as HANDOFF_MODES
 
     for key, value in out["spark_conf"]:
-        if key == HANDOFF_KEY and value not in HANDOFF_MODES:
+        if key == HANDOFF_CONF_KEY and value not in HANDOFF_MODES:
             raise InputError(f"--spark-conf {key}={value}: expected {', '.join(HANDOFF_MODES[:-1])} or "
                              f"{HANDOFF_MODES[-1]}")
     seg = flags.segment or run.get("segment")

@@ -419,7 +419,7 @@ class BoundedReplay:
         return combos
 
     def _where(self, windows: list[Slab]):
-        from ..jobs.run import where_of
+        from ..replay.predicates import where_of
 
         streams = [LoadedStream(config=s.config, ts=w.ts, arrival=w.arrival, keys=w.keys, payload=w.payload,
                                 quarantine=pl.DataFrame(), files=[], row_bytes=0.0, vectors=w.vectors)
@@ -540,7 +540,7 @@ class BoundedReplay:
             acc.period_ids = both
 
     def _duplicates(self, rows: list[np.ndarray], sizes: list[int]) -> int:
-        from ..jobs.run import count_duplicates
+        from ..replay.duplicates import count_duplicates
 
         return count_duplicates(rows, sizes)
 
@@ -567,11 +567,11 @@ class BoundedReplay:
 
     def empty_frame(self) -> pl.DataFrame:
         """The results schema with no rows (for a run without results)."""
-        from ..io.chunks import _empty_stream
+        from ..io.chunks import empty_stream
 
         empties = []
         for s in self.survey.streams:
-            e = _empty_stream(s)
+            e = empty_stream(s)
             empties.append(Slab(np.empty(0, np.int64), e.ts, e.arrival, np.empty(0, np.int64), e.keys, e.payload,
                                 e.vectors, np.empty(0, bool), np.empty(0, np.int64)))
         frame = self._frame(empties, [np.empty(0, np.int64) for _ in empties])

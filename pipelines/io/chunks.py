@@ -42,7 +42,7 @@ import pyarrow.dataset as ds
 
 from ..config.settings import StreamConfig
 from ..base.errors import InputError
-from .load import LoadedStream, Normalised, _unreadable, common_key_dtypes, normalise, open_dataset
+from .load import LoadedStream, Normalised, unreadable_error, common_key_dtypes, normalise, open_dataset
 
 #: rows per summary block of the survey (a block's min ts bounds its rows)
 BLOCK_ROWS = 1024
@@ -112,7 +112,7 @@ def _read(piece: Piece, schema: pa.Schema, cfg: StreamConfig, columns: list[str]
     try:
         return piece.fragment.to_table(schema=schema, columns=columns)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise _unreadable(cfg.path, cfg.name, exc) from None
+        raise unreadable_error(cfg.path, cfg.name, exc) from None
 
 
 def _survey_columns(cfg: StreamConfig, schema: pa.Schema) -> list[str]:
@@ -162,7 +162,7 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int) -> Survey:
             ts_min = lo_ts if ts_min is None else min(ts_min, lo_ts)
             ts_max = hi_ts if ts_max is None else max(ts_max, hi_ts)
         streams.append(StreamSurvey(cfg, pieces, rows, quarantined, ts_min, ts_max, schema, columns, row_bytes))
-    key_dtypes = common_key_dtypes([_empty_stream(s) for s in streams])
+    key_dtypes = common_key_dtypes([empty_stream(s) for s in streams])
     sample = np.sort(np.concatenate(samples)) if samples else np.empty(0, np.int64)
     step = max(1, chunk_rows // stride)
     inner = np.unique(sample[step::step])  # boundaries at arrival times: ties never split
@@ -186,7 +186,7 @@ def _future_min_ts(bounds: np.ndarray, block_hi: np.ndarray, block_ts: np.ndarra
     return np.where(first < len(hi), suffix[np.minimum(first, len(hi) - 1)], big).astype(np.int64)
 
 
-def _empty_stream(s: StreamSurvey) -> LoadedStream:
+def empty_stream(s: StreamSurvey) -> LoadedStream:
     part = normalise(s.schema.empty_table(), s.config)
     return LoadedStream(config=s.config, ts=part.ts, arrival=part.arrival, keys=part.keys, payload=part.payload,
                         quarantine=part.quarantine, files=[], row_bytes=0.0, vectors=part.vectors)
@@ -284,7 +284,7 @@ def _take(opened: list[_Open], lo: int, hi: int, s: StreamSurvey) -> Batch:
         if o.part.vectors is not None:
             vec.append(o.part.vectors[mask])
     if not rows:
-        empty = _empty_stream(s)
+        empty = empty_stream(s)
         return Batch(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), empty.keys,
                      empty.payload, empty.vectors)
     return Batch(

@@ -86,11 +86,11 @@ def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
             dataset = ds.dataset([str(f) for f in files], format="parquet",
                                  partitioning="hive", partition_base_dir=base)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise _unreadable(path, stream, exc) from None
+        raise unreadable_error(path, stream, exc) from None
     return dataset, files
 
 
-def _unreadable(path: str, stream: str, exc: Exception) -> InputError:
+def unreadable_error(path: str, stream: str, exc: Exception) -> InputError:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return InputError(f"{path}: not a readable Parquet dataset (stream {stream!r}): {first}")
 
@@ -100,11 +100,11 @@ def read_table(path: str, stream: str) -> tuple[pa.Table, list[Path]]:
     try:
         table = dataset.to_table()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise _unreadable(path, stream, exc) from None
+        raise unreadable_error(path, stream, exc) from None
     return table, files
 
 
-def _to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pa.ChunkedArray:
+def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pa.ChunkedArray:
     """Timestamp (any unit) or integer-with-unit column -> int64 microseconds."""
     t = col.type
     if pa.types.is_timestamp(t):
@@ -155,8 +155,8 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     for c in wanted:
         if c not in names:
             raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
-    ts = _to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
-    arrival = _to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
+    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
+    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
     original = pl.from_arrow(table)
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()
@@ -243,3 +243,39 @@ def load_all(configs: list[StreamConfig]) -> list[LoadedStream]:
         if dtypes:
             s.keys = s.keys.with_columns([pl.col(f"__key{i}").cast(dt) for i, dt in enumerate(dtypes)])
     return streams
+
+
+# ---------------------------------------------------------------------------
+# quarantined rows' arrival times (the recall-target controllers' bad-rows trigger)
+# ---------------------------------------------------------------------------
+
+
+def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
+    """Per loaded stream, arrival times (us) of its quarantined rows that have one
+    (only those quarantined for ``reason``, when given: the ``bad_rows_reason`` trigger).
+
+    An online operator sees a bad row when it arrives; rows whose arrival
+    itself is missing or unreadable carry no time and are left out.
+    """
+    out = []
+    for s in streams:
+        q = s.quarantine
+        if reason is not None and q.height and "reason" in q.columns:
+            q = q.filter(q["reason"] == reason)
+        column = s.config.arrival or s.config.ts
+        if q.height == 0 or column not in q.columns:
+            out.append(np.empty(0, np.int64))
+            continue
+        try:
+            values = to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path)
+            arr = pl_to_numpy(values)
+        except Exception:  # noqa: BLE001 - a column that cannot be read gives no times
+            out.append(np.empty(0, np.int64))
+            continue
+        out.append(np.sort(arr[~np.isnan(arr)].astype(np.int64)) if arr.dtype.kind == "f" else np.sort(arr))
+    return out
+
+
+def pl_to_numpy(values) -> np.ndarray:
+    series = pl.Series(values) if not isinstance(values, pl.Series) else values
+    return series.cast(pl.Int64).drop_nulls().to_numpy()

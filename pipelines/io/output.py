@@ -20,26 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..base.errors import InputError
+from ..config.options import check_target
 
-#: a file every streamjoin output directory holds; its presence makes an
-#: existing directory safe to replace
-MARKER = "report.json"
-#: every file whose presence marks a streamjoin output (``tune.json``: tune-buffer)
-MARKERS = (MARKER, "tune.json")
-
-
-def check_target(out: Path) -> None:
-    """Refuse an ``--out`` that must not be replaced (see :class:`AtomicOutput`).
-
-    Called when the configuration is resolved, so a bad ``--out`` fails before
-    any work is done, and again just before staging.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: output path exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in MARKERS):
-        raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
 
 
 @contextmanager

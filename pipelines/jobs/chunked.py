@@ -25,13 +25,16 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..analysis import metrics
-from ..io.chunks import Chunk, Survey, _empty_stream, read_chunks, survey
+from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
 from ..engines.bounded import BoundedReplay, result_order
 from ..base.errors import InputError
 from ..io.load import open_dataset
 from ..io.output import AtomicOutput
+from ..replay.predicates import where_of
 from ..report import json as report_json
+from ..report.build import LATENCY_BINS, period_report
+from ..base.version import tool_version
 
 #: inputs above this many rows run in bounded memory unless --chunk-rows says otherwise
 AUTO_ROWS = 6_000_000
@@ -125,13 +128,12 @@ def _prefetched(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
 def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, started: float,
                     on_chunk=None) -> dict[str, Any]:
     """The bounded-memory run (see the module docstring); returns the report."""
-    from .run import where_of
     from ..report import html as report_html
 
     with stages("load"):
         sv = survey(list(cfg.streams), chunk_rows)
         if cfg.where:  # a bad --where fails before any work
-            where_of(cfg, [_empty_stream(s) for s in sv.streams])
+            where_of(cfg, [empty_stream(s) for s in sv.streams])
         first, last = sv.arrival_span()
         cfg = with_period(cfg, 0 if first is None else last - first)  # the user's, or from the span
     row_bytes = [s.row_bytes for s in sv.streams]
@@ -190,8 +192,6 @@ def _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on
 
 def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedReplay) -> dict[str, Any]:
     """The report of :func:`streamjoin.pipelines.job.build_report`, from the engine's sums."""
-    from .run import period_report, tool_version
-    from ..report.html import LATENCY_BINS
 
     acc = engine.acc
     N = sv.rows

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from . import manifest as mf
 from . import publish
-from ..config.settings import RunConfig, _read_toml
+from ..config.settings import RunConfig, read_toml
 from .daily import DayResult, compute_days
 from ..base.errors import EXIT_FAILURE, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE, InputError, StreamjoinError
 from .lock import PartitionLock
@@ -71,7 +71,7 @@ def nightly_options(config_path: Path | None, *, date: str | None = None, from_:
                     json: bool | None = None, today: dt.date | None = None) -> NightlyOptions:
     run: dict[str, Any] = {}
     if config_path is not None:
-        doc = _read_toml(config_path)
+        doc = read_toml(config_path)
         run = doc.get("run", {}) if isinstance(doc.get("run", {}), dict) else {}
 
     def pick(flag, key):
@@ -301,7 +301,7 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
     partitioned = any("{date}" in s.path for s in streams) or all(available_days(s) for s in streams)
     if not partitioned:
         from ..io.load import load_all
-        from ..io.output import check_target
+        from ..config.options import check_target
 
         check_target(cfg.out)
         for s in load_all(streams):
@@ -357,7 +357,7 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
 
 def cli_run(config_path: Path | None, flags, opts: NightlyOptions, command: str, *, plan_only: bool = False) -> int:
     """``run --date/--from/--to`` and ``backfill``: exit code."""
-    from ..jobs.run import tool_version
+    from ..base.version import tool_version
 
     if not opts.days:
         raise InputError("give --date D or --from D1 --to D2")

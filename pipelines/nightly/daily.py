@@ -35,6 +35,8 @@ from ..analysis import metrics
 from ..config.settings import RunConfig
 from ..replay.emit import emission_order
 from ..engines.local import JoinOutcome, join
+from ..io.load import bad_arrivals_of
+from ..replay.predicates import space_of, where_of
 from .partitions import DAY_US, DayStreams, day_number, day_start_us
 from ..policies import SYMMETRIC
 from ..base.timeunits import NEG_INF
@@ -52,17 +54,11 @@ class DayResult:
 
 
 def run_join(cfg: RunConfig, data: DayStreams) -> JoinOutcome:
-    """The same join call as :func:`streamjoin.pipelines.job.run_job` (distance, ``--where``, ...)."""
-    from ..jobs import run as job
-
+    """The same join call as :func:`streamjoin.pipelines.jobs.run.run_job` (distance, ``--where``, ...)."""
     s = data.streams
-    extra = {}
-    if hasattr(job, "space_of"):
-        extra["space"] = job.space_of(cfg, s)
-    if hasattr(job, "where_of"):
-        extra["where"] = job.where_of(cfg, s)
-    if getattr(cfg.policy, "adaptive", False) and hasattr(job, "bad_arrivals_of"):
-        extra["bad_arrivals"] = job.bad_arrivals_of(s)
+    extra = {"space": space_of(cfg, s), "where": where_of(cfg, s)}
+    if getattr(cfg.policy, "adaptive", False):
+        extra["bad_arrivals"] = bad_arrivals_of(s)
     return join([x.ts for x in s], [x.arrival for x in s], [x.keys if x.keys.width else None for x in s],
                 cfg.windows, cfg.policy, **extra)
 

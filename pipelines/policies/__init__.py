@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..base.errors import InputError
-from .controller import RecallTarget
+from .recall_target import RecallTarget
 from .triggers import Triggers
 
 SORTING = "sorting"

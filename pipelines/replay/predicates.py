@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,28 +23,9 @@ import numpy as np
 import polars as pl
 
 from ..base.errors import InputError
-
-_DISTANCE = re.compile(r"^\s*([A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*<=\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*$")
-
-
-@dataclass(frozen=True)
-class DistanceSpec:
-    """Vector columns and the largest allowed Euclidean distance."""
-
-    columns: tuple[str, ...]
-    threshold: float
-
-
-def parse_distance(text: str) -> DistanceSpec:
-    """``"x,y<=5000"`` -> ``DistanceSpec(("x", "y"), 5000.0)``."""
-    m = _DISTANCE.match(str(text))
-    if not m:
-        raise InputError(f"--distance {text!r}: expected COLS<=THRESHOLD, e.g. x,y<=5000")
-    cols = tuple(c.strip() for c in m.group(1).split(","))
-    if len(set(cols)) != len(cols):
-        raise InputError(f"--distance {text!r}: a column is named twice")
-    return DistanceSpec(columns=cols, threshold=float(m.group(2)))
-
+from ..config.settings import RunConfig
+from ..io.load import LoadedStream
+from .candidates import Combos, Space
 
 @dataclass(frozen=True)
 class Where:
@@ -108,3 +88,31 @@ def where_mask(where: Where, rows: Sequence[np.ndarray], names: Sequence[str], t
     if mask.len() == 1 and len(rows[0]) != 1:  # a constant expression
         return np.full(len(rows[0]), bool(mask[0]))
     return mask.to_numpy().astype(bool)
+
+
+# ---------------------------------------------------------------------------
+# the predicates of a run, over its loaded streams
+# ---------------------------------------------------------------------------
+
+
+def space_of(cfg: RunConfig, streams: list[LoadedStream]) -> Space | None:
+    """The distance predicate over the loaded vector columns."""
+    if cfg.distance is None:
+        return None
+    return Space([s.vectors for s in streams], cfg.distance.threshold)
+
+
+def where_of(cfg: RunConfig, streams: list[LoadedStream]):
+    """``--where`` compiled against the streams' prefixed columns, as a mask function."""
+    if not cfg.where:
+        return None
+    names = [s.name for s in streams]
+    payloads = [s.payload for s in streams]
+    compiled = compile_where(cfg.where, prefixed_columns(names, [p.columns for p in payloads]))
+    ts = [s.ts for s in streams]
+    arrival = [s.arrival for s in streams]
+
+    def mask(combos: Combos) -> np.ndarray:
+        return where_mask(compiled, combos.rows, names, ts, arrival, payloads)
+
+    return mask

@@ -84,6 +84,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..base.errors import InputError
+from .arrivals import (cumulative_rate, delays, periodic_times, piecewise_multiplier, poisson_times, quantise,
+                       smooth_multiplier, time_grid)
 
 __all__ = ["KINDS", "generate", "window_pair_count"]
 
@@ -98,7 +100,6 @@ _DELTA_COLUMNS = ("ts", "arrival")
 #: default durations (seconds) at scale 1
 DEFAULT_DURATION_S = {"soccer": 60.0, "sensors": 450.0, "bench": 300.0, "bench3": 300.0}
 
-_UNITS_PER_S = {"ps": 10**12, "us": 10**6}
 
 # --- soccer constants -------------------------------------------------------
 SOCCER_T0_PS = 10_629_342_490_369_879  # first DEBS 2013 timestamp (ps)
@@ -130,108 +131,8 @@ BENCH3_KEYS = 227       # with 300 s: ~2.7 results per input tuple (as the 2-str
 _KIND_ID = {k: i for i, k in enumerate(KINDS)}
 
 
-# ----------------------------------------------------------------------------
-# random sources, rate profiles and event times
-# ----------------------------------------------------------------------------
-
-
 def _rng(seed: int, kind: str, stream: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, _KIND_ID[kind], stream]))
-
-
-def _grid(duration: float, step: float = 0.01) -> np.ndarray:
-    n = max(2, int(math.ceil(duration / step)) + 1)
-    return np.linspace(0.0, duration, n)
-
-
-def _piecewise_multiplier(rng, grid, *, mean_len: float, lo: float, hi: float) -> np.ndarray:
-    """Piecewise-constant levels in [lo, hi], change points a Poisson process.
-
-    Busy and quiet periods alternate: levels are drawn alternately from the
-    upper and the lower part of the range, so every change is a real one.
-    """
-    duration = float(grid[-1])
-    n = max(1, int(rng.poisson(duration / mean_len)))  # the rate changes at least once
-    breaks = np.sort(rng.uniform(0.0, duration, n))
-    mid, gap = (lo + hi) / 2, (hi - lo) / 10
-    busy = (np.arange(n + 1) + rng.integers(0, 2)) % 2 == 1
-    levels = np.where(busy, rng.uniform(mid + gap, hi, n + 1), rng.uniform(lo, mid - gap, n + 1))
-    return levels[np.searchsorted(breaks, grid, side="right")]
-
-
-def _smooth_multiplier(rng, grid, *, periods, depths) -> np.ndarray:
-    """1 + sum of slow sinusoids (random periods in the given ranges)."""
-    m = np.ones_like(grid)
-    for (p_lo, p_hi), depth in zip(periods, depths):
-        period = rng.uniform(p_lo, p_hi)
-        phase = rng.uniform(0.0, 2 * np.pi)
-        m += depth * np.sin(2 * np.pi * grid / period + phase)
-    return np.clip(m, 0.1, None)
-
-
-def _cumulative(grid, mult) -> np.ndarray:
-    """L(t) on the grid: integral of the multiplier (trapezoid), L(0) = 0."""
-    inc = 0.5 * (mult[1:] + mult[:-1]) * np.diff(grid)
-    return np.concatenate(([0.0], np.cumsum(inc)))
-
-
-def _poisson_times(rng, n: int, grid, cum) -> np.ndarray:
-    """Exactly ``n`` sorted times of a Poisson process with intensity ∝ m(t)."""
-    e = rng.exponential(size=n + 1)
-    u = np.cumsum(e)[:-1] * (cum[-1] / e.sum())
-    return np.interp(u, cum, grid)
-
-
-def _periodic_times(rng, rates, grid, cum, *, clock_jitter: float = 0.05):
-    """Quasi-periodic samples for several sources sharing the multiplier.
-
-    Source ``s`` samples at ``L^-1((k + phase_s + e) / rate_s)``, ``e`` uniform
-    within ``±clock_jitter`` of a period (keeps each source's order).
-    Returns ``(source index, time)``, grouped by source, time-sorted inside.
-    """
-    rates = np.asarray(rates, dtype=np.float64)
-    total = cum[-1]
-    phase = rng.uniform(0.0, 1.0, rates.size)
-    counts = np.maximum(np.floor(rates * total - phase).astype(np.int64) + 1, 0)
-    src = np.repeat(np.arange(rates.size), counts)
-    start = np.repeat(np.cumsum(counts) - counts, counts)
-    k = np.arange(src.size) - start
-    u = (k + phase[src] + rng.uniform(-clock_jitter, clock_jitter, src.size)) / rates[src]
-    u = np.clip(u, 0.0, total)
-    return src, np.interp(u, cum, grid)
-
-
-def _delays(rng, t, duration, *, jitter_mean, jitter_sigma, stall_every, stall_min, stall_max):
-    """Network delay (seconds) per tuple: lognormal jitter + Poisson stalls.
-
-    Returns ``(delay, stalled)``; see the module docstring for the model.
-    """
-    mu = math.log(jitter_mean) - 0.5 * jitter_sigma**2
-    jitter = rng.lognormal(mu, jitter_sigma, t.size)
-    n = max(1, int(rng.poisson(duration / stall_every)))  # at least one stall, even in short runs
-    starts = np.sort(rng.uniform(0.0, duration, n))
-    ends = starts + np.exp(rng.uniform(math.log(stall_min), math.log(stall_max), n))
-    release = t.copy()
-    stalled = np.zeros(t.size, dtype=bool)
-    if n:
-        reach = np.maximum.accumulate(ends)  # furthest end among stalls started so far
-        new_group = np.concatenate(([True], starts[1:] > reach[:-1]))
-        group = np.cumsum(new_group) - 1
-        last = np.concatenate((np.flatnonzero(new_group)[1:] - 1, [n - 1]))
-        group_end = reach[last]  # end of each merged outage
-        idx = np.searchsorted(starts, t, side="right") - 1
-        safe = np.maximum(idx, 0)
-        stalled = (idx >= 0) & (reach[safe] > t)
-        release[stalled] = group_end[group[safe[stalled]]]
-    return (release - t) + jitter, stalled
-
-
-def _quantise(t, delay, t0: int, unit: str):
-    """Event time and arrival as int64 in ``unit`` (arrival >= ts always)."""
-    ups = _UNITS_PER_S[unit]
-    ts = t0 + np.round(t * ups).astype(np.int64)
-    arrival = ts + np.round(delay * ups).astype(np.int64)
-    return ts, arrival
 
 
 # ----------------------------------------------------------------------------
@@ -425,19 +326,19 @@ def _soccer(seed: int, duration: float):
     players = _Players(world, n_players)
     x_lim = (-PITCH_HALF_X_M * 1000, PITCH_HALF_X_M * 1000)
     y_lim = (-PITCH_HALF_Y_M * 1000, PITCH_HALF_Y_M * 1000)
-    grid = _grid(duration)
+    grid = time_grid(duration)
     tables = {}
 
     # ball: one sensor at ~2000 Hz; rate dips while the ball is out of play / radio congestion
     rng = _rng(seed, "soccer", 1)
-    m = _piecewise_multiplier(rng, grid, mean_len=6.0, lo=0.8, hi=1.15)
-    _, t = _periodic_times(rng, [BALL_HZ], grid, _cumulative(grid, m))
+    m = piecewise_multiplier(rng, grid, mean_len=6.0, lo=0.8, hi=1.15)
+    _, t = periodic_times(rng, [BALL_HZ], grid, cumulative_rate(grid, m))
     bx, by, bz = _ball_path(world, players, n_players, duration, t)
     # |v| and |a| from the (noise-free) path
     vx, vy, vz = (np.gradient(c, t) for c in (bx, by, bz))
     ax, ay, az = (np.gradient(c, t) for c in (vx, vy, vz))
-    delay, _ = _delays(rng, t, duration, jitter_mean=0.002, **disorder)
-    ts, arrival = _quantise(t, delay, SOCCER_T0_PS, "ps")
+    delay, _ = delays(rng, t, duration, jitter_mean=0.002, **disorder)
+    ts, arrival = quantise(t, delay, SOCCER_T0_PS, "ps")
     tables["ball"] = pa.table(
         {
             "ts": pa.array(ts, pa.int64()),
@@ -452,9 +353,9 @@ def _soccer(seed: int, duration: float):
 
     # players: 8 foot sensors at ~200 Hz each, own clocks, shared radio multiplier
     rng = _rng(seed, "soccer", 2)
-    m = _piecewise_multiplier(rng, grid, mean_len=8.0, lo=0.8, hi=1.1)
+    m = piecewise_multiplier(rng, grid, mean_len=8.0, lo=0.8, hi=1.1)
     rates = FOOT_HZ * rng.uniform(0.97, 1.03, PLAYER_SENSOR_IDS.size)
-    src, t = _periodic_times(rng, rates, grid, _cumulative(grid, m))
+    src, t = periodic_times(rng, rates, grid, cumulative_rate(grid, m))
     order = np.argsort(t, kind="stable")
     src, t = src[order], t[order]
     pid, side = src // 2, np.where(src % 2 == 0, 1.0, -1.0)  # left / right leg
@@ -471,8 +372,8 @@ def _soccer(seed: int, duration: float):
     fvz = np.where(lift > 0, 0.12 * gait_w * np.cos(g), 0.0)
     fax = cax - step * gait_w**2 * np.sin(g)
     faz = np.where(lift > 0, -0.12 * gait_w**2 * lift, 0.0)
-    delay, _ = _delays(rng, t, duration, jitter_mean=0.003, **disorder)
-    ts, arrival = _quantise(t, delay, SOCCER_T0_PS, "ps")
+    delay, _ = delays(rng, t, duration, jitter_mean=0.003, **disorder)
+    ts, arrival = quantise(t, delay, SOCCER_T0_PS, "ps")
     tables["players"] = pa.table(
         {
             "sensor_id": pa.array(PLAYER_SENSOR_IDS[src], pa.int32()),
@@ -523,13 +424,13 @@ def _sensors(seed: int, duration: float):
     base_hum = world.uniform(35.0, 65.0, N_SENSORS)
     drift_period = world.uniform(300.0, 1200.0, N_SENSORS)
     drift_phase = world.uniform(0, 2 * np.pi, N_SENSORS)
-    grid = _grid(duration)
+    grid = time_grid(duration)
     tables = {}
     for stream_no, name in ((1, "temperature"), (2, "humidity")):
         rng = _rng(seed, "sensors", stream_no)
-        m = _smooth_multiplier(rng, grid, periods=[(120.0, 400.0), (20.0, 60.0)], depths=[0.35, 0.15])
+        m = smooth_multiplier(rng, grid, periods=[(120.0, 400.0), (20.0, 60.0)], depths=[0.35, 0.15])
         rates = rng.uniform(*SENSOR_HZ, N_SENSORS)
-        src, t = _periodic_times(rng, rates, grid, _cumulative(grid, m))
+        src, t = periodic_times(rng, rates, grid, cumulative_rate(grid, m))
         order = np.argsort(t, kind="stable")
         src, t = src[order], t[order]
         drift = np.sin(2 * np.pi * t / drift_period[src] + drift_phase[src])
@@ -537,8 +438,8 @@ def _sensors(seed: int, duration: float):
             value = np.round(base_temp[src] + 1.5 * drift + rng.normal(0.0, 0.05, t.size), 2)
         else:
             value = np.round(base_hum[src] - 4.0 * drift + rng.normal(0.0, 0.3, t.size), 1)
-        delay, _ = _delays(rng, t, duration, jitter_mean=0.004, **disorder)
-        ts, arrival = _quantise(t, delay, SENSORS_T0_US, "us")
+        delay, _ = delays(rng, t, duration, jitter_mean=0.004, **disorder)
+        ts, arrival = quantise(t, delay, SENSORS_T0_US, "us")
         n = t.size
         k = min(n, max(1, int(round(NULL_SHARE * n))))  # at least one of each (if any rows)
         null_ts = np.zeros(n, dtype=bool)
@@ -594,13 +495,13 @@ def _sensors(seed: int, duration: float):
 
 def _keyed_table(rng, n: int, grid, duration: float, key_ids, weights) -> pa.Table:
     """One benchmark stream: Poisson arrivals with rate changes, Zipf keys, moderate disorder."""
-    m = _piecewise_multiplier(rng, grid, mean_len=10.0, lo=0.6, hi=1.4)
-    t = _poisson_times(rng, n, grid, _cumulative(grid, m))
+    m = piecewise_multiplier(rng, grid, mean_len=10.0, lo=0.6, hi=1.4)
+    t = poisson_times(rng, n, grid, cumulative_rate(grid, m))
     key = key_ids[rng.choice(len(key_ids), size=n, p=weights)]
     value = rng.normal(0.0, 1.0, n)
-    delay, _ = _delays(rng, t, duration, jitter_mean=0.002, jitter_sigma=0.8, stall_every=20.0,
+    delay, _ = delays(rng, t, duration, jitter_mean=0.002, jitter_sigma=0.8, stall_every=20.0,
                        stall_min=0.05, stall_max=1.0)
-    ts, arrival = _quantise(t, delay, BENCH_T0_US, "us")
+    ts, arrival = quantise(t, delay, BENCH_T0_US, "us")
     return pa.table({
         "key": pa.array(key, pa.int64()),
         "ts": pa.array(ts, pa.int64()),
@@ -610,7 +511,7 @@ def _keyed_table(rng, n: int, grid, duration: float, key_ids, weights) -> pa.Tab
 
 
 def _bench(seed: int, duration: float, scale: float):
-    grid = _grid(duration)
+    grid = time_grid(duration)
     # key popularity: Zipf-like (rank^-BENCH_ZIPF), fixed (not random) so the pair rate is stable
     weights = 1.0 / np.arange(1, BENCH_KEYS + 1) ** BENCH_ZIPF
     weights /= weights.sum()
@@ -647,7 +548,7 @@ def _bench(seed: int, duration: float, scale: float):
 
 def _bench3(seed: int, duration: float, scale: float):
     """Three keyed streams of the same shape as ``bench`` (multi-way benchmark)."""
-    grid = _grid(duration)
+    grid = time_grid(duration)
     weights = 1.0 / np.arange(1, BENCH3_KEYS + 1) ** BENCH_ZIPF
     weights /= weights.sum()
     world = _rng(seed, "bench3", 0)

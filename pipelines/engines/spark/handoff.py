@@ -54,8 +54,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-MODES = ("auto", "files", "inline")
-CONF_KEY = "spark.streamjoin.handoff"
+from ...config.options import HANDOFF_CONF_KEY as CONF_KEY, HANDOFF_MODES as MODES
 
 
 def same_host(master: str) -> bool:

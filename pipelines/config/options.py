@@ -1,0 +1,72 @@
+"""Option values parsed and checked where the configuration is resolved, so a
+bad value fails before any work is done: ``--distance``, ``--load-weights``,
+the Spark engine's ``spark.streamjoin.handoff`` conf and ``--out``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base.errors import InputError
+
+_DISTANCE = re.compile(r"^\s*([A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*<=\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class DistanceSpec:
+    """Vector columns and the largest allowed Euclidean distance."""
+
+    columns: tuple[str, ...]
+    threshold: float
+
+
+def parse_distance(text: str) -> DistanceSpec:
+    """``"x,y<=5000"`` -> ``DistanceSpec(("x", "y"), 5000.0)``."""
+    m = _DISTANCE.match(str(text))
+    if not m:
+        raise InputError(f"--distance {text!r}: expected COLS<=THRESHOLD, e.g. x,y<=5000")
+    cols = tuple(c.strip() for c in m.group(1).split(","))
+    if len(set(cols)) != len(cols):
+        raise InputError(f"--distance {text!r}: a column is named twice")
+    return DistanceSpec(columns=cols, threshold=float(m.group(2)))
+
+
+def parse_weights(text: str | Sequence[float] | None) -> tuple[float, float, float]:
+    if text is None:
+        return (1.0, 1.0, 1.0)
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        w = tuple(float(x) for x in parts)
+    except ValueError:
+        raise InputError(f"--load-weights {text!r}: expected three numbers cpu,mem,net e.g. 1,1,1") from None
+    if len(w) != 3 or any(x < 0 for x in w) or sum(w) == 0:
+        raise InputError(f"--load-weights {text!r}: expected three numbers >= 0 (cpu,mem,net), not all 0")
+    return w
+
+
+#: the Spark conf that chooses the record hand-off (engines/spark/handoff.py) and its values
+HANDOFF_CONF_KEY = "spark.streamjoin.handoff"
+HANDOFF_MODES = ("auto", "files", "inline")
+
+
+#: a file every streamjoin output directory holds; its presence makes an
+#: existing directory safe to replace
+MARKER = "report.json"
+#: every file whose presence marks a streamjoin output (``tune.json``: tune-buffer)
+MARKERS = (MARKER, "tune.json")
+
+
+def check_target(out: Path) -> None:
+    """Refuse an ``--out`` that must not be replaced (see :class:`AtomicOutput`).
+
+    Called when the configuration is resolved, so a bad ``--out`` fails before
+    any work is done, and again just before staging.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: output path exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in MARKERS):
+        raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
