@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from streamjoin.pipelines.engines.spark.engine import RouteSettings, spark_join
+from streamjoin.pipelines.engines.spark.engine import spark_join
+from streamjoin.pipelines.engines.spark.routing import RouteSettings
 from streamjoin.pipelines.policies import PolicySpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines.engines.spark import engine as spark_engine
-from streamjoin.pipelines.engines.spark.engine import emitted_partials, extend_probers, lean_partial_columns
+from streamjoin.pipelines.engines.spark import kernels as spark_kernels
+from streamjoin.pipelines.engines.spark.kernels import emitted_partials, extend_probers, lean_partial_columns
 from streamjoin.pipelines.policies import SORTING, SYMMETRIC
 
 
@@ -49,15 +49,15 @@ def test_pair_fast_path_equals_general_path(case, family, keyed, block):
     tab, W = case
     plan = _plan()
     # the fast path builds its extensions a block at a time (tiny blocks: many boundaries)
-    saved = spark_engine.PROBE_BLOCK, spark_engine.PAIR_BLOCK
-    spark_engine.PROBE_BLOCK = spark_engine.PAIR_BLOCK = block
+    saved = spark_kernels.PROBE_BLOCK, spark_kernels.PAIR_BLOCK
+    spark_kernels.PROBE_BLOCK = spark_kernels.PAIR_BLOCK = block
     try:
         fast = extend_probers(tab, tab, 2, W, plan.orders, keyed, plan, family,
                               keep=lean_partial_columns(2, family, True))
         full = extend_probers(tab, tab, 2, W, plan.orders, keyed, plan, None,
                               keep=lean_partial_columns(2, family, False))
     finally:
-        spark_engine.PROBE_BLOCK, spark_engine.PAIR_BLOCK = saved
+        spark_kernels.PROBE_BLOCK, spark_kernels.PAIR_BLOCK = saved
     want = emitted_partials(full, 2, W, family)
     got = list(zip(fast["r0"].tolist(), fast["r1"].tolist(), fast["emitted"].tolist()))
     exp = list(zip(full["r0"].tolist(), full["r1"].tolist(), want.tolist()))

@@ -5,7 +5,7 @@ The Spark engine runs exactly these functions inside ``mapInArrow`` /
 ``applyInArrow``; ``spark_join(..., plane="local")`` runs them in-process,
 partition by partition, so every router x partitions x policy x streams
 combination is checked here on many random inputs, and
-tests/test_spark_engine.py checks the Spark plumbing on fewer cases.
+tests/test_spark_kernels.py checks the Spark plumbing on fewer cases.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from local_adapter import _key_frames, local_engine
 
 from streamjoin.pipelines.replay import partitioned_progress as sp
-from streamjoin.pipelines.engines.spark import engine as spark_engine
-from streamjoin.pipelines.engines.spark.engine import RouteSettings, spark_join
+from streamjoin.pipelines.engines.spark import kernels as spark_kernels
+from streamjoin.pipelines.engines.spark.engine import spark_join
+from streamjoin.pipelines.engines.spark.routing import RouteSettings
 from streamjoin.pipelines.policies import POLICY_NAMES, PolicySpec
 from streamjoin.pipelines.policies.controller import RecallTarget
 from streamjoin.pipelines.replay.reference import RefTuple
@@ -106,13 +107,13 @@ def test_routed_plane_equals_local_engine(problem, router, partitions, segment, 
     ref = local_engine(streams, windows, policy)
     ts, ar = columns(streams)
     # CTR's kernel probes (and pairs) a block at a time: tiny blocks put boundaries everywhere
-    saved = spark_engine.PROBE_BLOCK, spark_engine.PAIR_BLOCK
-    spark_engine.PROBE_BLOCK = spark_engine.PAIR_BLOCK = block
+    saved = spark_kernels.PROBE_BLOCK, spark_kernels.PAIR_BLOCK
+    spark_kernels.PROBE_BLOCK = spark_kernels.PAIR_BLOCK = block
     try:
         out = spark_join(ts, ar, _key_frames(streams), windows, policy, plane="local",
                          settings=RouteSettings(router, partitions, segment, adapt=adapt))
     finally:
-        spark_engine.PROBE_BLOCK, spark_engine.PAIR_BLOCK = saved
+        spark_kernels.PROBE_BLOCK, spark_kernels.PAIR_BLOCK = saved
     truth, emitted = emitted_of(out)
     assert truth == ref.truth
     assert emitted == ref.emitted

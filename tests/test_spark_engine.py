@@ -21,7 +21,9 @@ import polars as pl
 import pytest
 from local_adapter import _key_frames, local_engine
 
-from streamjoin.pipelines.engines.spark.engine import RouteSettings, spark_join, spark_session
+from streamjoin.pipelines.engines.spark.engine import spark_join
+from streamjoin.pipelines.engines.spark.routing import RouteSettings
+from streamjoin.pipelines.engines.spark.session import spark_session
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple
 
