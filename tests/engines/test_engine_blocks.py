@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import local_engine
-from test_engine_vs_reference import _assert_same, problems
+from helpers.adapters import local_engine
+from helpers.strategies import assert_same, problems
 
 from streamjoin.pipelines.replay import emit
 from streamjoin.pipelines.replay import duplicates
@@ -46,7 +46,7 @@ def test_tiny_blocks_equal_reference(problem):
     streams, windows, policy = problem
     with tiny_blocks():
         fast = local_engine(streams, windows, policy)
-    _assert_same(fast, replay(streams, windows, policy))
+    assert_same(fast, replay(streams, windows, policy))
 
 
 @SETTINGS

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from test_cli import run_cli
+from helpers.cli import run_cli
 
 from streamjoin.pipelines.report.json import validate
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def test_three_stream_sample(tmp_path):

@@ -9,9 +9,6 @@ Parquet timestamp columns, per-stream overrides, TOML + flags, ``--no-results``,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from itertools import product
 from pathlib import Path
 
@@ -19,37 +16,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from helpers.cli import run_cli
+
 from streamjoin.pipelines.report.json import validate
 
 # ----------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------
-
-
-def _command() -> list[str]:
-    script = Path(sys.executable).with_name("streamjoin")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "streamjoin.cli.main"]
-
-
-CMD = _command()
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS"):
-        env.pop(var, None)
-    env["TERM"] = "xterm-256color"  # a colour terminal type -- but stdout/stderr are pipes
-    return env
-
-
-def run_cli(args: list[str], cwd: Path, *, ok: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(CMD + args, cwd=cwd, capture_output=True, text=True, timeout=120, env=_env())
-    if ok:
-        assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def assert_plain(text: str) -> None:

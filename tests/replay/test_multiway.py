@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import _key_frames, local_engine
+from helpers.adapters import key_frames, local_engine
 
 from streamjoin.pipelines.replay.candidates import Space, enumerate_truth
 from streamjoin.pipelines.replay.probe_order import probe_order
@@ -112,7 +112,7 @@ def test_distance_truth_equals_brute_force(problem):
     expected = brute_force_truth(streams, windows, predicate=within(distance))
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     vectors = [np.array([t.vec for t in s], dtype=np.float64).reshape(len(s), 2) for s in streams]
-    keys = _key_frames(streams)
+    keys = key_frames(streams)
     combos = enumerate_truth(ts, keys, windows, space=Space(vectors, distance), order=order)
     listed = list(zip(*[r.tolist() for r in combos.rows]))
     assert len(listed) == len(set(listed)) and set(listed) == expected

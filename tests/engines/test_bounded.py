@@ -101,7 +101,7 @@ def bounded(cfg: RunConfig, chunk_rows: int):
     return sv, engine, chunked_report(cfg, "t", sv, engine), frames, quarantine
 
 
-def _assert_same(cfg: RunConfig, chunk_rows: int) -> None:
+def assert_same(cfg: RunConfig, chunk_rows: int) -> None:
     streams, outcome, want, want_rows = in_memory(cfg)
     sv, engine, got, frames, quarantine = bounded(cfg, chunk_rows)
     # each chunk's frame put in order on its own: chunks emit disjoint, increasing time ranges
@@ -136,7 +136,7 @@ def _assert_same(cfg: RunConfig, chunk_rows: int) -> None:
 def test_bounded_engine_equals_in_memory_engine(problem):
     tables, windows, policy, keyed, chunk_rows, period = problem
     with tempfile.TemporaryDirectory() as tmp:
-        _assert_same(_config(Path(tmp), tables, windows, policy, keyed, period), chunk_rows)
+        assert_same(_config(Path(tmp), tables, windows, policy, keyed, period), chunk_rows)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,8 +145,8 @@ def test_chunk_of_one_tuple_and_chunk_bigger_than_input(problem):
     tables, windows, policy, keyed, _, period = problem
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _config(Path(tmp), tables, windows, policy, keyed, period)
-        _assert_same(cfg, 1)
-        _assert_same(cfg, 10_000)
+        assert_same(cfg, 1)
+        assert_same(cfg, 10_000)
 
 
 def test_state_grows_with_the_disorder_span_not_with_the_input(tmp_path):
@@ -172,9 +172,9 @@ def test_state_grows_with_the_disorder_span_not_with_the_input(tmp_path):
 
 def test_cli_chunked_run_publishes_the_same_outputs(tmp_path):
     """Through the CLI: --chunk-rows N and --chunk-rows 0 write the same results and report numbers."""
-    from test_cli import run_cli
+    from helpers.cli import run_cli
 
-    sample = Path(__file__).resolve().parents[1] / "samples" / "sensors" / "sensors.toml"
+    sample = Path(__file__).resolve().parents[2] / "samples" / "sensors" / "sensors.toml"
     mem, chunked = tmp_path / "mem", tmp_path / "chunked"
     for out, rows in ((mem, "0"), (chunked, "20000")):
         run_cli(["run", str(sample), "--engine", "local", "--policy", "mpkslack", "--chunk-rows", rows,
@@ -199,9 +199,9 @@ def test_cli_chunked_run_publishes_the_same_outputs(tmp_path):
     (["--chunk-rows", "100", "--policy", "qjoin", "--recall", "0.9"], "runs in memory"),
 ])
 def test_bad_chunk_rows(tmp_path, args, message):
-    from test_cli import run_cli
+    from helpers.cli import run_cli
 
-    sample = Path(__file__).resolve().parents[1] / "samples" / "sensors" / "sensors.toml"
+    sample = Path(__file__).resolve().parents[2] / "samples" / "sensors" / "sensors.toml"
     res = run_cli(["run", str(sample), "--engine", "local", *args, "--out", str(tmp_path / "o")], tmp_path, ok=False)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("error:") and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -212,7 +212,7 @@ def test_interrupted_chunked_run_publishes_nothing(tmp_path, monkeypatch):
     from streamjoin.pipelines.jobs import run as job
     from streamjoin.pipelines.config.settings import Flags, resolve
 
-    sample = Path(__file__).resolve().parents[1] / "samples" / "sensors" / "sensors.toml"
+    sample = Path(__file__).resolve().parents[2] / "samples" / "sensors" / "sensors.toml"
     cfg = resolve(sample, Flags(engine="local", chunk_rows=20_000, out=str(tmp_path / "o"), policy="none"))
 
     def stop(done, chunks, seconds):
@@ -242,7 +242,7 @@ def test_pieces_keep_row_numbers_with_hive_partitions(tmp_path):
     cfg = RunConfig(streams=(StreamConfig("s0", str(root), "ts", "arrival", "us", 40, ("k",)),
                              StreamConfig("s1", str(other), "ts", "arrival", "us", 40, ("k",))),
                     policy=PolicySpec("kslack", k=(100, 100)), out=tmp_path / "o", engine="local")
-    _assert_same(cfg, 97)
+    assert_same(cfg, 97)
 
 
 @settings(max_examples=200, deadline=None)

@@ -88,7 +88,7 @@ def test_toml_table_and_flags(tmp_path):
 
     from streamjoin.pipelines.config.settings import Flags, resolve
 
-    root = Path(__file__).resolve().parents[1] / "samples" / "soccer"
+    root = Path(__file__).resolve().parents[2] / "samples" / "soccer"
     toml = tmp_path / "job.toml"
     text = (root / "soccer.toml").read_text()
     for f in ("ball", "players"):

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from test_cli import CMD, _env  # one way to start the real command, shared
+from helpers.cli import CMD, cli_env  # one way to start the real command, shared
 
 # ----------------------------------------------------------------------------
 # helpers
@@ -34,7 +34,7 @@ from test_cli import CMD, _env  # one way to start the real command, shared
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(CMD + args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
+    return subprocess.run(CMD + args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=cli_env())
 
 
 def leftovers(parent: Path, name: str = "out") -> list[Path]:
@@ -370,7 +370,7 @@ def _interrupt_after(cwd: Path, out: str, marker: str, timeout: float = 60,
     ``when_reading`` -- the process has opened an input file.
     """
     proc = subprocess.Popen(CMD + BIG_ARGS + ["--out", out], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+                            stderr=subprocess.PIPE, text=True, env=cli_env())
     lines: list[str] = []
     seen = threading.Event()
 

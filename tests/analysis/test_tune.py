@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_cli import run_cli
+from helpers.cli import run_cli
 
 from streamjoin.pipelines.analysis import tuning as T
 from streamjoin.pipelines.replay.emit import emission
@@ -29,7 +29,7 @@ from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.progress import decide, memory_per_stream
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

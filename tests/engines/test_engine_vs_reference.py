@@ -10,62 +10,26 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import local_engine, local_engine_bucketed
+from helpers.adapters import local_engine, local_engine_bucketed
+from helpers.strategies import assert_same, problems
 
-from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple, brute_force_truth, replay
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def problems(draw, n_streams=st.integers(2, 3), max_rows=9):
-    n = draw(n_streams)
-    keyed = draw(st.booleans())
-    streams = []
-    for i in range(n):
-        size = draw(st.integers(0, max_rows))
-        rows = []
-        for r in range(size):
-            ts = draw(st.integers(0, 40))
-            # mostly small delays, sometimes a long stall: heavy disorder
-            delay = draw(st.one_of(st.integers(0, 3), st.integers(0, 40)))
-            key = (draw(st.integers(0, 2)),) if keyed else ()
-            rows.append(RefTuple(stream=i, row=r, ts=ts, arrival=ts + delay, key=key))
-        streams.append(rows)
-    windows = tuple(draw(st.integers(0, 12)) for _ in range(n))
-    name = draw(st.sampled_from(["none", "kslack", "mpkslack", "static"]))
-    per_stream = st.lists(st.integers(0, 25), min_size=n, max_size=n).map(tuple)
-    if name == "kslack":
-        policy = PolicySpec(name, k=draw(per_stream))
-    elif name == "static":
-        policy = PolicySpec(name, retention=draw(per_stream))
-    else:
-        policy = PolicySpec(name)
-    return streams, windows, policy
-
-
-def _assert_same(fast, ref):
-    assert fast.order == ref.order
-    assert fast.truth == ref.truth
-    assert fast.emitted == ref.emitted
-    assert fast.memory == ref.memory
-    assert fast.dropped == ref.dropped
-    assert fast.expired == ref.expired
 
 
 @SETTINGS
 @given(problems())
 def test_local_engine_equals_reference(problem):
     streams, windows, policy = problem
-    _assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy))
+    assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy))
 
 
 @SETTINGS
 @given(problems(n_streams=st.just(2), max_rows=14))
 def test_local_engine_equals_reference_two_streams_larger(problem):
     streams, windows, policy = problem
-    _assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy))
+    assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy))
 
 
 @SETTINGS
@@ -81,7 +45,7 @@ def test_truth_equals_brute_force(problem):
 @given(problems())
 def test_bucket_fallback_equals_reference(problem):
     streams, windows, policy = problem
-    _assert_same(local_engine_bucketed(streams, windows, policy), replay(streams, windows, policy))
+    assert_same(local_engine_bucketed(streams, windows, policy), replay(streams, windows, policy))
 
 
 @settings(max_examples=100, deadline=None)
@@ -141,11 +105,11 @@ def test_enumeration_never_repeats_a_combination(problem):
     import numpy as np
 
     from streamjoin.pipelines.replay.candidates import enumerate_truth
-    from local_adapter import _key_frames
+    from helpers.adapters import key_frames
 
     streams, windows, _ = problem
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     for method in ("sorted", "bucket"):
-        combos = enumerate_truth(ts, _key_frames(streams), windows, method=method)
+        combos = enumerate_truth(ts, key_frames(streams), windows, method=method)
         listed = list(zip(*[r.tolist() for r in combos.rows]))
         assert len(listed) == len(set(listed))

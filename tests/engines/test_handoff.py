@@ -81,7 +81,7 @@ def test_cli_rejects_a_bad_handoff_before_starting_spark(tmp_path):
     from pathlib import Path
 
     exe = str(Path(sys.executable).with_name("streamjoin"))
-    sample = Path(__file__).resolve().parents[1] / "samples" / "sensors" / "sensors.toml"
+    sample = Path(__file__).resolve().parents[2] / "samples" / "sensors" / "sensors.toml"
     proc = subprocess.run([exe, "run", str(sample), "--engine", "spark", "--spark-conf", "spark.streamjoin.handoff=shm",
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from streamjoin.pipelines.policies import PolicySpec
-from local_adapter import local_engine, local_engine_bucketed
+from helpers.adapters import local_engine, local_engine_bucketed
 
 from streamjoin.pipelines.replay.reference import RefTuple, ReferenceResult, replay
 

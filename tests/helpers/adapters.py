@@ -12,7 +12,7 @@ from streamjoin.pipelines.policies import SORTING, PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple, ReferenceResult
 
 
-def _key_frames(streams: list[list[RefTuple]]) -> list[pl.DataFrame | None]:
+def key_frames(streams: list[list[RefTuple]]) -> list[pl.DataFrame | None]:
     """Key columns ``__key0..`` per stream, one dtype across streams (inferred)."""
     width = max((len(t.key) for s in streams for t in s), default=0)
     if width == 0:
@@ -36,7 +36,7 @@ def local_engine(streams: list[list[RefTuple]], windows: tuple[int, ...], policy
     """
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     arrival = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
-    keys = _key_frames(streams)
+    keys = key_frames(streams)
     dims = max((len(t.vec) for s in streams for t in s), default=0) or 2  # empty streams still have columns
     space = None
     if distance is not None:

@@ -12,61 +12,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from test_cli import run_cli
+from helpers.browser import CHROMIUM, chromium, probe
+from helpers.cli import run_cli
 
 from streamjoin.pipelines.report.build import MAX_SERIES_POINTS
 from streamjoin.pipelines.report.html import what_to_do
 from streamjoin.pipelines.report.json import validate
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "")
-                 if p and Path(p).exists()), None)
-
-PROBE = """<script>
-window.__errs = [];
-addEventListener('error', function (e) {
-  var t = e.target;
-  __errs.push(t && t !== window && t.tagName ? 'resource ' + t.tagName : 'script ' + e.message);
-}, true);
-['error', 'warn', 'log', 'info'].forEach(function (level) {
-  var orig = console[level];
-  console[level] = function () { __errs.push('console.' + level + ' ' + Array.prototype.join.call(arguments, ' ')); orig.apply(console, arguments); };
-});
-addEventListener('load', function () {
-  var imgs = Array.prototype.slice.call(document.images);
-  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
-  var pre = document.createElement('pre');
-  pre.id = '__probe';
-  pre.textContent = JSON.stringify({images: imgs.length, decoded: ok, errors: __errs,
-                                    external: document.querySelectorAll('[src^="http"],[href^="http"]').length});
-  document.body.appendChild(pre);
-});
-</script>"""
-
-
-def _chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={tmp / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
-            "--virtual-time-budget=5000", *extra, url]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120)
-
-
-def probe(page: Path, tmp: Path) -> dict:
-    """Load a copy of ``page`` with :data:`PROBE` in front in headless Chromium:
-    images (and how many decoded), errors, external resources."""
-    probed = tmp / f"probed-{page.name}"
-    probed.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
-    proc = _chromium(probed.as_uri(), tmp, "--dump-dom")
-    match = re.search(r'<pre id="__probe">(.*?)</pre>', proc.stdout, re.S)
-    assert match, proc.stdout[-2000:]
-    return json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-
-
+ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def soccer_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("html")
@@ -134,7 +90,7 @@ def test_html_opens_in_headless_chromium(soccer_run, tmp_path, page):
     else:
         src = soccer_run / page
     # 1. the page itself: loads, and nothing is logged to the console
-    plain = _chromium(src.as_uri(), tmp_path, "--dump-dom")
+    plain = chromium(src.as_uri(), tmp_path, "--dump-dom")
     assert plain.returncode == 0, plain.stderr[-2000:]
     assert "<img" in plain.stdout
     console = [line for line in plain.stderr.splitlines() if "CONSOLE" in line]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from engine_adapters import ENGINES
+from helpers.engines import ENGINES
 
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple

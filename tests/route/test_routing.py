@@ -5,7 +5,7 @@ The Spark engine runs exactly these functions inside ``mapInArrow`` /
 ``applyInArrow``; ``spark_join(..., plane="local")`` runs them in-process,
 partition by partition, so every router x partitions x policy x streams
 combination is checked here on many random inputs, and
-tests/test_spark_kernels.py checks the Spark plumbing on fewer cases.
+tests/engines/test_spark_engine.py checks the Spark plumbing on fewer cases.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import _key_frames, local_engine
+from helpers.adapters import key_frames, local_engine
 
 from streamjoin.pipelines.replay import partitioned_progress as sp
 from streamjoin.pipelines.engines.spark import kernels as spark_kernels
@@ -110,7 +110,7 @@ def test_routed_plane_equals_local_engine(problem, router, partitions, segment, 
     saved = spark_kernels.PROBE_BLOCK, spark_kernels.PAIR_BLOCK
     spark_kernels.PROBE_BLOCK = spark_kernels.PAIR_BLOCK = block
     try:
-        out = spark_join(ts, ar, _key_frames(streams), windows, policy, plane="local",
+        out = spark_join(ts, ar, key_frames(streams), windows, policy, plane="local",
                          settings=RouteSettings(router, partitions, segment, adapt=adapt))
     finally:
         spark_kernels.PROBE_BLOCK, spark_kernels.PAIR_BLOCK = saved
@@ -139,7 +139,7 @@ def test_every_policy_router_partitions_streams(policy, router, partitions, n):
     pol = make_policy(policy, n, lambda lo, hi, m: [int(x) for x in rng.integers(lo, hi + 1, m)])
     ref = local_engine(streams, windows, pol)
     ts, ar = columns(streams)
-    out = spark_join(ts, ar, _key_frames(streams), windows, pol, plane="local",
+    out = spark_join(ts, ar, key_frames(streams), windows, pol, plane="local",
                      settings=RouteSettings(router, partitions, int(rng.integers(5, 40))))
     truth, emitted = emitted_of(out)
     assert truth == ref.truth and emitted == ref.emitted

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from test_cli import run_cli
+from helpers.cli import run_cli
 
 from streamjoin.pipelines.report.json import validate
 from streamjoin.pipelines.base.timeunits import GRID_STEPS_US, HUMAN_STEPS_US
@@ -303,7 +303,7 @@ def test_report_command_rerenders_the_year(local_run, tuned, tmp_path):
 
 @pytest.mark.parametrize("page", ["report.html", "tune.html"])
 def test_year_pages_open_in_headless_chromium(local_run, tuned, tmp_path, page):
-    from test_html_report import CHROMIUM, probe
+    from helpers.browser import CHROMIUM, probe
 
     assert CHROMIUM is not None, "headless Chromium is required: apt-get install chromium"
     facts = probe((local_run[0] if page == "report.html" else tuned[0]) / page, tmp_path)

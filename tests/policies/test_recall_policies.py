@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_adapter import _key_frames, local_engine
-from test_engine_vs_reference import _assert_same, problems
+from helpers.adapters import key_frames, local_engine
+from helpers.strategies import assert_same, problems
 
 from streamjoin.pipelines.analysis import metrics
 from streamjoin.pipelines.config.settings import Flags, resolve
@@ -34,7 +34,7 @@ from streamjoin.pipelines.policies.controller import QJoinController, schedule
 from streamjoin.pipelines.replay.progress import build_replay
 from streamjoin.pipelines.replay.reference import RefTuple, replay
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -68,9 +68,9 @@ def test_engine_equals_reference_with_schedule(problem, name, target):
     policy = PolicySpec(name, target=target)
     ts, arrival = _columns(streams)
     # the controller counts partners per key, as the engine's does
-    values = schedule(name, build_replay(ts, arrival), windows, target, keys=key_ids(_key_frames(streams))).values
+    values = schedule(name, build_replay(ts, arrival), windows, target, keys=key_ids(key_frames(streams))).values
     ref = replay(streams, windows, policy, schedule=values.tolist())
-    _assert_same(local_engine(streams, windows, policy), ref)
+    assert_same(local_engine(streams, windows, policy), ref)
 
 
 @SETTINGS
@@ -79,8 +79,8 @@ def test_engine_equals_reference_with_schedule_two_streams(problem, name, target
     streams, windows, _ = problem
     policy = PolicySpec(name, target=target)
     ts, arrival = _columns(streams)
-    values = schedule(name, build_replay(ts, arrival), windows, target, keys=key_ids(_key_frames(streams))).values
-    _assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy, schedule=values.tolist()))
+    values = schedule(name, build_replay(ts, arrival), windows, target, keys=key_ids(key_frames(streams))).values
+    assert_same(local_engine(streams, windows, policy), replay(streams, windows, policy, schedule=values.tolist()))
 
 
 def test_reference_without_schedule_is_unchanged_and_adaptive_needs_one():
@@ -104,7 +104,7 @@ def test_decisions_are_online(problem, name, target, data):
     t = data.draw(st.sampled_from(every))
     bad = [sorted(data.draw(st.lists(st.integers(0, 80), max_size=6))) for _ in streams]
     ts, arrival = _columns(streams)
-    keys = key_ids(_key_frames(streams))
+    keys = key_ids(key_frames(streams))
     full = schedule(name, build_replay(ts, arrival), windows, target, bad, keys=keys)
 
     # (a) everything after t removed

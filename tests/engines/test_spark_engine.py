@@ -4,7 +4,7 @@ Spark is slow to start and every job costs seconds on a shared 2-core box,
 so this module keeps one quiet ``local[2]`` session (module fixture) and a
 few fixed cases that together cover every router, 2/3/4 streams, both policy
 families, 1..7 partitions and the partition-wise progress pass; the full
-matrix runs on the same kernels without a JVM in tests/test_routing.py.  One
+matrix runs on the same kernels without a JVM in tests/route/test_routing.py.  One
 test runs the CLI on ``local-cluster[2,1,1024]`` (separate executor JVMs and
 Python workers).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from local_adapter import _key_frames, local_engine
+from helpers.adapters import key_frames, local_engine
 
 from streamjoin.pipelines.engines.spark.engine import spark_join
 from streamjoin.pipelines.engines.spark.routing import RouteSettings
@@ -27,7 +27,7 @@ from streamjoin.pipelines.engines.spark.session import spark_session
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_spark_equals_local(spark, seed, n, policy, router, partitions, handoff)
     ref = local_engine(streams, W, policy)
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
-    out = spark_join(ts, ar, _key_frames(streams), W, policy, spark=spark, progress="spark",
+    out = spark_join(ts, ar, key_frames(streams), W, policy, spark=spark, progress="spark",
                      settings=RouteSettings(router, partitions, 7), handoff=handoff)
     assert out.routing["progress_pass"] == "spark"
     assert out.routing["handoff"] == handoff
