@@ -53,7 +53,7 @@ Per-stream ``K_i`` do not separate (``R`` is a minimum over all streams'
 ``M_i - K_i``), so kslack is tuned with one ``K``.
 
 Worked example (two streams, ``W = (2, 2)``; ``(stream, ts)`` in arrival
-order, the table of :mod:`~streamjoin.pipelines.progress`)::
+order, the table of :mod:`~streamjoin.pipelines.replay.progress`)::
 
     a      0      1      2      3      4
     x    (0,10) (1,12) (0,15) (0,11) (1,20)

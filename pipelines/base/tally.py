@@ -4,7 +4,7 @@ number of *distinct* values.
 Latencies and delays are microsecond integers bounded by the disorder span,
 so a value -> count table stays small however many results a run has, and
 nearest-rank percentiles computed from it are exactly those of the whole
-column (:func:`streamjoin.pipelines.metrics.distribution`).
+column (:func:`streamjoin.pipelines.analysis.metrics.distribution`).
 """
 
 from __future__ import annotations

@@ -44,15 +44,15 @@ ENGINE_ENV = "STREAMJOIN_ENGINE"
 #: Extend these sets when a new setting is read from the TOML.
 TOML_TABLES = ("run", "stream")
 RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window",
-            # nightly runs (pipelines/backfill.py)
+            # nightly runs (pipelines/nightly/backfill.py)
             "date", "from", "to", "lookback", "force", "fail_under_target", "log_format", "json",
-            # predicates beyond keys (pipelines/predicates.py)
+            # predicates beyond keys (pipelines/replay/predicates.py)
             "distance", "where",
             # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
             "interval", "granularity", "basic_window", "triggers",
-            # Spark engine and routing (pipelines/engines/spark.py, pipelines/route/)
+            # Spark engine and routing (pipelines/engines/spark/, pipelines/route/)
             "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
-            # bounded-memory local engine (pipelines/chunked_job.py)
+            # bounded-memory local engine (pipelines/jobs/chunked.py)
             "chunk_rows")
 STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
 
@@ -97,7 +97,7 @@ class RunConfig:
     segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
     load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     adapt_segment: bool = False
-    # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/chunked_job.py)
+    # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/jobs/chunked.py)
     chunk_rows: int | None = None
 
     @property
@@ -240,7 +240,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
     ``check_out=False``: the caller checks ``out`` itself (a partitioned
-    output root, pipelines/publish.py).
+    output root, pipelines/nightly/publish.py).
     """
     doc: dict[str, Any] = read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
@@ -395,7 +395,7 @@ def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> Run
     (first to last arrival of the input).
 
     A user's ``--period`` (flag or ``[run] period``) is kept exactly.  Without
-    one, the period is :func:`~streamjoin.pipelines.timeunits.default_period`
+    one, the period is :func:`~streamjoin.pipelines.base.timeunits.default_period`
     of the span -- the smallest of 1s, 10s, 1min, 10min, 1h, 1d, 1w giving at
     most 1,000 periods -- and ``period_source`` says so, e.g. ``"default: 365
     periods over 365d"``.  A recall-target policy's controller gets the same

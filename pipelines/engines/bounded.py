@@ -8,7 +8,7 @@ while holding only what can still matter, the *frozen-state compaction* of
 seed 004: state that no future input can touch is folded into counters and
 forgotten.
 
-Chunks are ranges of arrival time, read by :mod:`~streamjoin.pipelines.chunks`
+Chunks are ranges of arrival time, read by :mod:`~streamjoin.pipelines.io.chunks`
 (equal arrival times never straddle two chunks, so the replay order of the
 chunks, one after the other, is the global replay order).  Per chunk
 ``[A0, A1)`` of arrival indexes::
@@ -49,7 +49,7 @@ decide from statistics over the whole replay so far and run in memory.
 Results are appended to ``results.parquet`` chunk by chunk, in the same order
 as the in-memory engine writes them (emission time, last member's arrival,
 rows), and the metrics are exact: percentiles from value counts
-(:class:`~streamjoin.pipelines.tally.Tally`), memory and periods from sums.
+(:class:`~streamjoin.pipelines.base.tally.Tally`), memory and periods from sums.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class BoundedReplay:
 
     Args:
         cfg: the run (streams, windows, non-adaptive policy, predicates).
-        survey: pass 1 of the input (:func:`~streamjoin.pipelines.chunks.survey`).
+        survey: pass 1 of the input (:func:`~streamjoin.pipelines.io.chunks.survey`).
         sink: receives the emitted results chunk by chunk, each frame with a
             ``__last`` column to be put in order by :func:`result_order`
             (``None``: results are counted, not materialised).
@@ -429,7 +429,7 @@ class BoundedReplay:
     # ------------------------------------------------------------------ emission
 
     def _emit(self, combos: Combos, windows: list[Slab], arr: np.ndarray, H, R, C: int) -> list[pl.DataFrame]:
-        """Closed forms of :mod:`~streamjoin.pipelines.emit`, plus pending releases."""
+        """Closed forms of :mod:`~streamjoin.pipelines.replay.emit`, plus pending releases."""
         n, A0, acc = self.n, self.A0, self.acc
         frames: list[pl.DataFrame] = []
         if self.pending is not None and len(self.pending):

@@ -81,11 +81,11 @@ def join(
         windows: ``W_i`` per stream, microseconds.
         policy: the disorder policy.
         candidates_method: truth enumeration method (see
-            :func:`~streamjoin.pipelines.candidates.enumerate_truth`).
+            :func:`~streamjoin.pipelines.replay.candidates.enumerate_truth`).
         space: the distance predicate (vector columns + threshold), if any.
         where: an extra predicate: combinations -> boolean mask (``--where``).
         order: probe order; ``None`` = chosen from observed selectivity
-            (:mod:`~streamjoin.pipelines.plan`).
+            (:mod:`~streamjoin.pipelines.replay.probe_order`).
         bad_arrivals: per stream, arrival times of quarantined rows (recall-target
             policies re-decide early on a burst of them).
     """

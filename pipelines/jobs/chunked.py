@@ -1,9 +1,9 @@
 """``streamjoin run`` in bounded memory: survey -> chunks -> results streamed to Parquet.
 
-The same outputs as :func:`streamjoin.pipelines.job.run_job` (report.json,
+The same outputs as :func:`streamjoin.pipelines.jobs.run.run_job` (report.json,
 report.html, results.parquet, quarantine/), produced chunk by chunk by
 :class:`~streamjoin.pipelines.engines.bounded.BoundedReplay`.  Everything is
-written inside the staging directory of :class:`~streamjoin.pipelines.output.AtomicOutput`,
+written inside the staging directory of :class:`~streamjoin.pipelines.io.output.AtomicOutput`,
 so an interrupted run still publishes nothing.
 
 When it is used (``--chunk-rows``, TOML ``chunk_rows``):
@@ -191,7 +191,7 @@ def _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on
 
 
 def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedReplay) -> dict[str, Any]:
-    """The report of :func:`streamjoin.pipelines.job.build_report`, from the engine's sums."""
+    """The report of :func:`streamjoin.pipelines.jobs.run.build_report`, from the engine's sums."""
 
     acc = engine.acc
     N = sv.rows
@@ -263,7 +263,7 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
 
 
 def _periods(engine: BoundedReplay, cfg: RunConfig) -> list[dict[str, Any]]:
-    """As :func:`streamjoin.pipelines.metrics.periods`: the periods that have truth."""
+    """As :func:`streamjoin.pipelines.analysis.metrics.periods`: the periods that have truth."""
     if engine.first_arrival is None:
         return []
     acc = engine.acc

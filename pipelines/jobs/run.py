@@ -87,7 +87,7 @@ def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:
 
 
 def resolve_period(cfg: RunConfig, streams: list[LoadedStream]) -> RunConfig:
-    """:func:`~streamjoin.pipelines.config.with_period` over the loaded input's arrival span."""
+    """:func:`~streamjoin.pipelines.config.settings.with_period` over the loaded input's arrival span."""
     first, last = arrival_span(streams)
     return with_period(cfg, 0 if first is None else last - first)
 
@@ -157,10 +157,10 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     """Run the whole job and publish its outputs under ``cfg.out``.
 
     ``on_chunk(done, chunks, seconds)`` is called after each chunk of a
-    bounded-memory run (:mod:`~streamjoin.pipelines.chunked_job`).
+    bounded-memory run (:mod:`~streamjoin.pipelines.jobs.chunked`).
 
     Returns the report (as written to ``report.json``).  Raises
-    :class:`~streamjoin.pipelines.errors.InputError` on bad input, before
+    :class:`~streamjoin.pipelines.base.errors.InputError` on bad input, before
     anything is published.
     """
     stages = _Stages(on_stage)

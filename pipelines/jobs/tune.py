@@ -28,7 +28,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
              command: str = "tune-buffer") -> dict[str, Any]:
     """``streamjoin tune-buffer``: load, replay once, tune, publish ``tune.json`` + ``tune.html``.
 
-    ``cfg`` is a resolved :class:`~streamjoin.pipelines.config.RunConfig`
+    ``cfg`` is a resolved :class:`~streamjoin.pipelines.config.settings.RunConfig`
     (its policy is ignored).  Bad options raise ``InputError`` before any
     work is done.
     """

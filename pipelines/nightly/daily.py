@@ -111,7 +111,7 @@ def _exactness(cfg: RunConfig, data: DayStreams, outcome: JoinOutcome, first: in
       ``R - max W`` at the day's first arrival).
     ``certified`` = all three line up: ``warm_us <= member_bound_us``.  For
     ``mpkslack`` K also depends on older history; the previous day's manifest
-    settles it (:func:`streamjoin.pipelines.backfill`), recorded as
+    settles it (:func:`streamjoin.pipelines.nightly.backfill`), recorded as
     ``k_continuity``.
     """
     replay, dec = outcome.replay, outcome.decisions

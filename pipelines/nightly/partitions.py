@@ -15,7 +15,7 @@ makes daily runs exact: the replay order of days D-1 and D together is the
 replay order of D-1 followed by that of D, so a decision made at an index of
 day D (which, SPEC §4, only uses indexes before it) needs only history.
 :func:`load_day` checks the rule and refuses a partition that breaks it
-(:class:`~streamjoin.pipelines.errors.InputError`, exit 2).
+(:class:`~streamjoin.pipelines.base.errors.InputError`, exit 2).
 
 The replay of a daily run for day D is the **lookback** (tuples of the days
 before D with ``arrival >= D - lookback``, in their partitions' order) followed

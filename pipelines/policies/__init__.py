@@ -11,7 +11,7 @@ Two families:
 
 :class:`PolicySpec` is pure configuration -- the arrays a policy implies
 (``K_i(a)``, ``d_i(a)``) are built by the policy modules beside this file and
-consumed by :mod:`streamjoin.pipelines.progress`.
+consumed by :mod:`streamjoin.pipelines.replay.progress`.
 """
 
 from __future__ import annotations

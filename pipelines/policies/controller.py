@@ -7,7 +7,7 @@ sorting family) -- that should keep recall ``>= Q`` in every period ``P``
 while holding as few tuples (``qjoin``) or waiting as little (``qkslack``)
 as possible.  The output is a :class:`Schedule`: the decision log plus the
 ``(n, N)`` matrix of values per arrival index that the closed-form engine
-(:mod:`streamjoin.pipelines.progress`) and the reference replay consume.
+(:mod:`streamjoin.pipelines.replay.progress`) and the reference replay consume.
 
 Guarantees
 ----------

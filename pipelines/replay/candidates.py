@@ -184,7 +184,7 @@ def compact_ids(ids: list[np.ndarray]) -> list[np.ndarray]:
     Integer keys arrive from :func:`key_ids` as ``value - min``, which can be
     sparse (the benchmark's keys are multiples of 1009).  Compact ids pack
     ``(key, ts)`` into fewer bits, so :func:`enumerate_sorted`'s sorts stay
-    on the one-pass path of :func:`~streamjoin.pipelines.sorting.stable_order`
+    on the one-pass path of :func:`~streamjoin.pipelines.base.sorting.stable_order`
     (and the packing overflows less often).  A lookup table makes it
     ``O(rows + id range)``, so it is only done when the id range is at most
     a few times the row count; otherwise (or for negative or already
@@ -379,7 +379,7 @@ def enumerate_truth(ts: Sequence[np.ndarray], keys: Sequence[pl.DataFrame | None
             ``"sorted"`` or ``"bucket"``.
         space: the distance predicate, if any.
         order: the probe order (a permutation of the streams; see
-            :mod:`~streamjoin.pipelines.plan`); it changes the work, never the set.
+            :mod:`~streamjoin.pipelines.replay.probe_order`); it changes the work, never the set.
     Guarantees: each valid combination appears exactly once.
     """
     ts = [np.asarray(t, dtype=np.int64) for t in ts]

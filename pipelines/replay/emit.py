@@ -72,7 +72,7 @@ class MemberIndexes(Sequence):
 
 @dataclass
 class Emission:
-    """Per valid combination (parallel to :class:`~streamjoin.pipelines.candidates.Combos`).
+    """Per valid combination (parallel to :class:`~streamjoin.pipelines.replay.candidates.Combos`).
 
     ``a[k]``: arrival index of member ``k`` (a list, or a :class:`MemberIndexes`
     that gathers it on first use); ``last``: the last-arriving member's
@@ -111,7 +111,7 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
              arrivals: LastArrivals | None = None) -> Emission:
     """Apply the closed forms to every valid combination.
 
-    ``expiry_index``: :func:`~streamjoin.pipelines.progress.expiry` if already
+    ``expiry_index``: :func:`~streamjoin.pipelines.replay.progress.expiry` if already
     computed (symmetric family).  ``arrivals``: :func:`last_arrivals` of the
     same combinations, if already computed -- it needs only the replay order,
     so the engine computes it while the policy's facts are still being built.
@@ -223,7 +223,7 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
 
     ``H_i`` never decreases, so member ``x`` is still buffered when the last
     member arrives (``x.ts + W_i >= H_i(a_y)``) iff ``a_y < e_x`` with ``e_x``
-    the tuple's expiry index (:func:`~streamjoin.pipelines.progress.expiry`).
+    the tuple's expiry index (:func:`~streamjoin.pipelines.replay.progress.expiry`).
     With ``b_x = max(e_x, a_x + 1)`` the last member itself passes too, so::
 
         emitted  <=>  last < min_k b_k

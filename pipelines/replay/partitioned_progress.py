@@ -1,6 +1,6 @@
 """The global progress pass, partition by partition (SPEC §2, §4; seed 004).
 
-:mod:`~streamjoin.pipelines.progress` computes the coordination clock of the
+:mod:`~streamjoin.pipelines.replay.progress` computes the coordination clock of the
 replay with whole-column numpy on one machine.  This module computes the
 *same* facts when the tuples live in ``P`` partitions of a Spark DataFrame,
 without ever collecting the tuples to the driver: every quantity is a
@@ -306,7 +306,7 @@ def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, rel
 
 
 def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None, keys=None) -> dict:
-    """The same columns from :mod:`~streamjoin.pipelines.progress`, computed on
+    """The same columns from :mod:`~streamjoin.pipelines.replay.progress`, computed on
     the driver; each column is built when first read (the Spark engine's
     planes read a few of them and mostly use ``_replay`` / ``_decisions``)."""
     replay = build_replay(list(ts), list(arrival),

@@ -4,7 +4,7 @@
 * **distance** -- ``--distance x,y<=5000``: Euclidean distance ``<=`` the
   threshold between *every pair* of members on the named vector columns
   (present in every stream, in the columns' own units).  Enumeration uses a
-  spatial grid (see :class:`~streamjoin.pipelines.candidates.Space`).
+  spatial grid (see :class:`~streamjoin.pipelines.replay.candidates.Space`).
 * **where** -- ``--where "ball_z < 500 AND players_sensor_id <> 13"``: a
   SQL expression over *prefixed* columns, evaluated on candidates.  For every
   stream ``s``: ``s_<payload column>``, ``s_ts_us``, ``s_arrival_us``,

@@ -21,7 +21,7 @@ Worked example, two streams, ``(stream, ts)`` in arrival order::
     T     -inf    10     12     12     15
     delta   0      0      0      4      0
 
-Minus infinity is the sentinel :data:`~streamjoin.pipelines.timeunits.NEG_INF`;
+Minus infinity is the sentinel :data:`~streamjoin.pipelines.base.timeunits.NEG_INF`;
 arithmetic that could move it is clamped so it stays exactly ``NEG_INF``.
 
 Policy decisions built on top of these facts:
@@ -333,7 +333,7 @@ def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np
 
     ``H_i`` never decreases, so "``x`` still buffered at ``a``" (``x.ts + W_i >=
     H_i(a)``) is exactly ``a < expiry[s(x)][x.row]``: one integer per tuple that
-    :func:`memory_per_stream` and :func:`~streamjoin.pipelines.emit.emission`
+    :func:`memory_per_stream` and :func:`~streamjoin.pipelines.replay.emit.emission`
     share.  (Row order: the binary searches walk ``H_i`` monotonically when a
     stream's rows are in time order, as they usually are.)
     """

@@ -1,4 +1,4 @@
-"""The Spark engine's record hand-off (pipelines/engines/handoff.py), without Spark."""
+"""The Spark engine's record hand-off (pipelines/engines/spark/handoff.py), without Spark."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def _write_sample(tmp: Path) -> Path:
 
 def test_python_workers_use_one_malloc_arena(spark):
     # the kernels' large temporaries must come from the main heap in the
-    # workers too (pipelines/allocator.py); glibc's malloc_info lists one
+    # workers too (pipelines/base/allocator.py); glibc's malloc_info lists one
     # <heap> per arena
     def arenas(_):
         import ctypes

@@ -1,4 +1,4 @@
-"""Tests for streamjoin.pipelines.generate (synthetic streams with disorder)."""
+"""Tests for streamjoin.pipelines.tools.generate (synthetic streams with disorder)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from .kernels import INT
 
 def tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]:
     """stream, row, ts, arrival, kid, v* per tuple (stream-major order);
-    ``ids``: the key ids (:func:`~streamjoin.pipelines.candidates.key_ids`) or None."""
+    ``ids``: the key ids (:func:`~streamjoin.pipelines.replay.candidates.key_ids`) or None."""
     n = len(ts)
     sizes = [len(t) for t in ts]
     tab = {

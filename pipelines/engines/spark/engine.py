@@ -51,8 +51,8 @@ def spark_join(
     """Replay and join on Spark (or, with ``plane="local"``, the same kernels in-process).
 
     ``progress``: ``"spark"`` (the partition-wise pass,
-    :mod:`~streamjoin.pipelines.sparkprogress`), ``"driver"``
-    (:mod:`~streamjoin.pipelines.progress`) or ``"auto"``: the driver, unless
+    :mod:`~streamjoin.pipelines.replay.partitioned_progress`), ``"driver"``
+    (:mod:`~streamjoin.pipelines.replay.progress`) or ``"auto"``: the driver, unless
     ``progress_threshold`` is given and reached (adaptive policies always on
     the driver).  The driver is the default because it has loaded the tuples
     and needs every tuple's facts for the report anyway: the partition-wise

@@ -184,7 +184,7 @@ def extend(partials: dict, stored: dict, hop: int, n: int, W, orders, keyed: boo
            keep: Sequence[str] | None = None) -> dict:
     """CTR hop kernel: extend partial combinations by the stored tuples of the
     next stream in each prober's probe order, within the band of every member
-    (sorted ``(key, ts)`` ranges, as :func:`~streamjoin.pipelines.candidates.enumerate_sorted`).
+    (sorted ``(key, ts)`` ranges, as :func:`~streamjoin.pipelines.replay.candidates.enumerate_sorted`).
     ``keep``: the partial columns to produce (default: all)."""
     return extend_with(lambda c, idx, ps: partials[c][idx], partials["ps"], stored, hop, n, W, orders, keyed,
                    [c for c in partial_columns(n) if keep is None or c in keep])
@@ -252,7 +252,7 @@ def extend_with(get, ps_all, stored: dict, hop: int, n: int, W, orders, keyed: b
         kid_s = stored["kid"][sk].astype(INT, copy=False) if keyed else np.zeros(len(sk), INT)
         code = kid_s * span + (s_ts - base)
         del kid_s, s_ts
-        # stable sorts from SIMD value sorts (pipelines/sorting.py): the same
+        # stable sorts from SIMD value sorts (pipelines/base/sorting.py): the same
         # order as argsort(kind="stable"), several times faster
         order, vs = stable_order(code, overwrite=True)
         members = sk[order].astype(idx)                           # stream k's stored tuples, sorted

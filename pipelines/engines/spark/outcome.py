@@ -43,7 +43,7 @@ def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, 
 
     Combinations that carry only ``emitted`` (the Spark plane) get their
     emission time and latency from the facts, exactly as the local engine's
-    :func:`~streamjoin.pipelines.emit.emission` does: the last member is the
+    :func:`~streamjoin.pipelines.replay.emit.emission` does: the last member is the
     one with the largest arrival index ``a``; symmetric: ``emit = arrival[last]``,
     latency 0; sorting: ``emit = max(member rel_us)``, latency ``emit - arrival[last]``.
     """

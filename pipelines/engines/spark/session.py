@@ -42,7 +42,7 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          .config("spark.executorEnv.NUMPY_MADVISE_HUGEPAGE", "0")
          # one malloc arena in the workers from their first allocation (glibc reads
          # this at start-up): a thread's own arena serves large blocks with fresh
-         # mmaps, see pipelines/allocator.py -- reuse_freed_memory() in a task comes
+         # mmaps, see pipelines/base/allocator.py -- reuse_freed_memory() in a task comes
          # too late for arenas that imports in the worker already created
          .config("spark.executorEnv.MALLOC_ARENA_MAX", "1")
          # a task's result up to this size travels with its status update instead of a
