@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from . import metrics
+from .chunks import take_rows
 from .config import RunConfig
 from .emit import emission_order
 from .engines.local import JoinOutcome, join
@@ -93,7 +94,7 @@ def _results_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emi
             f"{s.name}_ts_us": pl.Series(s.ts[idx], dtype=pl.Int64),
             f"{s.name}_arrival_us": pl.Series(s.arrival[idx], dtype=pl.Int64),
         })
-        payload = s.payload[idx].rename({c: f"{s.name}_{c}" for c in s.payload.columns})
+        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
         parts.append(cols.hstack(payload))
     frame = pl.concat(parts, how="horizontal")
     return frame.with_columns(
