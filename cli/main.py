@@ -35,6 +35,9 @@ ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time colum
 KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")]
 UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")]
 WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
+MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
+    "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
+                             "a stream with all rows quarantined is always an error")]
 
 
 def _fail(exc: StreamjoinError) -> None:
@@ -129,6 +132,7 @@ def run(
     out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
     chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
+    max_quarantine: MaxQuarantineOpt = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
@@ -156,7 +160,7 @@ def run(
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
-        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -273,6 +277,7 @@ def tune_buffer(
     window: WindowOpt = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns")] = None,
+    max_quarantine: MaxQuarantineOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
 ) -> None:
@@ -292,7 +297,8 @@ def tune_buffer(
             raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
         check_recall(recall)
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
-                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where)
+                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
+                      max_quarantine=max_quarantine)
         cfg = resolve(config, flags)
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
     except StreamjoinError as exc:

@@ -216,7 +216,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
                      "results": old["counts"]["results"], "recall": old["metrics"]["recall"]}
             return _target_code(cfg, opts, old["metrics"]["recall"]), facts
         t0 = time.perf_counter()
-        data = load_days(list(cfg.streams), [day], lookback)
+        data = load_days(list(cfg.streams), [day], lookback, cfg.max_quarantine)
         log.stage("load", time.perf_counter() - t0, date=iso, rows=sum(s.rows for s in data.streams))
         t0 = time.perf_counter()
         result = compute_days(cfg, data)[day]
@@ -304,7 +304,7 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
         from .output import check_target
 
         check_target(cfg.out)
-        for s in load_all(streams):
+        for s in load_all(streams, cfg.max_quarantine):
             log.record("stream", name=s.name, rows=s.rows, quarantined=s.quarantine.height, files=len(s.files))
         log.summary(EXIT_OK, status="ok", partitioned=False)
         return EXIT_OK
@@ -316,7 +316,7 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
         if not days:
             raise InputError(f"no date partitions found for stream {streams[0].name!r} under {streams[0].path}")
     for day in days:
-        data = load_days(streams, [day], 0)
+        data = load_days(streams, [day], 0, cfg.max_quarantine)
         for s in data.streams:
             log.record("stream", date=day.isoformat(), name=s.name, rows=s.rows, quarantined=s.quarantine.height,
                        files=len(s.files))

@@ -54,7 +54,13 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # Spark engine and routing (pipelines/engines/spark.py, pipelines/route/)
             "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
             # bounded-memory local engine (pipelines/chunked_job.py)
-            "chunk_rows")
+            "chunk_rows",
+            # bad input (pipelines/load.py)
+            "max_quarantine")
+#: default ``--max-quarantine``: the largest share of a stream's rows that may be
+#: quarantined before the run is refused (pipelines/load.py, check_quarantine)
+MAX_QUARANTINE = 0.5
+
 STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
 
 
@@ -100,6 +106,8 @@ class RunConfig:
     adapt_segment: bool = False
     # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/chunked_job.py)
     chunk_rows: int | None = None
+    # largest share of a stream's rows that may be quarantined (pipelines/load.py, check_quarantine)
+    max_quarantine: float = MAX_QUARANTINE
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -148,6 +156,7 @@ class Flags:
     load_weights: str | None = None
     adapt_segment: bool = False
     chunk_rows: int | None = None
+    max_quarantine: float | None = None
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -196,6 +205,13 @@ def check_recall(value: float | None) -> float | None:
         raise InputError(f"--recall {value!r}: expected a number in (0, 1]") from None
     if not (0.0 < value <= 1.0):
         raise InputError(f"--recall {value}: recall target must be in (0, 1]")
+    return float(value)
+
+
+def check_max_quarantine(value: Any) -> float:
+    """``--max-quarantine`` / ``[run] max_quarantine``: a share in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InputError(f"--max-quarantine {value!r}: expected a share of rows in [0, 1], e.g. 0.9")
     return float(value)
 
 
@@ -381,8 +397,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
+    max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
     return RunConfig(
         chunk_rows=chunk_rows,
+        max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
         **spark_settings,
         streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
         write_results=not (flags.no_results or run.get("no_results", False)),

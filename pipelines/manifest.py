@@ -37,8 +37,9 @@ SCHEMA_VERSION = 1
 NAME = "_manifest.json"
 SUCCESS = "_SUCCESS"
 
-#: config keys that do not change what a partition holds
-_NOT_CONTENT = ("out", "write_results")
+#: config keys that do not change what a partition holds (``max_quarantine``
+#: decides whether a day runs at all, not what it holds)
+_NOT_CONTENT = ("out", "write_results", "max_quarantine")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

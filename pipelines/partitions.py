@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .config import StreamConfig
+from .chunks import take_rows
+from .config import MAX_QUARANTINE, StreamConfig
 from .errors import InputError
 from .load import LoadedStream, common_key_dtypes, load_stream
 
@@ -218,9 +219,9 @@ def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us
     return files, missing, missing_lb
 
 
-def _load_partition(cfg: StreamConfig, day: dt.date) -> LoadedStream:
+def _load_partition(cfg: StreamConfig, day: dt.date, max_quarantine: float) -> LoadedStream:
     path = partition_path(cfg.path, day)
-    loaded = load_stream(replace(cfg, path=path))
+    loaded = load_stream(replace(cfg, path=path), max_quarantine)
     start = day_start_us(day)
     outside = (loaded.arrival < start) | (loaded.arrival >= start + DAY_US)
     if outside.any():
@@ -241,8 +242,8 @@ def _concat(cfg: StreamConfig, parts: list[tuple[LoadedStream, np.ndarray, dt.da
         idx = np.flatnonzero(mask)
         ts.append(loaded.ts[idx])
         arrival.append(loaded.arrival[idx])
-        keys.append(loaded.keys[idx])
-        payload.append(loaded.payload[idx])
+        keys.append(take_rows(loaded.keys, idx))
+        payload.append(take_rows(loaded.payload, idx))
         files += loaded.files
         day_no.append(np.full(idx.shape[0], day_number(day), dtype=np.int32))
         row_no.append(idx.astype(np.int64))
@@ -270,11 +271,13 @@ def _concat(cfg: StreamConfig, parts: list[tuple[LoadedStream, np.ndarray, dt.da
     return merged, np.concatenate(day_no), np.concatenate(row_no)
 
 
-def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int) -> DayStreams:
+def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int,
+              max_quarantine: float = MAX_QUARANTINE) -> DayStreams:
     """Load ``days`` (consecutive) of every stream, plus the lookback before them.
 
     Raises :class:`InputError` if a stream has no partition for one of
-    ``days``, or a partition breaks the arrival-date rule.
+    ``days``, a partition breaks the arrival-date rule, or quarantines more
+    than ``max_quarantine`` of its rows (:func:`~streamjoin.pipelines.load.check_quarantine`).
     """
     files, missing, missing_lb = planned_inputs(configs, days, lookback_us)
     if missing:
@@ -287,12 +290,12 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
         for d in lookback_days(days[0], lookback_us):
             if partition_files(cfg, d) is None:
                 continue
-            loaded = _load_partition(cfg, d)
+            loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, loaded.arrival >= lb_start, d))
         n_lb = sum(int(m.sum()) for _, m, _ in parts)
         quarantines = []
         for d in days:
-            loaded = _load_partition(cfg, d)
+            loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, np.ones(loaded.rows, dtype=bool), d))
             quarantines.append(loaded.quarantine.with_columns(pl.lit(d).alias("date")))
         merged, day_no, row_no = _concat(cfg, parts)

@@ -694,7 +694,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     started = time.perf_counter()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    streams = load_all(list(cfg.streams))
+    streams = load_all(list(cfg.streams), cfg.max_quarantine)
     where_fn = where_of(cfg, streams)
     cfg = resolve_period(cfg, streams)  # --period, or chosen from the replay span
     timings["load"] = time.perf_counter() - t0
