@@ -201,6 +201,10 @@ def run(
         raise typer.Exit(code)
 
 
+def _reasons(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{n} {r}' for r, n in counts.items())})" if counts else ""
+
+
 @app.command()
 def inspect(
     paths: Annotated[list[str], typer.Argument(help="Parquet files, globs or directories (NAME=PATH to name them)")],
@@ -209,11 +213,12 @@ def inspect(
     unit: Annotated[Optional[str], typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Rows, time span, rate, delay distribution and out-of-order share, per stream."""
+    """Rows, time span, rate, lag behind max (how far a tuple's ts trails the largest ts its
+    stream had shown when it arrived: the delay of SPEC §2, delay_us in --json) and out-of-order share, per stream."""
     from streamjoin.pipelines.config import StreamConfig
     from streamjoin.pipelines.errors import InputError
     from streamjoin.pipelines.inspect import inspect_stream
-    from streamjoin.pipelines.timeunits import TS_UNITS, format_duration
+    from streamjoin.pipelines.timeunits import TS_UNITS, format_duration, format_rate
 
     try:
         if unit is not None and unit not in TS_UNITS:
@@ -229,10 +234,10 @@ def inspect(
         return
     for f in facts:
         d = f["delay_us"]
-        rate = f"{f['rate_per_s']:,.1f}/s" if f["rate_per_s"] else "-"
         typer.echo(
-            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']} span {format_duration(f['span_us'])} "
-            f"rate {rate} delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
+            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']}{_reasons(f['quarantine_reasons'])} "
+            f"span {format_duration(f['span_us'])} "
+            f"rate {format_rate(f['rate_per_s'])} lag-behind-max p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
             f"p99 {format_duration(d['p99'])} max {format_duration(d['max'])} "
             f"out-of-order {f['out_of_order_share']:.2%}"
         )

@@ -218,3 +218,31 @@ def test_unit_on_a_timestamp_column_is_ignored_with_one_warning(export: Path) ->
     # no warning when --unit matches the column's own unit
     proc = run_cli(["run", *PAIR, "--unit", "ms", "--out", "out2"], cwd=export)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------
+# 3. inspect: the same unit guard, no internal failure, readable rates
+# ----------------------------------------------------------------------------
+
+
+def test_inspect_with_the_wrong_unit_names_the_likely_one(export: Path) -> None:
+    proc = run_cli(["inspect", "clicks.parquet", "--ts", "event_time", "--unit", "s"], cwd=export)
+    assert_one_line_error(proc, "clicks.parquet", "'event_time'", "looks like epoch milliseconds", "--unit ms")
+
+
+def test_inspect_of_a_wholly_quarantined_stream_shows_it(export: Path) -> None:
+    _, clicks = clicks_impressions()
+    _with_null_times(clicks, 1.0).write_parquet(export / "clicks.parquet")
+    proc = run_cli(["inspect", "clicks.parquet", "--ts", "event_time", "--unit", "ms"], cwd=export)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("clicks: rows 0 quarantined 10000 (10000 null event_time) span ")
+    assert "lag-behind-max p50 - " in proc.stdout
+
+
+def test_inspect_prints_slow_rates_readably(export: Path) -> None:
+    proc = run_cli(["inspect", "clicks.parquet", "--ts", "event_time", "--unit", "ms", "--json"], cwd=export)
+    rate = json.loads(proc.stdout)[0]["rate_per_s"]
+    assert rate == pytest.approx(ROWS / (3 * 86_400), rel=0.01)  # 0.0386/s
+    proc = run_cli(["inspect", "clicks.parquet", "--ts", "event_time", "--unit", "ms"], cwd=export)
+    assert f" rate {rate * 60:.3g}/min " in proc.stdout, proc.stdout  # 2.32/min, not 0.0/s
+    assert "delay" not in proc.stdout  # the column says what it measures: lag behind the stream's max ts
