@@ -304,7 +304,7 @@ def tune_buffer(
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
                       max_quarantine=max_quarantine)
-        cfg = resolve(config, flags)
+        cfg = resolve(config, flags, output_kind="tune-buffer")
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
     except StreamjoinError as exc:
         _fail(exc)

@@ -253,11 +253,12 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
     return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
 
 
-def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -> RunConfig:
+def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
     ``check_out=False``: the caller checks ``out`` itself (a partitioned
-    output root, pipelines/publish.py).
+    output root, pipelines/publish.py).  ``output_kind``: the command whose
+    output ``out`` will hold (pipelines/output.py, ``check_target``).
     """
     doc: dict[str, Any] = _read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
@@ -376,7 +377,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     # unlike input paths, which belong with the config that names them.
     out = Path(out_raw)
     if check_out:
-        check_target(out)  # refuse a foreign non-empty --out before any work is done
+        check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
     period_raw = flags.period or run.get("period")
     period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:

@@ -22,15 +22,16 @@ from pathlib import Path
 
 from .errors import InputError
 
-#: a file every streamjoin output directory holds; its presence makes an
-#: existing directory safe to replace
-MARKER = "report.json"
-#: every file whose presence marks a streamjoin output (``tune.json``: tune-buffer)
-MARKERS = (MARKER, "tune.json")
+#: per kind of output (the command that writes it), the file that marks such a
+#: directory, written last; its presence makes the directory safe to replace
+#: by the same command -- and only by it
+MARKERS = {"run": "report.json", "tune-buffer": "tune.json"}
 
 
-def check_target(out: Path) -> None:
-    """Refuse an ``--out`` that must not be replaced (see :class:`AtomicOutput`).
+def check_target(out: Path, kind: str = "run") -> None:
+    """Refuse an ``--out`` that must not be replaced by command ``kind`` (see
+    :class:`AtomicOutput`): a file, a foreign non-empty directory, or the
+    output of another command (``run --out`` onto a ``tune-buffer`` output).
 
     Called when the configuration is resolved, so a bad ``--out`` fails before
     any work is done, and again just before staging.
@@ -38,8 +39,13 @@ def check_target(out: Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: output path exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in MARKERS):
-        raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
+    if not out.is_dir() or not any(out.iterdir()) or (out / MARKERS[kind]).exists():
+        return
+    for other, marker in MARKERS.items():
+        if (out / marker).exists():
+            raise InputError(f"{out}: holds a {other} output ({marker}), which {kind} would replace; "
+                             f"choose another --out")
+    raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
 
 
 @contextmanager
@@ -76,17 +82,19 @@ class AtomicOutput:
 
     Args:
         out: the final output directory.  It may not exist, be empty, or be a
-            previous streamjoin output (holds ``report.json``); anything else
-            is refused rather than overwritten.
+            previous output of the same command (holds its marker file,
+            :data:`MARKERS`); anything else is refused rather than overwritten.
+        kind: the command writing it, a key of :data:`MARKERS`.
     """
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, kind: str = "run"):
         self.out = Path(out)
+        self.kind = kind
         self.staging: Path | None = None
 
     def __enter__(self) -> Path:
         out = self.out
-        check_target(out)
+        check_target(out, self.kind)
         parent = out.parent if str(out.parent) else Path(".")
         parent.mkdir(parents=True, exist_ok=True)
         staging = parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"

@@ -716,7 +716,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     head = {"schema_version": 1, "kind": "tune-buffer", "tool_version": tool_version(), "command": command,
             "config": config}
     result = {**head, **result}
-    with AtomicOutput(cfg.out) as staging:
+    with AtomicOutput(cfg.out, "tune-buffer") as staging:
         t0 = time.perf_counter()
         (staging / "tune.html").write_text(report_html.render_tune(result), encoding="utf-8")
         timings["html"] = time.perf_counter() - t0

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from test_bad_input import assert_one_line_error, leftovers, run_cli
+from test_bad_input import assert_one_line_error, leftovers, run_cli, snapshot
 
 DAY_MS = 86_400_000
 START_MS = 1_709_251_200_000  # 2024-03-01 00:00 UTC
@@ -246,3 +246,25 @@ def test_inspect_prints_slow_rates_readably(export: Path) -> None:
     proc = run_cli(["inspect", "clicks.parquet", "--ts", "event_time", "--unit", "ms"], cwd=export)
     assert f" rate {rate * 60:.3g}/min " in proc.stdout, proc.stdout  # 2.32/min, not 0.0/s
     assert "delay" not in proc.stdout  # the column says what it measures: lag behind the stream's max ts
+
+
+# ----------------------------------------------------------------------------
+# 6. one command's output is not another's to replace
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first,second", [("tune-buffer", "run"), ("run", "tune-buffer")])
+def test_run_and_tune_buffer_do_not_replace_each_others_output(export: Path, first: str, second: str) -> None:
+    command = {"run": ["run", *PAIR, "--unit", "ms"],
+               "tune-buffer": ["tune-buffer", "--recall", "0.9", *PAIR, "--unit", "ms"]}
+    proc = run_cli([*command[first], "--out", "out"], cwd=export)
+    assert proc.returncode == 0, proc.stderr
+    before = snapshot(export / "out")
+    marker = {"run": "report.json", "tune-buffer": "tune.json"}[first]
+    assert marker in before
+    proc = run_cli([*command[second], "--out", "out"], cwd=export)
+    assert_one_line_error(proc, "out", f"holds a {first} output ({marker})", "choose another --out")
+    assert snapshot(export / "out") == before and leftovers(export) == []
+    # the same command still replaces its own previous output
+    proc = run_cli([*command[first], "--out", "out"], cwd=export)
+    assert proc.returncode == 0, proc.stderr
