@@ -35,6 +35,8 @@ ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time colum
 KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")]
 UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")]
 WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
+OptionalStreamOpt = Annotated[Multi, typer.Option(
+    "--optional-stream", help="nightly: NAME (repeatable) may have no partition on a day; that day replays it empty")]
 MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
     "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
                              "a stream with all rows quarantined is always an error")]
@@ -133,6 +135,7 @@ def run(
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
     chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
     max_quarantine: MaxQuarantineOpt = None,
+    optional_stream: OptionalStreamOpt = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
@@ -161,6 +164,7 @@ def run(
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
+        optional_streams=optional_stream or [],
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -347,6 +351,7 @@ def backfill(
     out: Annotated[Optional[str], typer.Option("--out", help="output root (holds date=YYYY-MM-DD/ partitions)")] = None,
     fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when a day's recall < recall target")] = False,
     log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+    optional_stream: OptionalStreamOpt = None,
 ) -> None:
     """Run (or with --plan, list) every day from --from to --to, one partition per day.
 
@@ -361,7 +366,7 @@ def backfill(
     nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        code = cli_run(config, Flags(out=out), nightly, command, plan_only=plan)
+        code = cli_run(config, Flags(out=out, optional_streams=optional_stream or []), nightly, command, plan_only=plan)
     except StreamjoinError as exc:
         _fail(exc)
     raise typer.Exit(code)

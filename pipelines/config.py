@@ -61,7 +61,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
 #: quarantined before the run is refused (pipelines/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
 
-STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
+STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention",
+               # nightly: the stream may have no partition on some days (pipelines/partitions.py)
+               "optional")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class StreamConfig:
     k_us: int | None = None
     retention_us: int | None = None
     vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
+    optional: bool = False          # nightly: a day without a partition replays it empty
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ class Flags:
     adapt_segment: bool = False
     chunk_rows: int | None = None
     max_quarantine: float | None = None
+    optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -311,6 +315,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     apply("--window", flags.window, "window")
     apply("--k", flags.k, "k")
     apply("--retention", flags.retention, "retention")
+    for name in flags.optional_streams:
+        if name not in streams:
+            raise InputError(f"--optional-stream {name}: unknown stream name (streams: {', '.join(names)})")
+        streams[name]["optional"] = True
 
     # run-level defaults from TOML, then flags
     for key in ("k", "retention", "window"):
@@ -327,6 +335,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             raise InputError(f"stream {name!r}: unit {unit!r} is not one of {', '.join(TS_UNITS)}")
         if "window" not in s:
             raise InputError(f"stream {name!r} has no window: give --window DURATION")
+        optional = s.get("optional", False)
+        if not isinstance(optional, bool):
+            raise InputError(f"stream {name!r}: optional = {optional!r}: expected true or false")
         keys = s.get("keys", [])
         if isinstance(keys, str):
             keys = [keys]
@@ -342,6 +353,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             keys=tuple(str(k) for k in keys),
             k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
             retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            optional=optional,
         ))
     key_counts = {len(s.keys) for s in resolved}
     if len(key_counts) > 1:

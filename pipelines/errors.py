@@ -20,6 +20,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_TARGET_MISSED = 3
 EXIT_LOCKED = 4
+EXIT_INTERRUPTED = 130
 
 
 class StreamjoinError(Exception):

@@ -49,7 +49,7 @@ def check_target(out: Path, kind: str = "run") -> None:
 
 
 @contextmanager
-def _sigint_held() -> Iterator[list[int]]:
+def sigint_held() -> Iterator[list[int]]:
     """Hold Ctrl-C while directories are created, renamed or removed.
 
     A SIGINT landing between two of those steps would leave a staging or old
@@ -98,10 +98,10 @@ class AtomicOutput:
         parent = out.parent if str(out.parent) else Path(".")
         parent.mkdir(parents=True, exist_ok=True)
         staging = parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
-        with _sigint_held() as interrupted:
+        with sigint_held() as interrupted:
             staging.mkdir()
         if interrupted:  # Ctrl-C came while staging was being made: leave nothing
-            with _sigint_held():
+            with sigint_held():
                 staging.rmdir()
             _redeliver_sigint()
         self.staging = staging
@@ -110,12 +110,12 @@ class AtomicOutput:
     def __exit__(self, exc_type, exc, tb) -> bool:
         assert self.staging is not None
         if exc_type is not None:
-            with _sigint_held():  # a second Ctrl-C must not stop the clean-up
+            with sigint_held():  # a second Ctrl-C must not stop the clean-up
                 shutil.rmtree(self.staging, ignore_errors=True)
             return False
         # Publishing is a few renames; a Ctrl-C during them is held and then
         # ignored: the run is complete and its output is whole.
-        with _sigint_held():
+        with sigint_held():
             old = None
             if self.out.exists():
                 old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:12]}"

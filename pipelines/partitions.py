@@ -17,6 +17,11 @@ day D (which, SPEC §4, only uses indexes before it) needs only history.
 :func:`load_day` checks the rule and refuses a partition that breaks it
 (:class:`~streamjoin.pipelines.errors.InputError`, exit 2).
 
+A stream declared ``optional`` (``optional = true`` in its ``[[stream]]``,
+``--optional-stream NAME``) may have no partition for a day: that day
+replays it empty (its columns taken from any other day's partition).  Any
+other stream without a partition for the day stops the day (exit 2).
+
 The replay of a daily run for day D is the **lookback** (tuples of the days
 before D with ``arrival >= D - lookback``, in their partitions' order) followed
 by all of day D.  Rows keep their identity across runs: ``(day, row in that
@@ -33,11 +38,12 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from .chunks import take_rows
 from .config import MAX_QUARANTINE, StreamConfig
 from .errors import InputError
-from .load import LoadedStream, common_key_dtypes, load_stream
+from .load import LoadedStream, common_key_dtypes, load_stream, normalise
 
 DAY_US = 86_400_000_000
 _EPOCH = dt.date(1970, 1, 1)
@@ -197,8 +203,9 @@ def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us
 
     Returns ``(files, missing_days, missing_lookback)``: a stream with no
     partition for one of ``days`` is listed in ``missing_days`` (the run
-    cannot go ahead); a missing lookback partition only weakens exactness
-    (the first day of a data set has none).
+    cannot go ahead) unless it is ``optional`` (replayed empty); a missing
+    lookback partition only weakens exactness (the first day of a data set
+    has none).
     """
     files: list[InputFile] = []
     missing: list[str] = []
@@ -212,11 +219,19 @@ def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us
                 files += [InputFile(s.name, d, "lookback", f) for f in found]
         for d in days:
             found = partition_files(s, d)
-            if not found:
+            if not found and not s.optional:
                 missing.append(f"stream {s.name!r}: {partition_path(s.path, d)}")
+            elif not found:
+                continue
             else:
                 files += [InputFile(s.name, d, "day", f) for f in found]
     return files, missing, missing_lb
+
+
+def missing_partition(days: str, missing: str) -> InputError:
+    """A day a stream has no partition for: say how to declare a stream that may be empty."""
+    return InputError(f"no input partition for {days}: {missing}; a stream that may have no data on some days "
+                      f"can be declared optional (optional = true in its [[stream]], or --optional-stream NAME)")
 
 
 def _load_partition(cfg: StreamConfig, day: dt.date, max_quarantine: float) -> LoadedStream:
@@ -233,6 +248,21 @@ def _load_partition(cfg: StreamConfig, day: dt.date, max_quarantine: float) -> L
             f"daily partitions must be cut by arrival time"
         )
     return loaded
+
+
+def _empty_partition(cfg: StreamConfig, day: dt.date) -> LoadedStream:
+    """An optional stream's missing day: no rows, the columns of another day's partition."""
+    template = next((files[0] for d in available_days(cfg) if (files := partition_files(cfg, d))), None)
+    if template is None:
+        raise InputError(f"stream {cfg.name!r} is optional but has no partition on any day "
+                         f"({partition_path(cfg.path, day)} for {day}): nothing to take its columns from")
+    try:
+        schema = pq.read_schema(template)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{template} (stream {cfg.name!r}): not a readable Parquet file ({exc})") from None
+    part = normalise(schema.empty_table(), cfg)
+    return LoadedStream(config=cfg, ts=part.ts, arrival=part.arrival, keys=part.keys, payload=part.payload,
+                        quarantine=part.quarantine, files=[], row_bytes=0.0, vectors=part.vectors)
 
 
 def _concat(cfg: StreamConfig, parts: list[tuple[LoadedStream, np.ndarray, dt.date]]) -> tuple[LoadedStream, np.ndarray, np.ndarray]:
@@ -281,7 +311,7 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
     """
     files, missing, missing_lb = planned_inputs(configs, days, lookback_us)
     if missing:
-        raise InputError(f"no input partition for {days[0] if len(days) == 1 else f'{days[0]}..{days[-1]}'}: {missing[0]}")
+        raise missing_partition(str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}", missing[0])
     start = day_start_us(days[0])
     lb_start = start - lookback_us
     streams, day_of_row, row_in_day, lb_rows = [], [], [], []
@@ -295,7 +325,10 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
         n_lb = sum(int(m.sum()) for _, m, _ in parts)
         quarantines = []
         for d in days:
-            loaded = _load_partition(cfg, d, max_quarantine)
+            if cfg.optional and not partition_files(cfg, d):
+                loaded = _empty_partition(cfg, d)
+            else:
+                loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, np.ones(loaded.rows, dtype=bool), d))
             quarantines.append(loaded.quarantine.with_columns(pl.lit(d).alias("date")))
         merged, day_no, row_no = _concat(cfg, parts)
