@@ -35,6 +35,11 @@ ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time colum
 KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")]
 UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")]
 WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
+OptionalStreamOpt = Annotated[Multi, typer.Option(
+    "--optional-stream", help="nightly: NAME (repeatable) may have no partition on a day; that day replays it empty")]
+MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
+    "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
+                             "a stream with all rows quarantined is always an error")]
 
 
 def _fail(exc: StreamjoinError) -> None:
@@ -129,6 +134,8 @@ def run(
     out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
     no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
     chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
+    max_quarantine: MaxQuarantineOpt = None,
+    optional_stream: OptionalStreamOpt = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
@@ -156,7 +163,8 @@ def run(
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
-        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
+        optional_streams=optional_stream or [],
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -197,6 +205,10 @@ def run(
         raise typer.Exit(code)
 
 
+def _reasons(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{n} {r}' for r, n in counts.items())})" if counts else ""
+
+
 @app.command()
 def inspect(
     paths: Annotated[list[str], typer.Argument(help="Parquet files, globs or directories (NAME=PATH to name them)")],
@@ -205,11 +217,12 @@ def inspect(
     unit: Annotated[Optional[str], typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Rows, time span, rate, delay distribution and out-of-order share, per stream."""
+    """Rows, time span, rate, lag behind max (how far a tuple's ts trails the largest ts its
+    stream had shown when it arrived: the delay of SPEC §2, delay_us in --json) and out-of-order share, per stream."""
     from streamjoin.pipelines.config.settings import StreamConfig
     from streamjoin.pipelines.base.errors import InputError
     from streamjoin.pipelines.jobs.inspect import inspect_stream
-    from streamjoin.pipelines.base.timeunits import TS_UNITS, format_duration
+    from streamjoin.pipelines.base.timeunits import TS_UNITS, format_duration, format_rate
 
     try:
         if unit is not None and unit not in TS_UNITS:
@@ -225,10 +238,10 @@ def inspect(
         return
     for f in facts:
         d = f["delay_us"]
-        rate = f"{f['rate_per_s']:,.1f}/s" if f["rate_per_s"] else "-"
         typer.echo(
-            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']} span {format_duration(f['span_us'])} "
-            f"rate {rate} delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
+            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']}{_reasons(f['quarantine_reasons'])} "
+            f"span {format_duration(f['span_us'])} "
+            f"rate {format_rate(f['rate_per_s'])} lag-behind-max p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
             f"p99 {format_duration(d['p99'])} max {format_duration(d['max'])} "
             f"out-of-order {f['out_of_order_share']:.2%}"
         )
@@ -273,6 +286,7 @@ def tune_buffer(
     window: WindowOpt = None,
     distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns")] = None,
+    max_quarantine: MaxQuarantineOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
 ) -> None:
@@ -293,8 +307,9 @@ def tune_buffer(
             raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
         check_recall(recall)
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
-                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where)
-        cfg = resolve(config, flags)
+                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
+                      max_quarantine=max_quarantine)
+        cfg = resolve(config, flags, output_kind="tune-buffer")
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
     except StreamjoinError as exc:
         _fail(exc)
@@ -337,6 +352,7 @@ def backfill(
     out: Annotated[Optional[str], typer.Option("--out", help="output root (holds date=YYYY-MM-DD/ partitions)")] = None,
     fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when a day's recall < recall target")] = False,
     log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+    optional_stream: OptionalStreamOpt = None,
 ) -> None:
     """Run (or with --plan, list) every day from --from to --to, one partition per day.
 
@@ -351,7 +367,7 @@ def backfill(
     nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        code = cli_run(config, Flags(out=out), nightly, command, plan_only=plan)
+        code = cli_run(config, Flags(out=out, optional_streams=optional_stream or []), nightly, command, plan_only=plan)
     except StreamjoinError as exc:
         _fail(exc)
     raise typer.Exit(code)

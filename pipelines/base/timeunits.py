@@ -82,6 +82,20 @@ def format_duration(us: float | int | None) -> str:
     return f"{us:.3g}us"
 
 
+def format_rate(per_s: float | None) -> str:
+    """A rate, 3 significant digits, per second -- or per min / h / d when under
+    one a second, so a slow stream does not read ``0.0/s``: ``1,234/s``,
+    ``12.3/s``, ``2.32/min``, ``4.5/h``."""
+    if per_s is None:
+        return "-"
+    for factor, unit in ((1, "s"), (60, "min"), (3_600, "h")):
+        if per_s * factor >= 1:
+            value = per_s * factor
+            return f"{value:,.0f}/{unit}" if value >= 100 else f"{value:.3g}/{unit}"
+    value = per_s * 86_400
+    return f"{value:,.0f}/d" if value >= 100 else f"{value:.3g}/d"
+
+
 #: the human units a default period (or any automatic time step) is rounded to
 HUMAN_STEPS_US = (
     1_000_000, 10_000_000, 60_000_000, 600_000_000, 3_600_000_000, 86_400_000_000, 604_800_000_000)

@@ -52,15 +52,16 @@ HANDOFF_CONF_KEY = "spark.streamjoin.handoff"
 HANDOFF_MODES = ("auto", "files", "inline")
 
 
-#: a file every streamjoin output directory holds; its presence makes an
-#: existing directory safe to replace
-MARKER = "report.json"
-#: every file whose presence marks a streamjoin output (``tune.json``: tune-buffer)
-MARKERS = (MARKER, "tune.json")
+#: per kind of output (the command that writes it), the file that marks such a
+#: directory, written last; its presence makes the directory safe to replace
+#: by the same command -- and only by it
+MARKERS = {"run": "report.json", "tune-buffer": "tune.json"}
 
 
-def check_target(out: Path) -> None:
-    """Refuse an ``--out`` that must not be replaced (see :class:`AtomicOutput`).
+def check_target(out: Path, kind: str = "run") -> None:
+    """Refuse an ``--out`` that must not be replaced by command ``kind`` (see
+    :class:`AtomicOutput`): a file, a foreign non-empty directory, or the
+    output of another command (``run --out`` onto a ``tune-buffer`` output).
 
     Called when the configuration is resolved, so a bad ``--out`` fails before
     any work is done, and again just before staging.
@@ -68,5 +69,10 @@ def check_target(out: Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: output path exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in MARKERS):
-        raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
+    if not out.is_dir() or not any(out.iterdir()) or (out / MARKERS[kind]).exists():
+        return
+    for other, marker in MARKERS.items():
+        if (out / marker).exists():
+            raise InputError(f"{out}: holds a {other} output ({marker}), which {kind} would replace; "
+                             f"choose another --out")
+    raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")

@@ -53,8 +53,16 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # Spark engine and routing (pipelines/engines/spark/, pipelines/route/)
             "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
             # bounded-memory local engine (pipelines/jobs/chunked.py)
-            "chunk_rows")
-STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention")
+            "chunk_rows",
+            # bad input (pipelines/io/load.py)
+            "max_quarantine")
+#: default ``--max-quarantine``: the largest share of a stream's rows that may be
+#: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
+MAX_QUARANTINE = 0.5
+
+STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention",
+               # nightly: the stream may have no partition on some days (pipelines/nightly/partitions.py)
+               "optional")
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class StreamConfig:
     k_us: int | None = None
     retention_us: int | None = None
     vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
+    optional: bool = False          # nightly: a day without a partition replays it empty
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,8 @@ class RunConfig:
     adapt_segment: bool = False
     # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/jobs/chunked.py)
     chunk_rows: int | None = None
+    # largest share of a stream's rows that may be quarantined (pipelines/io/load.py, check_quarantine)
+    max_quarantine: float = MAX_QUARANTINE
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -147,6 +158,8 @@ class Flags:
     load_weights: str | None = None
     adapt_segment: bool = False
     chunk_rows: int | None = None
+    max_quarantine: float | None = None
+    optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -198,6 +211,13 @@ def check_recall(value: float | None) -> float | None:
     return float(value)
 
 
+def check_max_quarantine(value: Any) -> float:
+    """``--max-quarantine`` / ``[run] max_quarantine``: a share in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InputError(f"--max-quarantine {value!r}: expected a share of rows in [0, 1], e.g. 0.9")
+    return float(value)
+
+
 def _triggers(flags: Flags, run: dict[str, Any]) -> Triggers:
     """``[run.triggers]`` merged with ``--trigger KEY=VALUE`` (flags win): seed 003's thresholds."""
     table = run.get("triggers", {})
@@ -236,11 +256,12 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
     return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
 
 
-def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -> RunConfig:
+def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
     ``check_out=False``: the caller checks ``out`` itself (a partitioned
-    output root, pipelines/nightly/publish.py).
+    output root, pipelines/nightly/publish.py).  ``output_kind``: the command whose
+    output ``out`` will hold (pipelines/config/options.py, ``check_target``).
     """
     doc: dict[str, Any] = read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
@@ -293,6 +314,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     apply("--window", flags.window, "window")
     apply("--k", flags.k, "k")
     apply("--retention", flags.retention, "retention")
+    for name in flags.optional_streams:
+        if name not in streams:
+            raise InputError(f"--optional-stream {name}: unknown stream name (streams: {', '.join(names)})")
+        streams[name]["optional"] = True
 
     # run-level defaults from TOML, then flags
     for key in ("k", "retention", "window"):
@@ -309,6 +334,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
             raise InputError(f"stream {name!r}: unit {unit!r} is not one of {', '.join(TS_UNITS)}")
         if "window" not in s:
             raise InputError(f"stream {name!r} has no window: give --window DURATION")
+        optional = s.get("optional", False)
+        if not isinstance(optional, bool):
+            raise InputError(f"stream {name!r}: optional = {optional!r}: expected true or false")
         keys = s.get("keys", [])
         if isinstance(keys, str):
             keys = [keys]
@@ -324,6 +352,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
             keys=tuple(str(k) for k in keys),
             k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
             retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            optional=optional,
         ))
     key_counts = {len(s.keys) for s in resolved}
     if len(key_counts) > 1:
@@ -359,7 +388,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     # unlike input paths, which belong with the config that names them.
     out = Path(out_raw)
     if check_out:
-        check_target(out)  # refuse a foreign non-empty --out before any work is done
+        check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
     period_raw = flags.period or run.get("period")
     period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:
@@ -380,8 +409,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True) -
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
+    max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
     return RunConfig(
         chunk_rows=chunk_rows,
+        max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
         **spark_settings,
         streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
         write_results=not (flags.no_results or run.get("no_results", False)),

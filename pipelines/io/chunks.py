@@ -42,7 +42,8 @@ import pyarrow.dataset as ds
 
 from ..config.settings import StreamConfig
 from ..base.errors import InputError
-from .load import LoadedStream, Normalised, unreadable_error, common_key_dtypes, normalise, open_dataset
+from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
+                   common_key_dtypes, configured_columns, normalise, open_dataset, reason_counts)
 
 #: rows per summary block of the survey (a block's min ts bounds its rows)
 BLOCK_ROWS = 1024
@@ -116,26 +117,32 @@ def _read(piece: Piece, schema: pa.Schema, cfg: StreamConfig, columns: list[str]
 
 
 def _survey_columns(cfg: StreamConfig, schema: pa.Schema) -> list[str]:
-    wanted = [cfg.ts] + ([cfg.arrival] if cfg.arrival else []) + list(cfg.keys) + list(cfg.vectors)
+    wanted = configured_columns(cfg)
     for c in wanted:
         if c not in schema.names:
             raise InputError(f"{cfg.path} (stream {cfg.name!r}): missing column {c!r} (has: {', '.join(schema.names)})")
-    return list(dict.fromkeys(wanted))
+    return wanted
 
 
-def survey(configs: Sequence[StreamConfig], chunk_rows: int) -> Survey:
-    """Pass 1 (see the module docstring).  Raises InputError on bad input."""
+def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: float = MAX_QUARANTINE) -> Survey:
+    """Pass 1 (see the module docstring).  Raises InputError on bad input
+    (including the in-memory loader's file-schema and quarantine-share checks)."""
     streams: list[StreamSurvey] = []
     blocks_hi: list[np.ndarray] = []
     blocks_ts: list[np.ndarray] = []
     samples: list[np.ndarray] = []
-    datasets = [open_dataset(c.path, c.name)[0] for c in configs]
+    datasets = []
+    for c in configs:
+        dataset, files = open_dataset(c.path, c.name)
+        check_file_schemas(c, files)
+        datasets.append(dataset)
     total = sum(d.count_rows() for d in datasets)
     stride = max(1, -(-total // SAMPLE_TARGET))
     for cfg, dataset in zip(configs, datasets):
         schema = dataset.schema
         columns = _survey_columns(cfg, schema)
         pieces, rows, quarantined = [], 0, 0
+        reasons: dict[str, int] = {}
         ts_min, ts_max = None, None
         row_bytes = 0.0
         for fragment in _fragments(dataset):
@@ -143,6 +150,8 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int) -> Survey:
             part = normalise(_read(piece, schema, cfg, columns), cfg)
             piece.quarantined = part.quarantine.height
             quarantined += piece.quarantined
+            for reason, n in reason_counts(part.quarantine).items():
+                reasons[reason] = reasons.get(reason, 0) + n
             piece.rows = len(part.ts)
             rows += piece.rows
             pieces.append(piece)
@@ -161,6 +170,7 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int) -> Survey:
             lo_ts, hi_ts = int(ts.min()), int(ts.max())
             ts_min = lo_ts if ts_min is None else min(ts_min, lo_ts)
             ts_max = hi_ts if ts_max is None else max(ts_max, hi_ts)
+        check_quarantine(cfg, rows + quarantined, reasons, max_quarantine)
         streams.append(StreamSurvey(cfg, pieces, rows, quarantined, ts_min, ts_max, schema, columns, row_bytes))
     key_dtypes = common_key_dtypes([empty_stream(s) for s in streams])
     sample = np.sort(np.concatenate(samples)) if samples else np.empty(0, np.int64)

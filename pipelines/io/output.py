@@ -25,7 +25,7 @@ from ..config.options import check_target
 
 
 @contextmanager
-def _sigint_held() -> Iterator[list[int]]:
+def sigint_held() -> Iterator[list[int]]:
     """Hold Ctrl-C while directories are created, renamed or removed.
 
     A SIGINT landing between two of those steps would leave a staging or old
@@ -58,24 +58,26 @@ class AtomicOutput:
 
     Args:
         out: the final output directory.  It may not exist, be empty, or be a
-            previous streamjoin output (holds ``report.json``); anything else
-            is refused rather than overwritten.
+            previous output of the same command (holds its marker file,
+            :data:`MARKERS`); anything else is refused rather than overwritten.
+        kind: the command writing it, a key of :data:`MARKERS`.
     """
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, kind: str = "run"):
         self.out = Path(out)
+        self.kind = kind
         self.staging: Path | None = None
 
     def __enter__(self) -> Path:
         out = self.out
-        check_target(out)
+        check_target(out, self.kind)
         parent = out.parent if str(out.parent) else Path(".")
         parent.mkdir(parents=True, exist_ok=True)
         staging = parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
-        with _sigint_held() as interrupted:
+        with sigint_held() as interrupted:
             staging.mkdir()
         if interrupted:  # Ctrl-C came while staging was being made: leave nothing
-            with _sigint_held():
+            with sigint_held():
                 staging.rmdir()
             _redeliver_sigint()
         self.staging = staging
@@ -84,12 +86,12 @@ class AtomicOutput:
     def __exit__(self, exc_type, exc, tb) -> bool:
         assert self.staging is not None
         if exc_type is not None:
-            with _sigint_held():  # a second Ctrl-C must not stop the clean-up
+            with sigint_held():  # a second Ctrl-C must not stop the clean-up
                 shutil.rmtree(self.staging, ignore_errors=True)
             return False
         # Publishing is a few renames; a Ctrl-C during them is held and then
         # ignored: the run is complete and its output is whole.
-        with _sigint_held():
+        with sigint_held():
             old = None
             if self.out.exists():
                 old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:12]}"

@@ -131,7 +131,7 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
     from ..report import html as report_html
 
     with stages("load"):
-        sv = survey(list(cfg.streams), chunk_rows)
+        sv = survey(list(cfg.streams), chunk_rows, cfg.max_quarantine)
         if cfg.where:  # a bad --where fails before any work
             where_of(cfg, [empty_stream(s) for s in sv.streams])
         first, last = sv.arrival_span()

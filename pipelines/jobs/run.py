@@ -21,6 +21,7 @@ from ..analysis import metrics
 from ..base.version import tool_version
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
+from ..io.chunks import take_rows
 from ..io.load import LoadedStream, bad_arrivals_of, load_all
 from ..io.output import AtomicOutput
 from ..replay.duplicates import count_duplicates
@@ -69,7 +70,7 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
             f"{s.name}_ts_us": s.ts[idx],
             f"{s.name}_arrival_us": s.arrival[idx],
         })
-        payload = s.payload[idx].rename({c: f"{s.name}_{c}" for c in s.payload.columns})
+        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
         parts.append(cols.hstack(payload))
     frame = pl.concat(parts, how="horizontal")
     return frame.with_columns(
@@ -172,7 +173,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
                                on_chunk=on_chunk)
     with stages("load"):
-        streams = load_all(list(cfg.streams))
+        streams = load_all(list(cfg.streams), cfg.max_quarantine)
         # checked with the inputs, so a bad --where fails before any work
         where_fn = where_of(cfg, streams)
         # the recall period: the user's, or chosen from the replay span (the controller needs it)

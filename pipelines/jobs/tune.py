@@ -43,7 +43,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     started = time.perf_counter()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    streams = load_all(list(cfg.streams))
+    streams = load_all(list(cfg.streams), cfg.max_quarantine)
     where_fn = where_of(cfg, streams)
     cfg = resolve_period(cfg, streams)  # --period, or chosen from the replay span
     timings["load"] = time.perf_counter() - t0
@@ -65,7 +65,7 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     head = {"schema_version": 1, "kind": "tune-buffer", "tool_version": tool_version(), "command": command,
             "config": config}
     result = {**head, **result}
-    with AtomicOutput(cfg.out) as staging:
+    with AtomicOutput(cfg.out, "tune-buffer") as staging:
         t0 = time.perf_counter()
         (staging / "tune.html").write_text(report_html.render_tune(result), encoding="utf-8")
         timings["html"] = time.perf_counter() - t0

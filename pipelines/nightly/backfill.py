@@ -16,7 +16,11 @@ Guarantees: a day is either published whole (``_SUCCESS``, manifest, results)
 or left as it was; two runs of the same day never interleave; rerunning with
 the same inputs and config changes nothing.  For a range every day is
 attempted; the exit code is the most serious outcome, in the order
-1 failure > 2 bad input > 4 locked > 3 recall target missed > 0.
+1 failure > 2 bad input > 4 locked > 3 recall target missed > 0.  Ctrl-C
+stops the range at the day in progress (nothing of it published) with exit
+130; the summary line, always the last line, states the exit code the
+process ends with.  Lock files of runs that died are removed first
+(:func:`.publish.remove_stale_locks`).
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from . import manifest as mf
 from . import publish
 from ..config.settings import RunConfig, read_toml
 from .daily import DayResult, compute_days
-from ..base.errors import EXIT_FAILURE, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE, InputError, StreamjoinError
+from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
+                           InputError, StreamjoinError)
 from .lock import PartitionLock
-from .partitions import available_days, day_range, load_days, parse_day, planned_inputs
+from ..io.output import sigint_held
+from .partitions import available_days, day_range, load_days, missing_partition, parse_day, planned_inputs
 from .runlog import RunLog, check_format
 from ..base.timeunits import parse_duration
 
@@ -206,7 +212,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
             log.info(f"{iso}: {note} (left by an interrupted run)", date=iso)
         files, missing, _ = planned_inputs(list(cfg.streams), [day], lookback)
         if missing:
-            raise InputError(f"no input partition for {iso}: {missing[0]}")
+            raise missing_partition(iso, missing[0])
         h = mf.config_hash(cfg.to_dict(), lookback)
         final = publish.partition_dir(cfg.out, day)
         old = mf.read(final)
@@ -216,7 +222,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
                      "results": old["counts"]["results"], "recall": old["metrics"]["recall"]}
             return _target_code(cfg, opts, old["metrics"]["recall"]), facts
         t0 = time.perf_counter()
-        data = load_days(list(cfg.streams), [day], lookback)
+        data = load_days(list(cfg.streams), [day], lookback, cfg.max_quarantine)
         log.stage("load", time.perf_counter() - t0, date=iso, rows=sum(s.rows for s in data.streams))
         t0 = time.perf_counter()
         result = compute_days(cfg, data)[day]
@@ -255,19 +261,29 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
     return _target_code(cfg, opts, result.metrics["recall"]), facts
 
 
+def _below_target(cfg: RunConfig, recall: float | None) -> bool:
+    return cfg.recall_target is not None and recall is not None and recall < cfg.recall_target
+
+
 def _target_code(cfg: RunConfig, opts: NightlyOptions, recall: float) -> int:
-    if opts.fail_under_target and cfg.recall_target is not None and recall < cfg.recall_target:
+    if opts.fail_under_target and _below_target(cfg, recall):
         return EXIT_TARGET_MISSED
     return EXIT_OK
 
 
 def run_days(cfg: RunConfig, opts: NightlyOptions, log: RunLog, command: str, tool_version: str) -> int:
     publish.check_root(cfg.out)
+    for name in publish.remove_stale_locks(cfg.out):
+        log.info(f"removed {name} (left by a run that died)")
     codes: list[int] = []
-    published = skipped = 0
+    published = skipped = under = 0
     for day in opts.days:
         try:
             code, facts = run_day(cfg, day, opts, log, command, tool_version)
+        except KeyboardInterrupt:
+            code = EXIT_INTERRUPTED
+            log.error("interrupted; nothing was published for the day in progress", code, date=day.isoformat())
+            facts = {"date": day.isoformat(), "status": "interrupted", "reason": "Ctrl-C (SIGINT)"}
         except StreamjoinError as exc:
             code = exc.exit_code
             log.error(str(exc), code, date=day.isoformat())
@@ -277,16 +293,22 @@ def run_days(cfg: RunConfig, opts: NightlyOptions, log: RunLog, command: str, to
             message = " ".join(f"internal failure: {type(exc).__name__}: {exc}".split())
             log.error(message, code, date=day.isoformat())
             facts = {"date": day.isoformat(), "status": "failed", "reason": message}
-        if code == EXIT_TARGET_MISSED:
+        if _below_target(cfg, facts.get("recall")):  # counted with or without --fail-under-target
+            under += 1
             facts["status"] += " (recall below target)"
         codes.append(code)
         published += facts["status"].startswith("published")
         skipped += facts["status"].startswith("up-to-date")
         log.record("day", **facts)
-    code = worst(codes)
-    log.summary(code, days=len(opts.days), published=published, up_to_date=skipped,
-                failed=sum(c in (EXIT_FAILURE, EXIT_USAGE) for c in codes), locked=codes.count(EXIT_LOCKED),
-                target_missed=codes.count(EXIT_TARGET_MISSED))
+        if code == EXIT_INTERRUPTED:
+            break
+    code = EXIT_INTERRUPTED if EXIT_INTERRUPTED in codes else worst(codes)
+    # the summary states the exit code the process ends with: a Ctrl-C from
+    # here on is held and ignored (the work is done, and said so)
+    with sigint_held():
+        log.summary(code, days=len(opts.days), published=published, up_to_date=skipped,
+                    failed=sum(c in (EXIT_FAILURE, EXIT_USAGE) for c in codes), locked=codes.count(EXIT_LOCKED),
+                    target_missed=under, interrupted=codes.count(EXIT_INTERRUPTED))
     return code
 
 
@@ -304,7 +326,7 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
         from ..config.options import check_target
 
         check_target(cfg.out)
-        for s in load_all(streams):
+        for s in load_all(streams, cfg.max_quarantine):
             log.record("stream", name=s.name, rows=s.rows, quarantined=s.quarantine.height, files=len(s.files))
         log.summary(EXIT_OK, status="ok", partitioned=False)
         return EXIT_OK
@@ -316,7 +338,7 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
         if not days:
             raise InputError(f"no date partitions found for stream {streams[0].name!r} under {streams[0].path}")
     for day in days:
-        data = load_days(streams, [day], 0)
+        data = load_days(streams, [day], 0, cfg.max_quarantine)
         for s in data.streams:
             log.record("stream", date=day.isoformat(), name=s.name, rows=s.rows, quarantined=s.quarantine.height,
                        files=len(s.files))
@@ -332,11 +354,14 @@ def validate(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
 def nightly_period(cfg: RunConfig) -> RunConfig:
     """The recall period of a nightly job: the user's ``--period``, or the default
     for one day's replay (10min: 144 periods a day), the same for every day so
-    that days compare -- never chosen from one day's data."""
-    from ..config.settings import with_period
+    that days compare -- never chosen from one day's data.
+
+    Also the engine: a nightly day always replays on the local engine
+    (:func:`.daily.run_join`), and its manifest says so."""
+    from ..config.settings import replace, with_period
     from .partitions import DAY_US
 
-    return with_period(cfg, DAY_US - 1, over="1d")  # a day's arrivals lie in [D, D + 1d)
+    return with_period(replace(cfg, engine="local"), DAY_US - 1, over="1d")  # a day's arrivals lie in [D, D + 1d)
 
 
 def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
@@ -351,8 +376,10 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
         log.summary(exc.exit_code, status="failed")
         return exc.exit_code
     except KeyboardInterrupt:
-        log.error("interrupted; nothing was published for the day in progress", 130)
-        return 130
+        with sigint_held():
+            log.error("interrupted; nothing was published for the day in progress", EXIT_INTERRUPTED)
+            log.summary(EXIT_INTERRUPTED, status="interrupted")
+        return EXIT_INTERRUPTED
 
 
 def cli_run(config_path: Path | None, flags, opts: NightlyOptions, command: str, *, plan_only: bool = False) -> int:

@@ -35,6 +35,7 @@ from ..analysis import metrics
 from ..config.settings import RunConfig
 from ..replay.emit import emission_order
 from ..engines.local import JoinOutcome, join
+from ..io.chunks import take_rows
 from ..io.load import bad_arrivals_of
 from ..replay.predicates import space_of, where_of
 from .partitions import DAY_US, DayStreams, day_number, day_start_us
@@ -89,7 +90,7 @@ def _results_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emi
             f"{s.name}_ts_us": pl.Series(s.ts[idx], dtype=pl.Int64),
             f"{s.name}_arrival_us": pl.Series(s.arrival[idx], dtype=pl.Int64),
         })
-        payload = s.payload[idx].rename({c: f"{s.name}_{c}" for c in s.payload.columns})
+        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
         parts.append(cols.hstack(payload))
     frame = pl.concat(parts, how="horizontal")
     return frame.with_columns(

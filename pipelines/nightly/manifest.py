@@ -37,8 +37,13 @@ SCHEMA_VERSION = 1
 NAME = "_manifest.json"
 SUCCESS = "_SUCCESS"
 
-#: config keys that do not change what a partition holds
-_NOT_CONTENT = ("out", "write_results")
+#: config keys that do not change what a partition holds (``max_quarantine``
+#: decides whether a day runs at all, not what it holds; a day replays on the
+#: local engine whatever ``engine`` says)
+_NOT_CONTENT = ("out", "write_results", "max_quarantine", "engine")
+#: stream settings that do not change what a partition holds (an optional
+#: stream's missing day would otherwise fail, not differ)
+_NOT_CONTENT_STREAM = ("optional",)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -52,6 +57,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 def config_hash(config: dict[str, Any], lookback_us: int) -> str:
     """sha256 of the canonical JSON of everything that shapes the results."""
     content = {k: v for k, v in config.items() if k not in _NOT_CONTENT}
+    content["streams"] = [{k: v for k, v in s.items() if k not in _NOT_CONTENT_STREAM}
+                          for s in content.get("streams", [])]
     content["lookback_us"] = lookback_us
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()

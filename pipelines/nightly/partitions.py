@@ -17,6 +17,11 @@ day D (which, SPEC §4, only uses indexes before it) needs only history.
 :func:`load_day` checks the rule and refuses a partition that breaks it
 (:class:`~streamjoin.pipelines.base.errors.InputError`, exit 2).
 
+A stream declared ``optional`` (``optional = true`` in its ``[[stream]]``,
+``--optional-stream NAME``) may have no partition for a day: that day
+replays it empty (its columns taken from any other day's partition).  Any
+other stream without a partition for the day stops the day (exit 2).
+
 The replay of a daily run for day D is the **lookback** (tuples of the days
 before D with ``arrival >= D - lookback``, in their partitions' order) followed
 by all of day D.  Rows keep their identity across runs: ``(day, row in that
@@ -33,10 +38,12 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
-from ..config.settings import StreamConfig
+from ..io.chunks import take_rows
+from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError
-from ..io.load import LoadedStream, common_key_dtypes, load_stream
+from ..io.load import LoadedStream, common_key_dtypes, load_stream, normalise
 
 DAY_US = 86_400_000_000
 _EPOCH = dt.date(1970, 1, 1)
@@ -196,8 +203,9 @@ def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us
 
     Returns ``(files, missing_days, missing_lookback)``: a stream with no
     partition for one of ``days`` is listed in ``missing_days`` (the run
-    cannot go ahead); a missing lookback partition only weakens exactness
-    (the first day of a data set has none).
+    cannot go ahead) unless it is ``optional`` (replayed empty); a missing
+    lookback partition only weakens exactness (the first day of a data set
+    has none).
     """
     files: list[InputFile] = []
     missing: list[str] = []
@@ -211,16 +219,24 @@ def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us
                 files += [InputFile(s.name, d, "lookback", f) for f in found]
         for d in days:
             found = partition_files(s, d)
-            if not found:
+            if not found and not s.optional:
                 missing.append(f"stream {s.name!r}: {partition_path(s.path, d)}")
+            elif not found:
+                continue
             else:
                 files += [InputFile(s.name, d, "day", f) for f in found]
     return files, missing, missing_lb
 
 
-def _load_partition(cfg: StreamConfig, day: dt.date) -> LoadedStream:
+def missing_partition(days: str, missing: str) -> InputError:
+    """A day a stream has no partition for: say how to declare a stream that may be empty."""
+    return InputError(f"no input partition for {days}: {missing}; a stream that may have no data on some days "
+                      f"can be declared optional (optional = true in its [[stream]], or --optional-stream NAME)")
+
+
+def _load_partition(cfg: StreamConfig, day: dt.date, max_quarantine: float) -> LoadedStream:
     path = partition_path(cfg.path, day)
-    loaded = load_stream(replace(cfg, path=path))
+    loaded = load_stream(replace(cfg, path=path), max_quarantine)
     start = day_start_us(day)
     outside = (loaded.arrival < start) | (loaded.arrival >= start + DAY_US)
     if outside.any():
@@ -234,6 +250,21 @@ def _load_partition(cfg: StreamConfig, day: dt.date) -> LoadedStream:
     return loaded
 
 
+def _empty_partition(cfg: StreamConfig, day: dt.date) -> LoadedStream:
+    """An optional stream's missing day: no rows, the columns of another day's partition."""
+    template = next((files[0] for d in available_days(cfg) if (files := partition_files(cfg, d))), None)
+    if template is None:
+        raise InputError(f"stream {cfg.name!r} is optional but has no partition on any day "
+                         f"({partition_path(cfg.path, day)} for {day}): nothing to take its columns from")
+    try:
+        schema = pq.read_schema(template)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{template} (stream {cfg.name!r}): not a readable Parquet file ({exc})") from None
+    part = normalise(schema.empty_table(), cfg)
+    return LoadedStream(config=cfg, ts=part.ts, arrival=part.arrival, keys=part.keys, payload=part.payload,
+                        quarantine=part.quarantine, files=[], row_bytes=0.0, vectors=part.vectors)
+
+
 def _concat(cfg: StreamConfig, parts: list[tuple[LoadedStream, np.ndarray, dt.date]]) -> tuple[LoadedStream, np.ndarray, np.ndarray]:
     """Concatenate per-day parts (each with a row mask) into one stream."""
     ts, arrival, keys, payload, files, day_no, row_no = [], [], [], [], [], [], []
@@ -241,8 +272,8 @@ def _concat(cfg: StreamConfig, parts: list[tuple[LoadedStream, np.ndarray, dt.da
         idx = np.flatnonzero(mask)
         ts.append(loaded.ts[idx])
         arrival.append(loaded.arrival[idx])
-        keys.append(loaded.keys[idx])
-        payload.append(loaded.payload[idx])
+        keys.append(take_rows(loaded.keys, idx))
+        payload.append(take_rows(loaded.payload, idx))
         files += loaded.files
         day_no.append(np.full(idx.shape[0], day_number(day), dtype=np.int32))
         row_no.append(idx.astype(np.int64))
@@ -270,15 +301,17 @@ def _concat(cfg: StreamConfig, parts: list[tuple[LoadedStream, np.ndarray, dt.da
     return merged, np.concatenate(day_no), np.concatenate(row_no)
 
 
-def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int) -> DayStreams:
+def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int,
+              max_quarantine: float = MAX_QUARANTINE) -> DayStreams:
     """Load ``days`` (consecutive) of every stream, plus the lookback before them.
 
     Raises :class:`InputError` if a stream has no partition for one of
-    ``days``, or a partition breaks the arrival-date rule.
+    ``days``, a partition breaks the arrival-date rule, or quarantines more
+    than ``max_quarantine`` of its rows (:func:`~streamjoin.pipelines.load.check_quarantine`).
     """
     files, missing, missing_lb = planned_inputs(configs, days, lookback_us)
     if missing:
-        raise InputError(f"no input partition for {days[0] if len(days) == 1 else f'{days[0]}..{days[-1]}'}: {missing[0]}")
+        raise missing_partition(str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}", missing[0])
     start = day_start_us(days[0])
     lb_start = start - lookback_us
     streams, day_of_row, row_in_day, lb_rows = [], [], [], []
@@ -287,12 +320,15 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
         for d in lookback_days(days[0], lookback_us):
             if partition_files(cfg, d) is None:
                 continue
-            loaded = _load_partition(cfg, d)
+            loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, loaded.arrival >= lb_start, d))
         n_lb = sum(int(m.sum()) for _, m, _ in parts)
         quarantines = []
         for d in days:
-            loaded = _load_partition(cfg, d)
+            if cfg.optional and not partition_files(cfg, d):
+                loaded = _empty_partition(cfg, d)
+            else:
+                loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, np.ones(loaded.rows, dtype=bool), d))
             quarantines.append(loaded.quarantine.with_columns(pl.lit(d).alias("date")))
         merged, day_no, row_no = _concat(cfg, parts)

@@ -70,6 +70,16 @@ def check_root(out: Path) -> None:
             raise InputError(f"{out}: not a partitioned streamjoin output (holds {foreign[0]!r}); choose another --out")
 
 
+def remove_stale_locks(out: Path) -> list[str]:
+    """Remove the ``.date=D.lock`` files of runs that died (no live holder); returns their names."""
+    from .lock import remove_stale
+
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    return [p.name for p in sorted(out.glob(".date=*.lock")) if remove_stale(p)]
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

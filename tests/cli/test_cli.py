@@ -329,7 +329,7 @@ def test_inspect_text_and_json(tmp_path: Path) -> None:
     assert x_line.startswith("x: rows 10 ")
     assert y_line.startswith("y: rows 5 ")
     for line in lines:
-        assert "rate " in line and "delay p50 " in line and "max " in line and "out-of-order " in line
+        assert "rate " in line and "lag-behind-max p50 " in line and "max " in line and "out-of-order " in line
     assert "out-of-order 30.00%" in x_line
     assert "out-of-order 0.00%" in y_line
     assert "max 2ms" in x_line            # tuple ts=6ms arrives after ts=8ms

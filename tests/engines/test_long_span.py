@@ -305,7 +305,7 @@ def test_report_command_rerenders_the_year(local_run, tuned, tmp_path):
 def test_year_pages_open_in_headless_chromium(local_run, tuned, tmp_path, page):
     from helpers.browser import CHROMIUM, probe
 
-    assert CHROMIUM is not None, "headless Chromium is required: apt-get install chromium"
+    assert CHROMIUM is not None, "headless Chromium is required: run `bash .ci/bootstrap --test` (installs Debian's chromium)"
     facts = probe((local_run[0] if page == "report.html" else tuned[0]) / page, tmp_path)
     assert facts["errors"] == [] and facts["external"] == 0
     assert facts["images"] == (3 if page == "report.html" else 1) and facts["decoded"] == facts["images"], facts

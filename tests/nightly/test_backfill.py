@@ -404,3 +404,119 @@ def test_partition_readable_by_polars_and_spark(job):
         assert by_day == {str(D2): counts[D2], str(D3): counts[D3]}
     finally:
         spark.stop()
+
+
+# ----------------------------------------------------------------------------
+# issue 16: summaries that tell the truth, no lock files left, optional streams
+# ----------------------------------------------------------------------------
+
+
+def _summary(stdout: str) -> dict[str, str]:
+    last = stdout.splitlines()[-1]
+    assert last.startswith("summary "), stdout
+    return dict(field.split("=", 1) for field in last.split()[1:])
+
+
+def test_days_under_target_are_counted_without_fail_under_target(job):
+    proc = ok(cli(["run", "nightly.toml", "--from", D2, "--to", D3, "--recall", "0.99999"], job))
+    under = sum("(recall below target)" in line for line in proc.stdout.splitlines() if line.startswith("day "))
+    assert under >= 1
+    summary = _summary(proc.stdout)
+    assert summary["target_missed"] == str(under) and summary["exit_code"] == "0"
+    # the same days, now up to date, still count
+    summary = _summary(ok(cli(["run", "nightly.toml", "--from", D2, "--to", D3, "--recall", "0.99999"], job)).stdout)
+    assert summary["up_to_date"] == "2" and summary["target_missed"] == str(under)
+
+
+def test_sigint_during_a_day_ends_with_a_summary_saying_130(job):
+    env = dict(os.environ, STREAMJOIN_FAULT="pause-before-publish")
+    proc = subprocess.Popen(CMD + ["run", "nightly.toml", "--from", str(D2), "--to", str(D3)], cwd=job, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: paused_staging(job))
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    summary = _summary(stdout)
+    assert summary["exit_code"] == "130" and summary["interrupted"] == "1" and summary["published"] == "0"
+    out = job / "out"
+    assert not part(job, D2).exists() and not part(job, D3).exists()  # D3 was not started
+    assert sorted(p.name for p in out.iterdir()) == []  # no staging, no lock file
+
+
+def test_no_lock_files_are_left_and_stale_ones_are_removed(job):
+    out = job / "out"
+    ok(cli(["run", "nightly.toml", "--date", D2], job))
+    assert sorted(p.name for p in out.iterdir()) == [f"date={D2}"]
+    # a day that is not written: no input partition (exit 2), an internal failure (exit 1)
+    assert cli(["run", "nightly.toml", "--date", "2026-11-25"], job).returncode == 2
+    assert cli(["run", "nightly.toml", "--date", D3], job, env={"STREAMJOIN_FAULT": "fail-before-publish"}).returncode == 1
+    assert sorted(p.name for p in out.iterdir()) == [f"date={D2}"]
+    # a lock file of a run that died (no holder) is removed by the next run, whatever its day
+    (out / ".date=2026-11-25.lock").write_text("999999\n")
+    proc = ok(cli(["run", "nightly.toml", "--date", D3], job))
+    assert "removed .date=2026-11-25.lock (left by a run that died)" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [f"date={D2}", f"date={D3}"]
+
+
+def test_lock_held_by_a_live_process_is_not_removed(job, tmp_path):
+    from streamjoin.pipelines.nightly.lock import LockedError, PartitionLock, remove_stale
+
+    path = tmp_path / ".date=2026-11-21.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from streamjoin.pipelines.nightly.lock import PartitionLock\n"
+        f"with PartitionLock({str(path)!r}, 'x'):\n    print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert remove_stale(path) is False and path.exists()
+        with pytest.raises(LockedError):
+            PartitionLock(path, "x").__enter__()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert remove_stale(path) is True and not path.exists()
+
+
+def test_manifest_records_the_engine_that_ran(job):
+    ok(cli(["run", "nightly.toml", "--date", D2], job, env={"STREAMJOIN_ENGINE": "spark"}))
+    assert manifest(job, D2)["config"]["engine"] == "local"
+
+
+@pytest.fixture
+def gappy(tmp_path) -> Path:
+    """Own copy of the data where humidity has no partition for D3."""
+    generate_nightly(tmp_path / "data", days=3, sensors=4, seed=11)
+    for f in (tmp_path / "data" / "humidity" / f"date={D3}").iterdir():
+        f.unlink()
+    (tmp_path / "data" / "humidity" / f"date={D3}").rmdir()
+    make_config(tmp_path, "kslack")
+    return tmp_path
+
+
+def test_a_missing_partition_says_how_to_declare_an_optional_stream(gappy):
+    proc = cli(["run", "nightly.toml", "--date", D3], gappy)
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert proc.stderr.count("\n") == 1 and "'humidity'" in line
+    assert "optional = true" in line and "--optional-stream NAME" in line
+
+
+@pytest.mark.parametrize("how", ["flag", "toml"])
+def test_an_optional_stream_replays_empty_on_a_day_without_partition(gappy, how):
+    if how == "toml":
+        text = (gappy / "nightly.toml").read_text()
+        (gappy / "nightly.toml").write_text(text.rstrip() + "\noptional = true\n")  # the last [[stream]]: humidity
+        args = []
+    else:
+        args = ["--optional-stream", "humidity"]
+    proc = ok(cli(["run", "nightly.toml", "--from", D2, "--to", D3, *args], gappy))
+    assert _summary(proc.stdout)["published"] == "2"
+    m = manifest(gappy, D3)
+    assert m["counts"]["streams"]["humidity"]["rows"] == 0
+    assert m["counts"]["streams"]["temperature"]["rows"] > 0
+    assert m["counts"]["truth"] == 0 == pq.read_metadata(part(gappy, D3) / "results.parquet").num_rows
+    assert manifest(gappy, D2)["counts"]["results"] > 0

@@ -1,7 +1,7 @@
 """``report.html``: written by every run, self-contained, re-rendered from report.json, opens cleanly in Chromium.
 
 The browser check loads the page in headless Chromium (installed by
-``.ci/run``; the test fails where it is absent): no console output or
+``bash .ci/bootstrap --test``; the test fails where it is absent): no console output or
 script errors, no failed resource loads, and every ``<img>`` decoded.  A small
 probe script is put in front of a *copy* of the page to observe that from
 inside the page; the untouched page is also loaded and must log nothing.
@@ -80,8 +80,8 @@ def test_static_run_report_says_latency_zero(tmp_path):
 
 @pytest.mark.parametrize("page", ["report.html", "tune.html"])
 def test_html_opens_in_headless_chromium(soccer_run, tmp_path, page):
-    # never skipped: a report nobody can open is a failure (.ci/run installs chromium)
-    assert CHROMIUM is not None, "headless Chromium is required: apt-get install chromium"
+    # never skipped: a report nobody can open is a failure (`bash .ci/bootstrap --test` installs chromium)
+    assert CHROMIUM is not None, "headless Chromium is required: run `bash .ci/bootstrap --test` (installs Debian's chromium)"
     if page == "tune.html":
         out = tmp_path / "tune"
         run_cli(["tune-buffer", str(ROOT / "samples/soccer/soccer.toml"), "--recall", "0.95", "--policy", "kslack",
