@@ -16,7 +16,7 @@ from typing import Annotated, Optional, get_args
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from streamjoin.pipelines.errors import EXIT_FAILURE, StreamjoinError
+from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 
 Multi = Optional[list[str]]
 
@@ -78,6 +78,11 @@ KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repea
 UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
 WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms, or NAME=DUR (required, here or in the config)")]
 
+OptionalStreamOpt = Annotated[Multi, typer.Option(
+    "--optional-stream", help="nightly: NAME (repeatable) may have no partition on a day; that day replays it empty")]
+MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
+    "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
+                             "a stream with all rows quarantined is always an error")]
 
 # options of run that tune-buffer also takes (a run command line can be copied)
 PeriodOpt = Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")]
@@ -144,7 +149,7 @@ def _given_options(ctx: typer.Context, names) -> list[str]:
 
 def _print_version(value: bool) -> None:
     if value:
-        from streamjoin.pipelines.job import tool_version
+        from streamjoin.pipelines.base.version import tool_version
 
         typer.echo(f"streamjoin {tool_version()}")
         raise typer.Exit(0)
@@ -198,7 +203,7 @@ def _chunk_reporter(progress):
 def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False, fail_under_target=False,
              log_format=None, json_summary=False):
     """Nightly settings from the TOML and flags (booleans: only a given flag overrides the TOML)."""
-    from streamjoin.pipelines.backfill import nightly_options
+    from streamjoin.pipelines.nightly.backfill import nightly_options
 
     try:
         return nightly_options(config, date=date, from_=from_, to=to, lookback=lookback, force=force or None,
@@ -209,13 +214,13 @@ def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False,
 
 
 def _json_log(nightly):
-    from streamjoin.pipelines.runlog import RunLog
+    from streamjoin.pipelines.nightly.runlog import RunLog
 
     return RunLog("json") if nightly.log_format == "json" else None
 
 
 def _target_code(nightly, cfg, report) -> int:
-    from streamjoin.pipelines.errors import EXIT_OK, EXIT_TARGET_MISSED
+    from streamjoin.pipelines.base.errors import EXIT_OK, EXIT_TARGET_MISSED
 
     target = cfg.recall_target
     return EXIT_TARGET_MISSED if nightly.fail_under_target and target is not None and report["recall"] < target else EXIT_OK
@@ -250,6 +255,8 @@ def run(
     out: Annotated[Optional[str], typer.Option("--out", help="output directory, replaced atomically (required, here or in the config)")] = None,
     no_results: NoResultsOpt = False,
     chunk_rows: ChunkRowsOpt = None,
+    max_quarantine: MaxQuarantineOpt = None,
+    optional_stream: OptionalStreamOpt = None,
     distance: DistanceOpt = None,
     where: WhereOpt = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
@@ -267,8 +274,8 @@ def run(
     (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
     3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
     """
-    from streamjoin.pipelines.config import Flags, resolve
-    from streamjoin.pipelines.job import STAGES, run_job
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
     flags = Flags(
@@ -277,12 +284,13 @@ def run(
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
-        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
+        optional_streams=optional_stream or [],
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
     if nightly.days:
-        from streamjoin.pipelines.backfill import cli_run
+        from streamjoin.pipelines.nightly.backfill import cli_run
 
         raise typer.Exit(cli_run(config, flags, nightly, command))
     log = _json_log(nightly)
@@ -318,6 +326,10 @@ def run(
         raise typer.Exit(code)
 
 
+def _reasons(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{n} {r}' for r, n in counts.items())})" if counts else ""
+
+
 @app.command(cls=FlagCommand)
 def inspect(
     paths: Annotated[list[str], typer.Argument(help="Parquet files, globs or directories (NAME=PATH to name them)")],
@@ -326,11 +338,12 @@ def inspect(
     unit: Annotated[Optional[str], typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Rows, time span, rate, delay distribution and out-of-order share, per stream."""
-    from streamjoin.pipelines.config import StreamConfig
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.inspect import inspect_stream
-    from streamjoin.pipelines.timeunits import TS_UNITS, format_duration
+    """Rows, time span, rate, lag behind max (how far a tuple's ts trails the largest ts its
+    stream had shown when it arrived: the delay of SPEC §2, delay_us in --json) and out-of-order share, per stream."""
+    from streamjoin.pipelines.config.settings import StreamConfig
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.jobs.inspect import inspect_stream
+    from streamjoin.pipelines.base.timeunits import TS_UNITS, format_duration, format_rate
 
     try:
         if unit is not None and unit not in TS_UNITS:
@@ -346,10 +359,10 @@ def inspect(
         return
     for f in facts:
         d = f["delay_us"]
-        rate = f"{f['rate_per_s']:,.1f}/s" if f["rate_per_s"] else "-"
         typer.echo(
-            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']} span {format_duration(f['span_us'])} "
-            f"rate {rate} delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
+            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']}{_reasons(f['quarantine_reasons'])} "
+            f"span {format_duration(f['span_us'])} "
+            f"rate {format_rate(f['rate_per_s'])} lag-behind-max p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
             f"p99 {format_duration(d['p99'])} max {format_duration(d['max'])} "
             f"out-of-order {f['out_of_order_share']:.2%}"
         )
@@ -364,9 +377,9 @@ def generate(
     scale: Annotated[float, typer.Option("--scale", help="row-count multiplier (bench)")] = 1.0,
 ) -> None:
     """Write deterministic synthetic streams with realistic disorder, plus a ready config."""
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.generate import KINDS
-    from streamjoin.pipelines.generate import generate as gen
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.tools.generate import KINDS
+    from streamjoin.pipelines.tools.generate import generate as gen
 
     try:
         if kind not in KINDS:
@@ -395,6 +408,7 @@ def tune_buffer(
     window: WindowOpt = None,
     distance: DistanceOpt = None,
     where: WhereOpt = None,
+    max_quarantine: MaxQuarantineOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
     router: RUN_ONLY["router"] = None,
@@ -429,9 +443,11 @@ change the answer, and run's --policy tunes the fixed policy of its family.
 
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
-    from streamjoin.pipelines.config import Flags, check_recall, resolve
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.tune import FIXED_POLICY_OF, render_tune_rich, run_tune, tune_lines
+    from streamjoin.pipelines.config.settings import Flags, check_recall, resolve
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.analysis.tuning import FIXED_POLICY_OF
+    from streamjoin.pipelines.jobs.tune import run_tune
+    from streamjoin.pipelines.report.terminal import render_tune_rich, tune_lines
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
@@ -446,8 +462,9 @@ change the answer, and run's --policy tunes the fixed policy of its family.
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
                       router=router, engine=engine, master=master, partitions=partitions, spark_conf=spark_conf or [],
-                      segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows)
-        cfg = resolve(config, flags)
+                      segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+                      max_quarantine=max_quarantine)
+        cfg = resolve(config, flags, output_kind="tune-buffer")
         notes = []
         if FIXED_POLICY_OF.get(policy, policy) != policy:
             notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, "
@@ -501,6 +518,7 @@ def backfill(
     out: Annotated[Optional[str], typer.Option("--out", help="output root (holds date=YYYY-MM-DD/ partitions)")] = None,
     fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when a day's recall < recall target")] = False,
     log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json (default: text)")] = None,
+    optional_stream: OptionalStreamOpt = None,
 ) -> None:
     """Run (or with --plan, list) every day from --from to --to, one partition per day.
 
@@ -509,13 +527,13 @@ def backfill(
     Exit codes: 0 ok, 1 failure, 2 usage/bad input, 3 recall target missed
     (--fail-under-target), 4 locked by another run; the most serious day wins.
     """
-    from streamjoin.pipelines.backfill import cli_run
-    from streamjoin.pipelines.config import Flags
+    from streamjoin.pipelines.nightly.backfill import cli_run
+    from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        code = cli_run(config, Flags(out=out), nightly, command, plan_only=plan)
+        code = cli_run(config, Flags(out=out, optional_streams=optional_stream or []), nightly, command, plan_only=plan)
     except StreamjoinError as exc:
         _fail(exc)
     raise typer.Exit(code)
@@ -531,8 +549,8 @@ def validate(
     log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json (default: text)")] = None,
 ) -> None:
     """Check a config and its inputs (files, columns, types, partitions) without running. Exit 0 ok, 2 bad."""
-    from streamjoin.pipelines.backfill import cli_validate
-    from streamjoin.pipelines.config import Flags
+    from streamjoin.pipelines.nightly.backfill import cli_validate
+    from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, date, from_, to, None, False, False, log_format)
     raise typer.Exit(cli_validate(config, Flags(out=out), nightly))
@@ -547,7 +565,7 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
-    from streamjoin.pipelines.allocator import no_huge_page_advice, reuse_freed_memory
+    from streamjoin.pipelines.base.allocator import no_huge_page_advice, reuse_freed_memory
 
     reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
     no_huge_page_advice()  # no memory compaction stalls on page faults

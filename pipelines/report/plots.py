@@ -13,7 +13,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from ..timeunits import format_duration
+from ..base.timeunits import format_duration
 
 WIDTH, HEIGHT, DPI = 8.0, 3.2, 100
 ACCENT, TARGET, MUTED, SECOND = "#2563eb", "#dc2626", "#94a3b8", "#059669"

@@ -1,10 +1,13 @@
-"""The terminal summary: a rich table on a TTY, plain ``key: value`` lines otherwise."""
+"""The terminal output of ``run`` and ``tune-buffer``: a rich table on a TTY,
+plain ``key: value`` lines otherwise."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..timeunits import format_duration
+from ..analysis.metrics import fmt_recall
+from ..base.timeunits import format_duration, format_durations
+from .html import period_text, worst_periods
 
 
 def _fmt_rate(v):
@@ -72,16 +75,11 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
 
 
 def _period_line(report: dict[str, Any]) -> str:
-    from .html import period_text
-
     return period_text(report).removeprefix("period ")
 
 
 def worst_period_rows(report: dict[str, Any]) -> tuple[list[list[str]], int]:
     """The worst periods (at most ``MAX_PERIOD_ROWS``) as table rows, and how many are not shown."""
-    from ..tune import fmt_recall
-    from .html import worst_periods
-
     periods = report.get("periods") or []
     if not periods:
         return [], 0
@@ -198,3 +196,63 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
     console.print(f"report: {report['outputs'].get('report', '-')}", highlight=False)
     if report["outputs"].get("report_html"):
         console.print(f"report.html: {report['outputs']['report_html']}", highlight=False)
+
+
+# ---------------------------------------------------------------------------
+# tune-buffer
+# ---------------------------------------------------------------------------
+
+
+def tune_lines(t: dict[str, Any]) -> list[str]:
+    """Plain-text output (cron, pipes): summary, candidates, snippet, frameworks."""
+    label = "retention" if t["policy"] == "static" else "K"
+    lines = list(t["summary"])
+    lines.append(f"{label:>10} {'recall':>8} {'mem peak':>9} {'mem mean':>10} {'lat mean':>9} {'lat p95':>9}")
+    for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
+        lines.append(f"{setting:>10} {fmt_recall(c['recall']):>8} {c['memory_tuples']['peak']:>9,} "
+                     f"{c['memory_tuples']['mean']:>10,.1f} {format_duration(c['latency_us']['mean']):>9} "
+                     f"{format_duration(c['latency_us']['p95']):>9}")
+    if t.get("periods"):
+        shown, hidden = worst_periods(t["periods"], "recall_at_recommendation")
+        which = "per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)"
+        lines.append(f"{which} (start, truth, exact, on grid, recall at recommendation):")
+        start = t["periods"][0]["start_us"]
+        values = format_durations([v for p in shown for v in (p["exact_us"], p["setting_us"])])
+        for p, exact, setting in zip(shown, values[::2], values[1::2]):
+            lines.append(f"  +{format_duration(p['start_us'] - start)} {p['truth']:,} {exact} {setting} "
+                         f"{fmt_recall(p['recall_at_recommendation'])}")
+    lines.append("config snippet:")
+    lines += ["  " + x for x in t["toml"].rstrip("\n").split("\n")]
+    lines += t["frameworks"]
+    lines.append(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
+    return lines
+
+
+def render_tune_rich(t: dict[str, Any], console) -> None:
+    from rich.panel import Panel
+
+    label = "retention" if t["policy"] == "static" else "K"
+    rec = t["recommendation"]
+    width = console.width
+    console.print(Panel("\n".join(t["summary"]), title=f"tune-buffer: {t['policy']}, recall >= {t['recall_target']:g}"))
+    rows, styles = [], []
+    for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
+        styles.append("bold green" if c["setting_us"] == rec["setting_us"] else None)
+        rows.append([setting, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+                     f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
+                     format_duration(c["latency_us"]["p95"])])
+    console.print(*fitted_tables("replayed settings", [label, "recall", "memory peak", "memory mean", "latency mean",
+                                                       "latency p95"], rows, width, row_styles=styles))
+    if t.get("periods"):
+        shown, hidden = worst_periods(t["periods"], "recall_at_recommendation")
+        start = t["periods"][0]["start_us"]
+        values = format_durations([v for p in shown for v in (p["exact_us"], p["setting_us"])])
+        rows = [["+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", exact, setting,
+                 fmt_recall(p["recall_at_recommendation"])] for p, exact, setting in zip(shown, values[::2], values[1::2])]
+        console.print(*fitted_tables("per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)",
+                                     ["start", "truth", f"exact {label}", "on grid", "recall at recommendation"],
+                                     rows, width))
+    console.print(Panel(t["toml"].rstrip("\n"), title="paste into your config"))
+    for x in t["frameworks"]:
+        console.print(x)
+    console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
