@@ -22,7 +22,6 @@ def _fmt_rate(v):
 
 def target_line(report: dict[str, Any], fail_under_target: bool) -> str | None:
     """Whether the recall target was met, and what that does to the exit code (None: no target)."""
-    from ..tune import fmt_recall
 
     target = report.get("recall_target")
     if target is None:
@@ -37,7 +36,6 @@ def target_line(report: dict[str, Any], fail_under_target: bool) -> str | None:
 
 def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> list[str]:
     """Plain-text summary (cron logs, pipes): one fact per line."""
-    from ..tune import fmt_recall
 
     lat = report["latency_us"]
     target = target_line(report, fail_under_target)
@@ -150,7 +148,6 @@ def fitted_tables(title: str | None, columns: list[str], rows: list[list[str]], 
 
 def render_rich(report: dict[str, Any], console, fail_under_target: bool = False) -> None:
     """A table per concern, for people at a terminal; then the target and where the reports are."""
-    from ..tune import fmt_recall
 
     lat = report["latency_us"]
     width = console.width
