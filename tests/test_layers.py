@@ -60,9 +60,11 @@ def imports(name: str, path: Path, is_pkg: bool, known: dict) -> list[tuple[int,
 
 
 def layer_of(module: str) -> int | None:
-    """Index in :data:`LAYERS` of a ``streamjoin.pipelines.<layer>...`` module (None: the package root)."""
+    """Index in :data:`LAYERS` of a ``streamjoin.pipelines.<layer>...`` module (None: the package root,
+    or a module outside every layer -- test_every_package_has_a_layer and
+    test_every_imported_module_exists catch those)."""
     parts = module.split(".")
-    return LAYERS.index(parts[2]) if len(parts) > 2 else None
+    return LAYERS.index(parts[2]) if len(parts) > 2 and parts[2] in LAYERS else None
 
 
 def graph(root: Path = PIPELINES) -> dict[str, list[tuple[int, str, str]]]:
