@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus  # noqa: E402
 
-from streamjoin.pipelines.timeunits import format_duration  # noqa: E402
+from streamjoin.pipelines.base.timeunits import format_duration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

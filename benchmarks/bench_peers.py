@@ -185,13 +185,13 @@ def streamjoin_warm_child(config: Path) -> dict:
     the first join (as in ``streamjoin run``) and a second one on a heap that
     the first has already faulted in -- the counterpart of DuckDB's pairs
     query, which runs after a count join in its process."""
-    from streamjoin.pipelines.allocator import no_huge_page_advice, reuse_freed_memory
+    from streamjoin.pipelines.base.allocator import no_huge_page_advice, reuse_freed_memory
 
     reuse_freed_memory()   # as the CLI does, before anything else is imported
     no_huge_page_advice()
-    from streamjoin.pipelines.config import Flags, resolve
+    from streamjoin.pipelines.config.settings import Flags, resolve
     from streamjoin.pipelines.engines.local import join
-    from streamjoin.pipelines.load import load_all
+    from streamjoin.pipelines.io.load import load_all
 
     cfg = resolve(config, Flags(engine="local", policy="static", retention=["50ms"], out=None), check_out=False)
     streams = load_all(list(cfg.streams))

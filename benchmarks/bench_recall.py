@@ -39,14 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus  # noqa: E402
 
-from streamjoin.pipelines import metrics  # noqa: E402
-from streamjoin.pipelines.config import Flags, resolve  # noqa: E402
+from streamjoin.pipelines.analysis import metrics  # noqa: E402
+from streamjoin.pipelines.config.settings import Flags, resolve  # noqa: E402
 from streamjoin.pipelines.engines.local import join  # noqa: E402
-from streamjoin.pipelines.load import load_all  # noqa: E402
+from streamjoin.pipelines.io.load import load_all  # noqa: E402
 from streamjoin.pipelines.policies import PolicySpec, RecallTarget  # noqa: E402
-from streamjoin.pipelines.policies.controller import bad_arrivals_of  # noqa: E402
-from streamjoin.pipelines.timeunits import default_period, format_duration  # noqa: E402
-from streamjoin.pipelines.tune import exact_quantile, member_indexes, required_kslack, required_static_common  # noqa: E402
+from streamjoin.pipelines.io.load import bad_arrivals_of  # noqa: E402
+from streamjoin.pipelines.base.timeunits import default_period, format_duration  # noqa: E402
+from streamjoin.pipelines.analysis.tuning import exact_quantile, member_indexes, required_kslack, required_static_common  # noqa: E402
 
 TARGETS = (0.8, 0.9, 0.95, 0.99)
 #: share of periods (with results) that must meet Q -- for the adaptive policies and the fixed baseline

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from streamjoin.pipelines.engines.spark import RouteSettings, spark_join
+from streamjoin.pipelines.engines.spark.engine import spark_join
+from streamjoin.pipelines.engines.spark.routing import RouteSettings
 from streamjoin.pipelines.policies import PolicySpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,8 +59,8 @@ def synthetic() -> None:
 
 
 def soccer() -> None:
-    from streamjoin.pipelines.config import Flags, resolve
-    from streamjoin.pipelines.load import load_all
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.io.load import load_all
 
     cfg = resolve(ROOT / "samples/soccer/soccer.toml", Flags(out="/tmp/bench_routing_unused"), check_out=False)
     streams = load_all(list(cfg.streams))

@@ -806,14 +806,14 @@ def _write_toml(path: Path, header: list[str], run: list[str], streams: list[_St
 
 def _truth(streams: list[_Stream]) -> int:
     """Exact number of valid pairs (SPEC §3) of a two-stream keyed window join."""
-    from streamjoin.pipelines.generate import window_pair_count
+    from streamjoin.pipelines.tools.generate import window_pair_count
 
     a, b = streams
     return window_pair_count(a.ts_us, b.ts_us, a.window_us, b.window_us, a.key_values, b.key_values)
 
 
 def _stream_facts(s: _Stream) -> dict:
-    from streamjoin.pipelines.inspect import stream_timing
+    from streamjoin.pipelines.jobs.inspect import stream_timing
 
     timing = stream_timing(s.ts_us, s.arrival_us)
     d = timing["delay_us"]

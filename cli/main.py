@@ -6,15 +6,58 @@ Exit codes: 0 success, 1 failure, 2 usage or bad input, 3 recall target missed
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from streamjoin.pipelines.errors import EXIT_FAILURE, StreamjoinError
+from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
+
+Multi = Optional[list[str]]
+
+#: what a user may type after a flag meaning "on" or "off" (``--no-results true``)
+BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
+
+class _FlagsReadAsFlags:
+    """Boolean options read as flags.
+
+    ``--help`` shows no ``<bool>`` type for them, and a yes/no word after one
+    (``--no-results true``) is a usage error -- otherwise the word would be
+    taken as the next positional argument, the config path.
+    """
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # the type column stays empty: nothing to type after a flag
+        return params
+
+    def parse_args(self, ctx, args):
+        flags = {o for p in self.get_params(ctx) if getattr(p, "is_flag", False) for o in p.opts}
+        for flag, word in zip(args, args[1:]):
+            if flag == "--":
+                break
+            if flag in flags and word.lower() in BOOL_WORDS:
+                raise typer.BadParameter(
+                    f"{flag} is a flag and takes no value: write '{flag}' alone (or leave it out), "
+                    f"not '{flag} {word}'", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+class FlagCommand(_FlagsReadAsFlags, TyperCommand):
+    """A ``streamjoin`` command (see :class:`_FlagsReadAsFlags`)."""
+
+
+class FlagGroup(_FlagsReadAsFlags, TyperGroup):
+    """``streamjoin`` itself (see :class:`_FlagsReadAsFlags`)."""
+
 
 app = typer.Typer(
     name="streamjoin",
@@ -24,17 +67,100 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=FlagGroup,
 )
-
-Multi = Optional[list[str]]
 
 # stream options shared by every command that reads streams (run, tune-buffer)
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
-TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL")]
+TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]
 ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")]
-KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL")]
-UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps (or NAME=UNIT)")]
-WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms (or NAME=DUR)")]
+KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL (default: none, no key)")]
+UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
+WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms, or NAME=DUR (required, here or in the config)")]
+
+OptionalStreamOpt = Annotated[Multi, typer.Option(
+    "--optional-stream", help="nightly: NAME (repeatable) may have no partition on a day; that day replays it empty")]
+MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
+    "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
+                             "a stream with all rows quarantined is always an error")]
+
+# options of run that tune-buffer also takes (a run command line can be copied)
+PeriodOpt = Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")]
+DistanceOpt = Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance (default: none)")]
+WhereOpt = Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\" (default: none)")]
+
+# options of run that do not change tune-buffer's answer (see tune_buffer)
+RouterOpt = Annotated[Optional[str], typer.Option("--router", help="none | atr | ctr | auto: routing of the Spark engine, SPEC §6 (default: none)")]
+KOpt = Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms, or NAME=DUR (required by kslack)")]
+RetentionOpt = Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms, or NAME=DUR (required by static)")]
+IntervalOpt = Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")]
+BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")]
+TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
+MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
+PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
+SparkConfOpt = Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")]
+SegmentOpt = Annotated[Optional[str], typer.Option("--segment", help="ATR / CTR segment length T, e.g. 2s (default: from the data)")]
+LoadWeightsOpt = Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default: 1,1,1)")]
+AdaptSegmentOpt = Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")]
+NoResultsOpt = Annotated[bool, typer.Option("--no-results", help="write the reports only")]
+ChunkRowsOpt = Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")]
+FailUnderTargetOpt = Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")]
+
+#: tune-buffer's copies of the options above, shown in their own --help panel
+NO_EFFECT_PANEL = "Options of run: accepted, no effect here (tune-buffer replays exactly, in-process)"
+
+
+def _in_panel(alias, panel: str):
+    base, info = get_args(alias)
+    info = copy.copy(info)
+    info.rich_help_panel = panel
+    return Annotated[base, info]
+
+
+RUN_ONLY = {name: _in_panel(alias, NO_EFFECT_PANEL) for name, alias in {
+    "router": RouterOpt, "k": KOpt, "retention": RetentionOpt, "interval": IntervalOpt,
+    "basic_window": BasicWindowOpt, "trigger": TriggerOpt, "engine": EngineOpt, "master": MasterOpt,
+    "partitions": PartitionsOpt, "spark_conf": SparkConfOpt, "segment": SegmentOpt,
+    "load_weights": LoadWeightsOpt, "adapt_segment": AdaptSegmentOpt, "no_results": NoResultsOpt,
+    "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt}.items()}
+
+# nightly options of run (tune-buffer refuses them with an explanation)
+DateOpt = Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")]
+FromOpt = Annotated[Optional[str], typer.Option("--from", help="nightly: first day of a range (with --to), one partition per day")]
+ToOpt = Annotated[Optional[str], typer.Option("--to", help="nightly: last day of a range")]
+LookbackOpt = Annotated[Optional[str], typer.Option("--lookback", help="nightly: tail of earlier days replayed first (default max(1h, 2x(window+K/retention)))")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="nightly: redo partitions that are up to date")]
+LogFormatOpt = Annotated[Optional[str], typer.Option("--log-format", help="text | json: json prints one line per stage and a summary line (default: text)")]
+NIGHTLY = {name: Annotated[get_args(alias)[0], copy.copy(get_args(alias)[1])] for name, alias in {
+    "date": DateOpt, "from_": FromOpt, "to": ToOpt, "lookback": LookbackOpt, "force": ForceOpt,
+    "log_format": LogFormatOpt}.items()}
+for _alias in NIGHTLY.values():
+    get_args(_alias)[1].hidden = True  # tune-buffer refuses them: not in its --help
+
+
+def _given_options(ctx: typer.Context, names) -> list[str]:
+    """The command-line names (``--engine``) of the parameters ``names`` given a value on this command line."""
+    def given(value) -> bool:
+        return value is not None and value is not False and value != [] and value != ()
+
+    return [p.opts[0] for p in ctx.command.params if p.name in names and given(ctx.params[p.name])]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from streamjoin.pipelines.base.version import tool_version
+
+        typer.echo(f"streamjoin {tool_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", help="print the streamjoin version and exit",
+                                          callback=_print_version, is_eager=True)] = False,
+) -> None:
+    pass  # options of `streamjoin` itself; the work is in the commands
 
 
 def _fail(exc: StreamjoinError) -> None:
@@ -77,7 +203,7 @@ def _chunk_reporter(progress):
 def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False, fail_under_target=False,
              log_format=None, json_summary=False):
     """Nightly settings from the TOML and flags (booleans: only a given flag overrides the TOML)."""
-    from streamjoin.pipelines.backfill import nightly_options
+    from streamjoin.pipelines.nightly.backfill import nightly_options
 
     try:
         return nightly_options(config, date=date, from_=from_, to=to, lookback=lookback, force=force or None,
@@ -88,19 +214,19 @@ def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False,
 
 
 def _json_log(nightly):
-    from streamjoin.pipelines.runlog import RunLog
+    from streamjoin.pipelines.nightly.runlog import RunLog
 
     return RunLog("json") if nightly.log_format == "json" else None
 
 
 def _target_code(nightly, cfg, report) -> int:
-    from streamjoin.pipelines.errors import EXIT_OK, EXIT_TARGET_MISSED
+    from streamjoin.pipelines.base.errors import EXIT_OK, EXIT_TARGET_MISSED
 
     target = cfg.recall_target
     return EXIT_TARGET_MISSED if nightly.fail_under_target and target is not None and report["recall"] < target else EXIT_OK
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     stream: StreamOpt = None,
@@ -109,36 +235,38 @@ def run(
     key: KeyOpt = None,
     unit: UnitOpt = None,
     window: WindowOpt = None,
-    router: Annotated[Optional[str], typer.Option("--router", help="none|atr|ctr|auto (Spark engine; SPEC §6)")] = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none|kslack|mpkslack|static|qjoin|qkslack")] = None,
-    k: Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms (or NAME=DUR)")] = None,
-    retention: Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms (or NAME=DUR)")] = None,
-    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period; required by qjoin/qkslack")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span; a nightly run: 10min)")] = None,
-    interval: Annotated[Optional[str], typer.Option("--interval", help="qjoin/qkslack: re-decide every L of replay time (default max(1s, period/10))")] = None,
-    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin/qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
-    basic_window: Annotated[Optional[str], typer.Option("--basic-window", help="qjoin/qkslack: basic window b of the partner-density counters (default: max window / 10)")] = None,
-    trigger: Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", help="spark|local (default spark, or $STREAMJOIN_ENGINE)")] = None,
-    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (default local[*]), e.g. spark://host:7077")] = None,
-    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over")] = None,
-    spark_conf: Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")] = None,
-    segment: Annotated[Optional[str], typer.Option("--segment", help="ATR/CTR segment length T, e.g. 2s (default: from the data)")] = None,
-    load_weights: Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default 1,1,1)")] = None,
-    adapt_segment: Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")] = False,
-    out: Annotated[Optional[str], typer.Option("--out", help="output directory (replaced atomically)")] = None,
-    no_results: Annotated[bool, typer.Option("--no-results", help="write the reports only")] = False,
-    chunk_rows: Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")] = None,
-    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\"")] = None,
+    router: RouterOpt = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack (default: none)")] = None,
+    k: KOpt = None,
+    retention: RetentionOpt = None,
+    recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,
+    period: PeriodOpt = None,
+    interval: IntervalOpt = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin / qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
+    basic_window: BasicWindowOpt = None,
+    trigger: TriggerOpt = None,
+    engine: EngineOpt = None,
+    master: MasterOpt = None,
+    partitions: PartitionsOpt = None,
+    spark_conf: SparkConfOpt = None,
+    segment: SegmentOpt = None,
+    load_weights: LoadWeightsOpt = None,
+    adapt_segment: AdaptSegmentOpt = False,
+    out: Annotated[Optional[str], typer.Option("--out", help="output directory, replaced atomically (required, here or in the config)")] = None,
+    no_results: NoResultsOpt = False,
+    chunk_rows: ChunkRowsOpt = None,
+    max_quarantine: MaxQuarantineOpt = None,
+    optional_stream: OptionalStreamOpt = None,
+    distance: DistanceOpt = None,
+    where: WhereOpt = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
-    date: Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")] = None,
-    from_: Annotated[Optional[str], typer.Option("--from", help="nightly: first day of a range (with --to), one partition per day")] = None,
-    to: Annotated[Optional[str], typer.Option("--to", help="nightly: last day of a range")] = None,
-    lookback: Annotated[Optional[str], typer.Option("--lookback", help="nightly: tail of earlier days replayed first (default max(1h, 2x(window+K/retention)))")] = None,
-    force: Annotated[bool, typer.Option("--force", help="nightly: redo partitions that are up to date")] = False,
-    fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")] = False,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json (json: one line per stage + a summary line)")] = None,
+    date: DateOpt = None,
+    from_: FromOpt = None,
+    to: ToOpt = None,
+    lookback: LookbackOpt = None,
+    force: ForceOpt = False,
+    fail_under_target: FailUnderTargetOpt = False,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Replay streams through a disorder policy, join them, and report recall, latency and memory.
 
@@ -146,8 +274,8 @@ def run(
     (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
     3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
     """
-    from streamjoin.pipelines.config import Flags, resolve
-    from streamjoin.pipelines.job import STAGES, run_job
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
     flags = Flags(
@@ -156,12 +284,13 @@ def run(
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
-        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
+        optional_streams=optional_stream or [],
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
     if nightly.days:
-        from streamjoin.pipelines.backfill import cli_run
+        from streamjoin.pipelines.nightly.backfill import cli_run
 
         raise typer.Exit(cli_run(config, flags, nightly, command))
     log = _json_log(nightly)
@@ -189,15 +318,19 @@ def run(
     elif sys.stdout.isatty():
         from rich.console import Console
 
-        render_rich(report, Console())
+        render_rich(report, Console(), nightly.fail_under_target)
     else:
-        for line in summary_lines(report):
+        for line in summary_lines(report, nightly.fail_under_target):
             typer.echo(line)
     if code:
         raise typer.Exit(code)
 
 
-@app.command()
+def _reasons(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{n} {r}' for r, n in counts.items())})" if counts else ""
+
+
+@app.command(cls=FlagCommand)
 def inspect(
     paths: Annotated[list[str], typer.Argument(help="Parquet files, globs or directories (NAME=PATH to name them)")],
     ts: Annotated[str, typer.Option("--ts", help="event-time column")] = "ts",
@@ -205,11 +338,12 @@ def inspect(
     unit: Annotated[Optional[str], typer.Option("--unit", help="unit of integer time columns: s|ms|us|ns|ps")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Rows, time span, rate, delay distribution and out-of-order share, per stream."""
-    from streamjoin.pipelines.config import StreamConfig
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.inspect import inspect_stream
-    from streamjoin.pipelines.timeunits import TS_UNITS, format_duration
+    """Rows, time span, rate, lag behind max (how far a tuple's ts trails the largest ts its
+    stream had shown when it arrived: the delay of SPEC §2, delay_us in --json) and out-of-order share, per stream."""
+    from streamjoin.pipelines.config.settings import StreamConfig
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.jobs.inspect import inspect_stream
+    from streamjoin.pipelines.base.timeunits import TS_UNITS, format_duration, format_rate
 
     try:
         if unit is not None and unit not in TS_UNITS:
@@ -225,16 +359,16 @@ def inspect(
         return
     for f in facts:
         d = f["delay_us"]
-        rate = f"{f['rate_per_s']:,.1f}/s" if f["rate_per_s"] else "-"
         typer.echo(
-            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']} span {format_duration(f['span_us'])} "
-            f"rate {rate} delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
+            f"{f['name']}: rows {f['rows']} quarantined {f['quarantined']}{_reasons(f['quarantine_reasons'])} "
+            f"span {format_duration(f['span_us'])} "
+            f"rate {format_rate(f['rate_per_s'])} lag-behind-max p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} "
             f"p99 {format_duration(d['p99'])} max {format_duration(d['max'])} "
             f"out-of-order {f['out_of_order_share']:.2%}"
         )
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def generate(
     kind: Annotated[str, typer.Argument(help="soccer | sensors | bench")],
     out: Annotated[Path, typer.Option("--out", help="directory for the Parquet files and config")] = Path("."),
@@ -243,9 +377,9 @@ def generate(
     scale: Annotated[float, typer.Option("--scale", help="row-count multiplier (bench)")] = 1.0,
 ) -> None:
     """Write deterministic synthetic streams with realistic disorder, plus a ready config."""
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.generate import KINDS
-    from streamjoin.pipelines.generate import generate as gen
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.tools.generate import KINDS
+    from streamjoin.pipelines.tools.generate import generate as gen
 
     try:
         if kind not in KINDS:
@@ -257,43 +391,91 @@ def generate(
         typer.echo(str(p))
 
 
-@app.command("tune-buffer")
+@app.command("tune-buffer", cls=FlagCommand)
 def tune_buffer(
+    ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K)")] = "static",
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
-    granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: the largest of 1us 2us 5us 10us .. 500ms 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h at most the largest required slack / 100, so about 100-300 steps whatever the time scale)")] = None,
-    period: Annotated[Optional[str], typer.Option("--period", help="recall period length (default: the smallest of 1s 10s 1min 10min 1h 1d 1w giving at most 1,000 periods over the replay span)")] = None,
+    granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
+    period: PeriodOpt = None,
     stream: StreamOpt = None,
     ts: TsOpt = None,
     arrival: ArrivalOpt = None,
     key: KeyOpt = None,
     unit: UnitOpt = None,
     window: WindowOpt = None,
-    distance: Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD: every pair of members within this Euclidean distance")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns")] = None,
+    distance: DistanceOpt = None,
+    where: WhereOpt = None,
+    max_quarantine: MaxQuarantineOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
+    router: RUN_ONLY["router"] = None,
+    k: RUN_ONLY["k"] = None,
+    retention: RUN_ONLY["retention"] = None,
+    interval: RUN_ONLY["interval"] = None,
+    basic_window: RUN_ONLY["basic_window"] = None,
+    trigger: RUN_ONLY["trigger"] = None,
+    engine: RUN_ONLY["engine"] = None,
+    master: RUN_ONLY["master"] = None,
+    partitions: RUN_ONLY["partitions"] = None,
+    spark_conf: RUN_ONLY["spark_conf"] = None,
+    segment: RUN_ONLY["segment"] = None,
+    load_weights: RUN_ONLY["load_weights"] = None,
+    adapt_segment: RUN_ONLY["adapt_segment"] = False,
+    no_results: RUN_ONLY["no_results"] = False,
+    chunk_rows: RUN_ONLY["chunk_rows"] = None,
+    fail_under_target: RUN_ONLY["fail_under_target"] = False,
+    date: NIGHTLY["date"] = None,
+    from_: NIGHTLY["from_"] = None,
+    to: NIGHTLY["to"] = None,
+    lookback: NIGHTLY["lookback"] = None,
+    force: NIGHTLY["force"] = False,
+    log_format: NIGHTLY["log_format"] = None,
 ) -> None:
     """Exact offline buffer recommendation for a recall target (SPEC §7): curve, per-stream values, config snippet.
 
     Defaults follow the data: --period from the replay span (at most 1,000 periods, a human unit).
 
+A run command line can be reused as it is: run's other options are accepted (last panel) and do not
+change the answer, and run's --policy tunes the fixed policy of its family.
+
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
-    from streamjoin.pipelines.config import Flags, check_recall, resolve
-    from streamjoin.pipelines.errors import InputError
-    from streamjoin.pipelines.tune import render_tune_rich, run_tune, tune_lines
+    from streamjoin.pipelines.config.settings import Flags, check_recall, resolve
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.analysis.tuning import FIXED_POLICY_OF
+    from streamjoin.pipelines.jobs.tune import run_tune
+    from streamjoin.pipelines.report.terminal import render_tune_rich, tune_lines
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
+        nightly = _given_options(ctx, NIGHTLY)
+        if nightly:
+            raise InputError(f"{', '.join(nightly)}: nightly options of run; tune-buffer replays the streams as "
+                             "given and publishes no day partitions -- point --stream (or the config) at the days' files")
         if recall is None:
             raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
         check_recall(recall)
+        # run's options are checked as run checks them (a typo is an error), then left out
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
-                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where)
-        cfg = resolve(config, flags)
+                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
+                      router=router, engine=engine, master=master, partitions=partitions, spark_conf=spark_conf or [],
+                      segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+                      max_quarantine=max_quarantine)
+        cfg = resolve(config, flags, output_kind="tune-buffer")
+        notes = []
+        if FIXED_POLICY_OF.get(policy, policy) != policy:
+            notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, "
+                         f"{FIXED_POLICY_OF[policy]}")
+            policy = FIXED_POLICY_OF[policy]
+        ignored = _given_options(ctx, RUN_ONLY)
+        if ignored:
+            notes.append(f"{', '.join(ignored)} accepted from run, ignored: tune-buffer replays exactly, in-process, "
+                         "and chooses K / retention itself, so they do not change its answer")
+        if notes:
+            typer.echo("note: " + "; ".join(notes), err=True)
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
     except StreamjoinError as exc:
         _fail(exc)
@@ -311,7 +493,7 @@ def tune_buffer(
             typer.echo(line)
 
 
-@app.command("report")
+@app.command("report", cls=FlagCommand)
 def report_cmd(
     directory: Annotated[Path, typer.Argument(help="a streamjoin --out directory (report.json or tune.json)")],
 ) -> None:
@@ -325,7 +507,7 @@ def report_cmd(
     typer.echo(str(path))
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def backfill(
     config: Annotated[Path, typer.Argument(help="TOML config of a partitioned job (stream paths with {date} or date=... dirs)")],
     from_: Annotated[Optional[str], typer.Option("--from", help="first day, YYYY-MM-DD|yesterday|today")] = None,
@@ -335,7 +517,8 @@ def backfill(
     lookback: Annotated[Optional[str], typer.Option("--lookback", help="tail of earlier days replayed first")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="output root (holds date=YYYY-MM-DD/ partitions)")] = None,
     fail_under_target: Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when a day's recall < recall target")] = False,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json (default: text)")] = None,
+    optional_stream: OptionalStreamOpt = None,
 ) -> None:
     """Run (or with --plan, list) every day from --from to --to, one partition per day.
 
@@ -344,30 +527,30 @@ def backfill(
     Exit codes: 0 ok, 1 failure, 2 usage/bad input, 3 recall target missed
     (--fail-under-target), 4 locked by another run; the most serious day wins.
     """
-    from streamjoin.pipelines.backfill import cli_run
-    from streamjoin.pipelines.config import Flags
+    from streamjoin.pipelines.nightly.backfill import cli_run
+    from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        code = cli_run(config, Flags(out=out), nightly, command, plan_only=plan)
+        code = cli_run(config, Flags(out=out, optional_streams=optional_stream or []), nightly, command, plan_only=plan)
     except StreamjoinError as exc:
         _fail(exc)
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=FlagCommand)
 def validate(
     config: Annotated[Path, typer.Argument(help="TOML config")],
     date: Annotated[Optional[str], typer.Option("--date", help="check this day's partitions (default: every day found)")] = None,
     from_: Annotated[Optional[str], typer.Option("--from", help="first day to check")] = None,
     to: Annotated[Optional[str], typer.Option("--to", help="last day to check")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory to check")] = None,
-    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text|json")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--log-format", help="text | json (default: text)")] = None,
 ) -> None:
     """Check a config and its inputs (files, columns, types, partitions) without running. Exit 0 ok, 2 bad."""
-    from streamjoin.pipelines.backfill import cli_validate
-    from streamjoin.pipelines.config import Flags
+    from streamjoin.pipelines.nightly.backfill import cli_validate
+    from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, date, from_, to, None, False, False, log_format)
     raise typer.Exit(cli_validate(config, Flags(out=out), nightly))
@@ -382,7 +565,7 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
-    from streamjoin.pipelines.allocator import no_huge_page_advice, reuse_freed_memory
+    from streamjoin.pipelines.base.allocator import no_huge_page_advice, reuse_freed_memory
 
     reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
     no_huge_page_advice()  # no memory compaction stalls on page faults

@@ -8,7 +8,7 @@ while holding only what can still matter, the *frozen-state compaction* of
 seed 004: state that no future input can touch is folded into counters and
 forgotten.
 
-Chunks are ranges of arrival time, read by :mod:`~streamjoin.pipelines.chunks`
+Chunks are ranges of arrival time, read by :mod:`~streamjoin.pipelines.io.chunks`
 (equal arrival times never straddle two chunks, so the replay order of the
 chunks, one after the other, is the global replay order).  Per chunk
 ``[A0, A1)`` of arrival indexes::
@@ -49,7 +49,7 @@ decide from statistics over the whole replay so far and run in memory.
 Results are appended to ``results.parquet`` chunk by chunk, in the same order
 as the in-memory engine writes them (emission time, last member's arrival,
 rows), and the metrics are exact: percentiles from value counts
-(:class:`~streamjoin.pipelines.tally.Tally`), memory and periods from sums.
+(:class:`~streamjoin.pipelines.base.tally.Tally`), memory and periods from sums.
 """
 
 from __future__ import annotations
@@ -63,15 +63,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..candidates import Combos, Space, enumerate_truth, index_dtype
-from ..chunks import Batch, Chunk, Survey, filter_rows, take_rows
-from ..config import RunConfig, with_period
-from ..load import LoadedStream
-from ..plan import Plan, probe_order
+from ..replay.candidates import Combos, Space, enumerate_truth, index_dtype
+from ..io.chunks import Batch, Chunk, Survey, filter_rows, take_rows
+from ..config.settings import RunConfig, with_period
+from ..io.load import LoadedStream
+from ..replay.probe_order import Plan, probe_order
 from ..policies import SORTING, retention_matrix, slack_matrix
-from ..progress import minus, running_max, stream_running_max
-from ..tally import Tally
-from ..timeunits import NEG_INF
+from ..replay.progress import minus, running_max, stream_running_max
+from ..base.tally import Tally
+from ..base.timeunits import NEG_INF
 
 ResultSink = Callable[[pl.DataFrame], None]
 BIG = np.iinfo(np.int64).max
@@ -164,7 +164,7 @@ class BoundedReplay:
 
     Args:
         cfg: the run (streams, windows, non-adaptive policy, predicates).
-        survey: pass 1 of the input (:func:`~streamjoin.pipelines.chunks.survey`).
+        survey: pass 1 of the input (:func:`~streamjoin.pipelines.io.chunks.survey`).
         sink: receives the emitted results chunk by chunk, each frame with a
             ``__last`` column to be put in order by :func:`result_order`
             (``None``: results are counted, not materialised).
@@ -419,7 +419,7 @@ class BoundedReplay:
         return combos
 
     def _where(self, windows: list[Slab]):
-        from ..job import where_of
+        from ..replay.predicates import where_of
 
         streams = [LoadedStream(config=s.config, ts=w.ts, arrival=w.arrival, keys=w.keys, payload=w.payload,
                                 quarantine=pl.DataFrame(), files=[], row_bytes=0.0, vectors=w.vectors)
@@ -429,7 +429,7 @@ class BoundedReplay:
     # ------------------------------------------------------------------ emission
 
     def _emit(self, combos: Combos, windows: list[Slab], arr: np.ndarray, H, R, C: int) -> list[pl.DataFrame]:
-        """Closed forms of :mod:`~streamjoin.pipelines.emit`, plus pending releases."""
+        """Closed forms of :mod:`~streamjoin.pipelines.replay.emit`, plus pending releases."""
         n, A0, acc = self.n, self.A0, self.acc
         frames: list[pl.DataFrame] = []
         if self.pending is not None and len(self.pending):
@@ -514,7 +514,7 @@ class BoundedReplay:
         """Truth and emitted per period of the last member's arrival (as ``metrics.periods``):
         counts per arrival index of the chunk, summed over each occupied period's index range,
         kept only for periods with truth (sparse: no array of ``span / P`` entries)."""
-        from ..metrics import occupied_periods
+        from ..analysis.metrics import occupied_periods
 
         P, C = self.cfg.period_us, len(arr)
         ids, ends = occupied_periods(arr, self.first_arrival, P)
@@ -540,7 +540,7 @@ class BoundedReplay:
             acc.period_ids = both
 
     def _duplicates(self, rows: list[np.ndarray], sizes: list[int]) -> int:
-        from ..job import count_duplicates
+        from ..replay.duplicates import count_duplicates
 
         return count_duplicates(rows, sizes)
 
@@ -567,11 +567,11 @@ class BoundedReplay:
 
     def empty_frame(self) -> pl.DataFrame:
         """The results schema with no rows (for a run without results)."""
-        from ..chunks import _empty_stream
+        from ..io.chunks import empty_stream
 
         empties = []
         for s in self.survey.streams:
-            e = _empty_stream(s)
+            e = empty_stream(s)
             empties.append(Slab(np.empty(0, np.int64), e.ts, e.arrival, np.empty(0, np.int64), e.keys, e.payload,
                                 e.vectors, np.empty(0, bool), np.empty(0, np.int64)))
         frame = self._frame(empties, [np.empty(0, np.int64) for _ in empties])

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..candidates import Combos, Space, enumerate_truth, key_ids
-from ..emit import Emission, emission, last_arrivals
-from ..plan import Plan, probe_order, smaller_first, two_stream_plan
+from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
+from ..replay.emit import Emission, emission, last_arrivals
+from ..replay.probe_order import Plan, probe_order, smaller_first, two_stream_plan
 from ..policies import SORTING, PolicySpec
-from ..progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
+from ..replay.progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
 @dataclass
@@ -81,11 +81,11 @@ def join(
         windows: ``W_i`` per stream, microseconds.
         policy: the disorder policy.
         candidates_method: truth enumeration method (see
-            :func:`~streamjoin.pipelines.candidates.enumerate_truth`).
+            :func:`~streamjoin.pipelines.replay.candidates.enumerate_truth`).
         space: the distance predicate (vector columns + threshold), if any.
         where: an extra predicate: combinations -> boolean mask (``--where``).
         order: probe order; ``None`` = chosen from observed selectivity
-            (:mod:`~streamjoin.pipelines.plan`).
+            (:mod:`~streamjoin.pipelines.replay.probe_order`).
         bad_arrivals: per stream, arrival times of quarantined rows (recall-target
             policies re-decide early on a burst of them).
     """

@@ -11,15 +11,15 @@ Two families:
 
 :class:`PolicySpec` is pure configuration -- the arrays a policy implies
 (``K_i(a)``, ``d_i(a)``) are built by the policy modules beside this file and
-consumed by :mod:`streamjoin.pipelines.progress`.
+consumed by :mod:`streamjoin.pipelines.replay.progress`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
-from .controller import RecallTarget
+from ..base.errors import InputError
+from .recall_target import RecallTarget
 from .triggers import Triggers
 
 SORTING = "sorting"

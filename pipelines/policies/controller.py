@@ -7,7 +7,7 @@ sorting family) -- that should keep recall ``>= Q`` in every period ``P``
 while holding as few tuples (``qjoin``) or waiting as little (``qkslack``)
 as possible.  The output is a :class:`Schedule`: the decision log plus the
 ``(n, N)`` matrix of values per arrival index that the closed-form engine
-(:mod:`streamjoin.pipelines.progress`) and the reference replay consume.
+(:mod:`streamjoin.pipelines.replay.progress`) and the reference replay consume.
 
 Guarantees
 ----------
@@ -24,63 +24,9 @@ Guarantees
   tuples of its history window, and the candidate settings are a few hundred
   quantiles of observed lags -- never a grid of ``max delay / g`` steps.
 
-Settings and their defaults (:class:`RecallTarget`)
----------------------------------------------------
-``P`` (period): the run's period (SPEC §4.3; by default from the span).
-``L`` (interval): ``max(1 s, P / 10)`` -- the SPEC's 1 s, raised for long
-spans so that a run makes about ten decisions per period, not one per second
-of a year.  ``b`` (basic window): ``max(W) / 10`` (at least 1 us): partner
-densities are counted in tenths of the window.  ``g`` (granularity): given,
-or per decision ``timeunits.default_granularity`` of the largest delay seen
-so far -- the human step (1-2-5 us .. 1h) at most a hundredth of it, the same
-rule as ``tune-buffer``'s grid: the values follow the delay scale of the
-data, a setting is never more than ~1 % of the largest delay above the
-model's need.
-
-Decision times (events)
------------------------
-* ``interval``: every ``L`` of replay time from the first arrival (seed 002,
-  Algorithm 1); a tick is taken only when an arrival follows it before the
-  next tick (an idle stretch of a year costs nothing).  Before the first
-  decision the policy uses MP-K-slack's bound (running maximum delay).
-* ``rate`` / ``bad_rows``: checked every *probe* (``L / 10``) before an
-  arrival; thresholds are :class:`~.triggers.Triggers` settings (seed 003).
-
-The model (qjoin; seed 002 §1.4, completed)
--------------------------------------------
-A tuple ``y`` of stream ``i`` arriving at index ``a`` has lag ``l = T(a) -
-y.ts``.  A partner ``x`` of stream ``j`` with offset ``o = x.ts - y.ts`` in
-``y``'s owned span ``[-W_j, U_j]`` (``U_j = min(W_i, M_j(a) - y.ts)``:
-partners that have not arrived are not ``y``'s to produce) is still buffered
-iff ``o >= l - d_j - W_j``.  With partners spread evenly over the span (the
-basic-window counters give their density around ``y.ts``), the share of
-``y``'s results kept is a *ramp* in ``d_j``: 0 up to ``s = l - W_j - U_j - 1``,
-then ``(d_j - s) / span``, 1 from ``d_j = l`` on (exactly the integer count
-of kept offsets).  ``y`` weighs its expected result count, the cross count
-``span * density`` of seed 002 (6)-(7); the selectivity is common to both
-sides and cancels in the ratio.  The estimated recall of a set of tuples
-under ``d`` is the weighted mean of their kept shares.
-
-Two streams: the kept weight is ``A_1(d_0) + A_0(d_1)`` (stream 0's tuples
-depend on ``d_1`` only and vice versa), each a sum of ramps evaluated exactly
-at every candidate with sorted breakpoints and prefix sums; the cheapest pair
-(memory ``sum_i (d_i + W_i) V_i``, seed 002 (2)) meeting the goal is found by
-walking ``d_0``'s candidates and searching ``d_1``'s (both sides monotone),
-``O(C log C)``.  More streams: coordinate descent -- each stream in turn takes
-the smallest candidate that keeps the goal, until none moves (a Pareto-minimal
-vector), each step a binary search.
-
-Candidates for ``d_j``: ``0``, the ramp breakpoints of the tuples probing
-``j`` (all of them when few, else 256 quantiles, denser in the top tail where
-a high target decides), and the largest delay seen; rounded up to ``g``.
-
-The model (qkslack; Ji et al., ICDE 2016)
------------------------------------------
-A tuple survives iff its own delay ``delta(x) <= K_i``; a result survives iff
-all its members do, so the estimated recall is ``prod_i F_i(K_i)`` with
-``F_i`` the productivity-weighted share of stream ``i``'s tuples with
-``delta <= K_i``.  ``K`` minimises the sort buffer ``sum_i K_i V_i`` under
-the same goal; candidates are ``0``, delay quantiles and the largest delay.
+Settings and their defaults: :class:`~.recall_target.RecallTarget`; decision times
+(interval, rate, bad rows): :mod:`.triggers`; each controller's model: :mod:`.qjoin`
+(retention, ramps of partner offsets) and :mod:`.qkslack` (slack, delay quantiles).
 
 What a decision aims at
 -----------------------
@@ -107,7 +53,7 @@ What a decision aims at
   too small is made up for within the period -- never below ``Q``, plus a
   margin: ``(1 - Q) / 4``, or more when a period holds few (or unequally
   productive) tuples -- one-sided 95 % of the sampling spread of a period's
-  recall, ``1.645 sqrt(Q (1 - Q) / n_eff)`` (:meth:`_Controller._margin`),
+  recall, ``1.645 sqrt(Q (1 - Q) / n_eff)`` (:meth:`Controller._margin`),
   since the promise is per period, not on average.
 * **Stalls.**  A stream that has been silent for longer than
   ``rate_min_count`` expected arrivals owes a backlog: about ``rate x
@@ -122,175 +68,17 @@ What a decision aims at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..sorting import gather_ranges
-from ..timeunits import NEG_INF, default_granularity, default_period
-from .triggers import Triggers, fired, probe_ticks
+from ..base.sorting import gather_ranges
+from ..base.timeunits import NEG_INF, default_granularity
+from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, TAIL_SAMPLES, RecallTarget, Resolved, Schedule,
+                            candidates, ramp_sums)
+from .triggers import fired, probe_ticks
 
-#: candidate settings per stream and decision (quantiles of the observed breakpoints)
-CANDIDATES = 256
-#: quantile of the remembered periods' needs kept in force (the promise is >= Q in 95 % of periods)
-MEMORY_QUANTILE = 0.95
-#: default memory: a week of periods (human rhythms are daily and weekly), at least 100
-WEEK_US = 7 * 86_400_000_000
-#: the statistics window holds at least this many tuples per unit of (1 - Q) (10 / (1 - Q)):
-#: a tail quantile needs samples beyond it (Q = 0.99: 1,000 tuples)
-TAIL_SAMPLES = 10.0
-#: points standing for a stalled stream's expected backlog
-BACKLOG_POINTS = 16
-
-
-@dataclass(frozen=True)
-class RecallTarget:
-    """Configuration of a recall-target controller (all durations in microseconds).
-
-    ``None`` = automatic (module docstring, "Settings and their defaults").
-
-    Args:
-        recall: target ``Q`` in ``(0, 1]``.
-        interval_us: ``L``, regular decision interval.
-        granularity_us: ``g``, step the chosen values are rounded up to.
-        basic_window_us: ``b``, basic window of the partner-density counters.
-        period_us: ``P``, recall period (the run's period; by default from the span).
-        probe_us: rate / bad-row check step (default ``L / 10``).
-        history_us: the long statistics window of a decision (default ``P``).
-        rate_history_us: history a probe's rate is compared with (default ``10 L``).
-        margin: added to the target (default: ``_Controller._margin``, at least ``(1 - Q) / 4``).
-        memory_periods: completed periods whose needs are remembered (default: a week of
-            periods, at least 100; 0: none).
-        triggers: thresholds of the early re-decisions (:class:`~.triggers.Triggers`).
-    """
-
-    recall: float
-    interval_us: int | None = None
-    granularity_us: int | None = None
-    basic_window_us: int | None = None
-    period_us: int | None = None
-    probe_us: int | None = None
-    history_us: int | None = None
-    rate_history_us: int | None = None
-    margin: float | None = None
-    memory_periods: int | None = None
-    triggers: Triggers = field(default_factory=Triggers)
-
-    def __post_init__(self) -> None:
-        if not (0.0 < float(self.recall) <= 1.0):
-            raise InputError(f"--recall {self.recall}: recall target must be in (0, 1]")
-        for label, v in (("--interval", self.interval_us), ("--granularity", self.granularity_us),
-                         ("--basic-window", self.basic_window_us), ("--period", self.period_us),
-                         ("probe", self.probe_us), ("history", self.history_us),
-                         ("rate history", self.rate_history_us)):
-            if v is not None and int(v) <= 0:
-                raise InputError(f"{label} must be > 0")
-        if self.memory_periods is not None and int(self.memory_periods) < 0:
-            raise InputError("memory_periods must be >= 0")
-        if self.margin is not None and not (0.0 <= self.margin < 1.0):
-            raise InputError(f"margin {self.margin}: must be in [0, 1)")
-
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """The settings a controller ran with (automatic ones filled in), for the report."""
-
-    period_us: int
-    interval_us: int
-    probe_us: int
-    history_us: int
-    rate_history_us: int
-    basic_window_us: int
-    granularity_us: int | None   # None: per decision, from the delays seen (logged per decision)
-    memory_periods: int
-
-    @classmethod
-    def of(cls, target: RecallTarget, span_us: int, windows: np.ndarray) -> Resolved:
-        P = int(target.period_us) if target.period_us else default_period(span_us)
-        L = int(target.interval_us) if target.interval_us else max(1_000_000, P // 10)
-        wmax = int(np.max(windows)) if len(windows) else 0
-        return cls(
-            period_us=P, interval_us=L,
-            probe_us=int(target.probe_us) if target.probe_us else max(1, L // 10),
-            history_us=int(target.history_us) if target.history_us else P,
-            rate_history_us=int(target.rate_history_us) if target.rate_history_us else 10 * L,
-            basic_window_us=int(target.basic_window_us) if target.basic_window_us else max(1, wmax // 10),
-            granularity_us=int(target.granularity_us) if target.granularity_us else None,
-            memory_periods=(int(target.memory_periods) if target.memory_periods is not None
-                            else max(100, -(-WEEK_US // P))))
-
-
-@dataclass
-class Schedule:
-    """What a controller decided.
-
-    ``values``: ``(n, N)`` int64, ``d_i(a)`` or ``K_i(a)`` per arrival index.
-    ``log``: one dict per decision: ``time_us``, ``reason`` (``interval``,
-    ``rate``, ``bad_rows`` or a ``+``-joined mix), ``triggers`` (details),
-    ``values_us`` (per stream), ``target`` (the goal aimed at),
-    ``estimated_recall`` (the model's recall for the chosen values over the
-    latest ``P``), ``granularity_us``, ``candidates`` (settings considered per
-    stream), ``backlog`` (expected late tuples of stalled streams, if any).
-    ``settings``: the resolved settings (:class:`Resolved`) as a dict.
-    """
-
-    values: np.ndarray
-    log: list[dict[str, Any]] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
-
-
-def ceil_to(values, step: int):
-    """``values`` rounded up to a multiple of ``step``."""
-    return -((-values) // step) * step
-
-
-def ramp_sums(start: np.ndarray, end: np.ndarray, weight: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``sum_k weight_k * clip((d - start_k) / (end_k - start_k), 0, 1)`` at every ``d``.
-
-    Exact for ``end > start`` (entries with ``end <= start`` are steps at
-    ``end``); ``O((K + len(d)) log K)`` with sorted breakpoints and prefix sums.
-    """
-    d = np.asarray(d, dtype=np.float64)
-    width = (end - start).astype(np.float64)
-    step = width <= 0
-    out = np.zeros(len(d))
-    if step.any():
-        e = np.sort(end[step])
-        cw = np.concatenate([[0.0], np.cumsum(weight[step][np.argsort(end[step], kind="stable")])])
-        out += cw[np.searchsorted(e, d, side="right")]
-    r = ~step
-    if r.any():
-        u = weight[r] / width[r]
-        s, e = start[r].astype(np.float64), end[r].astype(np.float64)
-        os_, oe = np.argsort(s, kind="stable"), np.argsort(e, kind="stable")
-        s_sorted, e_sorted = s[os_], e[oe]
-        Us = np.concatenate([[0.0], np.cumsum(u[os_])])
-        USs = np.concatenate([[0.0], np.cumsum(u[os_] * s_sorted)])
-        Ue = np.concatenate([[0.0], np.cumsum(u[oe])])
-        UEe = np.concatenate([[0.0], np.cumsum(u[oe] * e_sorted)])
-        ks = np.searchsorted(s_sorted, d, side="right")
-        ke = np.searchsorted(e_sorted, d, side="right")
-        out += d * (Us[ks] - Ue[ke]) - (USs[ks] - UEe[ke])
-    return out
-
-
-def candidates(points: np.ndarray, ceiling: int, g: int) -> np.ndarray:
-    """Sorted candidate settings: 0, ``points`` (all when few, else quantiles denser
-    in the top tail) clipped to ``[0, ceiling]``, and ``ceiling``; rounded up to ``g``."""
-    p = np.clip(np.asarray(points, dtype=np.int64), 0, max(int(ceiling), 0))
-    if len(p) > CANDIDATES:
-        levels = np.unique(np.concatenate([
-            np.linspace(0.0, 1.0, CANDIDATES // 2),
-            1.0 - np.geomspace(0.5, 1e-6, CANDIDATES // 2)]))
-        p = np.quantile(p, levels, method="higher")
-    out = np.unique(ceil_to(np.concatenate([[0, max(int(ceiling), 0)], p]).astype(np.int64), g))
-    return out
-
-
-class _Controller:
+class Controller:
     """Shared event loop; subclasses implement the model (``_stats``, ``_choose``, ``_commit``)."""
 
     kind = ""
@@ -698,7 +486,7 @@ def _slice(st: dict, a: int) -> dict:
     return {k: (v[..., a:] if isinstance(v, np.ndarray) else v) for k, v in st.items()}
 
 
-class QJoinController(_Controller):
+class QJoinController(Controller):
     """Per-stream retention ``d_i`` for a recall target (seed 002, Algorithm 1)."""
 
     kind = "qjoin"
@@ -794,7 +582,7 @@ class QJoinController(_Controller):
         self.committed = hi
 
 
-class QKSlackController(_Controller):
+class QKSlackController(Controller):
     """Per-stream slack ``K_i`` for a recall target (Ji et al., ICDE 2016, quality-driven K-slack)."""
 
     kind = "qkslack"
@@ -909,66 +697,3 @@ def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None
     stream, key ids in row order, or ``None``)."""
     cls = {"qjoin": QJoinController, "qkslack": QKSlackController}[kind]
     return cls(replay, windows, target, bad_arrivals, keys).run()
-
-
-__all__ = ["RecallTarget", "Resolved", "Schedule", "QJoinController", "QKSlackController", "schedule",
-           "ramp_sums", "candidates"]
-
-
-def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
-    """Per loaded stream, arrival times (us) of its quarantined rows that have one
-    (only those quarantined for ``reason``, when given: the ``bad_rows_reason`` trigger).
-
-    An online operator sees a bad row when it arrives; rows whose arrival
-    itself is missing or unreadable carry no time and are left out.
-    """
-    import pyarrow as pa
-
-    from ..load import _to_micros
-
-    out = []
-    for s in streams:
-        q = s.quarantine
-        if reason is not None and q.height and "reason" in q.columns:
-            q = q.filter(q["reason"] == reason)
-        column = s.config.arrival or s.config.ts
-        if q.height == 0 or column not in q.columns:
-            out.append(np.empty(0, np.int64))
-            continue
-        try:
-            values = _to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path)
-            arr = pl_to_numpy(values)
-        except Exception:  # noqa: BLE001 - a column that cannot be read gives no times
-            out.append(np.empty(0, np.int64))
-            continue
-        out.append(np.sort(arr[~np.isnan(arr)].astype(np.int64)) if arr.dtype.kind == "f" else np.sort(arr))
-    return out
-
-
-def pl_to_numpy(values) -> np.ndarray:
-    import polars as pl
-
-    series = pl.Series(values) if not isinstance(values, pl.Series) else values
-    return series.cast(pl.Int64).drop_nulls().to_numpy()
-
-
-def report_entries(log: list[dict[str, Any]] | None, names: list[str]) -> list[dict[str, Any]] | None:
-    """The decision log for ``report.json``'s ``policy_decisions``: streams by name."""
-    if log is None:
-        return None
-    out = []
-    for e in log:
-        key = "retention_us" if "retention_us" in e else "k_us"
-        out.append({
-            "time_us": e["time_us"],
-            "reason": e["reason"],
-            "triggers": [{**{k: v for k, v in tr.items() if k != "stream"}, "stream": names[tr["stream"]]}
-                         for tr in e["triggers"]],
-            key: {name: v for name, v in zip(names, e[key])},
-            "target": e["target"],
-            "estimated_recall": e["estimated_recall"],
-            "granularity_us": e.get("granularity_us"),
-            "candidates": e.get("candidates"),
-            **({"backlog": [{**b, "stream": names[b["stream"]]} for b in e["backlog"]]} if e.get("backlog") else {}),
-        })
-    return out

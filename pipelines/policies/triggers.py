@@ -29,6 +29,15 @@ A probe is checked on the operator's clock only when something can come of
 it: at the last probe tick before each arrival (an idle operator's timers
 coalesce -- with nothing arriving, nothing can be decided differently), so the
 cost is bounded by the number of arrivals, never by the span.
+
+Decision times (events)
+-----------------------
+* ``interval``: every ``L`` of replay time from the first arrival (seed 002,
+  Algorithm 1); a tick is taken only when an arrival follows it before the
+  next tick (an idle stretch of a year costs nothing).  Before the first
+  decision the policy uses MP-K-slack's bound (running maximum delay).
+* ``rate`` / ``bad_rows``: checked every *probe* (``L / 10``) before an
+  arrival; thresholds are :class:`~.triggers.Triggers` settings (seed 003).
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 RATE_HISTORIES = ("recent", "run")
 

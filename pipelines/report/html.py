@@ -3,7 +3,7 @@
 One file, no external resources: the plots are PNGs embedded as base64
 ``data:`` URIs and the styles are inline, so the page can be mailed, archived
 or opened from a cron host's output directory.  ``report.html`` is rendered
-from ``report.json`` alone (the extra keys :func:`extras` adds hold the
+from ``report.json`` alone (the extra keys :func:`~streamjoin.pipelines.report.build.extras` adds hold the
 downsampled memory series, the latency histogram and the tuning curve), so
 ``streamjoin report DIR`` re-renders it without the input data.
 """
@@ -16,94 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-from ..errors import InputError
-from ..timeunits import format_duration
-from ..tune import fmt_recall
+from ..base.errors import InputError
+from ..base.timeunits import format_duration, format_durations
+from ..analysis.metrics import fmt_recall
 
-#: memory series points kept in report.json (per-arrival memory is downsampled)
-MAX_SERIES_POINTS = 2_000
-LATENCY_BINS = 60
-#: grid of the run report's tuning curve (tune-buffer's default --granularity)
-DEFAULT_GRANULARITY_US = 10_000
-TUNING_TARGETS = (0.9, 0.95, 0.99, 0.999)
 #: period rows shown in tables (report.html, the terminal, tune-buffer): the worst ones; the JSON keeps all
 MAX_PERIOD_ROWS = 20
-#: a run's report estimates its tuning curve from at most this many results
-#: (an evenly spaced, deterministic sample); `tune-buffer` is always exact
-TUNING_SAMPLE = 1_000_000
-
-
-# ---------------------------------------------------------------------------
-# extra report.json keys (computed from the replay)
-# ---------------------------------------------------------------------------
-
-
-def memory_series(memory: np.ndarray, arrival: np.ndarray, points: int = MAX_SERIES_POINTS) -> dict[str, Any]:
-    """Tuples held after each arrival, in <= ``points`` equal-count buckets (peak and mean each)."""
-    total = memory.sum(axis=0) if memory.ndim == 2 else memory
-    N = int(total.shape[0])
-    if N == 0:
-        return {"arrival_us": [], "peak": [], "mean": [], "points": 0, "arrivals_per_point": 0}
-    b = min(points, N)
-    starts = np.unique(np.linspace(0, N, b, endpoint=False).astype(np.int64))
-    sizes = np.diff(np.append(starts, N))
-    return {
-        "arrival_us": arrival[starts].tolist(),
-        "peak": np.maximum.reduceat(total, starts).tolist(),
-        "mean": (np.add.reduceat(total, starts) / sizes).round(3).tolist(),
-        "points": int(len(starts)),
-        "arrivals_per_point": float(N / len(starts)),
-    }
-
-
-def latency_histogram(latency: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:
-    if len(latency) == 0:
-        return {"edges_us": [], "counts": []}
-    hi = int(latency.max())
-    counts, edges = np.histogram(latency, bins=bins if hi > 0 else 1, range=(0, max(hi, 1)))
-    return {"edges_us": edges.round(1).tolist(), "counts": counts.tolist()}
-
-
-def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict[str, Any]:
-    """``latency_histogram(latency[emitted])``; without the copy when every
-    latency is 0 (symmetric family): one bin holding every emitted result."""
-    if len(latency) and not latency.any():
-        count = int(np.count_nonzero(emitted))
-        if count == 0:
-            return latency_histogram(latency[:0])
-        hist = latency_histogram(np.zeros(1, dtype=latency.dtype))
-        hist["counts"] = [count]
-        return hist
-    return latency_histogram(latency[emitted])
-
-
-def extras(cfg, outcome) -> dict[str, Any]:
-    """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
-    from ..policies import SYMMETRIC
-    from ..tune import curve_only
-
-    em = outcome.emission
-    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
-    combos, members = outcome.combos, (em.a, em.last)
-    total = len(combos)
-    every = -(-total // TUNING_SAMPLE) if total > TUNING_SAMPLE else 1
-    if every > 1:  # every k-th result: the curve's shape at a bounded cost per run
-        pick = np.arange(0, total, every)
-        combos = combos.filter(pick)
-        # the sample's own members' arrival indexes (em.a[k][pick], without
-        # gathering em.a for every combination)
-        members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
-    tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
-                        cfg.recall_target, TUNING_TARGETS, members=members)
-    tuning["truth_results"] = total
-    tuning["sample_every"] = every  # 1 = exact
-    return {
-        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
-        "latency_histogram": _emitted_latency_histogram(em.latency_us, em.emitted),
-        "tuning": tuning,
-    }
 
 
 # ---------------------------------------------------------------------------
@@ -160,10 +79,10 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
             out.append(f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))}); "
                        f"`streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that meets it in every period.")
     else:
-        parts = [f"{q} -> {format_duration(v)}" for q, v in at.items()]
+        parts = [f"{q} needs {format_duration(v)}" for q, v in at.items()]
         if parts and tuned_policy:
-            out.append(f"No --recall target given (recall {fmt_recall(recall)}). With policy {tuned_policy}, the {knob} needed "
-                       f"for a recall of " + ", ".join(parts) + ".")
+            out.append(f"No --recall target given (recall {fmt_recall(recall)}). With policy {tuned_policy}, a recall of "
+                       + ", ".join(parts) + f" of {knob}.")
         else:
             out.append(f"No --recall target given (recall {fmt_recall(recall)}).")
     lat = report.get("latency_us") or {}
@@ -342,9 +261,10 @@ def render_report(report: dict[str, Any]) -> str:
         body += [f"<h2>Tuning curve ({_e(tuning['policy'])})</h2>",
                  _img(plots.tuning_curve(tuning["curve"], target=target, label=label, marks=marks), "tuning curve"),
                  "<div class=\"sub\">" + (
-                     "exact: every valid combination's required " if tuning.get("sample_every", 1) == 1 else
-                     f"estimated from one in every {tuning['sample_every']:,} valid combinations' required ") + _e(label) +
-                 " (SPEC §7); `streamjoin tune-buffer` gives exact values and adds memory and latency per setting</div>"]
+                     "Exact: for every result, the smallest " if tuning.get("sample_every", 1) == 1 else
+                     f"Estimated from one in every {tuning['sample_every']:,} results: for each, the smallest ") + _e(label) +
+                 " at which it is emitted (SPEC §7). `streamjoin tune-buffer` gives exact values and adds memory "
+                 "and latency per setting.</div>"]
     rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
              format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
              s["expired_on_arrival"]] for s in report["streams"]]
@@ -365,14 +285,15 @@ def render_tune(t: dict[str, Any]) -> str:
 
     rec = t["recommendation"]
     label = "retention" if t["policy"] == "static" else "K"
+    setting, exact = format_durations([rec["setting_us"], rec["exact_us"]])  # 332ms next to 330.4ms, not 330ms
     body = [
         f"<h1>streamjoin tune-buffer: {_e(t['policy'])}, recall &ge; {t['recall_target']:g}</h1>",
         f"<div class=\"sub\">{_e(t.get('command', ''))}</div>",
         "<div class=\"cards\">",
-        _card(f"recommended {label}", format_duration(rec["setting_us"]), "ok"),
-        _card("exact minimum", format_duration(rec["exact_us"])),
+        _card(f"recommended {label}", setting, "ok"),
+        _card("exact minimum", exact),
         _card("recall there", fmt_recall(rec["recall"])),
-        _card("one step less", fmt_recall(rec["recall_one_step_below"])),
+        _card("recall one grid step less", fmt_recall(rec["recall_one_step_below"])),
         _card("memory peak / mean", f"{rec['memory_tuples']['peak']:,} / {rec['memory_tuples']['mean']:,.0f}"),
         "</div>",
         "<h2>Summary</h2><div class=\"todo\"><ul>", *[f"<li>{_e(x)}</li>" for x in t["summary"]], "</ul></div>",
@@ -383,9 +304,10 @@ def render_tune(t: dict[str, Any]) -> str:
     ]
     if t["policy"] == "kslack":
         body.append(_img(plots.latency_curve(t["candidates"], label), "latency curve"))
-    crow = [[format_duration(c["setting_us"]), fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+    settings = format_durations([c["setting_us"] for c in t["candidates"]])
+    crow = [[s, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
              f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
-             format_duration(c["latency_us"]["p95"])] for c in t["candidates"]]
+             format_duration(c["latency_us"]["p95"])] for c, s in zip(t["candidates"], settings)]
     body += ["<h2>Replayed settings</h2>",
              _table([label, "recall", "memory peak", "memory mean", "latency mean", "latency p95"], crow)]
     if t.get("periods"):

@@ -90,20 +90,20 @@ def validate(report: dict[str, Any]) -> None:
             raise ValueError(f"report.json: routing missing {k!r}")
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null rather than invalid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
 def write(report: dict[str, Any], path: Path) -> None:
     validate(report)
-    path.write_text(json.dumps(_clean(report), indent=2, sort_keys=False) + "\n")
+    path.write_text(json.dumps(json_safe(report), indent=2, sort_keys=False) + "\n")
 
 
 def read(path: Path) -> dict[str, Any]:

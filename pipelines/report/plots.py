@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..timeunits import format_duration
+from ..base.timeunits import format_duration
 
 WIDTH, HEIGHT, DPI = 9.1, 3.6, 100  # 910 px: the page's content width
 ACCENT, TARGET, MUTED, SECOND = "#2563eb", "#dc2626", "#94a3b8", "#059669"

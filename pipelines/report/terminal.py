@@ -1,10 +1,13 @@
-"""The terminal summary: a rich table on a TTY, plain ``key: value`` lines otherwise."""
+"""The terminal output of ``run`` and ``tune-buffer``: a rich table on a TTY,
+plain ``key: value`` lines otherwise."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..timeunits import format_duration
+from ..analysis.metrics import fmt_recall
+from ..base.timeunits import format_duration, format_durations
+from .html import period_text, worst_periods
 
 
 def _fmt_rate(v):
@@ -17,14 +20,31 @@ def _fmt_rate(v):
     return f"{v * 86400:,.1f}/d"
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
+def target_line(report: dict[str, Any], fail_under_target: bool) -> str | None:
+    """Whether the recall target was met, and what that does to the exit code (None: no target)."""
+
+    target = report.get("recall_target")
+    if target is None:
+        return None
+    recall = fmt_recall(report["recall"], 6)  # truncated: a missed target never prints as reached
+    if report["recall"] >= target:
+        return f"target: met (recall {recall} >= {target:g})"
+    if fail_under_target:
+        return f"target: missed (recall {recall} < {target:g}); exit 3 because --fail-under-target"
+    return f"target: missed (recall {recall} < {target:g}); exit 0 (with --fail-under-target: exit 3)"
+
+
+def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> list[str]:
     """Plain-text summary (cron logs, pipes): one fact per line."""
+
     lat = report["latency_us"]
+    target = target_line(report, fail_under_target)
     lines = [
         f"policy: {report['config']['policy']['name']}  router: {report['routing']['router']}",
         f"truth_results: {report['truth_results']}",
         f"emitted_results: {report['emitted_results']}",
-        f"recall: {report['recall']:.6f}",
+        f"recall: {fmt_recall(report['recall'], 6)}",
+        *([target] if target else []),
         f"duplicates: {report['duplicates']}",
         f"latency: mean {format_duration(lat['mean'])} p50 {format_duration(lat['p50'])} "
         f"p95 {format_duration(lat['p95'])} p99 {format_duration(lat['p99'])} max {format_duration(lat['max'])}",
@@ -53,16 +73,11 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _period_line(report: dict[str, Any]) -> str:
-    from .html import period_text
-
     return period_text(report).removeprefix("period ")
 
 
 def worst_period_rows(report: dict[str, Any]) -> tuple[list[list[str]], int]:
     """The worst periods (at most ``MAX_PERIOD_ROWS``) as table rows, and how many are not shown."""
-    from ..tune import fmt_recall
-    from .html import worst_periods
-
     periods = report.get("periods") or []
     if not periods:
         return [], 0
@@ -72,47 +87,169 @@ def worst_period_rows(report: dict[str, Any]) -> tuple[list[list[str]], int]:
              fmt_recall(p["recall"])] for p in shown], hidden
 
 
-def render_rich(report: dict[str, Any], console) -> None:
-    """A table per concern, for people at a terminal."""
+def _widest_word(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(w) for w in str(text).split()), default=0)
+
+
+def _table_width(widths: list[int]) -> int:
+    """Width of a rich Table (default box, one space of padding) with these column widths."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def fitted_tables(title: str | None, columns: list[str], rows: list[list[str]], width: int, *,
+                  row_styles: list[str | None] | None = None, show_header: bool = True,
+                  justify: str = "right", label_style: str | None = None) -> list:
+    """``rows`` as rich Tables no wider than ``width`` that print every cell whole.
+
+    A column is never narrower than its longest word (cells and headers wrap at
+    spaces, never inside a number).  When the columns do not fit side by side,
+    the table is turned on its side -- one line per column, one column per row,
+    headed by the row's first cell -- and split into as many tables as needed.
+    The first column is a label (left-aligned, in ``label_style``); the others
+    are aligned by ``justify``.
+    """
     from rich.table import Table
 
+    styles = row_styles or [None] * len(rows)
+
+    def table(heads: list[str], body: list[list[str]], body_styles, col_styles, name) -> Table:
+        t = Table(title=name, show_header=show_header)
+        for i, head in enumerate(heads):
+            need = max([_widest_word(head) if show_header else 0] + [_widest_word(r[i]) for r in body])
+            t.add_column(head, justify="left" if i == 0 else justify, min_width=need, overflow="fold",
+                         style=label_style if i == 0 else col_styles[i])
+        for r, style in zip(body, body_styles):
+            t.add_row(*r, style=style)
+        return t
+
+    need = [max([_widest_word(c) if show_header else 0] + [_widest_word(r[i]) for r in rows])
+            for i, c in enumerate(columns)]
+    if _table_width(need) <= width or not rows:
+        return [table(columns, rows, styles, [None] * len(columns), title)]
+    # on its side: chunks of rows, as many as fit next to the label column
+    label = max(_widest_word(c) for c in columns)
+    chunks: list[list[int]] = [[]]
+    for i, r in enumerate(rows):
+        w = max(_widest_word(c) for c in r)
+        taken = [label] + [max(_widest_word(c) for c in rows[j]) for j in chunks[-1]]
+        if chunks[-1] and _table_width(taken + [w]) > width:
+            chunks.append([])
+        chunks[-1].append(i)
+    out = []
+    for n, chunk in enumerate(chunks, 1):
+        heads = [columns[0]] + [rows[i][0] for i in chunk]
+        body = [[columns[j]] + [rows[i][j] for i in chunk] for j in range(1, len(columns))]
+        name = title if len(chunks) == 1 or title is None else f"{title} ({n}/{len(chunks)})"
+        out.append(table(heads, body, [None] * len(body), [None] + [styles[i] for i in chunk], name))
+    return out
+
+
+def render_rich(report: dict[str, Any], console, fail_under_target: bool = False) -> None:
+    """A table per concern, for people at a terminal; then the target and where the reports are."""
+
     lat = report["latency_us"]
-    head = Table(title="streamjoin run", show_header=False)
-    head.add_column("metric", style="bold")
-    head.add_column("value")
-    head.add_row("policy / router", f"{report['config']['policy']['name']} / {report['routing']['router']}")
-    head.add_row("truth results", f"{report['truth_results']:,}")
-    head.add_row("emitted results", f"{report['emitted_results']:,}")
+    width = console.width
+    head = [
+        ["policy / router", f"{report['config']['policy']['name']} / {report['routing']['router']}"],
+        ["truth results", f"{report['truth_results']:,}"],
+        ["emitted results", f"{report['emitted_results']:,}"],
+    ]
     recall_style = "green" if report["recall"] >= (report.get("recall_target") or 0) else "red"
-    head.add_row("recall", f"[{recall_style}]{report['recall']:.4%}[/]")
-    head.add_row("duplicates", str(report["duplicates"]))
-    head.add_row("latency mean / p95 / max",
-                 f"{format_duration(lat['mean'])} / {format_duration(lat['p95'])} / {format_duration(lat['max'])}")
-    head.add_row("memory peak / mean (tuples)",
-                 f"{report['memory_tuples']['peak']:,} / {report['memory_tuples']['mean']:,.1f}")
+    head += [
+        ["recall", f"[{recall_style}]{fmt_recall(report['recall'], 6)}[/]"],
+        ["duplicates", str(report["duplicates"])],
+        ["latency mean / p95 / max",
+         f"{format_duration(lat['mean'])} / {format_duration(lat['p95'])} / {format_duration(lat['max'])}"],
+        ["memory peak / mean (tuples)",
+         f"{report['memory_tuples']['peak']:,} / {report['memory_tuples']['mean']:,.1f}"],
+    ]
     if report.get("period_us"):
-        head.add_row("period", _period_line(report))
+        head.append(["period", _period_line(report)])
     total = report["timings_s"].get("total")
     if total is not None:
-        head.add_row("time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)")
-    console.print(head)
-    t = Table(title="streams")
-    for col in ("stream", "rows", "quarantined", "rate", "delay p50", "delay p95", "delay max", "dropped late", "expired"):
-        t.add_column(col, justify="right" if col != "stream" else "left")
+        head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])
+    console.print(*fitted_tables("streamjoin run", ["metric", "value"], head, width, show_header=False,
+                                 justify="left", label_style="bold"))
+    rows = []
     for s in report["streams"]:
         d = s["delay_us"]
-        t.add_row(s["name"], f"{s['rows']:,}", str(s["quarantined"]), _fmt_rate(s["rate_per_s"]),
-                  format_duration(d["p50"]), format_duration(d["p95"]), format_duration(d["max"]),
-                  str(s["dropped_late"]), str(s["expired_on_arrival"]))
-    console.print(t)
+        rows.append([s["name"], f"{s['rows']:,}", f"{s['quarantined']:,}", _fmt_rate(s["rate_per_s"]),
+                     format_duration(d["p50"]), format_duration(d["p95"]), format_duration(d["max"]),
+                     f"{s['dropped_late']:,}", f"{s['expired_on_arrival']:,}"])
+    console.print(*fitted_tables("streams", ["stream", "rows", "quarantined", "rate", "delay p50", "delay p95",
+                                             "delay max", "dropped late", "expired"], rows, width))
     rows, hidden = worst_period_rows(report)
     if len(rows) > 1 or hidden:
-        pt = Table(title="periods" if not hidden else "worst periods")
-        for col in ("start", "truth", "emitted", "recall"):
-            pt.add_column(col, justify="right")
-        for r in rows:
-            pt.add_row(*r)
-        console.print(pt)
+        console.print(*fitted_tables("periods" if not hidden else "worst periods",
+                                     ["start", "truth", "emitted", "recall"], rows, width))
         if hidden:
             console.print(f"the {len(rows)} worst periods ({hidden:,} more in report.json)")
-    console.print(f"report: {report['outputs'].get('report', '-')}")
+    target = target_line(report, fail_under_target)
+    if target:
+        console.print(target, style=None if report["recall"] >= report["recall_target"] else "bold red",
+                      highlight=False)
+    console.print(f"report: {report['outputs'].get('report', '-')}", highlight=False)
+    if report["outputs"].get("report_html"):
+        console.print(f"report.html: {report['outputs']['report_html']}", highlight=False)
+
+
+# ---------------------------------------------------------------------------
+# tune-buffer
+# ---------------------------------------------------------------------------
+
+
+def tune_lines(t: dict[str, Any]) -> list[str]:
+    """Plain-text output (cron, pipes): summary, candidates, snippet, frameworks."""
+    label = "retention" if t["policy"] == "static" else "K"
+    lines = list(t["summary"])
+    lines.append(f"{label:>10} {'recall':>8} {'mem peak':>9} {'mem mean':>10} {'lat mean':>9} {'lat p95':>9}")
+    for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
+        lines.append(f"{setting:>10} {fmt_recall(c['recall']):>8} {c['memory_tuples']['peak']:>9,} "
+                     f"{c['memory_tuples']['mean']:>10,.1f} {format_duration(c['latency_us']['mean']):>9} "
+                     f"{format_duration(c['latency_us']['p95']):>9}")
+    if t.get("periods"):
+        shown, hidden = worst_periods(t["periods"], "recall_at_recommendation")
+        which = "per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)"
+        lines.append(f"{which} (start, truth, exact, on grid, recall at recommendation):")
+        start = t["periods"][0]["start_us"]
+        values = format_durations([v for p in shown for v in (p["exact_us"], p["setting_us"])])
+        for p, exact, setting in zip(shown, values[::2], values[1::2]):
+            lines.append(f"  +{format_duration(p['start_us'] - start)} {p['truth']:,} {exact} {setting} "
+                         f"{fmt_recall(p['recall_at_recommendation'])}")
+    lines.append("config snippet:")
+    lines += ["  " + x for x in t["toml"].rstrip("\n").split("\n")]
+    lines += t["frameworks"]
+    lines.append(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
+    return lines
+
+
+def render_tune_rich(t: dict[str, Any], console) -> None:
+    from rich.panel import Panel
+
+    label = "retention" if t["policy"] == "static" else "K"
+    rec = t["recommendation"]
+    width = console.width
+    console.print(Panel("\n".join(t["summary"]), title=f"tune-buffer: {t['policy']}, recall >= {t['recall_target']:g}"))
+    rows, styles = [], []
+    for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
+        styles.append("bold green" if c["setting_us"] == rec["setting_us"] else None)
+        rows.append([setting, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
+                     f"{c['memory_tuples']['mean']:,.1f}", format_duration(c["latency_us"]["mean"]),
+                     format_duration(c["latency_us"]["p95"])])
+    console.print(*fitted_tables("replayed settings", [label, "recall", "memory peak", "memory mean", "latency mean",
+                                                       "latency p95"], rows, width, row_styles=styles))
+    if t.get("periods"):
+        shown, hidden = worst_periods(t["periods"], "recall_at_recommendation")
+        start = t["periods"][0]["start_us"]
+        values = format_durations([v for p in shown for v in (p["exact_us"], p["setting_us"])])
+        rows = [["+" + format_duration(p["start_us"] - start), f"{p['truth']:,}", exact, setting,
+                 fmt_recall(p["recall_at_recommendation"])] for p, exact, setting in zip(shown, values[::2], values[1::2])]
+        console.print(*fitted_tables("per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)",
+                                     ["start", "truth", f"exact {label}", "on grid", "recall at recommendation"],
+                                     rows, width))
+    console.print(Panel(t["toml"].rstrip("\n"), title="paste into your config"))
+    for x in t["frameworks"]:
+        console.print(x)
+    console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")

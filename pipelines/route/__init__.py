@@ -70,21 +70,6 @@ class Loads:
         self.net[p] += net
 
 
-def parse_weights(text: str | Sequence[float] | None) -> tuple[float, float, float]:
-    from ..errors import InputError
-
-    if text is None:
-        return (1.0, 1.0, 1.0)
-    parts = text.split(",") if isinstance(text, str) else list(text)
-    try:
-        w = tuple(float(x) for x in parts)
-    except ValueError:
-        raise InputError(f"--load-weights {text!r}: expected three numbers cpu,mem,net e.g. 1,1,1") from None
-    if len(w) != 3 or any(x < 0 for x in w) or sum(w) == 0:
-        raise InputError(f"--load-weights {text!r}: expected three numbers >= 0 (cpu,mem,net), not all 0")
-    return w
-
-
 def imbalance(load: np.ndarray) -> float:
     """max / mean of per-partition load (1.0 = perfect)."""
     load = np.asarray(load, dtype=float)

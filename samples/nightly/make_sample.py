@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from streamjoin.pipelines.nightly_sample import generate_nightly
+from streamjoin.pipelines.tools.nightly_sample import generate_nightly
 
 if __name__ == "__main__":
     for path in generate_nightly(Path(__file__).parent):

@@ -1,0 +1,188 @@
+"""Metrics of a replay (SPEC §5): recall, latency, memory, per-stream facts.
+
+Percentiles are *nearest-rank* (the smallest value with at least ``q`` of the
+data at or below it), so every reported latency and delay is a value that
+actually occurred, and every engine reports the same integers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..policies import SORTING, SYMMETRIC
+from ..base.sorting import sort_values
+
+#: results per block of the per-period count
+BLOCK = 1 << 20
+
+
+def nearest_rank(values: np.ndarray, q: float) -> int | None:
+    """The nearest-rank ``q``-quantile (``0 < q <= 1``) of ``values``; None if empty."""
+    n = len(values)
+    if n == 0:
+        return None
+    k = max(1, math.ceil(q * n)) - 1
+    return int(np.partition(values, k)[k])
+
+
+def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[str, int | None]:
+    values = np.asarray(values)
+    if len(values) == 0:
+        return {name: None for name, _ in qs}
+    ks = sorted({max(1, math.ceil(q * len(values))) - 1 for _, q in qs})
+    # several order statistics: a (vectorised) full sort beats repeated selection
+    if len(ks) > 1:
+        part = values.copy()
+        sort_values(part)
+    else:
+        part = np.partition(values, ks)
+    return {name: int(part[max(1, math.ceil(q * len(values))) - 1]) for name, q in qs}
+
+
+def latency_summary(latency: np.ndarray) -> dict[str, float | int | None]:
+    d: dict[str, Any] = {"mean": float(latency.mean()) if len(latency) else None}
+    d.update(distribution(latency, [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]))
+    return d
+
+
+def latency_summary_of(latency: np.ndarray, mask: np.ndarray) -> dict[str, float | int | None]:
+    """``latency_summary(latency[mask])``; without the copy when every latency
+    is 0 (the symmetric family emits the moment the last member arrives)."""
+    if len(latency) and not latency.any():
+        count = int(np.count_nonzero(mask))
+        zero = 0 if count else None
+        return {"mean": 0.0 if count else None, "p50": zero, "p95": zero, "p99": zero, "max": zero}
+    return latency_summary(latency[mask])
+
+
+def recall_of(emitted: int, truth: int) -> float:
+    return 1.0 if truth == 0 else emitted / truth
+
+
+def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, period_us: int,
+            target: float | None) -> list[dict[str, Any]]:
+    """Recall per period of replay time (period of a result = arrival of its last member).
+
+    Periods are ``[start + i*P, start + (i+1)*P)`` from the first arrival.
+    Only periods with truth are listed (a period without results has no
+    recall; :func:`period_counts` says how many the span has): the list is
+    bounded by the input, never by ``span / P`` (docs/semantics.md, "Periods").
+    """
+    if len(arrival) == 0 or len(last) == 0:
+        return []
+    start = int(arrival[0])
+    ids, upper = occupied_periods(arrival, start, period_us)
+    # arrival is sorted, so occupied period u holds the arrival indexes
+    # [upper[u-1], upper[u]): a result's (dense) period is the number of
+    # upper bounds at or below the index of its last member.  One binary
+    # search per result over the occupied periods' bounds, then one count of
+    # (period, emitted) codes -- no table the size of the input or the span.
+    U = len(ids)
+    N = len(arrival)
+    upper = upper.astype(last.dtype if last.dtype.kind == "i" and N < 2**31 else np.int64)
+    both = np.zeros(2 * U, dtype=np.int64)
+    for c0 in range(0, len(last), BLOCK):  # a block at a time: small temporaries
+        code = np.searchsorted(upper, last[c0:c0 + BLOCK], side="right")
+        code <<= 1
+        code |= emitted_mask[c0:c0 + BLOCK]
+        both += np.bincount(code, minlength=2 * U)[:2 * U]
+    emitted = both[1::2]
+    truth = both[0::2] + emitted
+    return period_entries(start, period_us, ids, truth, emitted, target)
+
+
+def occupied_periods(arrival: np.ndarray, start: int, period_us: int) -> tuple[np.ndarray, np.ndarray]:
+    """The periods (``(arrival - start) // P``) that hold an arrival, in order,
+    and for each the index one past its last arrival (``arrival`` sorted)."""
+    N = len(arrival)
+    ids, ends = [], []
+    prev = None
+    for c0 in range(0, N, BLOCK):
+        p = (arrival[c0:c0 + BLOCK] - start) // period_us
+        change = np.flatnonzero(p[1:] != p[:-1]) + 1
+        heads = np.concatenate([[0], change]) if prev is None or p[0] != prev else change
+        if prev is not None and p[0] != prev:
+            ends.append(np.array([c0], np.int64))
+        ids.append(p[heads])
+        ends.append(change + c0)
+        prev = p[-1]
+    ends.append(np.array([N], np.int64))
+    return np.concatenate(ids).astype(np.int64), np.concatenate(ends).astype(np.int64)
+
+
+def period_entries(start: int, period_us: int, ids: np.ndarray, truth: np.ndarray, emitted: np.ndarray,
+                   target: float | None) -> list[dict[str, Any]]:
+    """``report.json`` period entries for the periods ``ids`` that have truth (others are left out)."""
+    keep = np.flatnonzero(truth > 0)
+    return [
+        {
+            "start_us": start + i * period_us,
+            "end_us": start + (i + 1) * period_us,
+            "truth": t,
+            "emitted": e,
+            "recall": recall_of(e, t),
+            "target": target,
+        }
+        for i, t, e in zip(ids[keep].tolist(), truth[keep].tolist(), emitted[keep].tolist())
+    ]
+
+
+def period_counts(first_us: int | None, last_us: int | None, period_us: int, listed: int) -> dict[str, int]:
+    """``periods_total`` (periods from the first arrival to the last) and
+    ``periods_empty`` (those without truth, not listed in ``periods``)."""
+    total = 0 if first_us is None else (int(last_us) - int(first_us)) // period_us + 1
+    return {"periods_total": total, "periods_empty": total - listed}
+
+
+def stream_facts(names, rows, quarantined, ts_by_stream, replay, decisions) -> list[dict[str, Any]]:
+    """Per stream: rows, quarantined, rate, delay distribution, drops, expiries."""
+    out = []
+    for i, name in enumerate(names):
+        at = replay.index_of[i]  # the stream's arrival indexes (in row order)
+        delay = replay.delay[at]
+        ts = ts_by_stream[i]
+        span_s = (int(ts.max()) - int(ts.min())) / 1e6 if len(ts) else 0.0
+        dropped = int(np.count_nonzero(decisions.dropped[at])) if decisions.family == SORTING else 0
+        expired = int(np.count_nonzero(decisions.expired[at])) if decisions.family == SYMMETRIC else 0
+        out.append({
+            "name": name,
+            "rows": int(rows[i]),
+            "quarantined": int(quarantined[i]),
+            "rate_per_s": (rows[i] / span_s) if span_s > 0 else None,
+            "delay_us": distribution(delay, [("p50", 0.5), ("p95", 0.95), ("max", 1.0)]),
+            "dropped_late": dropped,
+            "expired_on_arrival": expired,
+        })
+    return out
+
+
+def memory_summary(memory: np.ndarray, row_bytes: Sequence[float]) -> tuple[dict, dict]:
+    """Peak and mean over arrival indexes, in tuples and estimated bytes."""
+    if memory.shape[1] == 0:
+        return {"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0}
+    total = memory.sum(axis=0)
+    tuples = {"peak": int(total.max()), "mean": float(total.mean())}
+    weights = np.asarray(row_bytes, dtype=np.float64)
+    # (memory * weights).sum(axis=0) -- the same products added in the same
+    # order, element by element -- into total's buffer, a block at a time:
+    # no (n, N) float temporary
+    nbytes = total.view(np.float64) if total.dtype.itemsize == 8 else np.empty(total.shape, np.float64)
+    N = memory.shape[1]
+    for c0 in range(0, N, BLOCK):
+        out = nbytes[c0:c0 + BLOCK]
+        np.multiply(memory[0, c0:c0 + BLOCK], weights[0], out=out)
+        for i in range(1, memory.shape[0]):
+            out += memory[i, c0:c0 + BLOCK] * weights[i]
+    return tuples, {"peak": int(round(float(nbytes.max()))), "mean": float(nbytes.mean())}
+
+
+def fmt_recall(r: float | None, digits: int = 4) -> str:
+    """Recall truncated (never rounded up): 0.94997 shows as 0.9499, not 0.9500."""
+    if r is None:
+        return "-"
+    scale = 10 ** digits
+    return f"{math.floor(r * scale + 1e-9) / scale:.{digits}f}"

@@ -1,0 +1,484 @@
+"""One resolved run configuration, from a TOML file plus command-line flags.
+
+Precedence: command line > TOML ``[run]`` / ``[[stream]]`` > defaults.
+Flags that name a column or duration take either a plain value (applies to
+every stream) or ``NAME=VALUE`` (that stream only), e.g. ``--window 5ms``
+and ``--window ball=1ms``.
+
+TOML layout (paths are relative to the TOML file)::
+
+    [run]
+    policy = "static"
+    retention = "50ms"
+    out = "out/sensors"
+
+    [[stream]]
+    name = "temperature"
+    path = "temperature.parquet"
+    ts = "ts"
+    arrival = "arrival"
+    keys = ["sensor_id"]
+    window = "250ms"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import InputError
+from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
+from .options import HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, parse_distance, parse_weights
+from ..base.sorting import SORT_ENV, SORTS
+from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
+
+ROUTERS = ("none", "atr", "ctr", "auto")
+ENGINES = ("spark", "local")
+#: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
+ENGINE_ENV = "STREAMJOIN_ENGINE"
+
+#: keys a config TOML may hold; anything else is a typo and is refused
+#: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
+#: Extend these sets when a new setting is read from the TOML.
+TOML_TABLES = ("run", "stream")
+RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window",
+            # nightly runs (pipelines/nightly/backfill.py)
+            "date", "from", "to", "lookback", "force", "fail_under_target", "log_format", "json",
+            # predicates beyond keys (pipelines/replay/predicates.py)
+            "distance", "where",
+            # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
+            "interval", "granularity", "basic_window", "triggers",
+            # Spark engine and routing (pipelines/engines/spark/, pipelines/route/)
+            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
+            # bounded-memory local engine (pipelines/jobs/chunked.py)
+            "chunk_rows",
+            # bad input (pipelines/io/load.py)
+            "max_quarantine")
+#: default ``--max-quarantine``: the largest share of a stream's rows that may be
+#: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
+MAX_QUARANTINE = 0.5
+
+STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention",
+               # nightly: the stream may have no partition on some days (pipelines/nightly/partitions.py)
+               "optional")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One input stream.  Times in microseconds."""
+
+    name: str
+    path: str
+    ts: str = "ts"
+    arrival: str | None = None
+    unit: str | None = None
+    window_us: int = 0
+    keys: tuple[str, ...] = ()
+    k_us: int | None = None
+    retention_us: int | None = None
+    vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
+    optional: bool = False          # nightly: a day without a partition replays it empty
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, resolved and validated."""
+
+    streams: tuple[StreamConfig, ...]
+    policy: PolicySpec
+    out: Path
+    router: str = "none"
+    engine: str = "local"
+    write_results: bool = True
+    recall_target: float | None = None
+    # recall period P: None until resolved from the replay span (with_period);
+    # period_source says where it came from ("user" | "default: N periods over SPAN")
+    period_us: int | None = None
+    period_source: str | None = None
+    distance: DistanceSpec | None = None   # --distance COLS<=THRESHOLD
+    where: str | None = None               # --where SQL over prefixed columns
+    # Spark engine and routing (SPEC §6)
+    master: str = "local[*]"
+    partitions: int | None = None          # None: the master's default parallelism
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
+    load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    adapt_segment: bool = False
+    # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/jobs/chunked.py)
+    chunk_rows: int | None = None
+    # largest share of a stream's rows that may be quarantined (pipelines/io/load.py, check_quarantine)
+    max_quarantine: float = MAX_QUARANTINE
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return tuple(s.window_us for s in self.streams)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for ``report.json``'s ``config``."""
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d.pop("period_source")  # reported beside the periods, not a setting
+        d["policy"] = asdict(self.policy)
+        if d["policy"].get("target") is None:
+            d["policy"].pop("target", None)  # only recall-target policies have one
+        return d
+
+
+@dataclass
+class Flags:
+    """Raw command-line values (``None`` / empty = not given)."""
+
+    streams: list[str] = field(default_factory=list)        # NAME=PATH
+    ts: list[str] = field(default_factory=list)             # COL or NAME=COL
+    arrival: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    unit: list[str] = field(default_factory=list)
+    window: list[str] = field(default_factory=list)
+    k: list[str] = field(default_factory=list)
+    retention: list[str] = field(default_factory=list)
+    policy: str | None = None
+    router: str | None = None
+    engine: str | None = None
+    out: str | None = None
+    no_results: bool = False
+    recall: float | None = None
+    period: str | None = None
+    interval: str | None = None       # qjoin / qkslack: re-decide every L
+    granularity: str | None = None    # delay granularity g
+    basic_window: str | None = None   # basic window b
+    triggers: list[str] = field(default_factory=list)   # KEY=VALUE early re-decision thresholds
+    distance: str | None = None
+    where: str | None = None
+    master: str | None = None
+    partitions: int | None = None
+    spark_conf: list[str] = field(default_factory=list)   # KEY=VALUE
+    segment: str | None = None
+    load_weights: str | None = None
+    adapt_segment: bool = False
+    chunk_rows: int | None = None
+    max_quarantine: float | None = None
+    optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
+
+
+def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
+    """``NAME=VALUE`` -> (NAME, VALUE); plain ``VALUE`` -> (None, VALUE)."""
+    if "=" in value:
+        name, _, rest = value.partition("=")
+        if name not in names:
+            raise InputError(f"{option} {value}: unknown stream name {name!r} (streams: {', '.join(names) or 'none'})")
+        return name, rest
+    return None, value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise InputError(f"{path}: config file not found")
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> None:
+    if not isinstance(table, dict):
+        raise InputError(f"{where} must be a table")
+    unknown = [k for k in table if k not in allowed]
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r} (expected one of {', '.join(allowed)})")
+
+
+def _duration(value: Any, what: str) -> int:
+    """A duration from a flag or the TOML: a string with a unit (``0`` alone is fine)."""
+    if isinstance(value, str) or (type(value) is int and value == 0):
+        return parse_duration(value, what=what)
+    raise InputError(f"bad {what} {value!r}: expected a string with a unit, e.g. \"250ms\", \"2s\"")
+
+
+def check_recall(value: float | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--recall {value!r}: expected a number in (0, 1]") from None
+    if not (0.0 < value <= 1.0):
+        raise InputError(f"--recall {value}: recall target must be in (0, 1]")
+    return float(value)
+
+
+def check_max_quarantine(value: Any) -> float:
+    """``--max-quarantine`` / ``[run] max_quarantine``: a share in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InputError(f"--max-quarantine {value!r}: expected a share of rows in [0, 1], e.g. 0.9")
+    return float(value)
+
+
+def _triggers(flags: Flags, run: dict[str, Any]) -> Triggers:
+    """``[run.triggers]`` merged with ``--trigger KEY=VALUE`` (flags win): seed 003's thresholds."""
+    table = run.get("triggers", {})
+    if not isinstance(table, dict):
+        raise InputError("[run.triggers] must be a table of KEY = VALUE")
+    items = dict(table)
+    for raw in flags.triggers:
+        key, eq, value = str(raw).partition("=")
+        if not eq or not key.strip():
+            raise InputError(f"--trigger {raw!r}: expected KEY=VALUE, e.g. rate_ratio=5")
+        items[key.strip()] = value.strip()
+    return Triggers.parse(items)
+
+
+def _recall_policy(name: str, recall: float | None, period: int | None, flags: Flags, run: dict[str, Any]) -> PolicySpec:
+    """``qjoin`` / ``qkslack``: the recall target and its controller settings (SPEC §4.3).
+
+    ``period``: the user's ``--period``; without one the target's period is
+    set by :func:`with_period` once the replay span is known.
+    """
+    if recall is None:
+        raise InputError(f"policy {name} needs --recall Q (a recall target in (0, 1])")
+    settings = {}
+    for flag_value, key, option in ((flags.interval, "interval", "--interval"),
+                                    (flags.granularity, "granularity", "--granularity"),
+                                    (flags.basic_window, "basic_window", "--basic-window")):
+        raw = flag_value if flag_value is not None else run.get(key)
+        if raw is not None:
+            value = _duration(raw, option.lstrip("-"))
+            if value <= 0:
+                raise InputError(f"{option} must be > 0")
+            settings[f"{key}_us"] = value
+    settings["triggers"] = _triggers(flags, run)
+    if period is not None:
+        settings["period_us"] = period
+    return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
+
+
+def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
+    """Merge TOML and flags into a validated :class:`RunConfig`.
+
+    ``check_out=False``: the caller checks ``out`` itself (a partitioned
+    output root, pipelines/nightly/publish.py).  ``output_kind``: the command whose
+    output ``out`` will hold (pipelines/config/options.py, ``check_target``).
+    """
+    doc: dict[str, Any] = read_toml(config_path) if config_path else {}
+    base = config_path.parent if config_path else Path(".")
+    _check_keys(doc, TOML_TABLES, f"{config_path}")
+    run = doc.get("run", {})
+    _check_keys(run, RUN_KEYS, f"{config_path}: [run]")
+    raw_streams = doc.get("stream", [])
+    if not isinstance(raw_streams, list):
+        raise InputError(f"{config_path}: [[stream]] must be an array of tables")
+
+    streams: dict[str, dict[str, Any]] = {}
+    for i, s in enumerate(raw_streams):
+        _check_keys(s, STREAM_KEYS, f"{config_path}: stream #{i + 1}")
+        if "name" not in s or "path" not in s:
+            raise InputError(f"{config_path}: stream #{i + 1} needs a name and a path")
+        entry = dict(s)
+        p = Path(str(s["path"]))
+        entry["path"] = str(p if p.is_absolute() else base / p)
+        streams[str(s["name"])] = entry
+    for spec in flags.streams:
+        if "=" not in spec:
+            raise InputError(f"--stream {spec}: expected NAME=PATH")
+        name, _, path = spec.partition("=")
+        if not name:
+            raise InputError(f"--stream {spec}: empty stream name")
+        streams.setdefault(name, {"name": name})["path"] = path
+    names = list(streams)
+    if len(names) < 2:
+        raise InputError("a join needs at least two streams: give --stream NAME=PATH twice or [[stream]] tables in the config")
+
+    def apply(option: str, values: list[str], field_name: str, convert=lambda v: v, multi: bool = False):
+        cleared: set[str] = set()
+        for raw in values:
+            name, value = _split_override(raw, names, option)
+            targets = [name] if name else names
+            for t in targets:
+                if multi:
+                    # the first flag for a stream replaces the TOML list
+                    if t not in cleared:
+                        streams[t][field_name] = []
+                        cleared.add(t)
+                    streams[t][field_name].append(convert(value))
+                else:
+                    streams[t][field_name] = convert(value)
+
+    apply("--ts", flags.ts, "ts")
+    apply("--arrival", flags.arrival, "arrival")
+    apply("--key", flags.keys, "keys", multi=True)
+    apply("--unit", flags.unit, "unit")
+    apply("--window", flags.window, "window")
+    apply("--k", flags.k, "k")
+    apply("--retention", flags.retention, "retention")
+    for name in flags.optional_streams:
+        if name not in streams:
+            raise InputError(f"--optional-stream {name}: unknown stream name (streams: {', '.join(names)})")
+        streams[name]["optional"] = True
+
+    # run-level defaults from TOML, then flags
+    for key in ("k", "retention", "window"):
+        if key in run:
+            for s in streams.values():
+                s.setdefault(key, run[key])
+
+    resolved = []
+    for name, s in streams.items():
+        if "path" not in s:
+            raise InputError(f"stream {name!r} has no path")
+        unit = s.get("unit")
+        if unit is not None and unit not in TS_UNITS:
+            raise InputError(f"stream {name!r}: unit {unit!r} is not one of {', '.join(TS_UNITS)}")
+        if "window" not in s:
+            raise InputError(f"stream {name!r} has no window: give --window DURATION")
+        optional = s.get("optional", False)
+        if not isinstance(optional, bool):
+            raise InputError(f"stream {name!r}: optional = {optional!r}: expected true or false")
+        keys = s.get("keys", [])
+        if isinstance(keys, str):
+            keys = [keys]
+        if not isinstance(keys, list):
+            raise InputError(f"stream {name!r}: keys {keys!r}: expected a list of column names")
+        resolved.append(StreamConfig(
+            name=name,
+            path=str(s["path"]),
+            ts=str(s.get("ts", "ts")),
+            arrival=s.get("arrival"),
+            unit=unit,
+            window_us=_duration(s["window"], f"window of stream {name!r}"),
+            keys=tuple(str(k) for k in keys),
+            k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
+            retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            optional=optional,
+        ))
+    key_counts = {len(s.keys) for s in resolved}
+    if len(key_counts) > 1:
+        raise InputError("every stream needs the same number of key columns (keys are matched by position)")
+
+    policy_name = flags.policy or run.get("policy", "none")
+    if policy_name not in POLICY_NAMES:
+        raise InputError(f"--policy {policy_name}: expected one of {', '.join(POLICY_NAMES)}")
+    k = tuple(s.k_us for s in resolved) if policy_name == "kslack" else None
+    retention = tuple(s.retention_us for s in resolved) if policy_name == "static" else None
+    if k is not None and any(v is None for v in k):
+        raise InputError("policy kslack needs --k DURATION (for every stream)")
+    if retention is not None and any(v is None for v in retention):
+        raise InputError("policy static needs --retention DURATION (for every stream)")
+    # recall-target policies are built once --recall and --period are known
+    policy = PolicySpec(name=policy_name, k=k, retention=retention) if policy_name not in ADAPTIVE else None
+
+    router = flags.router or run.get("router", "none")
+    if router not in ROUTERS:
+        raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
+    import os
+
+    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or "spark"
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    sort = os.environ.get(SORT_ENV) or "auto"
+    if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
+        raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
+    out_raw = flags.out or run.get("out")
+    if not out_raw:
+        raise InputError("no output directory: give --out DIR")
+    # `out` is relative to the working directory (where cron's job runs),
+    # unlike input paths, which belong with the config that names them.
+    out = Path(out_raw)
+    if check_out:
+        check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
+    period_raw = flags.period or run.get("period")
+    period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
+    if period is not None and period <= 0:
+        raise InputError("--period must be > 0")
+    recall = check_recall(flags.recall if flags.recall is not None else run.get("recall"))
+    if policy is None:
+        policy = _recall_policy(policy_name, recall, period, flags, run)
+    distance_raw = flags.distance or run.get("distance")
+    distance = parse_distance(distance_raw) if distance_raw else None
+    if distance is not None:
+        resolved = [replace(s, vectors=distance.columns) for s in resolved]
+    where = flags.where or run.get("where")
+    if where is not None and not str(where).strip():
+        raise InputError("--where: empty expression")
+    spark_settings = _spark_settings(flags, run)
+    if router != "none" and engine != "spark":
+        raise InputError(f"--router {router} needs --engine spark")
+    chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
+        raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
+    max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
+    return RunConfig(
+        chunk_rows=chunk_rows,
+        max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
+        **spark_settings,
+        streams=tuple(resolved), policy=policy, out=out, router=router, engine=engine,
+        write_results=not (flags.no_results or run.get("no_results", False)),
+        recall_target=recall, period_us=period, period_source="user" if period is not None else None,
+        distance=distance, where=where,
+    )
+
+
+def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> RunConfig:
+    """``cfg`` with its recall period set, for a replay spanning ``span_us``
+    (first to last arrival of the input).
+
+    A user's ``--period`` (flag or ``[run] period``) is kept exactly.  Without
+    one, the period is :func:`~streamjoin.pipelines.base.timeunits.default_period`
+    of the span -- the smallest of 1s, 10s, 1min, 10min, 1h, 1d, 1w giving at
+    most 1,000 periods -- and ``period_source`` says so, e.g. ``"default: 365
+    periods over 365d"``.  A recall-target policy's controller gets the same
+    period (its ``RecallTarget.period_us``), so it always sees an int.
+    ``over`` names the span in ``period_source`` (default: its duration).
+    """
+    if cfg.period_us is not None:
+        period, source = int(cfg.period_us), cfg.period_source or "user"
+    else:
+        span = max(int(span_us), 0)
+        period = default_period(span)
+        count = span // period + 1
+        source = f"default: {count} period{'s' if count != 1 else ''} over {over or format_duration(span)}"
+    policy = cfg.policy
+    if policy.target is not None and policy.target.period_us != period:
+        policy = replace(policy, target=replace(policy.target, period_us=period))
+    return replace(cfg, period_us=period, period_source=source, policy=policy)
+
+
+def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
+    """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``, ``--adapt-segment``."""
+    out: dict[str, Any] = {}
+    master = flags.master or run.get("master")
+    if master is not None:
+        out["master"] = str(master)
+    parts = flags.partitions if flags.partitions is not None else run.get("partitions")
+    if parts is not None:
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+            raise InputError(f"--partitions {parts!r}: expected an integer >= 1")
+        out["partitions"] = int(parts)
+    conf = list(run.get("spark_conf", {}).items()) if isinstance(run.get("spark_conf"), dict) else []
+    for raw in flags.spark_conf:
+        key, eq, value = raw.partition("=")
+        if not eq or not key:
+            raise InputError(f"--spark-conf {raw}: expected KEY=VALUE")
+        conf.append((key, value))
+    out["spark_conf"] = tuple((str(k), str(v)) for k, v in conf)
+
+    for key, value in out["spark_conf"]:
+        if key == HANDOFF_CONF_KEY and value not in HANDOFF_MODES:
+            raise InputError(f"--spark-conf {key}={value}: expected {', '.join(HANDOFF_MODES[:-1])} or "
+                             f"{HANDOFF_MODES[-1]}")
+    seg = flags.segment or run.get("segment")
+    if seg is not None:
+        out["segment_us"] = _duration(seg, "segment")
+        if out["segment_us"] <= 0:
+            raise InputError("--segment must be > 0")
+    weights = flags.load_weights or run.get("load_weights")
+    if weights is not None:
+        out["load_weights"] = parse_weights(weights if isinstance(weights, str) else [float(x) for x in weights])
+    out["adapt_segment"] = bool(flags.adapt_segment or run.get("adapt_segment", False))
+    return out
+
+
+__all__ = ["Flags", "RunConfig", "StreamConfig", "resolve", "check_recall", "replace", "with_period"]

@@ -1,0 +1,191 @@
+"""The Spark engine: the same answer as the local engine, spread over partitions.
+
+:func:`spark_join` runs one replay and join::
+
+    tuples on the driver (loaded by io/load.py)
+      -> key ids, probe order (replay/probe_order.py)
+      -> progress facts: on the driver (replay/partitioned_progress.driver_facts),
+         or with progress="spark" the partition-wise pass on Spark (.progress)
+      -> memory per arrival, on a driver thread while the join runs
+      -> routing plan (driver, .routing): none | atr | ctr (auto: least predicted overhead)
+      -> data plane (.plane): none / atr as one job of per-partition tasks,
+         ctr as hops of partial combinations; records through the hand-off
+      -> combinations collected on the driver -> SparkOutcome (.outcome),
+         --where (and distance, for CTR) applied on the driver
+
+:func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
+SparkSession, warms the workers up and joins; the session stays open until
+the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
+``results.parquet`` is written on the driver, as the local engine writes it.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ...config.options import HANDOFF_CONF_KEY
+from ...policies import PolicySpec
+from ...replay import partitioned_progress as sp
+from ...replay.candidates import Space, compact_ids, key_ids
+from ...replay.probe_order import Plan, probe_order
+from ...replay.progress import memory_per_stream
+from .kernels import INT
+from .columns import tuple_table, attach_facts, kernel_inputs
+from .routing import RouteSettings, make_plans
+from .plane import run_plane, spark_plane, ctr_spark
+from .outcome import SparkOutcome, outcome_from, post_filter, routing_report
+from .session import spark_session, warm_up
+from .progress import spark_progress
+from .handoff import Handoff
+
+
+def spark_join(
+    ts, arrival, keys, windows, policy: PolicySpec, *, space: Space | None = None, where=None,
+    order=None, bad_arrivals=None, settings: RouteSettings | None = None, spark=None,
+    progress: str = "auto", progress_threshold: int | None = None, plane: str = "spark",
+    handoff: str | None = None,
+) -> SparkOutcome:
+    """Replay and join on Spark (or, with ``plane="local"``, the same kernels in-process).
+
+    ``progress``: ``"spark"`` (the partition-wise pass,
+    :mod:`~streamjoin.pipelines.replay.partitioned_progress`), ``"driver"``
+    (:mod:`~streamjoin.pipelines.replay.progress`) or ``"auto"``: the driver, unless
+    ``progress_threshold`` is given and reached (adaptive policies always on
+    the driver).  The driver is the default because it has loaded the tuples
+    and needs every tuple's facts for the report anyway: the partition-wise
+    pass ships the tuples to Spark and the facts back (on the core benchmark,
+    3M tuples: about 140 s against 0.4 s, docs/performance.md).
+
+    ``handoff``: how bulk records reach the tasks and come back
+    (:mod:`.handoff`): ``"auto"`` (files when the master is local), ``"files"``
+    or ``"inline"``; ``None`` reads the Spark conf ``spark.streamjoin.handoff``.
+    """
+    settings = settings or RouteSettings()
+    timings: dict[str, float] = {}
+    n = len(ts)
+    W = np.asarray(windows, dtype=INT)
+    sizes = [len(t) for t in ts]
+    N = sum(sizes)
+    t0 = time.perf_counter()
+    ids = key_ids(list(keys)) if keys is not None else None
+    # dense key ids (same equalities): (key, ts) codes then pack into one sort pass
+    ids = compact_ids(ids) if ids is not None else None
+    keyed, dims = ids is not None, (space.dims if space is not None else 0)
+    tables: dict[str, dict] = {}
+
+    def tab() -> dict:  # the stream-major tuple table (CTR, the in-process plane, the Spark progress pass)
+        if "tab" not in tables:
+            tables["tab"] = tuple_table(ts, arrival, ids, space)[0]
+        return tables["tab"]
+
+    plan_ = probe_order(ts, keys, W.tolist(), space) if order is None else Plan(order=list(order))
+    timings["plan"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    use_spark_progress = (plane == "spark" and not policy.adaptive
+                          and (progress == "spark" or (progress == "auto" and progress_threshold is not None
+                                                       and N >= progress_threshold)))
+    if use_spark_progress:
+        f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
+    elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
+        f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
+                            keys=key_ids(list(keys)) if policy.adaptive else None)
+    else:
+        raise AssertionError(progress)
+    replay, dec = (f["_replay"], f["_decisions"]) if "_replay" in f else sp.replay_from_facts(f, n, policy, sizes)
+    timings["progress"] = time.perf_counter() - t0
+    # memory per arrival needs only the replay: counted on the driver while the join runs
+    pool = ThreadPoolExecutor(max_workers=1)
+    memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
+    pool.shutdown(wait=False)
+    t0 = time.perf_counter()
+    plans, T, rates = make_plans(ts, W.tolist(), settings, plan_.order, plan_.selectivity) if settings.router != "none" else ({}, None, None)
+    router = settings.router
+    predicted = {"atr": plans["atr"][1] if "atr" in plans else None,
+                 "ctr": (plans["ctr"][1] + plans["ctr"][2]) if "ctr" in plans else None}
+    if router == "auto":
+        router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
+    plan = plans[router][0] if router in plans else None
+    timings["route_plan"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    distance_in_kernel = router != "ctr"
+    threshold = space.threshold if space is not None else None
+    kdims = dims if distance_in_kernel else 0
+    hand = Handoff()
+    if plane == "spark":
+        mode = handoff or spark.conf.get(HANDOFF_CONF_KEY, "auto")
+        hand = Handoff.open(mode, spark.sparkContext.master)
+    try:
+        if plane == "spark" and router != "ctr":
+            res = spark_plane(spark, kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family), n, W,
+                              policy.family, router, plan, keyed, kdims, threshold, hand)
+        elif plane == "spark":
+            res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, plan, keyed, hand)
+    finally:
+        hand.close()
+    if plane != "spark":
+        res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, plan, keyed, kdims, threshold)
+    tables.clear()
+    timings["join"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = outcome_from(replay, dec, f, res.combos, ts, n, timings, plan_, memory_job.result())
+    post_filter(out, where, space, distance_in_kernel)
+    timings["collect"] = time.perf_counter() - t0
+    nonempty = [t for t in ts if len(t)]
+    duration_s = ((max(int(t.max()) for t in nonempty) - min(int(t.min()) for t in nonempty)) / 1e6) if nonempty else 0.0
+    extra = {"requested": settings.router, "segment_us": T, "load_weights": list(settings.weights),
+             "predicted": {"atr": predicted["atr"], "ctr": predicted["ctr"]},
+             "progress_pass": "spark" if use_spark_progress else "driver",
+             "handoff": hand.mode if plane == "spark" else None,
+             "stage_s": {k: v for k, v in timings.items()}}
+    if router == "atr":
+        extra["atr"] = plan.to_dict()
+        extra["theorem_b"] = predicted["atr"]
+    if router == "ctr":
+        extra["ctr"] = plan.to_dict()
+        extra["theorem_d"] = {"O_ctr": plans["ctr"][1], "O_star_ctr": plans["ctr"][2]}
+    routing = routing_report(router, settings.partitions if router != "none" else 1, res, N, duration_s,
+                             predicted.get(router) or 0.0, settings.weights, extra)
+    out.routing = routing
+    return out
+
+
+def _timed(timings: dict, name: str, fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    timings[name] = time.perf_counter() - t0
+    return out
+
+
+def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
+    """``streamjoin run --engine spark``: open the run's SparkSession and join; the
+    session stays open until the job is written, :meth:`SparkOutcome.close` stops it."""
+    from contextlib import ExitStack
+
+    stack = ExitStack()
+    partitions = cfg.partitions
+    t0 = time.perf_counter()
+    spark = stack.enter_context(spark_session(cfg.master, partitions or 4, cfg.spark_conf))
+    started = {"spark_session": time.perf_counter() - t0}
+    try:
+        t0 = time.perf_counter()
+        warm_up(spark)
+        started["spark_warmup"] = time.perf_counter() - t0
+        if partitions is None:
+            partitions = max(1, int(spark.sparkContext.defaultParallelism))
+        settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
+                                 weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment)
+        out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
+                         [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
+                         space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark)
+    except BaseException:
+        stack.close()
+        raise
+    # session start-up, apart from the job: getOrCreate (JVM, SparkContext) and the first
+    # job, which starts the executors' Python workers and imports the kernels there
+    out.timings_s.update(started)
+    out.routing["master"] = cfg.master
+    out._stack = stack
+    return out

@@ -1,0 +1,120 @@
+"""The Spark engine's outcome on the driver: the collected combinations turned
+into the local engine's :class:`~streamjoin.pipelines.engines.local.JoinOutcome`
+(:func:`outcome_from`), the driver-side predicates (:func:`post_filter`) and
+the ``routing`` section of ``report.json`` (:func:`routing_report`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...policies import SYMMETRIC
+from ...replay.candidates import Combos, Space
+from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
+from ...route import imbalance
+from ..local import JoinOutcome
+from .kernels import INT
+from .plane import PlaneResult
+
+
+@dataclass
+class SparkOutcome(JoinOutcome):
+    """The local engine's outcome plus the routing facts of ``report.json``.
+
+    :func:`~streamjoin.pipelines.engines.spark.engine.join_for_job` keeps the
+    run's SparkSession open in ``_stack`` until the job has written its output;
+    :meth:`close` stops it."""
+
+    routing: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        stack = getattr(self, "_stack", None)
+        if stack is not None:
+            self._stack = None
+            stack.close()
+
+
+def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
+    """The driver-side outcome from the collected combinations, in collection order
+    (partition by partition; with one partition, the local engine's order).
+
+    Combinations that carry only ``emitted`` (the Spark plane) get their
+    emission time and latency from the facts, exactly as the local engine's
+    :func:`~streamjoin.pipelines.replay.emit.emission` does: the last member is the
+    one with the largest arrival index ``a``; symmetric: ``emit = arrival[last]``,
+    latency 0; sorting: ``emit = max(member rel_us)``, latency ``emit - arrival[last]``.
+    """
+    sizes = [len(t) for t in ts]
+    idx = np.int32 if max(sizes, default=0) < 2**31 else INT
+    c = Combos([np.asarray(combos[f"r{k}"]).astype(idx, copy=False) for k in range(n)], list(ts))
+    a = MemberIndexes(c, replay)
+    emitted = np.asarray(combos["emitted"]).astype(bool, copy=False)
+    if "emit_us" in combos:
+        em = Emission(a=a, last=combos["last"], emitted=emitted, emit_us=combos["emit_us"],
+                      latency_us=combos["latency_us"])
+    else:
+        last = last_arrivals(c, replay, with_arrival=False).last
+        if dec.family == SYMMETRIC:
+            # emitted on arrival of the last member: the time is gathered if read, latency 0
+            em = EmittedOnArrival(a, last, emitted, np.broadcast_to(np.zeros(1, dtype=INT), (len(last),)),
+                                  replay.arrival)
+        else:
+            rel_us = np.asarray(f["rel_us"], dtype=INT)  # indexed by arrival index
+            emit_us = np.maximum.reduce([rel_us[x] for x in a])
+            latency = emit_us - replay.arrival[last]
+            em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+    return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings, plan=plan)
+
+
+def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_kernel: bool) -> None:
+    """Predicates evaluated on the driver: ``--where`` always, distance when the kernel did not."""
+    c = outcome.combos
+    if not len(c):
+        return
+    keep = np.ones(len(c), dtype=bool)
+    if space is not None and not distance_in_kernel:
+        n = len(c.rows)
+        for i in range(n):
+            for j in range(i + 1, n):
+                keep &= space.within(i, c.rows[i], j, c.rows[j])
+    if where is not None:
+        keep &= where(c)
+    if keep.all():
+        return
+    outcome.combos = c.filter(keep)
+    em = outcome.emission
+    outcome.emission = Emission(a=[x[keep] for x in em.a], last=em.last[keep], emitted=em.emitted[keep],
+                                emit_us=em.emit_us[keep], latency_us=em.latency_us[keep])
+
+
+def routing_report(router: str, partitions: int, res: PlaneResult, N: int, duration_s: float, predicted: float,
+                   weights, extra: dict) -> dict:
+    P = max(res.stats) + 1 if res.stats else 1
+    cpu = np.array([res.stats.get(p, {}).get("n_in", 0) + res.stats.get(p, {}).get("n_cand", 0) for p in range(P)], float)
+    mem = np.array([res.stats.get(p, {}).get("n_in", 0) for p in range(P)], float)
+    net = mem.copy()
+
+    def share(x):
+        return x / x.mean() if x.mean() > 0 else np.zeros_like(x)
+    w1, w2, w3 = weights
+    load = (w1 * share(cpu) + w2 * share(mem) + w3 * share(net)) / max(w1 + w2 + w3, 1e-12)
+    extra_tuples = res.shipped_tuples - N + res.shipped_intermediate
+    return {
+        "router": router,
+        "partitions": int(partitions),
+        "replication_factor": (res.shipped_tuples / N) if N else 1.0,
+        "overhead_measured": (extra_tuples / duration_s) if duration_s > 0 else 0.0,
+        "overhead_predicted": float(predicted),
+        "load_imbalance": imbalance(load),
+        "per_partition": [
+            {"partition": p, "load": float(load[p]), **{k: (float(v) if k == "t_us" else int(v))
+                                                        for k, v in res.stats.get(p, {}).items()}}
+            for p in range(P)
+        ],
+        "shipped_tuples": int(res.shipped_tuples),
+        "shipped_intermediate": int(res.shipped_intermediate),
+        **extra,
+    }

@@ -1,0 +1,78 @@
+"""Routing settings and plans for the Spark engine (SPEC §6).
+
+:class:`RouteSettings` holds ``--router``, ``--partitions``, ``--segment``,
+``--load-weights`` and ``--adapt-segment``; :func:`make_plans` builds, on the
+driver from a per-stream rate histogram (a summary, never the tuples), the
+ATR and CTR routing plans (:mod:`~streamjoin.pipelines.route`) with their
+predicted overheads (theorems B and D), which ``--router auto`` compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...route import atr as atr_mod
+from ...route import ctr as ctr_mod
+from ...route import histogram, theorem_b, theorem_d
+
+
+@dataclass
+class RouteSettings:
+    router: str = "none"
+    partitions: int = 1
+    segment_us: int | None = None
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    adapt: bool = False
+
+
+def default_segment(ts: Sequence[np.ndarray], windows, partitions: int) -> int:
+    """About 16 segments per partition, never shorter than the largest window."""
+    nonempty = [t for t in ts if len(t)]
+    if not nonempty:
+        return 1
+    span = max(int(t.max()) for t in nonempty) - min(int(t.min()) for t in nonempty) + 1
+    return max(1, int(span // (16 * max(partitions, 1))), int(max(windows, default=0)))
+
+
+def make_plans(ts, windows, settings: RouteSettings, order: Sequence[int], selectivity: dict | None = None):
+    """Plan ATR and/or CTR (both for ``auto``) and their predicted overheads."""
+    hist = histogram(ts)
+    T = settings.segment_us or default_segment(ts, windows, settings.partitions)
+    rates = hist.rates()
+    out = {}
+    if settings.router in ("atr", "auto"):
+        p = atr_mod.plan(hist, windows, T, settings.partitions, settings.weights, adapt=settings.adapt)
+        J = len(p.start)
+        pred = sum(theorem_b(rates, list(windows), int(p.master[j]), p.lengths[j]) for j in range(J)) / max(J, 1)
+        out["atr"] = (p, pred)
+    if settings.router in ("ctr", "auto"):
+        p = ctr_mod.plan(hist, windows, T, settings.partitions, order, settings.weights)
+        M, Mint = _ctr_multiplicity(p, hist)
+        o, o_star = theorem_d(rates, list(windows), M, p.orders, selectivity or {}, Mint)
+        out["ctr"] = (p, o, o_star)
+    return out, T, rates
+
+
+def _ctr_multiplicity(p: ctr_mod.CtrPlan, hist) -> tuple[list[float], list[list[float]]]:
+    """Average hosts per tuple (``M_i``: storage + hop-1 probe copies) and per
+    intermediate hop (``M_ik``: copies sent elsewhere), weighted by segment sizes."""
+    n = p.n
+    M, Mint = [], []
+    for i in range(n):
+        tot, cnt = 0.0, 0.0
+        inter = [0.0] * max(n - 2, 0)
+        for j in range(p.slots):
+            c = float(hist.count(i, p.base + j * p.T, p.base + (j + 1) * p.T))
+            if c == 0:
+                continue
+            at = int(p.host[i, j])
+            tot += c * len(p.dest(i, j, 1, at))
+            cnt += c
+            for h in range(2, n):
+                inter[h - 2] += c * (len(p.dest(i, j, h, at)) - 1)
+        M.append(tot / cnt if cnt else 1.0)
+        Mint.append([x / cnt if cnt else 0.0 for x in inter])
+    return M, Mint

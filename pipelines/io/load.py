@@ -1,0 +1,428 @@
+"""Load: Parquet streams -> normalised columns + quarantine (SPEC §1, §8).
+
+Each stream becomes a :class:`LoadedStream`:
+
+* ``ts`` and ``arrival`` as int64 microseconds (Parquet timestamps of any
+  unit, or integers in the declared ``unit``; without an arrival column,
+  ``arrival = ts``);
+* key columns renamed ``__key0, __key1, ...`` and cast to one dtype shared by
+  every stream, so streams whose key columns have different names still join;
+* every other column kept as payload.
+
+Rows with a null ``ts``, ``arrival`` or key (or a time outside the engine's
+range) are *quarantined*: kept aside with a ``reason`` column, counted, and
+written out -- never silently dropped.  ``row`` is the 0-based index among
+the rows that remain, in sorted-file order.
+
+Guards against input that would load "successfully" into nonsense
+(docs/semantics.md, "Bad input"):
+
+* every file of a stream must have the configured columns with the same kind
+  of type (:func:`check_file_schemas`) -- a renamed column in one file is an
+  error, not a file of quarantined rows;
+* integer times that are not plausible dates under the declared unit but are
+  under another one are an error naming that unit (:func:`likely_epoch_unit`);
+* a stream with every row, or more than ``max_quarantine`` of its rows,
+  quarantined is an error (:func:`check_quarantine`);
+* a declared unit on a Parquet timestamp column (which carries its own unit)
+  is ignored with a one-line warning.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from ..config.settings import MAX_QUARANTINE, StreamConfig
+from ..base.errors import InputError, warn_once
+from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US
+
+_TS_DIV = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000), "ps": (1, 1_000_000)}
+
+
+@dataclass
+class LoadedStream:
+    """One stream after validation."""
+
+    config: StreamConfig
+    ts: np.ndarray            # int64 us, row order
+    arrival: np.ndarray       # int64 us, row order
+    keys: pl.DataFrame        # __key0.. columns (possibly no columns)
+    payload: pl.DataFrame     # remaining columns, row order
+    quarantine: pl.DataFrame  # rejected rows with a `reason` column
+    files: list[Path]
+    row_bytes: float          # Arrow bytes per row (memory estimates)
+    vectors: np.ndarray | None = None  # (rows, d) float64 for the distance predicate
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def rows(self) -> int:
+        return int(self.ts.shape[0])
+
+
+def resolve_files(path: str, stream: str) -> list[Path]:
+    """A file, a glob or a directory (hive partitions allowed), sorted."""
+    if any(ch in path for ch in "*?["):
+        files = sorted(Path(p) for p in globmod.glob(path, recursive=True) if Path(p).is_file())
+        if not files:
+            raise InputError(f"{path}: no files match (stream {stream!r})")
+        return files
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith((".", "_")))
+        if not files:
+            raise InputError(f"{path}: directory has no data files (stream {stream!r})")
+        return files
+    if not p.exists():
+        raise InputError(f"{path}: no such file or directory (stream {stream!r})")
+    return [p]
+
+
+def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
+    """The stream's Parquet dataset (files in sorted path order, hive partitions allowed)."""
+    files = resolve_files(path, stream)
+    try:
+        if len(files) == 1 and not Path(path).is_dir():
+            dataset = ds.dataset(str(files[0]), format="parquet")
+        else:
+            base = path if Path(path).is_dir() else None
+            dataset = ds.dataset([str(f) for f in files], format="parquet",
+                                 partitioning="hive", partition_base_dir=base)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise unreadable_error(path, stream, exc) from None
+    return dataset, files
+
+
+def unreadable_error(path: str, stream: str, exc: Exception) -> InputError:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return InputError(f"{path}: not a readable Parquet dataset (stream {stream!r}): {first}")
+
+
+def _type_kind(t: pa.DataType) -> str:
+    """What matters of a column's type when files of one stream are read together."""
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
+        return "string"
+    return str(t)
+
+
+def configured_columns(cfg: StreamConfig) -> list[str]:
+    """The columns a stream's config names: time, arrival, keys, vectors."""
+    return list(dict.fromkeys([cfg.ts] + ([cfg.arrival] if cfg.arrival else []) + list(cfg.keys) + list(cfg.vectors)))
+
+
+def check_file_schemas(cfg: StreamConfig, files: list[Path]) -> None:
+    """Every file of a stream has the configured columns, with the same kind of
+    type (integer, timestamp, ...), as the first file that has them.
+
+    A column no file has is left to :func:`normalise` (it reports it missing,
+    or it is a hive partition column that lives in directory names).
+    Schema drift across files is bad input (SPEC §8): without this check a
+    file whose time column is renamed would load as all-null times.
+    """
+    if len(files) < 2:
+        return
+    wanted = configured_columns(cfg)
+    first: dict[str, tuple[Path, pa.DataType]] = {}
+    schemas = []
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise unreadable_error(str(f), cfg.name, exc) from None
+        schemas.append((f, schema))
+        for c in wanted:
+            if c in schema.names and c not in first:
+                first[c] = (f, schema.field(c).type)
+    for f, schema in schemas:
+        for c, (ref, ref_type) in first.items():
+            if c not in schema.names:
+                raise InputError(f"{f} (stream {cfg.name!r}): missing column {c!r} (has: {', '.join(schema.names)}); "
+                                 f"{ref} has it: every file of a stream needs the same columns")
+            t = schema.field(c).type
+            if _type_kind(t) != _type_kind(ref_type):
+                raise InputError(f"{f} (stream {cfg.name!r}): column {c!r} is {t}, but {ref_type} in {ref}; "
+                                 f"every file of a stream needs the same column types")
+
+
+def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
+    """The whole stream as one table (after :func:`check_file_schemas`)."""
+    path = cfg.path
+    dataset, files = open_dataset(path, cfg.name)
+    check_file_schemas(cfg, files)
+    try:
+        table = dataset.to_table()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise unreadable_error(path, cfg.name, exc) from None
+    return table, files
+
+
+#: integer times read as seconds since the Unix epoch in this range count as
+#: plausible calendar dates: 1990-01-01 .. 2100-01-01 UTC (docs/semantics.md)
+PLAUSIBLE_EPOCH_S = (631_152_000, 4_102_444_800)
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds"}
+
+
+def _plausible(lo: int, hi: int, unit: str) -> bool:
+    per_s = 1_000_000 / UNIT_US[unit]
+    return PLAUSIBLE_EPOCH_S[0] <= lo / per_s and hi / per_s <= PLAUSIBLE_EPOCH_S[1]
+
+
+def likely_epoch_unit(lo: int, hi: int, unit: str) -> str | None:
+    """The unit under which integer times ``lo .. hi`` are plausible epoch dates,
+    when they are not under the declared ``unit``; ``None`` otherwise.
+
+    Times plausible under no unit (a relative clock: seconds since a game's
+    kick-off, picoseconds since a sensor's boot) are left alone.  Units are
+    1000x apart and the plausible range spans a factor of 6.5, so at most one
+    unit fits.
+    """
+    if _plausible(lo, hi, unit):
+        return None
+    return next((u for u in TS_UNITS if _plausible(lo, hi, u)), None)
+
+
+def _years(lo: int, hi: int, unit: str) -> str:
+    per_year = 31_556_952 * 1_000_000 / UNIT_US[unit]
+    return f"{1970 + lo / per_year:.0f}..{1970 + hi / per_year:.0f}"
+
+
+def _check_unit(values: pa.ChunkedArray, column: str, unit: str, where: str) -> None:
+    """Refuse integer times that the declared unit puts in an implausible year
+    while another unit would put them in 1990..2100 (:func:`likely_epoch_unit`)."""
+    bounds = pc.min_max(values).as_py()
+    lo, hi = bounds["min"], bounds["max"]
+    if lo is None:
+        return
+    likely = likely_epoch_unit(lo, hi, unit)
+    if likely is not None:
+        raise InputError(
+            f"{where}: column {column!r} read in {unit} gives the years {_years(lo, hi, unit)}, in {likely} "
+            f"{_years(lo, hi, likely)}: looks like epoch {_UNIT_NAMES[likely]}: pass --unit {likely}")
+
+
+def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pa.ChunkedArray:
+    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds."""
+    t = col.type
+    if pa.types.is_timestamp(t):
+        if unit is not None and unit != t.unit:
+            warn_once(f"{where}: column {column!r} is a Parquet {t}, which carries its own unit; --unit {unit} is ignored")
+        unit = t.unit
+        values = pc.cast(col, pa.int64())
+    elif pa.types.is_integer(t):
+        if unit is None:
+            raise InputError(f"{where}: column {column!r} is an integer ({t}); give its unit with --unit s|ms|us|ns|ps")
+        values = pc.cast(col, pa.int64())
+        _check_unit(values, column, unit, where)
+    else:
+        raise InputError(f"{where}: column {column!r} has type {t}; expected a timestamp or an integer with --unit")
+    mul, div = _TS_DIV[unit]
+    if mul != 1:
+        # guard before multiplying: an overflow would wrap silently
+        limit = MAX_ABS_TS // mul
+        bad = pc.greater(pc.abs(values), pa.scalar(limit, pa.int64()))
+        values = pc.if_else(bad, pa.scalar(None, pa.int64()), values) if pc.any(bad).as_py() else values
+        values = pc.multiply(values, mul)
+    if div != 1:
+        # floor division (towards -inf), so ordering of times is preserved
+        values = (pl.from_arrow(values) // div).to_arrow()
+    return values
+
+
+@dataclass
+class Normalised:
+    """One table of a stream after validation (see :func:`normalise`)."""
+
+    ts: np.ndarray
+    arrival: np.ndarray
+    keys: pl.DataFrame
+    payload: pl.DataFrame
+    quarantine: pl.DataFrame
+    vectors: np.ndarray | None
+
+
+def stream_where(cfg: StreamConfig) -> str:
+    """How error messages name a stream."""
+    return f"{cfg.path} (stream {cfg.name!r})"
+
+
+def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
+    """Validate and normalise one table of a stream: the whole stream, or one
+    row group of it (the bounded-memory engine reads a stream piece by piece)."""
+    where = stream_where(cfg)
+    names = table.column_names
+    for c in configured_columns(cfg):
+        if c not in names:
+            raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
+    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
+    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
+    original = pl.from_arrow(table)
+    if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
+        original = original.to_frame()
+    frame = original.with_columns(
+        pl.Series("__ts", ts, dtype=pl.Int64),
+        pl.Series("__arrival", arrival, dtype=pl.Int64),
+        *[pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)],
+    )
+    reason = pl.when(pl.col(cfg.ts).is_null()).then(pl.lit(f"null {cfg.ts}"))
+    reason = reason.when(pl.col("__ts").is_null() | (pl.col("__ts").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.ts} out of range"))
+    if cfg.arrival:
+        reason = reason.when(pl.col(cfg.arrival).is_null()).then(pl.lit(f"null {cfg.arrival}"))
+        reason = reason.when(pl.col("__arrival").is_null() | (pl.col("__arrival").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
+    for k in cfg.keys:
+        reason = reason.when(pl.col(k).is_null()).then(pl.lit(f"null key {k}"))
+    for v in cfg.vectors:
+        dtype = original.schema[v]
+        if not dtype.is_numeric():
+            raise InputError(f"{where}: column {v!r} has type {dtype}; the distance predicate needs numbers")
+        reason = reason.when(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan()).then(pl.lit(f"null {v}"))
+    frame = frame.with_columns(reason.otherwise(None).alias("reason"))
+    bad_mask = frame["reason"].is_not_null()
+    if bad_mask.any():
+        quarantine = original.filter(bad_mask).with_columns(frame["reason"].filter(bad_mask))
+        frame = frame.filter(~bad_mask)
+    else:
+        quarantine = original.head(0).with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
+    keys = frame.select([f"__key{i}" for i in range(len(cfg.keys))])
+    vectors = (frame.select([pl.col(v).cast(pl.Float64) for v in cfg.vectors]).to_numpy()
+               if cfg.vectors else None)
+    drop = {cfg.ts, "__ts", "__arrival", "reason"} | ({cfg.arrival} if cfg.arrival else set())
+    drop |= {f"__key{i}" for i in range(len(cfg.keys))}
+    payload = frame.select([c for c in frame.columns if c not in drop])
+    return Normalised(ts=frame["__ts"].to_numpy(), arrival=frame["__arrival"].to_numpy(), keys=keys,
+                      payload=payload, quarantine=quarantine, vectors=vectors)
+
+
+def reason_counts(quarantine: pl.DataFrame) -> dict[str, int]:
+    """Quarantined rows per ``reason``."""
+    if not quarantine.height:
+        return {}
+    counts = quarantine["reason"].value_counts()
+    return dict(zip(counts["reason"].to_list(), counts["count"].to_list()))
+
+
+def check_quarantine(cfg: StreamConfig, rows: int, reasons: dict[str, int], max_share: float) -> None:
+    """Refuse a stream (or a day's partition of one) whose rows are all, or more
+    than ``max_share`` of them, quarantined: such a run would "succeed" on what
+    is left and hide the loss (docs/semantics.md, "Bad input").
+
+    ``rows``: rows read, valid and quarantined.
+    """
+    bad = sum(reasons.values())
+    if not bad or (bad < rows and bad <= max_share * rows):
+        return
+    why = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+    hint = ""
+    if any(r.endswith("out of range") for r in reasons) and cfg.unit is not None:
+        hint = f"; times are read in {cfg.unit}: check --unit"
+    if bad == rows:
+        raise InputError(f"{stream_where(cfg)}: all {rows} rows quarantined ({why}); nothing of the stream "
+                         f"is left to join{hint}")
+    raise InputError(f"{stream_where(cfg)}: {bad} of {rows} rows ({bad / rows:.0%}) quarantined ({why}), more than "
+                     f"--max-quarantine {max_share:g}{hint}; fix the input or raise --max-quarantine")
+
+
+def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE) -> LoadedStream:
+    """Read, validate and normalise one stream (see module docstring);
+    ``max_quarantine=None``: no :func:`check_quarantine` (``inspect``)."""
+    table, files = read_table(cfg)
+    part = normalise(table, cfg)
+    if max_quarantine is not None:
+        check_quarantine(cfg, table.num_rows, reason_counts(part.quarantine), max_quarantine)
+    row_bytes = (table.nbytes / table.num_rows) if table.num_rows else 0.0
+    return LoadedStream(
+        config=cfg,
+        ts=part.ts,
+        arrival=part.arrival,
+        keys=part.keys,
+        payload=part.payload,
+        quarantine=part.quarantine,
+        files=files,
+        vectors=part.vectors,
+        row_bytes=row_bytes,
+    )
+
+
+def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:
+    """One dtype per key position that every stream's key column casts to."""
+    if not streams or not streams[0].keys.width:
+        return []
+    out = []
+    for i in range(streams[0].keys.width):
+        dtypes = [s.keys[f"__key{i}"].dtype for s in streams]
+        numeric = all(d.is_numeric() for d in dtypes)
+        textual = all(d in (pl.String, pl.Categorical) or isinstance(d, pl.Categorical) for d in dtypes)
+        if len(set(dtypes)) == 1:
+            out.append(dtypes[0])
+        elif numeric and all(d.is_integer() for d in dtypes):
+            out.append(pl.Int64)
+        elif numeric:
+            out.append(pl.Float64)
+        elif textual:
+            out.append(pl.String)
+        else:
+            desc = ", ".join(f"{s.name}.{s.config.keys[i]}: {s.keys[f'__key{i}'].dtype}" for s in streams)
+            raise InputError(f"key columns #{i + 1} have incompatible types ({desc}); expected the same kind of type in every stream")
+    return out
+
+
+def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE) -> list[LoadedStream]:
+    """Load every stream and align key dtypes across streams."""
+    streams = [load_stream(c, max_quarantine) for c in configs]
+    dtypes = common_key_dtypes(streams)
+    for s in streams:
+        if dtypes:
+            s.keys = s.keys.with_columns([pl.col(f"__key{i}").cast(dt) for i, dt in enumerate(dtypes)])
+    return streams
+
+
+# ---------------------------------------------------------------------------
+# quarantined rows' arrival times (the recall-target controllers' bad-rows trigger)
+# ---------------------------------------------------------------------------
+
+
+def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
+    """Per loaded stream, arrival times (us) of its quarantined rows that have one
+    (only those quarantined for ``reason``, when given: the ``bad_rows_reason`` trigger).
+
+    An online operator sees a bad row when it arrives; rows whose arrival
+    itself is missing or unreadable carry no time and are left out.
+    """
+    out = []
+    for s in streams:
+        q = s.quarantine
+        if reason is not None and q.height and "reason" in q.columns:
+            q = q.filter(q["reason"] == reason)
+        column = s.config.arrival or s.config.ts
+        if q.height == 0 or column not in q.columns:
+            out.append(np.empty(0, np.int64))
+            continue
+        try:
+            values = to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path)
+            arr = pl_to_numpy(values)
+        except Exception:  # noqa: BLE001 - a column that cannot be read gives no times
+            out.append(np.empty(0, np.int64))
+            continue
+        out.append(np.sort(arr[~np.isnan(arr)].astype(np.int64)) if arr.dtype.kind == "f" else np.sort(arr))
+    return out
+
+
+def pl_to_numpy(values) -> np.ndarray:
+    series = pl.Series(values) if not isinstance(values, pl.Series) else values
+    return series.cast(pl.Int64).drop_nulls().to_numpy()

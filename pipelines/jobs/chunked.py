@@ -1,0 +1,274 @@
+"""``streamjoin run`` in bounded memory: survey -> chunks -> results streamed to Parquet.
+
+The same outputs as :func:`streamjoin.pipelines.jobs.run.run_job` (report.json,
+report.html, results.parquet, quarantine/), produced chunk by chunk by
+:class:`~streamjoin.pipelines.engines.bounded.BoundedReplay`.  Everything is
+written inside the staging directory of :class:`~streamjoin.pipelines.io.output.AtomicOutput`,
+so an interrupted run still publishes nothing.
+
+When it is used (``--chunk-rows``, TOML ``chunk_rows``):
+
+* ``0`` -- never: the whole input in memory (fastest for inputs that fit);
+* ``N > 0`` -- always, about ``N`` tuples per chunk;
+* not given -- automatically for the local engine and the non-adaptive
+  policies once the input holds more than :data:`AUTO_ROWS` rows (from the
+  Parquet footers, before anything is read).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ..analysis import metrics
+from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
+from ..config.settings import RunConfig, with_period
+from ..engines.bounded import BoundedReplay, result_order
+from ..base.errors import InputError
+from ..io.load import open_dataset
+from ..io.output import AtomicOutput
+from ..replay.predicates import where_of
+from ..report import json as report_json
+from ..report.build import LATENCY_BINS, period_report
+from ..base.version import tool_version
+
+#: inputs above this many rows run in bounded memory unless --chunk-rows says otherwise
+AUTO_ROWS = 6_000_000
+#: tuples per chunk when the size is chosen automatically
+DEFAULT_CHUNK_ROWS = 1_000_000
+
+
+def chunk_rows_for(cfg: RunConfig) -> int | None:
+    """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
+    if cfg.chunk_rows == 0 or cfg.engine != "local":
+        return None
+    if cfg.chunk_rows is not None:
+        if cfg.policy.adaptive:
+            raise InputError(f"--chunk-rows: policy {cfg.policy.name} decides from the whole replay so far and "
+                             "runs in memory; use --chunk-rows 0 or a non-adaptive policy")
+        return cfg.chunk_rows
+    if cfg.policy.adaptive:
+        return None
+    rows = sum(open_dataset(s.path, s.name)[0].count_rows() for s in cfg.streams)
+    return DEFAULT_CHUNK_ROWS if rows > AUTO_ROWS else None
+
+
+class ResultsWriter:
+    """Appends result frames to one Parquet file (zstd), one row group per chunk.
+
+    Ordering, Arrow conversion and compression run on a second thread while
+    the engine replays the next chunk; at most one frame is in flight, so
+    memory stays bounded.  No dictionary encoding: result columns are row
+    numbers and times with few repeats, where it halves the write speed and
+    does not shrink the file.
+    """
+
+    def __init__(self, path, names: list[str]):
+        self.path = path
+        self.names = names
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.in_flight = None
+
+    def write(self, frame) -> None:
+        self._wait()
+        self.in_flight = self.pool.submit(self._write, frame)
+
+    def _wait(self) -> None:
+        if self.in_flight is not None:
+            done, self.in_flight = self.in_flight, None
+            done.result()  # a failure in the writer thread surfaces here
+
+    def _write(self, frame, ordered: bool = False) -> None:
+        table = (frame if ordered else result_order(frame, self.names)).to_arrow()
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", use_dictionary=False)
+        elif table.schema != self.writer.schema:
+            table = table.cast(self.writer.schema)
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self, empty_frame) -> None:
+        """Finish the file (an empty one with the results schema if nothing was emitted)."""
+        self._wait()
+        if self.writer is None:
+            self._write(empty_frame, ordered=True)
+        self.writer.close()
+        self.pool.shutdown()
+
+    def abort(self) -> None:
+        """Stop after a failure or Ctrl-C (the staging directory is removed by the caller)."""
+        try:
+            self._wait()
+        except Exception:  # the run is failing already; its own error is the one to report
+            pass
+        self.pool.shutdown()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _prefetched(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """Read chunk ``j + 1`` on a second thread while chunk ``j`` is replayed
+    (Parquet decoding releases the GIL)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(next, chunks, None)
+        while True:
+            chunk = future.result()
+            if chunk is None:
+                return
+            future = pool.submit(next, chunks, None)
+            yield chunk
+
+
+def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, started: float,
+                    on_chunk=None) -> dict[str, Any]:
+    """The bounded-memory run (see the module docstring); returns the report."""
+    from ..report import html as report_html
+
+    with stages("load"):
+        sv = survey(list(cfg.streams), chunk_rows, cfg.max_quarantine)
+        if cfg.where:  # a bad --where fails before any work
+            where_of(cfg, [empty_stream(s) for s in sv.streams])
+        first, last = sv.arrival_span()
+        cfg = with_period(cfg, 0 if first is None else last - first)  # the user's, or from the span
+    row_bytes = [s.row_bytes for s in sv.streams]
+    names = [s.config.name for s in sv.streams]
+    with AtomicOutput(cfg.out) as staging:
+        outputs: dict[str, str] = {}
+        writer = ResultsWriter(staging / "results.parquet", names) if cfg.write_results else None
+        quarantine: dict[int, pq.ParquetWriter] = {}
+        engine = BoundedReplay(cfg, sv, writer.write if writer else None, row_bytes)
+        try:
+            report = _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on_chunk)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            for w in quarantine.values():
+                w.close()
+            raise
+        with stages("write"):
+            if writer is not None:
+                writer.close(engine.empty_frame())
+                outputs["results"] = str(cfg.out / "results.parquet")
+            for i, w in quarantine.items():
+                w.close()
+                outputs[f"quarantine_{names[i]}"] = str(cfg.out / "quarantine" / f"{names[i]}.parquet")
+            (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")
+            outputs["report_html"] = str(cfg.out / "report.html")
+        outputs["report"] = str(cfg.out / "report.json")
+        report["outputs"] = outputs
+        timings = dict(stages.timings)
+        timings.update({f"join.{k}": v for k, v in engine.timings.items()})
+        timings["total"] = time.perf_counter() - started
+        report["timings_s"] = timings
+        report["input_tuples_per_s"] = sv.rows / timings["total"] if timings["total"] > 0 else None
+        report_json.write(report, staging / "report.json")
+    return report
+
+
+def _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on_chunk) -> dict[str, Any]:
+    with stages("join"):
+        for chunk in _prefetched(read_chunks(sv, payload=cfg.write_results or bool(cfg.where))):
+            for i, q in enumerate(chunk.quarantine):
+                if q is not None and q.height:
+                    table = q.to_arrow()
+                    if i not in quarantine:
+                        (staging / "quarantine").mkdir(exist_ok=True)
+                        quarantine[i] = pq.ParquetWriter(staging / "quarantine" / f"{names[i]}.parquet", table.schema)
+                    quarantine[i].write_table(table.cast(quarantine[i].schema))
+            t0 = time.perf_counter()
+            engine.on_chunk(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk.index + 1, sv.chunks, time.perf_counter() - t0)
+        engine.on_eof()
+    with stages("metrics"):
+        return chunked_report(cfg, command, sv, engine)
+
+
+def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedReplay) -> dict[str, Any]:
+    """The report of :func:`streamjoin.pipelines.jobs.run.build_report`, from the engine's sums."""
+
+    acc = engine.acc
+    N = sv.rows
+    names = [s.config.name for s in sv.streams]
+    streams = []
+    for i, s in enumerate(sv.streams):
+        span_s = (s.ts_max - s.ts_min) / 1e6 if s.rows else 0.0
+        streams.append({
+            "name": names[i],
+            "rows": s.rows,
+            "quarantined": s.quarantined,
+            "rate_per_s": (s.rows / span_s) if span_s > 0 else None,
+            "delay_us": acc.delays[i].quantiles([("p50", 0.5), ("p95", 0.95), ("max", 1.0)]),
+            "dropped_late": acc.dropped[i],
+            "expired_on_arrival": acc.expired[i],
+        })
+    latency = {"mean": acc.latency.mean()}
+    latency.update(acc.latency.quantiles([("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]))
+    if N:
+        mem_t = {"peak": acc.mem_peak, "mean": acc.mem_sum / N}
+        mem_b = {"peak": int(round(acc.bytes_peak)), "mean": acc.bytes_sum / N}
+    else:
+        mem_t, mem_b = {"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0}
+    if cfg.period_us is None:  # a caller that did not resolve it: the engine did (from the survey)
+        cfg = engine.cfg
+    periods = _periods(engine, cfg)
+    return {
+        "schema_version": report_json.SCHEMA_VERSION,
+        "tool_version": tool_version(),
+        "command": command,
+        "config": cfg.to_dict(),
+        "streams": streams,
+        "truth_results": acc.truth,
+        "emitted_results": acc.emitted,
+        "recall": metrics.recall_of(acc.emitted, acc.truth),
+        "precision": 1.0,
+        "duplicates": acc.duplicates,
+        "latency_us": latency,
+        "memory_tuples": mem_t,
+        "memory_bytes": mem_b,
+        **period_report(cfg, periods, engine.first_arrival, engine.last_arrival),
+        "periods": periods,
+        "recall_target": cfg.recall_target,
+        "policy_decisions": None,
+        "plan": engine.plan.to_dict(names) if engine.plan else None,
+        "routing": {
+            "router": cfg.router,
+            "partitions": 1,
+            "replication_factor": 1.0,
+            "overhead_measured": 0.0,
+            "overhead_predicted": 0.0,
+            "load_imbalance": 1.0,
+        },
+        "bounded": {
+            "chunk_rows": sv.chunk_rows,
+            "chunks": sv.chunks,
+            "state_peak_tuples": acc.state_peak,
+            "open_row_groups_peak": acc.open_pieces_peak,
+            "row_groups": sum(len(s.pieces) for s in sv.streams),
+            "chunk_seconds_max": max(acc.chunk_seconds, default=0.0),
+        },
+        "memory_series": engine.series(),
+        "latency_histogram": acc.latency.histogram(LATENCY_BINS),
+        # the tuning curve needs every result's required slack: `streamjoin tune-buffer` computes it
+        "tuning": None,
+        "timings_s": {},
+        "outputs": {},
+    }
+
+
+def _periods(engine: BoundedReplay, cfg: RunConfig) -> list[dict[str, Any]]:
+    """As :func:`streamjoin.pipelines.analysis.metrics.periods`: the periods that have truth."""
+    if engine.first_arrival is None:
+        return []
+    acc = engine.acc
+    return metrics.period_entries(engine.first_arrival, cfg.period_us, acc.period_ids, acc.period_truth,
+                                  acc.period_emitted, cfg.recall_target)
+
+
+__all__ = ["AUTO_ROWS", "DEFAULT_CHUNK_ROWS", "chunk_rows_for", "run_chunked_job", "ResultsWriter"]

@@ -1,0 +1,232 @@
+"""One ``streamjoin run``: load -> join -> metrics -> atomically published outputs.
+
+This is the only place that knows the order of the stages; each stage lives
+in its own module and is testable alone.  ``on_stage(name, seconds)`` is
+called as each stage ends, so the CLI can show a progress bar on a terminal
+and plain log lines in cron.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..analysis import metrics
+from ..base.version import tool_version
+from ..config.settings import RunConfig, with_period
+from ..engines.local import JoinOutcome, join
+from ..io.chunks import take_rows
+from ..io.load import LoadedStream, bad_arrivals_of, load_all
+from ..io.output import AtomicOutput
+from ..replay.duplicates import count_duplicates
+from ..replay.emit import emission_order
+from ..replay.predicates import space_of, where_of
+from ..report import build as report_build
+from ..report import html as report_html
+from ..report import json as report_json
+from ..report.build import period_report, report_entries
+
+StageCallback = Callable[[str, float], None]
+
+STAGES = ("load", "join", "metrics", "write")
+
+
+class _Stages:
+    def __init__(self, on_stage: StageCallback | None):
+        self.timings: dict[str, float] = {}
+        self.on_stage = on_stage
+
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        yield
+        self.timings[name] = time.perf_counter() - t0
+        if self.on_stage:
+            self.on_stage(name, self.timings[name])
+
+
+def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataFrame:
+    """One row per emitted combination, ordered by emission time then members.
+
+    Columns per stream ``s``: ``s_row``, ``s_ts_us``, ``s_arrival_us`` and every
+    payload column as ``s_<col>``; then ``emit_us`` and ``latency_us``.
+    """
+    em = outcome.emission
+    mask = em.emitted
+    rows = [r[mask] for r in outcome.combos.rows]
+    emit_us = em.emit_us[mask]
+    order = emission_order(emit_us, em.last[mask], rows)
+    parts = []
+    for k, s in enumerate(streams):
+        idx = rows[k][order]
+        cols = pl.DataFrame({
+            f"{s.name}_row": idx,
+            f"{s.name}_ts_us": s.ts[idx],
+            f"{s.name}_arrival_us": s.arrival[idx],
+        })
+        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
+        parts.append(cols.hstack(payload))
+    frame = pl.concat(parts, how="horizontal")
+    return frame.with_columns(
+        pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
+        pl.Series("latency_us", em.latency_us[mask][order], dtype=pl.Int64),
+    )
+
+
+def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:
+    """First and last arrival over the loaded streams (``(None, None)`` if empty)."""
+    nonempty = [s.arrival for s in streams if s.rows]
+    if not nonempty:
+        return None, None
+    return min(int(a.min()) for a in nonempty), max(int(a.max()) for a in nonempty)
+
+
+def resolve_period(cfg: RunConfig, streams: list[LoadedStream]) -> RunConfig:
+    """:func:`~streamjoin.pipelines.config.settings.with_period` over the loaded input's arrival span."""
+    first, last = arrival_span(streams)
+    return with_period(cfg, 0 if first is None else last - first)
+
+
+def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome: JoinOutcome) -> dict[str, Any]:
+    em = outcome.emission
+    truth_n = len(outcome.combos)
+    emitted_n = int(np.count_nonzero(em.emitted))
+    rows = outcome.combos.rows if truth_n else [np.empty(0, np.int64)]
+    # the duplicate count overlaps the rest (it may have to hash combinations)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        duplicates = pool.submit(count_duplicates, rows, [s.rows for s in streams],
+                                 em.emitted if truth_n else None)
+        report = _report_body(cfg, command, streams, outcome, truth_n, emitted_n)
+        report["duplicates"] = duplicates.result()
+    return report
+
+
+def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str, Any]:
+    em = outcome.emission
+    mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
+    arrival = outcome.replay.arrival
+    first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
+    if cfg.period_us is None:  # a caller that did not resolve it (run_job does, before the join)
+        cfg = with_period(cfg, 0 if first is None else last - first)
+    periods = metrics.periods(em.last, em.emitted, arrival, cfg.period_us, cfg.recall_target)
+    return {
+        "schema_version": report_json.SCHEMA_VERSION,
+        "tool_version": tool_version(),
+        "command": command,
+        "config": cfg.to_dict(),
+        "streams": metrics.stream_facts(
+            [s.name for s in streams], [s.rows for s in streams], [s.quarantine.height for s in streams],
+            [s.ts for s in streams], outcome.replay, outcome.decisions,
+        ),
+        "truth_results": truth_n,
+        "emitted_results": emitted_n,
+        "recall": metrics.recall_of(emitted_n, truth_n),
+        # every emitted combination is one of the truth rows by construction
+        "precision": 1.0,
+        "duplicates": None,  # filled in by build_report
+        "latency_us": metrics.latency_summary_of(em.latency_us, em.emitted),
+        "memory_tuples": mem_t,
+        "memory_bytes": mem_b,
+        **period_report(cfg, periods, first, last),
+        "periods": periods,
+        "recall_target": cfg.recall_target,
+        # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
+        "policy_decisions": report_entries(outcome.decisions.policy_log, [s.name for s in streams]),
+        "policy_settings": outcome.decisions.policy_settings,
+        "plan": outcome.plan.to_dict([s.name for s in streams]) if outcome.plan else None,
+        "routing": {
+            "router": cfg.router,
+            "partitions": 1,
+            "replication_factor": 1.0,
+            "overhead_measured": 0.0,
+            "overhead_predicted": 0.0,
+            "load_imbalance": 1.0,
+        },
+        "timings_s": {},
+        "outputs": {},
+    }
+
+
+def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | None = None,
+            on_chunk: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
+    """Run the whole job and publish its outputs under ``cfg.out``.
+
+    ``on_chunk(done, chunks, seconds)`` is called after each chunk of a
+    bounded-memory run (:mod:`~streamjoin.pipelines.jobs.chunked`).
+
+    Returns the report (as written to ``report.json``).  Raises
+    :class:`~streamjoin.pipelines.base.errors.InputError` on bad input, before
+    anything is published.
+    """
+    stages = _Stages(on_stage)
+    started = time.perf_counter()
+    from .chunked import chunk_rows_for, run_chunked_job
+
+    chunk_rows = chunk_rows_for(cfg)
+    if chunk_rows is not None:  # bounded memory: the replay in arrival-time chunks
+        return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
+                               on_chunk=on_chunk)
+    with stages("load"):
+        streams = load_all(list(cfg.streams), cfg.max_quarantine)
+        # checked with the inputs, so a bad --where fails before any work
+        where_fn = where_of(cfg, streams)
+        # the recall period: the user's, or chosen from the replay span (the controller needs it)
+        cfg = resolve_period(cfg, streams)
+    with stages("join"):
+        if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
+            from ..engines.spark.engine import join_for_job
+
+            outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
+                                   bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None)
+        else:
+            outcome = join(
+                [s.ts for s in streams], [s.arrival for s in streams],
+                [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
+                space=space_of(cfg, streams), where=where_fn,
+                bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+            )
+    with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
+        # the HTML report's series (memory, latency histogram, tuning curve)
+        # are independent of the metrics: compute them alongside
+        extras = pool.submit(report_build.extras, cfg, outcome)
+        report = build_report(cfg, command, streams, outcome)
+        report.update(extras.result())
+    with AtomicOutput(cfg.out) as staging:
+        outputs: dict[str, str] = {}
+        with stages("write"):
+            if cfg.write_results:
+                # both engines: the combinations are on the driver, and so is --out
+                # (the staging directory is renamed into place there); one file,
+                # the same bytes from either engine
+                results_frame(outcome, streams).write_parquet(staging / "results.parquet", compression="zstd")
+            if cfg.write_results:
+                outputs["results"] = str(cfg.out / "results.parquet")
+            for s in streams:
+                if s.quarantine.height:
+                    qdir = staging / "quarantine"
+                    qdir.mkdir(exist_ok=True)
+                    s.quarantine.write_parquet(qdir / f"{s.name}.parquet")
+                    outputs[f"quarantine_{s.name}"] = str(cfg.out / "quarantine" / f"{s.name}.parquet")
+            # rendered from the report alone, as `streamjoin report DIR` re-renders it
+            (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")
+            outputs["report_html"] = str(cfg.out / "report.html")
+        outputs["report"] = str(cfg.out / "report.json")
+        report["outputs"] = outputs
+        timings = dict(stages.timings)
+        timings.update({f"join.{k}": v for k, v in outcome.timings_s.items()})
+        timings["total"] = time.perf_counter() - started
+        report["timings_s"] = timings
+        total_rows = sum(s.rows for s in streams)
+        report["input_tuples_per_s"] = total_rows / timings["total"] if timings["total"] > 0 else None
+        if getattr(outcome, "routing", None):
+            report["routing"] = outcome.routing
+            outcome.close()
+        # report.json is written last: its presence means the rest is complete
+        report_json.write(report, staging / "report.json")
+    return report

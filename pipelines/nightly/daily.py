@@ -1,0 +1,215 @@
+"""A day's results: replay lookback + day(s), keep what was *emitted* during each day.
+
+Which combinations belong to day D (docs/semantics.md, "Nightly runs"):
+
+* a combination belongs to the day of the arrival that **emits** it -- for
+  the symmetric family (``static``) that is its last-arriving member; for the
+  sorting family (``none``/``kslack``/``mpkslack``) the arrival that releases
+  its last member from the K-slack buffer, which may come after midnight;
+* a daily run never flushes at the end of its input (a nightly stream has no
+  end): a combination still waiting in the K-slack buffer at midnight is
+  emitted, and published, by the next day's run, which re-reads its members
+  in the lookback.
+
+So every combination is published in exactly one partition, and the union of
+daily partitions equals one continuous replay split by emission day, as long
+as the lookback holds every member and warms the progress state up (the
+``exactness`` facts below say whether it provably did).
+
+Per-day metrics attribute a combination to the day of its last-arriving
+member (as SPEC §5 periods do): ``truth`` = valid combinations whose last
+member arrived on D (and whose members are all within the replay),
+``recall`` = those of them emitted (now or, if pending, after midnight).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..analysis import metrics
+from ..config.settings import RunConfig
+from ..replay.emit import emission_order
+from ..engines.local import JoinOutcome, join
+from ..io.chunks import take_rows
+from ..io.load import bad_arrivals_of
+from ..replay.predicates import space_of, where_of
+from .partitions import DAY_US, DayStreams, day_number, day_start_us
+from ..policies import SYMMETRIC
+from ..base.timeunits import NEG_INF
+
+
+@dataclass
+class DayResult:
+    day: dt.date
+    results: pl.DataFrame
+    quarantine: dict[str, pl.DataFrame]
+    counts: dict[str, Any]
+    metrics: dict[str, Any]
+    state_end: dict[str, dict[str, int | None]]
+    exactness: dict[str, Any] = field(default_factory=dict)
+
+
+def run_join(cfg: RunConfig, data: DayStreams) -> JoinOutcome:
+    """The same join call as :func:`streamjoin.pipelines.jobs.run.run_job` (distance, ``--where``, ...)."""
+    s = data.streams
+    extra = {"space": space_of(cfg, s), "where": where_of(cfg, s)}
+    if getattr(cfg.policy, "adaptive", False):
+        extra["bad_arrivals"] = bad_arrivals_of(s)
+    return join([x.ts for x in s], [x.arrival for x in s], [x.keys if x.keys.width else None for x in s],
+                cfg.windows, cfg.policy, **extra)
+
+
+def _emit_index(outcome: JoinOutcome) -> np.ndarray:
+    """Arrival index that emits each combination; ``N`` = not emitted by the end of input."""
+    em, dec = outcome.emission, outcome.decisions
+    if dec.family == SYMMETRIC or not len(em.last):
+        return em.last.astype(np.int64)
+    return np.maximum.reduce([dec.release[a].astype(np.int64) for a in em.a])
+
+
+def _results_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emit_idx: np.ndarray) -> pl.DataFrame:
+    """Rows of the partition: member identity, times and payload, then emission."""
+    em, replay = outcome.emission, outcome.replay
+    rows = [r[mask] for r in outcome.combos.rows]
+    e = emit_idx[mask]
+    last = em.last[mask]
+    emit_us = replay.arrival[e] if len(e) else np.empty(0, np.int64)
+    latency = emit_us - replay.arrival[last] if len(e) else np.empty(0, np.int64)
+    order = emission_order(emit_us, last, rows)
+    parts = []
+    for k, s in enumerate(data.streams):
+        idx = rows[k][order]
+        cols = pl.DataFrame({
+            f"{s.name}_date": pl.Series(data.day_of_row[k][idx], dtype=pl.Int32).cast(pl.Date),
+            f"{s.name}_row": pl.Series(data.row_in_day[k][idx], dtype=pl.Int64),
+            f"{s.name}_ts_us": pl.Series(s.ts[idx], dtype=pl.Int64),
+            f"{s.name}_arrival_us": pl.Series(s.arrival[idx], dtype=pl.Int64),
+        })
+        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
+        parts.append(cols.hstack(payload))
+    frame = pl.concat(parts, how="horizontal")
+    return frame.with_columns(
+        pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
+        pl.Series("latency_us", latency[order], dtype=pl.Int64),
+    )
+
+
+def _exactness(cfg: RunConfig, data: DayStreams, outcome: JoinOutcome, first: int) -> dict[str, Any]:
+    """Facts that prove the lookback was long enough (see docs/semantics.md).
+
+    * ``arrival_ge_ts``: no tuple read has ``ts > arrival``; then nothing that
+      arrived before the lookback can have a ``ts`` inside it;
+    * ``warm_us``: first arrival at which every stream has seen a ``ts`` at or
+      after the lookback start -- from there on ``M_i``, ``T``, ``R``/``H``
+      equal those of a continuous replay (fixed K / retention);
+    * ``member_bound_us``: every member of a combination emitted on the day has
+      ``ts`` (hence ``arrival``) at or after this bound (``H_i - W_i`` resp.
+      ``R - max W`` at the day's first arrival).
+    ``certified`` = all three line up: ``warm_us <= member_bound_us``.  For
+    ``mpkslack`` K also depends on older history; the previous day's manifest
+    settles it (:func:`streamjoin.pipelines.nightly.backfill`), recorded as
+    ``k_continuity``.
+    """
+    replay, dec = outcome.replay, outcome.decisions
+    N = replay.N
+    lb_start = data.lookback_start_us
+    facts: dict[str, Any] = {"lookback_start_us": lb_start}
+    facts["arrival_ge_ts"] = bool(np.all(replay.arrival >= replay.ts)) if N else True
+    warm = None
+    if N:
+        reached = (replay.M >= lb_start).all(axis=0)
+        hit = np.flatnonzero(reached)
+        warm = int(replay.arrival[hit[0]]) if len(hit) else None
+    facts["warm_us"] = warm
+    W = np.asarray(cfg.windows, dtype=np.int64)
+    bound = None
+    if N and first < N:
+        if dec.family == SYMMETRIC:
+            h = dec.H[:, first]
+            bound = None if (h == NEG_INF).any() else int((h - W).min())
+        elif first > 0:
+            r = int(dec.R[first - 1])
+            bound = None if r == NEG_INF else r - int(W.max())
+    facts["member_bound_us"] = bound
+    # K of mpkslack at the day's start = largest delay seen in the lookback
+    facts["k_start_us"] = {}
+    for k, s in enumerate(data.streams):
+        sel = replay.stream[:first] == k
+        facts["k_start_us"][s.name] = int(replay.delay[:first][sel].max()) if sel.any() else None
+    facts["certified"] = bool(facts["arrival_ge_ts"] and warm is not None and bound is not None and warm <= bound)
+    return facts
+
+
+def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
+    """Replay ``data`` once and split what was emitted by day (module docstring)."""
+    outcome = run_join(cfg, data)
+    replay, em, dec = outcome.replay, outcome.emission, outcome.decisions
+    N = replay.N
+    emit_idx = _emit_index(outcome)
+    emitted = em.emitted.copy()
+    pending = emitted & (emit_idx >= N)
+    published = emitted & (emit_idx < N)
+    n_streams = len(data.streams)
+    # day (days since the epoch) of every arrival index; -1 for the lookback
+    day_at = np.full(N, -1, dtype=np.int64)
+    for k in range(n_streams):
+        ours = data.day_of_row[k] >= day_number(data.days[0])
+        day_at[replay.index_of[k][ours]] = data.day_of_row[k][ours]
+    first = int(np.searchsorted(replay.arrival, data.start_us, side="left"))
+    exact = _exactness(cfg, data, outcome, first)
+    safe_e = np.minimum(emit_idx, max(N - 1, 0))
+    emit_day = np.where(published, day_at[safe_e] if N else -1, -2)
+    last_day = day_at[em.last] if len(em.last) else np.empty(0, np.int64)
+    out: dict[dt.date, DayResult] = {}
+    for day in data.days:
+        dn = day_number(day)
+        mask = emit_day == dn
+        frame = _results_frame(data, outcome, mask, emit_idx)
+        truth_mask = last_day == dn
+        truth_n = int(truth_mask.sum())
+        emitted_n = int((truth_mask & emitted).sum())
+        lat = frame["latency_us"].to_numpy() if frame.height else np.empty(0, np.int64)
+        end = int(np.searchsorted(replay.arrival, day_start_us(day) + DAY_US, side="left"))  # exclusive
+        per_stream = {}
+        state_end = {}
+        for k, s in enumerate(data.streams):
+            day_rows = int((data.day_of_row[k] == dn).sum())
+            q = s.quarantine.filter(pl.col("date") == day) if s.quarantine.height else s.quarantine
+            in_day = (replay.stream == k) & (day_at == dn)
+            late = int((dec.dropped & in_day).sum()) if dec.dropped is not None else 0
+            expired = int((dec.expired & in_day).sum()) if dec.expired is not None else 0
+            per_stream[s.name] = {"rows": day_rows, "quarantined": int(q.height),
+                                  "lookback_rows": data.lookback_rows[k] if day == data.days[0] else None,
+                                  "dropped_late": late, "expired_on_arrival": expired}
+            sel = replay.stream[:end] == k
+            state_end[s.name] = {
+                "max_ts_us": int(replay.M[k, end - 1]) if end and replay.M[k, end - 1] != NEG_INF else None,
+                "max_delay_us": int(replay.delay[:end][sel].max()) if sel.any() else None,
+            }
+        counts = {
+            "results": frame.height,
+            "carried_in": int((mask & (last_day < dn)).sum()),
+            "pending": int((pending & truth_mask).sum()),
+            "truth": truth_n,
+            "streams": per_stream,
+            "quarantined": sum(v["quarantined"] for v in per_stream.values()),
+        }
+        m = {
+            "recall": metrics.recall_of(emitted_n, truth_n),
+            "recall_target": cfg.recall_target,
+            "emitted_of_truth": emitted_n,
+            "latency_us": metrics.latency_summary(lat),
+        }
+        quarantine = {}
+        for s in data.streams:
+            q = s.quarantine.filter(pl.col("date") == day).drop("date") if s.quarantine.height else None
+            if q is not None and q.height:
+                quarantine[s.name] = q
+        out[day] = DayResult(day=day, results=frame, quarantine=quarantine, counts=counts, metrics=m,
+                             state_end=state_end, exactness=exact if day == data.days[0] else {"certified": exact["certified"]})
+    return out

@@ -1,0 +1,345 @@
+"""The reference replay: a per-arrival oracle for SPEC §2–§4.
+
+This module is the *independent check* of the fast engines.  It is written to
+be verified by reading, not to be fast: it walks the replay one arrival at a
+time and keeps explicit buffers, exactly as SPEC §4 describes the operators.
+It never uses the SPEC's "closed forms" to decide what is emitted (it only
+asserts, at the end, that its operational answer agrees with them).  Use it on
+tiny inputs only -- the truth is computed by brute force over
+``itertools.product`` of all streams.
+
+Semantics in brief (SPEC is authoritative)
+------------------------------------------
+* **Replay order**: every tuple of every stream, sorted by
+  ``(arrival, stream, row)``; the position is the arrival index ``a``.
+  ``M_i(a)`` = largest ``ts`` of stream *i* seen at indexes ``<= a`` (−∞ if
+  none); frontier ``T(a) = min_i M_i(a)``; delay ``δ(x) = M_i(a_x) − x.ts``.
+* **Valid combination** (one tuple per stream): every member *k* has
+  ``max_ts − t_k.ts <= W_k``, and all members have equal keys (and an optional
+  extra predicate holds).  **Truth** = all valid combinations.
+* **Symmetric family** (``static``): per arrival *y* at index *a*: update
+  ``M, T`` and ``H_i(a) = max_{a'<=a}(T(a') − d_i)``; purge buffered *x* of
+  stream *i* with ``x.ts + W_i < H_i(a)``; emit *y* × buffers of the other
+  streams (latency 0); insert *y* unless ``y.ts + W_s < H_s(a)`` ("expired on
+  arrival" -- it still joined in the step before).
+* **Sorting family** (``none``/``kslack``/``mpkslack``): release horizon
+  ``R(a) = max_{a'<=a} min_i(M_i(a') − K_i(a'))``.  *y* is dropped as late iff
+  ``y.ts < R(a−1)``; otherwise it waits in the sort buffer until the first
+  step with ``R(a) >= y.ts`` (or the end of input, where everything left is
+  flushed).  Released tuples enter an in-order window join; after all
+  releases of a step the join state drops tuples with ``x.ts + W_s < R(a)``.
+
+Worked example (policy ``none``, ``W = (10, 10)``)::
+
+    stream 0 (A): a0 ts=0  arr=0     a1 ts=10 arr=10
+    stream 1 (B): b0 ts=2  arr=2     b1 ts=1  arr=15   (b1 is out of order)
+
+    replay order: a0, b0, a1, b1   (indexes 0..3)
+    a=0  a0 arrives; B has no tuple, R(0)=−∞      sort buffer {a0}     memory 1
+    a=1  b0 arrives; R(1)=min(0,2)=0 → release a0 (join state empty)   memory 2
+    a=2  a1 arrives; R(2)=min(10,2)=2 → release b0, it meets a0:
+         emit (0,0) at arrival[2]=10, latency 10 − max(0,2) = 8        memory 3
+    a=3  b1 arrives; b1.ts=1 < R(2)=2 → dropped as late                memory 3
+    end  flush a1; it meets b0: emit (1,0) at 15 (last arrival), latency 5
+
+    truth = {(0,0), (0,1), (1,0), (1,1)}; emitted = truth minus b1's combos.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..policies import SORTING, SYMMETRIC, PolicySpec
+
+NEG_INF = float("-inf")  # "no tuple seen yet"; compares correctly with any int
+
+Predicate = Callable[[tuple["RefTuple", ...]], bool]
+
+
+@dataclass(frozen=True)
+class RefTuple:
+    """One input tuple.
+
+    Attributes:
+        stream: 0-based stream index.
+        row: 0-based row index within its stream (its position in ``streams[stream]``).
+        ts: event time, int microseconds.
+        arrival: arrival time, int microseconds.
+        key: key values; the join predicate is equality of these tuples across
+            all members of a combination.
+        vec: vector values (distance predicates, expressions); only the
+            ``predicate`` passed to :func:`replay` looks at them.
+    """
+
+    stream: int
+    row: int
+    ts: int
+    arrival: int
+    key: tuple = ()
+    vec: tuple = ()
+
+
+@dataclass
+class ReferenceResult:
+    """What a replay produced (the fields every engine adapter must return).
+
+    Attributes:
+        truth: every valid combination, as ``(row of stream 0, row of stream 1, ...)``.
+        emitted: combination -> ``(emission_time_us, latency_us)``.
+        memory: tuples held after processing each arrival index ``a = 0..N-1``.
+        dropped: ``(stream, row)`` dropped as late (sorting family).
+        expired: ``(stream, row)`` expired on arrival (symmetric family).
+        order: replay order, ``(stream, row)`` at each arrival index.
+    """
+
+    truth: set[tuple[int, ...]] = field(default_factory=set)
+    emitted: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict)
+    memory: list[int] = field(default_factory=list)
+    dropped: set[tuple[int, int]] = field(default_factory=set)
+    expired: set[tuple[int, int]] = field(default_factory=set)
+    order: list[tuple[int, int]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- #
+# Validity and truth (SPEC §3)
+# --------------------------------------------------------------------------- #
+
+
+def is_valid(members: Sequence[RefTuple], windows: Sequence[int], predicate: Predicate | None = None) -> bool:
+    """SPEC §3: is the combination ``members`` (one tuple per stream, in stream order) valid?
+
+    Condition 1: every member *k* lies within its own window of the newest
+    member, ``max_ts − t_k.ts <= W_k``.  Condition 2: all key tuples are equal
+    and, if given, ``predicate(members)`` is true.
+    """
+    newest = max(m.ts for m in members)
+    if any(newest - m.ts > windows[m.stream] for m in members):
+        return False
+    if any(m.key != members[0].key for m in members):
+        return False
+    return predicate is None or bool(predicate(tuple(members)))
+
+
+def _combo(members: Sequence[RefTuple]) -> tuple[int, ...]:
+    """The combination's identity: the row of each member, in stream order."""
+    return tuple(m.row for m in members)
+
+
+def brute_force_truth(
+    streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], predicate: Predicate | None = None
+) -> set[tuple[int, ...]]:
+    """Every valid combination (SPEC §3 "truth"), by trying all of them.
+
+    Args:
+        streams: ``streams[i]`` = stream *i*'s tuples, row = index in the list.
+        windows: ``windows[i]`` = ``W_i`` in microseconds.
+        predicate: optional extra condition ANDed with key equality.
+
+    Returns:
+        The set of ``(row of stream 0, row of stream 1, ...)`` of all valid
+        combinations.  Cost is the product of the stream sizes: tiny inputs only.
+    """
+    return {_combo(c) for c in itertools.product(*streams) if is_valid(c, windows, predicate)}
+
+
+# --------------------------------------------------------------------------- #
+# Replay
+# --------------------------------------------------------------------------- #
+
+
+def replay_order(streams: Sequence[Sequence[RefTuple]]) -> list[RefTuple]:
+    """SPEC §2: all tuples sorted by ``(arrival, stream, row)``."""
+    return sorted((x for s in streams for x in s), key=lambda x: (x.arrival, x.stream, x.row))
+
+
+def _check_inputs(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], policy: PolicySpec) -> None:
+    """Reject malformed test inputs loudly (a wrong row index would silently corrupt combos)."""
+    n = len(streams)
+    if n < 2:
+        raise ValueError(f"need at least 2 streams, got {n}")
+    if len(windows) != n or any(w < 0 for w in windows):
+        raise ValueError(f"need one window >= 0 per stream, got {windows!r}")
+    for i, s in enumerate(streams):
+        for r, x in enumerate(s):
+            if (x.stream, x.row) != (i, r):
+                raise ValueError(f"streams[{i}][{r}] says stream={x.stream}, row={x.row}")
+    for label, values in (("k", policy.k), ("retention", policy.retention)):
+        if values is not None and len(values) != n:
+            raise ValueError(f"policy {label} needs one value per stream, got {values!r}")
+
+
+def replay(
+    streams: Sequence[Sequence[RefTuple]],
+    windows: Sequence[int],
+    policy: PolicySpec,
+    predicate: Predicate | None = None,
+    schedule: Sequence[Sequence[int]] | None = None,
+) -> ReferenceResult:
+    """Replay the streams arrival by arrival under ``policy`` (SPEC §2–§4).
+
+    Args:
+        streams: ``streams[i]`` = stream *i*'s tuples; ``streams[i][r]`` must
+            have ``stream == i`` and ``row == r``.
+        windows: ``windows[i]`` = ``W_i`` in microseconds (``>= 0``).
+        policy: a :class:`PolicySpec` of the symmetric or sorting family.
+        predicate: optional extra join condition on the members (ANDed with key
+            equality).
+        schedule: optional time-varying values, ``schedule[i][a]`` = ``d_i(a)``
+            (symmetric family) or ``K_i(a)`` (sorting family) at arrival index
+            ``a``; they replace the policy's own values (required for the
+            recall-target policies ``qjoin`` / ``qkslack``, whose values an
+            online controller decides).  Without it nothing changes.
+
+    Returns:
+        A :class:`ReferenceResult`.  Guarantees (asserted before returning):
+        no combination is emitted twice; every emitted combination is in the
+        truth; sorting family: emitted == truth combinations with no dropped
+        member; symmetric family: emitted agrees with SPEC §4.1's closed form.
+    """
+    _check_inputs(streams, windows, policy)
+    order = replay_order(streams)
+    if schedule is None and policy.adaptive:
+        raise ValueError(f"policy {policy.name} needs a schedule (the values its controller decided)")
+    if schedule is not None and (len(schedule) != len(streams) or any(len(v) != len(order) for v in schedule)):
+        raise ValueError("schedule needs one value per stream and arrival index")
+    truth = brute_force_truth(streams, windows, predicate)
+    if policy.family == SYMMETRIC:
+        result, horizons = _replay_symmetric(order, len(streams), windows, policy, predicate, schedule)
+    elif policy.family == SORTING:
+        result = _replay_sorting(order, len(streams), windows, policy, predicate, schedule)
+    else:  # pragma: no cover - PolicySpec already validates the name
+        raise ValueError(f"unknown policy family {policy.family!r}")
+    result.truth = truth
+    result.order = [(x.stream, x.row) for x in order]
+
+    # Self-checks: they catch a misreading of the SPEC, not engine bugs.
+    assert set(result.emitted) <= truth, "emitted a combination that is not valid"
+    if policy.family == SORTING:
+        expected = {c for c in truth if not any((i, r) in result.dropped for i, r in enumerate(c))}
+        assert set(result.emitted) == expected, "sorting family must emit exactly the truth minus dropped members"
+    else:
+        # SPEC §4.1 closed form: a valid combination whose last-arriving member
+        # is y (index a_y) is emitted iff every other member x has
+        # x.ts + W_{s(x)} >= H_{s(x)}(a_y).
+        index = {key: a for a, key in enumerate(result.order)}
+        for combo in truth:
+            members = [streams[i][r] for i, r in enumerate(combo)]
+            a_y = max(index[(m.stream, m.row)] for m in members)
+            closed = all(
+                m.ts + windows[m.stream] >= horizons[a_y][m.stream]
+                for m in members
+                if index[(m.stream, m.row)] != a_y
+            )
+            assert closed == (combo in result.emitted), f"SPEC 4.1 closed form disagrees for {combo}"
+    return result
+
+
+def _emit(emitted: dict, members: Sequence[RefTuple], now: int) -> None:
+    """Record an emission at replay time ``now``; latency counts from the last member's arrival."""
+    combo = _combo(members)
+    assert combo not in emitted, f"combination {combo} emitted twice"
+    latency = now - max(m.arrival for m in members)
+    assert latency >= 0, "a result cannot be emitted before its last member arrived"
+    emitted[combo] = (now, latency)
+
+
+def _replay_symmetric(
+    order: list[RefTuple], n: int, windows: Sequence[int], policy: PolicySpec, predicate: Predicate | None,
+    schedule: Sequence[Sequence[int]] | None = None,
+) -> tuple[ReferenceResult, list[list[float]]]:
+    """SPEC §4.1: per-stream buffers, a tuple joins the moment it arrives.
+
+    Returns the result and ``H_i(a)`` after every index (for the self-check).
+    """
+    d = policy.retention
+    M = [NEG_INF] * n  # M_i(a)
+    H = [NEG_INF] * n  # H_i(a); only ever raised, so it is the running max
+    buffers: list[list[RefTuple]] = [[] for _ in range(n)]
+    H_history: list[list[float]] = []  # H after each index, for the closed-form self-check
+    out = ReferenceResult()
+
+    for a, y in enumerate(order):
+        s = y.stream
+        # 1. update M, T, H including y (d_i(a) from the schedule when one is given)
+        M[s] = max(M[s], y.ts)
+        T = min(M)
+        for i in range(n):
+            H[i] = max(H[i], T - (d[i] if schedule is None else schedule[i][a]))
+        H_history.append(list(H))
+        # 2. purge every buffered x of stream i whose window ends before H_i
+        for i in range(n):
+            buffers[i] = [x for x in buffers[i] if not x.ts + windows[i] < H[i]]
+        # 3. y meets every combination of buffered tuples of the other streams
+        candidates = [[y] if i == s else buffers[i] for i in range(n)]
+        for members in itertools.product(*candidates):
+            if is_valid(members, windows, predicate):
+                _emit(out.emitted, members, y.arrival)
+        # 4. keep y for later arrivals, unless its own window already ended
+        if y.ts + windows[s] < H[s]:
+            out.expired.add((s, y.row))
+        else:
+            buffers[s].append(y)
+        out.memory.append(sum(len(b) for b in buffers))
+
+    return out, H_history
+
+
+def _replay_sorting(
+    order: list[RefTuple], n: int, windows: Sequence[int], policy: PolicySpec, predicate: Predicate | None,
+    schedule: Sequence[Sequence[int]] | None = None,
+) -> ReferenceResult:
+    """SPEC §4.2: K-slack sort buffer + synchronising merge + in-order window join."""
+    M = [NEG_INF] * n  # M_i(a)
+    K = list(policy.k) if policy.name == "kslack" else [0] * n  # K_i(a); mpkslack raises it
+    R = NEG_INF  # R(a-1) at the top of step a, R(a) after the update
+    sort_buffer: list[RefTuple] = []
+    join_state: list[list[RefTuple]] = [[] for _ in range(n)]
+    out = ReferenceResult()
+
+    def release(x: RefTuple, now: int) -> None:
+        """x leaves the sort buffer: join it with the released tuples of the other streams."""
+        candidates = [[x] if i == x.stream else join_state[i] for i in range(n)]
+        for members in itertools.product(*candidates):
+            if is_valid(members, windows, predicate):
+                _emit(out.emitted, members, now)
+        join_state[x.stream].append(x)
+
+    def release_ready(now: int, horizon: float) -> None:
+        """Release every waiting tuple with ts <= horizon, oldest first (the order does not
+        change what is emitted: each combination is produced by whichever of its members
+        is released last, and all releases of a step share the emission time)."""
+        nonlocal sort_buffer
+        ready = sorted((x for x in sort_buffer if x.ts <= horizon), key=lambda x: (x.ts, x.stream, x.row))
+        sort_buffer = [x for x in sort_buffer if not x.ts <= horizon]
+        for x in ready:
+            release(x, now)
+
+    for a, y in enumerate(order):
+        s = y.stream
+        # The drop decision uses R(a-1): only what was known before y arrived.
+        late = y.ts < R
+        # Update M_i(a), K_i(a), R(a) -- a dropped tuple still counts as seen
+        # (it raises nothing in M since it is behind, but its delay feeds mpkslack).
+        M[s] = max(M[s], y.ts)
+        if policy.name == "mpkslack":
+            K[s] = max(K[s], M[s] - y.ts)  # δ(y) = M_s(a_y) − y.ts
+        if schedule is not None:
+            K = [schedule[i][a] for i in range(n)]  # K_i(a) decided by a controller
+        R = max(R, min(M[i] - K[i] for i in range(n)))
+        if late:
+            out.dropped.add((s, y.row))
+        else:
+            sort_buffer.append(y)
+        release_ready(y.arrival, R)
+        # Purge only after all of this step's releases: two tuples released together
+        # may still join each other even if both windows are already behind R(a).
+        for i in range(n):
+            join_state[i] = [x for x in join_state[i] if not x.ts + windows[i] < R]
+        out.memory.append(len(sort_buffer) + sum(len(js) for js in join_state))
+
+    # End of input: flush whatever still waits, at the last arrival time.
+    if order:
+        release_ready(order[-1].arrival, float("inf"))
+    return out

@@ -1,0 +1,124 @@
+"""What ``report.json`` holds beyond the run's counts: the period facts and
+the series the HTML report draws (SPEC §9 allows extra keys).
+
+:func:`extras` computes, from the replay, the downsampled memory series, the
+latency histogram of the emitted results and the tuning curve
+(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`), so that
+``report.html`` can be rendered from ``report.json`` alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..analysis import metrics
+from ..analysis.tuning import curve_only
+from ..config.settings import RunConfig
+from ..policies import SYMMETRIC
+from . import json as report_json
+
+#: memory series points kept in report.json (per-arrival memory is downsampled)
+MAX_SERIES_POINTS = 2_000
+LATENCY_BINS = 60
+#: grid of the run report's tuning curve (tune-buffer's default --granularity)
+DEFAULT_GRANULARITY_US = 10_000
+TUNING_TARGETS = (0.9, 0.95, 0.99, 0.999)
+#: a run's report estimates its tuning curve from at most this many results
+#: (an evenly spaced, deterministic sample); `tune-buffer` is always exact
+TUNING_SAMPLE = 1_000_000
+
+
+def period_report(cfg: RunConfig, periods: list[dict[str, Any]], first: int | None, last: int | None) -> dict[str, Any]:
+    """``report.json``'s period facts beside ``periods``: the period, where it came
+    from, how many periods the span has (``periods`` lists only those with results),
+    and ``time_origin`` (whether the times are calendar times, for the pages' axes)."""
+    return {"period_us": cfg.period_us, "period_source": cfg.period_source,
+            **metrics.period_counts(first, last, cfg.period_us, len(periods)),
+            "time_origin": report_json.calendar_origin(first, last)}
+
+
+def memory_series(memory: np.ndarray, arrival: np.ndarray, points: int = MAX_SERIES_POINTS) -> dict[str, Any]:
+    """Tuples held after each arrival, in <= ``points`` equal-count buckets (peak and mean each)."""
+    total = memory.sum(axis=0) if memory.ndim == 2 else memory
+    N = int(total.shape[0])
+    if N == 0:
+        return {"arrival_us": [], "peak": [], "mean": [], "points": 0, "arrivals_per_point": 0}
+    b = min(points, N)
+    starts = np.unique(np.linspace(0, N, b, endpoint=False).astype(np.int64))
+    sizes = np.diff(np.append(starts, N))
+    return {
+        "arrival_us": arrival[starts].tolist(),
+        "peak": np.maximum.reduceat(total, starts).tolist(),
+        "mean": (np.add.reduceat(total, starts) / sizes).round(3).tolist(),
+        "points": int(len(starts)),
+        "arrivals_per_point": float(N / len(starts)),
+    }
+
+
+def latency_histogram(latency: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:
+    if len(latency) == 0:
+        return {"edges_us": [], "counts": []}
+    hi = int(latency.max())
+    counts, edges = np.histogram(latency, bins=bins if hi > 0 else 1, range=(0, max(hi, 1)))
+    return {"edges_us": edges.round(1).tolist(), "counts": counts.tolist()}
+
+
+def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict[str, Any]:
+    """``latency_histogram(latency[emitted])``; without the copy when every
+    latency is 0 (symmetric family): one bin holding every emitted result."""
+    if len(latency) and not latency.any():
+        count = int(np.count_nonzero(emitted))
+        if count == 0:
+            return latency_histogram(latency[:0])
+        hist = latency_histogram(np.zeros(1, dtype=latency.dtype))
+        hist["counts"] = [count]
+        return hist
+    return latency_histogram(latency[emitted])
+
+
+def extras(cfg, outcome) -> dict[str, Any]:
+    """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
+    em = outcome.emission
+    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
+    combos, members = outcome.combos, (em.a, em.last)
+    total = len(combos)
+    every = -(-total // TUNING_SAMPLE) if total > TUNING_SAMPLE else 1
+    if every > 1:  # every k-th result: the curve's shape at a bounded cost per run
+        pick = np.arange(0, total, every)
+        combos = combos.filter(pick)
+        # the sample's own members' arrival indexes (em.a[k][pick], without
+        # gathering em.a for every combination)
+        members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
+    tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
+                        cfg.recall_target, TUNING_TARGETS, members=members)
+    tuning["truth_results"] = total
+    tuning["sample_every"] = every  # 1 = exact
+    return {
+        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
+        "latency_histogram": _emitted_latency_histogram(em.latency_us, em.emitted),
+        "tuning": tuning,
+    }
+
+
+def report_entries(log: list[dict[str, Any]] | None, names: list[str]) -> list[dict[str, Any]] | None:
+    """The decision log for ``report.json``'s ``policy_decisions``: streams by name."""
+    if log is None:
+        return None
+    out = []
+    for e in log:
+        key = "retention_us" if "retention_us" in e else "k_us"
+        out.append({
+            "time_us": e["time_us"],
+            "reason": e["reason"],
+            "triggers": [{**{k: v for k, v in tr.items() if k != "stream"}, "stream": names[tr["stream"]]}
+                         for tr in e["triggers"]],
+            key: {name: v for name, v in zip(names, e[key])},
+            "target": e["target"],
+            "estimated_recall": e["estimated_recall"],
+            "granularity_us": e.get("granularity_us"),
+            "candidates": e.get("candidates"),
+            **({"backlog": [{**b, "stream": names[b["stream"]]} for b in e["backlog"]]} if e.get("backlog") else {}),
+        })
+    return out

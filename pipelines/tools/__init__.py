@@ -1,0 +1,2 @@
+"""Layer 12 -- synthetic data: ``streamjoin generate`` (:mod:`.generate`) and
+the nightly sample (:mod:`.nightly_sample`)."""
