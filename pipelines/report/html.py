@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 from ..base.errors import InputError
 from ..base.timeunits import format_duration, format_durations
