@@ -1,27 +1,86 @@
-"""Atomic output directories: a run publishes everything or nothing.
+"""Atomic outputs: every writer publishes everything or nothing, in one step.
 
-Files are written into a staging directory beside ``--out``
-(``.<name>.staging-<id>``) and renamed into place only after every file is
-complete.  A failure or Ctrl-C removes the staging directory; a previous
-output stays untouched until the new one is complete, so readers see either
-the old result or the new one, never a mix.  (The rename of a directory over
-an existing one is two renames; the window between them is reported to
-readers as "no output" rather than a partial one.)
+One protocol for everything streamjoin publishes -- a ``run`` or
+``tune-buffer`` ``--out`` (:class:`AtomicOutput`), a nightly partition
+``OUT/date=D/`` (:mod:`streamjoin.pipelines.nightly.publish`), a re-rendered
+``report.html`` (:func:`write_file_atomic`).  For an output ``P/NAME``:
+
+* ``P/.NAME.lock`` -- the writer holds it (:mod:`.lock`) for the whole job, so
+  two writers never interleave (the second exits 4);
+* ``P/.NAME.staging-<pid>-<id>`` -- the new version is written here, then its
+  files and the directory are fsynced;
+* publishing (:func:`commit`) is **one** rename: ``renameat2(staging, NAME,
+  RENAME_EXCHANGE)`` when ``NAME`` is a directory that exists (Linux: ext4,
+  xfs, btrfs, tmpfs, overlayfs), after which the staging name holds the
+  previous version and is deleted; a plain ``rename(2)`` when ``NAME`` does
+  not exist yet or is a file.  Readers see the previous version or the new
+  one, never a mix and never nothing;
+* **fallback** where the kernel or file system refuses the exchange
+  (``EINVAL``/``ENOSYS``/``ENOTSUP``: other kernels, some network file
+  systems): two renames, ``NAME`` -> ``P/.NAME.trash-<id>`` then staging ->
+  ``NAME``.  A kill between them leaves no ``NAME`` for a moment; the next
+  writer puts the trash back (:func:`recover`).
+
+What a kill (even SIGKILL) leaves, and why the next writer recovers (it runs
+:func:`recover` under the lock before anything else): before the publishing
+rename, a staging directory (removed; ``NAME`` untouched); after the exchange,
+a staging directory holding the *previous* version (removed; ``NAME`` is the
+new one); in the fallback between the two renames, a trash directory and no
+``NAME`` (the trash, a complete earlier version, is renamed back).
+
+Ctrl-C (SIGINT): while a version is being published the signal is held
+(:func:`sigint_held`); with a :class:`SigintGuard` installed (the CLI installs
+one), **published means done**: before the publishing rename a SIGINT
+interrupts (nothing published, exit 130), from it on a SIGINT is only recorded
+and the process reports the published work with its own exit code.
+
+Test hooks (environment variables, for the fault-injection tests only; never
+set them in production): ``STREAMJOIN_TEST_PAUSE_AT=<step>[,<step>]`` makes
+the process print ``streamjoin: test pause at <step> (pid N)`` to stderr and
+stop itself (SIGSTOP) at that step, so a test can kill it there and nowhere
+else, or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
+internal failure there; ``STREAMJOIN_TEST_NO_EXCHANGE=1`` takes the fallback.
+Steps: ``staged`` (staging complete, before publishing), ``exchanged`` (after
+the exchange, before the previous version is deleted), ``trashed`` (fallback:
+between the two renames), ``published`` (after publishing); a nightly day also
+has ``loaded`` (inputs read, before they are checked against what was read).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import os
 import shutil
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..config.options import check_target
+from ..config.options import MARKERS, check_target
+from .lock import OutputLock, lock_of
 
+PAUSE_ENV = "STREAMJOIN_TEST_PAUSE_AT"
+FAIL_ENV = "STREAMJOIN_TEST_FAIL_AT"
+NO_EXCHANGE_ENV = "STREAMJOIN_TEST_NO_EXCHANGE"
+
+#: name parts (after ``.NAME.``) of what writers leave beside an output;
+#: ``old-`` is what versions before the exchange left (the old two-rename swap)
+_LEFTOVERS = ("staging-", "trash-", "old-")
+_EARLIER_VERSIONS = ("trash-", "old-")
+
+
+# ----------------------------------------------------------------------------
+# Ctrl-C
+# ----------------------------------------------------------------------------
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 @contextmanager
@@ -34,7 +93,7 @@ def sigint_held() -> Iterator[list[int]]:
     came.  Outside the main thread (no signal handlers there) it does nothing.
     """
     pending: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    if not _main_thread():
         yield pending
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
@@ -53,6 +112,261 @@ def _redeliver_sigint() -> None:
         handler(signal.SIGINT, None)
 
 
+class SigintGuard:
+    """Ctrl-C around publishing: unpublished work is interrupted, published work is done.
+
+    *Armed* (at first, and after :meth:`arm`), a SIGINT raises
+    ``KeyboardInterrupt`` as Python's own handler does: nothing is published
+    and the writer removes its staging directory.  :func:`commit` switches
+    the guard to *holding* the moment a version is published: a SIGINT is then
+    only recorded, so the process reports the work as done and exits with the
+    code its summary states.  :meth:`arm` before the next unit of work raises
+    a recorded SIGINT there (a nightly range stops before its next day);
+    :meth:`hold` switches to holding when a unit of work ended without
+    publishing (up to date, failed) and its outcome is being reported.
+    """
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending: list[int] = []
+        self.previous = None
+
+    def _handler(self, signum, frame) -> None:
+        if self.holding:
+            self.pending.append(signum)
+        else:
+            raise KeyboardInterrupt
+
+    def arm(self) -> None:
+        self.holding = False
+        if self.pending:
+            self.pending.clear()
+            raise KeyboardInterrupt
+
+    def hold(self) -> None:
+        self.holding = True
+
+
+_guard: SigintGuard | None = None
+
+
+def install_sigint_guard() -> SigintGuard:
+    """Install a :class:`SigintGuard` for the rest of the process (the CLI's entry point)."""
+    global _guard
+    if _guard is None:
+        _guard = SigintGuard()
+        if _main_thread():
+            _guard.previous = signal.signal(signal.SIGINT, _guard._handler)
+    return _guard
+
+
+@contextmanager
+def sigint_guard() -> Iterator[SigintGuard]:
+    """The process's :class:`SigintGuard`, or one installed for this block (library callers)."""
+    global _guard
+    if _guard is not None:
+        yield _guard
+        return
+    guard = install_sigint_guard()
+    try:
+        yield guard
+    finally:
+        if _main_thread():
+            signal.signal(signal.SIGINT, guard.previous)
+        _guard = None
+
+
+# ----------------------------------------------------------------------------
+# test hooks
+# ----------------------------------------------------------------------------
+
+
+def fault_point(step: str) -> None:
+    """Pause or fail here if a test asked for it (module docstring, "Test hooks")."""
+    if step in os.environ.get(PAUSE_ENV, "").split(","):
+        sys.stderr.write(f"streamjoin: test pause at {step} (pid {os.getpid()})\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+    if os.environ.get(FAIL_ENV) == step:
+        raise RuntimeError(f"injected failure at {step} ({FAIL_ENV})")
+
+
+# ----------------------------------------------------------------------------
+# the protocol
+# ----------------------------------------------------------------------------
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_libc = None
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one step (Linux ``renameat2``); False where unsupported."""
+    global _libc
+    if os.environ.get(NO_EXCHANGE_ENV):
+        return False
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        fn = _libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    rc = fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush a staged file, or every file and directory of a staged directory, to disk."""
+    if not path.is_dir():
+        _fsync(path)
+        return
+    for root, _, files in os.walk(path):
+        for name in files:
+            _fsync(Path(root) / name)
+        _fsync(Path(root))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def leftovers(target: Path) -> list[Path]:
+    """What writers of ``target`` left beside it (staging, trash and old versions)."""
+    target = Path(target)
+    prefix = f".{target.name}."
+    parent = target.parent
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir()
+                  if p.name.startswith(prefix) and p.name[len(prefix):].startswith(_LEFTOVERS))
+
+
+def recover(target: Path, marker: str | None = None) -> list[str]:
+    """Undo what dead writers of ``target`` left; returns what was done.
+
+    The caller holds the lock of ``target`` (no live writer owns these).  If
+    ``target`` is missing and an earlier version waits in a trash directory
+    (a kill inside the fallback swap) it is put back -- if it holds
+    ``marker``, the file a complete version of this output has; the rest is
+    removed.
+    """
+    target = Path(target)
+    left = leftovers(target)
+    done = []
+    if not target.exists():
+        prefix = f".{target.name}."
+        for p in left:
+            if p.name[len(prefix):].startswith(_EARLIER_VERSIONS) and (marker is None or (p / marker).exists()):
+                os.rename(p, target)
+                left.remove(p)
+                done.append(f"restored {target.name} from {p.name}")
+                break
+    for p in left:
+        _remove(p)
+        done.append(f"removed {p.name}")
+    return done
+
+
+def new_staging(target: Path) -> Path:
+    """An empty staging directory for ``target`` (beside it, created with its parent)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    return staging
+
+
+def commit(staging: Path, target: Path) -> None:
+    """Put the complete ``staging`` (a directory or a file) in place of ``target`` in one step."""
+    staging, target = Path(staging), Path(target)
+    _fsync_tree(staging)
+    fault_point("staged")
+    with sigint_held() as pending:
+        if target.is_dir() and not target.is_symlink():
+            if exchange(staging, target):
+                _fsync(target.parent)
+                fault_point("exchanged")
+                _remove(staging)  # it now holds the previous version
+            else:
+                trash = target.parent / f".{target.name}.trash-{uuid.uuid4().hex[:8]}"
+                os.rename(target, trash)
+                fault_point("trashed")
+                try:
+                    os.rename(staging, target)
+                except OSError:
+                    os.rename(trash, target)  # put the previous version back
+                    raise
+                _fsync(target.parent)
+                _remove(trash)
+        else:  # a new name, or a file: rename(2) replaces it in one step
+            os.replace(staging, target)
+            _fsync(target.parent)
+        if _guard is not None:  # published: from here on Ctrl-C cannot undo it (SigintGuard)
+            _guard.hold()
+            _guard.pending += pending
+    fault_point("published")
+
+
+def abandon(staging: Path | None) -> None:
+    """Remove a staging directory or file that will not be published."""
+    if staging is not None:
+        with sigint_held():  # a second Ctrl-C must not stop the clean-up
+            _remove(Path(staging))
+
+
+def write_file_atomic(path: Path, text: str) -> None:
+    """Replace the file ``path`` with ``text`` (UTF-8): staged beside it, then :func:`commit`."""
+    path = Path(path)
+    staging = path.parent / f".{path.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        staging.write_text(text, encoding="utf-8")
+        commit(staging, path)
+    except BaseException:
+        abandon(staging)
+        raise
+
+
+def _say_recovered(notes: list[str]) -> None:
+    for note in notes:
+        sys.stderr.write(f"streamjoin: {note} (left by an interrupted run)\n")
+    sys.stderr.flush()
+
+
+def locks_out(kind: str = "run"):
+    """Decorator for a job ``fn(cfg, ...)`` writing ``cfg.out``: hold its lock for the whole job.
+
+    A second job on the same ``--out`` exits 4 at once, having done nothing;
+    what a killed job left beside ``--out`` is recovered before the work
+    starts.  ``kind`` is the command (:data:`MARKERS`).
+    """
+    def wrap(fn):
+        @functools.wraps(fn)
+        def job(cfg, *args, **kwargs):
+            out = Path(cfg.out)
+            with OutputLock(lock_of(out), str(out)):
+                _say_recovered(recover(out, MARKERS[kind]))
+                return fn(cfg, *args, **kwargs)
+        return job
+    return wrap
+
+
 class AtomicOutput:
     """Context manager yielding a staging directory published on success.
 
@@ -61,42 +375,46 @@ class AtomicOutput:
             previous output of the same command (holds its marker file,
             :data:`MARKERS`); anything else is refused rather than overwritten.
         kind: the command writing it, a key of :data:`MARKERS`.
+
+    It holds the lock of ``out`` while it is open (the job normally holds it
+    already, :func:`locks_out`), recovers leftovers, and publishes with
+    :func:`commit`; on an exception (Ctrl-C included) it removes the staging
+    directory and publishes nothing.
     """
 
     def __init__(self, out: Path, kind: str = "run"):
         self.out = Path(out)
         self.kind = kind
         self.staging: Path | None = None
+        self.lock = OutputLock(lock_of(self.out), str(self.out))
 
     def __enter__(self) -> Path:
-        out = self.out
-        check_target(out, self.kind)
-        parent = out.parent if str(out.parent) else Path(".")
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
-        with sigint_held() as interrupted:
-            staging.mkdir()
-        if interrupted:  # Ctrl-C came while staging was being made: leave nothing
-            with sigint_held():
-                staging.rmdir()
-            _redeliver_sigint()
+        check_target(self.out, self.kind)
+        self.lock.__enter__()
+        try:
+            _say_recovered(recover(self.out, MARKERS[self.kind]))
+            with sigint_held() as interrupted:
+                staging = new_staging(self.out)
+            if interrupted:  # Ctrl-C came while staging was being made: leave nothing
+                abandon(staging)
+                _redeliver_sigint()
+        except BaseException:
+            self.lock.__exit__(None, None, None)
+            raise
         self.staging = staging
         return staging
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         assert self.staging is not None
-        if exc_type is not None:
-            with sigint_held():  # a second Ctrl-C must not stop the clean-up
-                shutil.rmtree(self.staging, ignore_errors=True)
-            return False
-        # Publishing is a few renames; a Ctrl-C during them is held and then
-        # ignored: the run is complete and its output is whole.
-        with sigint_held():
-            old = None
-            if self.out.exists():
-                old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:12]}"
-                os.replace(self.out, old)
-            os.replace(self.staging, self.out)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+        try:
+            if exc_type is not None:
+                abandon(self.staging)
+            else:
+                try:
+                    commit(self.staging, self.out)
+                except BaseException:
+                    abandon(self.staging)
+                    raise
+        finally:
+            self.lock.__exit__(None, None, None)
         return False

@@ -4,7 +4,7 @@
 backfill CONFIG --from D1 --to D2 [--plan]`` come here.  Each day is an
 independent unit of work:
 
-1. take the partition's lock (:mod:`.lock`; held by another run -> exit 4);
+1. take the partition's lock (:mod:`streamjoin.pipelines.io.lock`; held by another run -> exit 4);
 2. clean what dead runs left (:func:`.publish.clean_leftovers`);
 3. compare the published manifest with the inputs and config
    (:mod:`.manifest`): same -> a no-op that says so (``--force`` redoes it);
@@ -39,7 +39,7 @@ from ..config.settings import RunConfig, read_toml
 from .daily import DayResult, compute_days
 from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
                            InputError, StreamjoinError)
-from .lock import PartitionLock
+from ..io.lock import OutputLock
 from ..io.output import sigint_held
 from .partitions import available_days, day_range, load_days, missing_partition, parse_day, planned_inputs
 from .runlog import RunLog, check_format
@@ -207,7 +207,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
     lookback = lookback_of(cfg, opts)
     where = f"{cfg.out}/date={day.isoformat()}"
     iso = day.isoformat()
-    with PartitionLock(publish.lock_path(cfg.out, day), where):
+    with OutputLock(publish.lock_path(cfg.out, day), where):
         for note in publish.clean_leftovers(cfg.out, day):
             log.info(f"{iso}: {note} (left by an interrupted run)", date=iso)
         files, missing, _ = planned_inputs(list(cfg.streams), [day], lookback)

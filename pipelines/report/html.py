@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ import numpy as np
 
 
 from ..base.errors import InputError
+from ..io.lock import OutputLock, lock_of
+from ..io.output import recover, write_file_atomic
 from ..base.timeunits import format_duration, format_durations
 from ..analysis.metrics import fmt_recall
 
@@ -328,23 +329,28 @@ def render_tune(t: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def rerender(directory: Path) -> Path:
-    """``streamjoin report DIR``: rebuild ``report.html`` (or ``tune.html``) from its JSON."""
+    """``streamjoin report DIR``: rebuild ``report.html`` (or ``tune.html``) from its JSON.
+
+    Written as every output is (:mod:`streamjoin.pipelines.io.output`): under
+    the lock of ``DIR`` (a run writing it -> exit 4), staged beside the page
+    and renamed over it."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no report.json or tune.json (give a streamjoin --out directory)")
+    with OutputLock(lock_of(directory), str(directory)):
+        return _rerender(directory)
+
+
+def _rerender(directory: Path) -> Path:
     if (directory / "report.json").is_file():
         try:
             report = json.loads((directory / "report.json").read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(f"{directory / 'report.json'}: not readable JSON ({exc})") from None
         target = directory / "report.html"
-        write_text_atomic(target, render_report(report))
+        recover(target)
+        write_file_atomic(target, render_report(report))
         return target
     if (directory / "tune.json").is_file():
         try:
@@ -352,6 +358,7 @@ def rerender(directory: Path) -> Path:
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(f"{directory / 'tune.json'}: not readable JSON ({exc})") from None
         target = directory / "tune.html"
-        write_text_atomic(target, render_tune(t))
+        recover(target)
+        write_file_atomic(target, render_tune(t))
         return target
     raise InputError(f"{directory}: no report.json or tune.json (give a streamjoin --out directory)")

@@ -38,8 +38,8 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
 
 
 def leftovers(parent: Path, name: str = "out") -> list[Path]:
-    """Staging / old directories a run may leave beside ``--out``."""
-    return sorted(parent.glob(f".{name}.staging-*")) + sorted(parent.glob(f".{name}.old-*"))
+    """Staging / trash directories or a lock file a run may leave beside ``--out``."""
+    return sorted(parent.glob(f".{name}.*"))
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -27,6 +27,7 @@ from streamjoin.pipelines.config.settings import Flags, resolve
 from streamjoin.pipelines.nightly.daily import compute_days
 from streamjoin.pipelines.tools.nightly_sample import generate_nightly
 from streamjoin.pipelines.nightly.partitions import load_days
+from helpers.faults import clean_env, signal_and_resume, wait_stopped
 
 D1, D2, D3 = dt.date(2026, 11, 20), dt.date(2026, 11, 21), dt.date(2026, 11, 22)
 LOOKBACK = "1h"
@@ -42,9 +43,7 @@ CMD = _command()
 
 
 def cli(args, cwd, *, env=None, timeout=120) -> subprocess.CompletedProcess:
-    e = dict(os.environ)
-    e.pop("STREAMJOIN_FAULT", None)
-    e.update(env or {})
+    e = clean_env(**(env or {}))
     proc = subprocess.run(CMD + [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "\x1b" not in proc.stdout + proc.stderr
@@ -105,20 +104,6 @@ def part(work: Path, day: dt.date) -> Path:
 
 def manifest(work: Path, day: dt.date) -> dict:
     return json.loads((part(work, day) / "_manifest.json").read_text())
-
-
-def wait_for(predicate, timeout=60.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    raise AssertionError("timed out")
-
-
-def paused_staging(work: Path) -> list[Path]:
-    out = work / "out"
-    return [p for p in out.glob(".date=*.staging-*") if (p / ".paused").exists()] if out.is_dir() else []
 
 
 # ----------------------------------------------------------------------------
@@ -227,21 +212,21 @@ def test_changed_input_triggers_rerun(data, job):
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("point", ["pause-before-publish", "pause-after-exchange"])
+@pytest.mark.parametrize("point", ["staged", "exchanged"])
 def test_sigkill_during_write_leaves_a_whole_partition(job, point):
     ok(cli(["run", "nightly.toml", "--date", D2], job))
     old = (part(job, D2) / "_manifest.json").read_text()
-    env = dict(os.environ, STREAMJOIN_FAULT=point)
+    env = clean_env(STREAMJOIN_TEST_PAUSE_AT=point)
     proc = subprocess.Popen(CMD + ["run", "nightly.toml", "--date", str(D2), "--force"], cwd=job, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: paused_staging(job))
+        assert wait_stopped(proc)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert (part(job, D2) / "_SUCCESS").is_file()
     now = (part(job, D2) / "_manifest.json").read_text()
-    if point == "pause-before-publish":
+    if point == "staged":
         assert now == old, "the old partition must be untouched"
     else:
         assert now != old and json.loads(now)["date"] == str(D2), "the new partition must be whole"
@@ -253,11 +238,11 @@ def test_sigkill_during_write_leaves_a_whole_partition(job, point):
 
 
 def test_concurrent_run_is_refused_with_exit_4(job):
-    env = dict(os.environ, STREAMJOIN_FAULT="pause-before-publish")
+    env = clean_env(STREAMJOIN_TEST_PAUSE_AT="staged")
     holder = subprocess.Popen(CMD + ["run", "nightly.toml", "--date", str(D2)], cwd=job, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: paused_staging(job))
+        assert wait_stopped(holder)
         proc = cli(["run", "nightly.toml", "--date", D2], job)
         assert proc.returncode == 4, proc.stderr
         assert proc.stderr.count("\n") == 1 and "locked by another streamjoin run" in proc.stderr
@@ -281,7 +266,7 @@ def test_concurrent_run_is_refused_with_exit_4(job):
 def test_every_exit_code(job):
     assert cli(["run", "nightly.toml", "--date", D2], job).returncode == 0
     # 1: an internal failure while writing; nothing published, next run fine
-    proc = cli(["run", "nightly.toml", "--date", D3], job, env={"STREAMJOIN_FAULT": "fail-before-publish"})
+    proc = cli(["run", "nightly.toml", "--date", D3], job, env={"STREAMJOIN_TEST_FAIL_AT": "staged"})
     assert proc.returncode == 1 and "internal failure" in proc.stderr
     assert not part(job, D3).exists() and not list((job / "out").glob(".date=*.staging-*"))
     # 2: usage and bad input
@@ -429,12 +414,12 @@ def test_days_under_target_are_counted_without_fail_under_target(job):
 
 
 def test_sigint_during_a_day_ends_with_a_summary_saying_130(job):
-    env = dict(os.environ, STREAMJOIN_FAULT="pause-before-publish")
+    env = clean_env(STREAMJOIN_TEST_PAUSE_AT="staged")
     proc = subprocess.Popen(CMD + ["run", "nightly.toml", "--from", str(D2), "--to", str(D3)], cwd=job, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: paused_staging(job))
-        proc.send_signal(signal.SIGINT)
+        assert wait_stopped(proc)
+        signal_and_resume(proc, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
@@ -453,7 +438,7 @@ def test_no_lock_files_are_left_and_stale_ones_are_removed(job):
     assert sorted(p.name for p in out.iterdir()) == [f"date={D2}"]
     # a day that is not written: no input partition (exit 2), an internal failure (exit 1)
     assert cli(["run", "nightly.toml", "--date", "2026-11-25"], job).returncode == 2
-    assert cli(["run", "nightly.toml", "--date", D3], job, env={"STREAMJOIN_FAULT": "fail-before-publish"}).returncode == 1
+    assert cli(["run", "nightly.toml", "--date", D3], job, env={"STREAMJOIN_TEST_FAIL_AT": "staged"}).returncode == 1
     assert sorted(p.name for p in out.iterdir()) == [f"date={D2}"]
     # a lock file of a run that died (no holder) is removed by the next run, whatever its day
     (out / ".date=2026-11-25.lock").write_text("999999\n")
@@ -463,18 +448,18 @@ def test_no_lock_files_are_left_and_stale_ones_are_removed(job):
 
 
 def test_lock_held_by_a_live_process_is_not_removed(job, tmp_path):
-    from streamjoin.pipelines.nightly.lock import LockedError, PartitionLock, remove_stale
+    from streamjoin.pipelines.io.lock import LockedError, OutputLock, remove_stale
 
     path = tmp_path / ".date=2026-11-21.lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from streamjoin.pipelines.nightly.lock import PartitionLock\n"
-        f"with PartitionLock({str(path)!r}, 'x'):\n    print('held', flush=True); time.sleep(60)")],
+        "import sys, time; from streamjoin.pipelines.io.lock import OutputLock\n"
+        f"with OutputLock({str(path)!r}, 'x'):\n    print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         assert remove_stale(path) is False and path.exists()
         with pytest.raises(LockedError):
-            PartitionLock(path, "x").__enter__()
+            OutputLock(path, "x").__enter__()
     finally:
         holder.kill()
         holder.wait()

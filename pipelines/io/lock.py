@@ -1,12 +1,15 @@
-"""One lock per output partition: two runs never write the same day at once.
+"""One lock per output: two runs never write the same output at once.
 
-The lock is an ``flock(2)`` on ``out/.date=D.lock``, taken without waiting.
+Every output streamjoin publishes (a ``run`` / ``tune-buffer`` ``--out``, a
+nightly partition ``OUT/date=D/``, see :mod:`.output`) has a lock file beside
+it: ``P/.NAME.lock`` for the output ``P/NAME`` (:func:`lock_of`).  The lock is
+an ``flock(2)`` on that file, taken without waiting.
 The kernel drops it when the holding process exits for *any* reason
 (including ``SIGKILL``), so a crashed run never blocks the next night.  The
 holder writes its pid into the file so the refused run can say who holds it.
 
 The file is removed when the lock is released (published, failed, skipped or
-interrupted alike), so no ``.date=D.lock`` is left for days never written.
+interrupted alike), so no lock file is left for outputs never written.
 Removing a lock file is safe because of the order of steps: the holder
 unlinks the path *before* unlocking, and a run that takes the lock checks
 that the path still names the inode it locked -- if not (the previous holder
@@ -17,6 +20,11 @@ removes it by taking and releasing it.
 
 A run that finds the lock taken raises :class:`LockedError` (exit code 4):
 it does nothing, and the message is one line.
+
+Within one process the lock is re-entrant: a job that locks its ``--out`` at
+the start and then publishes through :class:`~.output.AtomicOutput` (which
+locks it too) holds one ``flock`` (a second ``flock`` on a new descriptor of
+the same file would refuse its own process).
 """
 
 from __future__ import annotations
@@ -29,20 +37,37 @@ from ..base.errors import EXIT_LOCKED, StreamjoinError
 
 
 class LockedError(StreamjoinError):
-    """The partition is being written by another run."""
+    """The output is being written by another run."""
 
     exit_code = EXIT_LOCKED
 
 
-class PartitionLock:
-    """Context manager: hold the lock of one partition, or raise :class:`LockedError`."""
+#: locks this process holds: absolute lock path -> how many holders nest
+_held: dict[str, int] = {}
+
+
+def lock_of(target: Path) -> Path:
+    """The lock file of the output ``target``: ``.NAME.lock`` beside it."""
+    target = Path(target)
+    return target.parent / f".{target.name}.lock"
+
+
+class OutputLock:
+    """Context manager: hold the lock file ``path``, or raise :class:`LockedError`.
+
+    ``what`` names the output in the message (``out/date=2026-11-21``).
+    """
 
     def __init__(self, path: Path, what: str):
         self.path = Path(path)
         self.what = what
         self.fd: int | None = None
+        self.key = os.path.abspath(self.path)
 
-    def __enter__(self) -> "PartitionLock":
+    def __enter__(self) -> "OutputLock":
+        if self.key in _held:  # this process holds it already (module docstring)
+            _held[self.key] += 1
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -60,10 +85,15 @@ class PartitionLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
+        _held[self.key] = 1
         return self
 
     def __exit__(self, *exc) -> bool:
+        if self.key in _held and self.fd is None:  # an inner, nested holder
+            _held[self.key] -= 1
+            return False
         if self.fd is not None:
+            _held.pop(self.key, None)
             try:
                 self.path.unlink(missing_ok=True)  # before unlocking: see the module docstring
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -85,10 +115,10 @@ def _names(path: Path, fd: int) -> bool:
 
 def remove_stale(path: Path) -> bool:
     """Remove a lock file no live process holds (left by a killed run); True if removed."""
-    if not Path(path).exists():
+    if not Path(path).exists() or os.path.abspath(path) in _held:
         return False
     try:
-        with PartitionLock(path, str(path)):
+        with OutputLock(path, str(path)):
             pass
     except LockedError:
         return False

@@ -1,0 +1,56 @@
+"""Driving the test-only fault hooks of ``pipelines/io/output.py`` from a test.
+
+``STREAMJOIN_TEST_PAUSE_AT=<step>`` makes a ``streamjoin`` process stop itself
+(SIGSTOP) at a named step of the publish protocol; :func:`wait_stopped` waits
+until it has, so a signal sent then lands exactly there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from streamjoin.pipelines.io.output import FAIL_ENV, NO_EXCHANGE_ENV, PAUSE_ENV
+
+HOOKS = (PAUSE_ENV, FAIL_ENV, NO_EXCHANGE_ENV)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any fault hook, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in HOOKS and k != "STREAMJOIN_FAULT"}
+    env.update(extra)
+    return env
+
+
+def state(pid: int) -> str | None:
+    """The process state letter from ``/proc/<pid>/stat`` (``T`` = stopped), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(")") + 2]
+
+
+def wait_stopped(proc: subprocess.Popen, timeout: float = 60.0) -> bool:
+    """Wait until ``proc`` stopped itself at its pause step; False if it ended first."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return False
+        if state(proc.pid) in ("T", "t"):
+            return True
+        time.sleep(0.01)
+    raise AssertionError(f"pid {proc.pid} did not reach its pause step in {timeout}s")
+
+
+def signal_and_resume(proc: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to a stopped process, then let it run on to act on it."""
+    proc.send_signal(sig)
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,135 @@
+"""The one publish protocol of ``pipelines/io/output.py`` (issue 22 items 2-3, issue 17).
+
+In-process: publishing an existing directory is one exchange (or the
+documented two-rename fallback) and leaves nothing beside it; every state a
+kill can leave (staging, staging holding the previous version, trash without
+the output, an old ``.old-*`` of earlier versions) is recovered by
+:func:`recover`; the lock is re-entrant within a process and refuses another
+process; a file is replaced through the same protocol.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamjoin.pipelines.io import output
+from streamjoin.pipelines.io.lock import LockedError, OutputLock, lock_of
+
+
+def _version(path: Path, tag: str, marker: str = "report.json") -> Path:
+    path.mkdir(parents=True)
+    (path / marker).write_text(tag)
+    (path / "data.txt").write_text(tag * 100)
+    return path
+
+
+def _tag(path: Path) -> str:
+    return (path / "report.json").read_text()
+
+
+def _beside(target: Path) -> list[str]:
+    return sorted(p.name for p in target.parent.iterdir() if p.name != target.name)
+
+
+@pytest.mark.parametrize("no_exchange", [False, True], ids=["exchange", "two-renames"])
+def test_commit_replaces_a_directory_in_place_and_leaves_nothing(tmp_path, monkeypatch, no_exchange):
+    if no_exchange:
+        monkeypatch.setenv(output.NO_EXCHANGE_ENV, "1")
+    out = _version(tmp_path / "out", "old")
+    staging = output.new_staging(out)
+    (staging / "report.json").write_text("new")
+    output.commit(staging, out)
+    assert _tag(out) == "new" and not (out / "data.txt").exists()
+    assert _beside(out) == []
+
+
+def test_exchange_swaps_two_directories(tmp_path):
+    a, b = _version(tmp_path / "a", "A"), _version(tmp_path / "b", "B")
+    if not output.exchange(a, b):
+        pytest.skip("this file system has no renameat2 exchange; the fallback is tested above")
+    assert _tag(a) == "B" and _tag(b) == "A"
+
+
+def test_first_publish_is_a_plain_rename(tmp_path):
+    out = tmp_path / "sub" / "out"
+    staging = output.new_staging(out)
+    (staging / "report.json").write_text("new")
+    output.commit(staging, out)
+    assert _tag(out) == "new" and _beside(out) == []
+
+
+def test_recover_removes_staging_and_keeps_the_output(tmp_path):
+    out = _version(tmp_path / "out", "old")
+    _version(tmp_path / ".out.staging-123-abcd", "half")  # killed before publishing
+    _version(tmp_path / ".out.staging-456-abcd", "older")  # killed after the exchange: the previous version
+    notes = output.recover(out, "report.json")
+    assert _tag(out) == "old" and _beside(out) == []
+    assert notes == ["removed .out.staging-123-abcd", "removed .out.staging-456-abcd"]
+
+
+@pytest.mark.parametrize("left", [".out.trash-0001", ".out.old-0001"])
+def test_recover_puts_back_a_version_stranded_between_two_renames(tmp_path, left):
+    out = tmp_path / "out"
+    _version(tmp_path / left, "old")  # killed between out -> trash and staging -> out
+    _version(tmp_path / ".out.staging-1-x", "new")
+    notes = output.recover(out, "report.json")
+    assert _tag(out) == "old" and _beside(out) == []
+    assert notes[0] == f"restored out from {left}"
+
+
+def test_recover_does_not_restore_an_incomplete_version(tmp_path):
+    out = tmp_path / "out"
+    (tmp_path / ".out.trash-0001").mkdir()  # no marker: not a complete output
+    assert output.recover(out, "report.json") == ["removed .out.trash-0001"]
+    assert not out.exists() and _beside(out) == []
+
+
+def test_recover_leaves_other_outputs_alone(tmp_path):
+    out = _version(tmp_path / "out", "x")
+    _version(tmp_path / ".out2.staging-1-x", "other")
+    (tmp_path / ".out.lock").write_text("1\n")
+    assert output.recover(out) == []
+    assert _beside(out) == [".out.lock", ".out2.staging-1-x"]
+
+
+def test_a_file_is_replaced_through_the_same_protocol(tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text("old")
+    (tmp_path / ".report.html.staging-9-dead").write_text("half")
+    output.recover(page)
+    output.write_file_atomic(page, "new")
+    assert page.read_text() == "new" and _beside(page) == []
+
+
+def test_the_lock_is_reentrant_in_a_process_and_refuses_another(tmp_path):
+    out = tmp_path / "out"
+    path = lock_of(out)
+    assert path == tmp_path / ".out.lock"
+    with OutputLock(path, "out"):
+        with OutputLock(path, "out"):  # nested: the same process
+            pass
+        assert path.exists(), "the inner holder must not release the outer one's lock"
+        probe = subprocess.run([sys.executable, "-c", (
+            "from streamjoin.pipelines.io.lock import OutputLock, LockedError\n"
+            f"try:\n    OutputLock({str(path)!r}, 'out').__enter__()\nexcept LockedError as e:\n    print(e)")],
+            capture_output=True, text=True)
+        assert "out is locked by another streamjoin run" in probe.stdout
+    assert not path.exists()
+    with OutputLock(path, "out"):
+        pass
+
+
+def test_atomic_output_publishes_or_leaves_the_previous_output(tmp_path):
+    out = _version(tmp_path / "out", "old")
+    with pytest.raises(RuntimeError):
+        with output.AtomicOutput(out) as staging:
+            (staging / "report.json").write_text("new")
+            raise RuntimeError("the job failed")
+    assert _tag(out) == "old" and _beside(out) == []
+    with output.AtomicOutput(out) as staging:
+        (staging / "report.json").write_text("new")
+    assert _tag(out) == "new" and _beside(out) == []
