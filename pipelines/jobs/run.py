@@ -23,7 +23,7 @@ from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
 from ..io.chunks import take_rows
 from ..io.load import LoadedStream, bad_arrivals_of, load_all
-from ..io.output import AtomicOutput
+from ..io.output import AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
 from ..replay.emit import emission_order
 from ..replay.predicates import space_of, where_of
@@ -153,6 +153,7 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     }
 
 
+@locks_out("run")  # the whole job holds the lock of --out (a second run exits 4)
 def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | None = None,
             on_chunk: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
     """Run the whole job and publish its outputs under ``cfg.out``.

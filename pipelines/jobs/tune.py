@@ -16,7 +16,7 @@ from ..base.version import tool_version
 from ..config.settings import check_recall
 from ..engines.local import join
 from ..io.load import load_all
-from ..io.output import AtomicOutput
+from ..io.output import AtomicOutput, locks_out
 from ..policies import PolicySpec
 from ..replay.predicates import space_of, where_of
 from ..report import html as report_html
@@ -24,6 +24,7 @@ from ..report.json import calendar_origin, json_safe
 from .run import arrival_span, resolve_period
 
 
+@locks_out("tune-buffer")  # the whole job holds the lock of --out (a second run exits 4)
 def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None, per_period: bool,
              command: str = "tune-buffer") -> dict[str, Any]:
     """``streamjoin tune-buffer``: load, replay once, tune, publish ``tune.json`` + ``tune.html``.

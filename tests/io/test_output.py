@@ -5,19 +5,26 @@ documented two-rename fallback) and leaves nothing beside it; every state a
 kill can leave (staging, staging holding the previous version, trash without
 the output, an old ``.old-*`` of earlier versions) is recovered by
 :func:`recover`; the lock is re-entrant within a process and refuses another
-process; a file is replaced through the same protocol.
+process; a file is replaced through the same protocol.  Through the console
+command: two plain runs on one ``--out`` -- the second exits 4 and does
+nothing.
 """
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from streamjoin.pipelines.io import output
 from streamjoin.pipelines.io.lock import LockedError, OutputLock, lock_of
+from helpers.cli import CMD
+from helpers.faults import clean_env, signal_and_resume, wait_stopped
 
 
 def _version(path: Path, tag: str, marker: str = "report.json") -> Path:
@@ -133,3 +140,39 @@ def test_atomic_output_publishes_or_leaves_the_previous_output(tmp_path):
     with output.AtomicOutput(out) as staging:
         (staging / "report.json").write_text("new")
     assert _tag(out) == "new" and _beside(out) == []
+
+
+# ----------------------------------------------------------------------------
+# two plain runs on one --out (issue 22 item 3)
+# ----------------------------------------------------------------------------
+
+
+def _inputs(root: Path) -> list[str]:
+    for name in ("a", "b"):
+        pl.DataFrame({"ts": list(range(0, 2000, 10)), "k": [i % 3 for i in range(200)]}).write_parquet(root / f"{name}.parquet")
+    return ["run", "--stream", "a=a.parquet", "--stream", "b=b.parquet", "--unit", "ms", "--key", "k",
+            "--window", "15ms", "--out", "out", "--engine", "local"]
+
+
+def test_concurrent_plain_runs_one_exits_4_and_does_nothing(tmp_path):
+    args = _inputs(tmp_path)
+    first = subprocess.Popen(CMD + args + ["--log-format", "json"], cwd=tmp_path,
+                             env=clean_env(STREAMJOIN_TEST_PAUSE_AT="staged"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_stopped(first), first.communicate()
+        second = subprocess.run(CMD + args, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 4, second.stderr
+        assert second.stderr.count("\n") == 1
+        assert second.stderr.startswith("error: out is locked by another streamjoin run") and f"pid {first.pid}" in second.stderr
+        # the refused run did nothing: only the first run's staging directory and lock
+        names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out."))
+        assert names[0] == ".out.lock" and len(names) == 2 and names[1].startswith(f".out.staging-{first.pid}-")
+        signal_and_resume(first, signal.SIGCONT)
+        stdout, stderr = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 0, stderr
+    assert json.loads(stdout.splitlines()[-1])["exit_code"] == 0
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["emitted_results"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".out", "out"))) == ["out"]
