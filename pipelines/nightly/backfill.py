@@ -8,8 +8,10 @@ independent unit of work:
 2. clean what dead runs left (:func:`.publish.clean_leftovers`);
 3. compare the published manifest with the inputs and config
    (:mod:`.manifest`): same -> a no-op that says so (``--force`` redoes it);
-4. load the day plus the lookback (:mod:`.partitions`), replay, keep what was
-   emitted during the day (:mod:`.daily`);
+4. load the day plus the lookback (:mod:`.partitions`) -- its input files
+   pinned before and checked after (a file changed meanwhile fails the day,
+   exit 2; :mod:`.manifest`) -- replay, keep what was emitted during the day
+   (:mod:`.daily`);
 5. stage, validate, publish atomically (:mod:`.publish`).
 
 Guarantees: a day is either published whole (``_SUCCESS``, manifest, results)
@@ -40,7 +42,7 @@ from .daily import DayResult, compute_days
 from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
                            InputError, StreamjoinError)
 from ..io.lock import OutputLock
-from ..io.output import sigint_held
+from ..io.output import fault_point, sigint_held
 from .partitions import available_days, day_range, load_days, missing_partition, parse_day, planned_inputs
 from .runlog import RunLog, check_format
 from ..base.timeunits import parse_duration
@@ -222,7 +224,10 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
                      "results": old["counts"]["results"], "recall": old["metrics"]["recall"]}
             return _target_code(cfg, opts, old["metrics"]["recall"]), facts
         t0 = time.perf_counter()
+        pinned = mf.pin(files)  # what the manifest records must be what was read (manifest docstring)
         data = load_days(list(cfg.streams), [day], lookback, cfg.max_quarantine)
+        fault_point("loaded")
+        inputs = mf.describe_inputs(data.files, pinned, [p for s in data.streams for p in s.files])
         log.stage("load", time.perf_counter() - t0, date=iso, rows=sum(s.rows for s in data.streams))
         t0 = time.perf_counter()
         result = compute_days(cfg, data)[day]
@@ -244,7 +249,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
             written = _write_partition(cfg, day, result, staging)
             validate_staging(staging, written, result.counts["results"] if cfg.write_results else None)
             doc = mf.build(day=day, tool_version=tool_version, config=cfg.to_dict(), cfg_hash=h, lookback_us=lookback,
-                           inputs=mf.describe_inputs(data.files), files=written, counts=result.counts,
+                           inputs=inputs, files=written, counts=result.counts,
                            metrics=result.metrics, state_end=result.state_end, exactness=exactness, command=command)
             mf.write(doc, staging / mf.NAME)
             log.stage("write", time.perf_counter() - t0, date=iso)

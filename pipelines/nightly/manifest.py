@@ -20,6 +20,15 @@ Staleness (:func:`compare`) is decided from the manifest alone:
 
 The tool version is recorded but not compared: upgrading streamjoin does not
 by itself make every partition stale (``--force`` redoes one).
+
+What is recorded is what was read: every input file is pinned (:func:`pin`:
+size, mtime, ctime, inode) *before* the day is loaded, and
+:func:`describe_inputs` hashes it after loading and checks that the pin still
+holds and that the files read are the files pinned.  A file replaced,
+rewritten, added or removed while the day was being read fails the day
+(exit 2, nothing published): otherwise the manifest would record the new
+file's hash over results computed from the old one, and every later run
+would call the stale partition up to date.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..base.errors import InputError
 from .partitions import InputFile
 
 SCHEMA_VERSION = 1
@@ -64,14 +74,52 @@ def config_hash(config: dict[str, Any], lookback_us: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def describe_inputs(files: list[InputFile], *, hash_files: bool = True) -> list[dict[str, Any]]:
+#: what :func:`pin` records of a file: any write, truncation, ``touch`` or
+#: replacement (a new inode) changes one of them
+Pin = tuple[int, int, int, int, int]
+
+
+def _pin_of(path: Path) -> Pin:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+
+
+def pin(files: list[InputFile]) -> dict[str, Pin]:
+    """Each input file as it is before the day reads it (module docstring)."""
+    return {str(f.path): _pin_of(f.path) for f in files}
+
+
+def _changed(path: str, what: str) -> InputError:
+    return InputError(f"{path}: input file {what} while the day was being read; nothing published for the day "
+                      f"(its results would not match the inputs recorded); run it again")
+
+
+def describe_inputs(files: list[InputFile], pinned: dict[str, Pin], read: list[Path]) -> list[dict[str, Any]]:
+    """The manifest's ``inputs``: every file hashed, after checking it is what was read.
+
+    ``pinned`` is :func:`pin` taken before loading, ``read`` the files the
+    loader actually opened.  Raises :class:`InputError` if one of them was
+    added, removed or changed since it was pinned.
+    """
+    listed = {str(f.path) for f in files}
+    for path in sorted({str(p) for p in read} | listed):
+        if path not in pinned:
+            raise _changed(path, "appeared")
+    for path in sorted(set(pinned) - listed):
+        raise _changed(path, "disappeared")
     out = []
     for f in files:
-        st = f.path.stat()
+        before = pinned[str(f.path)]
+        try:
+            digest = sha256_file(f.path)
+            after = _pin_of(f.path)
+        except FileNotFoundError:
+            raise _changed(str(f.path), "disappeared") from None
+        if after != before:
+            raise _changed(str(f.path), "changed")
         out.append({
             "stream": f.stream, "day": f.day.isoformat(), "role": f.role, "path": str(f.path),
-            "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "sha256": sha256_file(f.path) if hash_files else None,
+            "size": before[0], "mtime_ns": before[1], "sha256": digest,
         })
     return out
 

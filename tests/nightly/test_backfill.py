@@ -180,14 +180,20 @@ def test_rerun_is_a_noop_and_force_redoes(job):
     assert (part(job, D2) / "_manifest.json").stat().st_mtime_ns != before
 
 
-def test_changed_input_triggers_rerun(data, job):
+def own_inputs(data: Path, job: Path) -> Path:
+    """A private copy of the inputs the test may modify, and a config reading it."""
     own = job / "data"
-    for name in ("temperature", "humidity"):  # a private copy of the inputs we may modify
+    for name in ("temperature", "humidity"):
         for src in (data / "data" / name).rglob("*.parquet"):
             dst = own / name / src.parent.name / src.name
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(src.read_bytes())
     make_config(job, "kslack")
+    return own
+
+
+def test_changed_input_triggers_rerun(data, job):
+    own = own_inputs(data, job)
     ok(cli(["run", "nightly.toml", "--date", D2], job))
     target = own / "humidity" / f"date={D2}" / "part-0.parquet"
     # touched only (same bytes, new mtime): still up to date
@@ -205,6 +211,43 @@ def test_changed_input_triggers_rerun(data, job):
     late = own / "temperature" / f"date={D1}" / "part-0.parquet"
     pq.write_table(pq.read_table(late), late, compression="snappy")
     assert "status=stale" in ok(cli(["backfill", "nightly.toml", "--from", D2, "--to", D2, "--plan"], job)).stdout
+
+
+@pytest.mark.parametrize("how", ["replaced", "rewritten"])
+def test_input_changed_while_the_day_is_read_fails_the_day(data, job, how):
+    """Issue 22 item 1: the manifest records what was read, or the day fails (exit 2)."""
+    own = own_inputs(data, job)
+    target = own / "humidity" / f"date={D2}" / "part-0.parquet"
+    proc = subprocess.Popen(CMD + ["run", "nightly.toml", "--date", str(D2), "--log-format", "json"], cwd=job,
+                            env=clean_env(STREAMJOIN_TEST_PAUSE_AT="loaded"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_stopped(proc), proc.communicate()
+        smaller = pl.read_parquet(target).head(300)  # the day's file changes while the run holds the old rows
+        if how == "replaced":  # a new file renamed over the old one (a new inode)
+            smaller.write_parquet(target.with_name("new.tmp"))
+            os.replace(target.with_name("new.tmp"), target)
+        else:  # the same file rewritten in place
+            smaller.write_parquet(target)
+        signal_and_resume(proc, signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, stderr
+    assert f"{target}: input file changed while the day was being read" in stderr
+    assert len([line for line in stderr.splitlines() if line.startswith("error: ")]) == 1
+    assert json.loads(stdout.splitlines()[-1])["exit_code"] == 2
+    assert not part(job, D2).exists() and not list((job / "out").glob(".date=*"))
+    # the next run reads the new file, and its manifest records exactly that file
+    ok(cli(["run", "nightly.toml", "--date", D2], job))
+    m = manifest(job, D2)
+    entry = next(e for e in m["inputs"] if e["path"] == str(target))
+    assert entry["sha256"] == mf.sha256_file(target) and entry["size"] == target.stat().st_size
+    cfg = resolve(job / "nightly.toml", Flags(), check_out=False)
+    expected = compute_days(cfg, load_days(list(cfg.streams), [D2], LOOKBACK_US))[D2].results
+    assert m["counts"]["results"] == expected.height
+    assert pl.read_parquet(part(job, D2) / "results.parquet").equals(expected)
+    assert "status=up-to-date" in ok(cli(["run", "nightly.toml", "--date", D2], job)).stdout
 
 
 # ----------------------------------------------------------------------------
