@@ -163,9 +163,38 @@ def _options(
     pass  # options of `streamjoin` itself; the work is in the commands
 
 
-def _fail(exc: StreamjoinError) -> None:
-    typer.echo(f"error: {exc}", err=True)
+def _fail(exc: StreamjoinError, log=None) -> None:
+    """One ``error:`` line on stderr (with ``--log-format json`` also the error and summary events), exit."""
+    if log is not None:
+        log.error(str(exc), exc.exit_code)
+        log.summary(exc.exit_code, status="failed")
+    else:
+        typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(exc.exit_code)
+
+
+def _interrupted(log=None) -> None:
+    """Ctrl-C / SIGTERM before anything was published: say so (one line; JSON events too), exit 130."""
+    from streamjoin.pipelines.base.errors import EXIT_INTERRUPTED
+
+    message = "interrupted; nothing was published"
+    if log is not None:
+        log.error(message, EXIT_INTERRUPTED)
+        log.summary(EXIT_INTERRUPTED, status="interrupted")
+    else:
+        typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _reporting():
+    """The process's interrupt guard, switched to holding: the outcome is being reported.
+
+    (``main`` installs it; see ``pipelines/io/output.py``: published means done.)"""
+    from streamjoin.pipelines.io.output import install_interrupt_guard
+
+    guard = install_interrupt_guard()
+    guard.hold()
+    return guard
 
 
 def _stage_reporter(total: int):
@@ -304,16 +333,19 @@ def run(
         else:
             report = run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
     except StreamjoinError as exc:
-        _fail(exc)
-    except KeyboardInterrupt:
-        typer.echo("error: interrupted; nothing was published", err=True)
-        raise typer.Exit(130)
+        _reporting()
+        _fail(exc, log)
+    except KeyboardInterrupt:  # before publishing; once published an interrupt is held (the run is done)
+        _reporting()
+        _interrupted(log)
+    _reporting()
     code = _target_code(nightly, cfg, report)
     if json_summary:
         typer.echo(json.dumps(report, indent=2))
     elif log is not None:
-        log.summary(code, truth_results=report["truth_results"], emitted_results=report["emitted_results"],
-                    recall=report["recall"], recall_target=report.get("recall_target"), outputs=report["outputs"])
+        log.summary(code, status="published", truth_results=report["truth_results"],
+                    emitted_results=report["emitted_results"], recall=report["recall"],
+                    recall_target=report.get("recall_target"), outputs=report["outputs"])
         raise typer.Exit(code)
     elif sys.stdout.isatty():
         from rich.console import Console
@@ -322,6 +354,7 @@ def run(
     else:
         for line in summary_lines(report, nightly.fail_under_target):
             typer.echo(line)
+        typer.echo(f"published: {cfg.out} (exit {code})")
     if code:
         raise typer.Exit(code)
 
@@ -478,10 +511,12 @@ change the answer, and run's --policy tunes the fixed policy of its family.
             typer.echo("note: " + "; ".join(notes), err=True)
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
     except StreamjoinError as exc:
+        _reporting()
         _fail(exc)
-    except KeyboardInterrupt:
-        typer.echo("error: interrupted; nothing was published", err=True)
-        raise typer.Exit(130)
+    except KeyboardInterrupt:  # before publishing; once published an interrupt is held (the run is done)
+        _reporting()
+        _interrupted()
+    _reporting()
     if json_summary:
         typer.echo(json.dumps(result, indent=2))
     elif sys.stdout.isatty():
@@ -565,22 +600,31 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
-    from streamjoin.pipelines.base.allocator import no_huge_page_advice, reuse_freed_memory
-
-    reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
-    no_huge_page_advice()  # no memory compaction stalls on page faults
-    click_exception = _click_exception_type()
     try:
+        from streamjoin.pipelines.io.output import install_interrupt_guard
+
+        # Ctrl-C and SIGTERM raise KeyboardInterrupt until something is published,
+        # and are held from then on: published means done (pipelines/io/output.py)
+        guard = install_interrupt_guard()
+        from streamjoin.pipelines.base.allocator import no_huge_page_advice, reuse_freed_memory
+
+        reuse_freed_memory()  # large temporaries reuse pages instead of faulting anew
+        no_huge_page_advice()  # no memory compaction stalls on page faults
         # not standalone: usage errors come back to us, to be printed as one
         # line (cron logs) instead of click's multi-line box
         rv = app(standalone_mode=False)
+        if rv == 130 and not guard.holding:
+            # typer turns a KeyboardInterrupt outside a command's own handling
+            # (parsing, a command's imports) into a silent exit 130; the
+            # commands' handlers switch the guard to holding before they report
+            raise KeyboardInterrupt
     except StreamjoinError as exc:  # pragma: no cover - commands catch their own
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except typer.Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(EXIT_FAILURE)
-    except click_exception as exc:
+    except _click_exception_type() as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `streamjoin`: show the help
             exc.show()
             sys.exit(exc.exit_code)
@@ -589,6 +633,9 @@ def main() -> None:
         message = " ".join(exc.format_message().split())
         typer.echo(f"error: {message}{hint}", err=True)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # an interrupt outside a command's own handling (parsing, start-up)
+        typer.echo("error: interrupted; nothing was published", err=True)
+        sys.exit(130)
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
         typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
         sys.exit(EXIT_FAILURE)

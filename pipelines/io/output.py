@@ -28,11 +28,13 @@ a staging directory holding the *previous* version (removed; ``NAME`` is the
 new one); in the fallback between the two renames, a trash directory and no
 ``NAME`` (the trash, a complete earlier version, is renamed back).
 
-Ctrl-C (SIGINT): while a version is being published the signal is held
-(:func:`sigint_held`); with a :class:`SigintGuard` installed (the CLI installs
-one), **published means done**: before the publishing rename a SIGINT
-interrupts (nothing published, exit 130), from it on a SIGINT is only recorded
-and the process reports the published work with its own exit code.
+Interrupts (SIGINT = Ctrl-C, SIGTERM): while a version is being published
+they are held (:func:`interrupts_held`); with an :class:`InterruptGuard`
+installed (the CLI installs one), **published means done**: before the
+publishing rename an interrupt stops the run (nothing published, exit 130),
+from it on an interrupt is only recorded and the process reports the
+published work with its own exit code.  SIGKILL cannot be caught: it leaves
+what the crash points above say, and the next writer recovers.
 
 Test hooks (environment variables, for the fault-injection tests only; never
 set them in production): ``STREAMJOIN_TEST_PAUSE_AT=<step>[,<step>]`` makes
@@ -75,7 +77,7 @@ _EARLIER_VERSIONS = ("trash-", "old-")
 
 
 # ----------------------------------------------------------------------------
-# Ctrl-C
+# interrupts: SIGINT, SIGTERM
 # ----------------------------------------------------------------------------
 
 
@@ -83,53 +85,51 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-@contextmanager
-def sigint_held() -> Iterator[list[int]]:
-    """Hold Ctrl-C while directories are created, renamed or removed.
+#: the signals a run treats as "stop": Ctrl-C and the polite kill of cron,
+#: systemd and timeout(1)
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
-    A SIGINT landing between two of those steps would leave a staging or old
-    directory behind (or a previous output moved aside).  Inside this block a
-    SIGINT is only recorded; the list yielded tells the caller whether one
-    came.  Outside the main thread (no signal handlers there) it does nothing.
+
+@contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM while directories are created, renamed or removed.
+
+    A signal landing between two of those steps would leave a staging or old
+    directory behind (or a previous output moved aside).  Inside this block
+    one is only recorded; the list yielded tells the caller whether one came.
+    Outside the main thread (no signal handlers there) it does nothing.
     """
     pending: list[int] = []
     if not _main_thread():
         yield pending
         return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in INTERRUPTS}
     try:
         yield pending
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _redeliver_sigint() -> None:
-    """Act on a held SIGINT as the process's own handler would have."""
-    handler = signal.getsignal(signal.SIGINT)
-    if handler is signal.default_int_handler or handler == signal.SIG_DFL:
-        raise KeyboardInterrupt
-    if callable(handler):
-        handler(signal.SIGINT, None)
+class InterruptGuard:
+    """SIGINT / SIGTERM around publishing: unpublished work is interrupted, published work is done.
 
-
-class SigintGuard:
-    """Ctrl-C around publishing: unpublished work is interrupted, published work is done.
-
-    *Armed* (at first, and after :meth:`arm`), a SIGINT raises
-    ``KeyboardInterrupt`` as Python's own handler does: nothing is published
-    and the writer removes its staging directory.  :func:`commit` switches
-    the guard to *holding* the moment a version is published: a SIGINT is then
-    only recorded, so the process reports the work as done and exits with the
-    code its summary states.  :meth:`arm` before the next unit of work raises
-    a recorded SIGINT there (a nightly range stops before its next day);
-    :meth:`hold` switches to holding when a unit of work ended without
-    publishing (up to date, failed) and its outcome is being reported.
+    *Armed* (at first, and after :meth:`arm`), either signal raises
+    ``KeyboardInterrupt`` (as Python's own SIGINT handler does): nothing is
+    published, the writer removes its staging directory, and the command
+    exits 130.  :func:`commit` switches the guard to *holding* the moment a
+    version is published: a signal is then only recorded, so the process
+    reports the work as done and exits with the code its summary states.
+    :meth:`arm` before the next unit of work raises a recorded signal there (a
+    nightly range stops before its next day); :meth:`hold` switches to
+    holding when a unit of work ended without publishing (up to date, failed)
+    and its outcome is being reported.
     """
 
     def __init__(self) -> None:
         self.holding = False
         self.pending: list[int] = []
-        self.previous = None
+        self.previous: dict[int, object] = {}
 
     def _handler(self, signum, frame) -> None:
         if self.holding:
@@ -147,33 +147,45 @@ class SigintGuard:
         self.holding = True
 
 
-_guard: SigintGuard | None = None
+_guard: InterruptGuard | None = None
 
 
-def install_sigint_guard() -> SigintGuard:
-    """Install a :class:`SigintGuard` for the rest of the process (the CLI's entry point)."""
+def install_interrupt_guard() -> InterruptGuard:
+    """Install an :class:`InterruptGuard` for the rest of the process (the CLI's entry point)."""
     global _guard
     if _guard is None:
-        _guard = SigintGuard()
+        _guard = InterruptGuard()
         if _main_thread():
-            _guard.previous = signal.signal(signal.SIGINT, _guard._handler)
+            _guard.previous = {sig: signal.signal(sig, _guard._handler) for sig in INTERRUPTS}
     return _guard
 
 
 @contextmanager
-def sigint_guard() -> Iterator[SigintGuard]:
-    """The process's :class:`SigintGuard`, or one installed for this block (library callers)."""
+def interrupt_guard() -> Iterator[InterruptGuard]:
+    """The process's :class:`InterruptGuard`, or one installed for this block (library callers)."""
     global _guard
     if _guard is not None:
         yield _guard
         return
-    guard = install_sigint_guard()
+    guard = install_interrupt_guard()
     try:
         yield guard
     finally:
-        if _main_thread():
-            signal.signal(signal.SIGINT, guard.previous)
+        for sig, handler in guard.previous.items():
+            signal.signal(sig, handler)
         _guard = None
+
+
+def _redeliver(signum: int) -> None:
+    """Act on a held signal as the process's own handler would have."""
+    handler = signal.getsignal(signum)
+    if handler is signal.default_int_handler:
+        raise KeyboardInterrupt
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 # ----------------------------------------------------------------------------
@@ -181,9 +193,13 @@ def sigint_guard() -> Iterator[SigintGuard]:
 # ----------------------------------------------------------------------------
 
 
+_paused: set[str] = set()
+
+
 def fault_point(step: str) -> None:
-    """Pause or fail here if a test asked for it (module docstring, "Test hooks")."""
-    if step in os.environ.get(PAUSE_ENV, "").split(","):
+    """Pause (the first time a step is reached) or fail here if a test asked for it (module docstring, "Test hooks")."""
+    if step in os.environ.get(PAUSE_ENV, "").split(",") and step not in _paused:
+        _paused.add(step)
         sys.stderr.write(f"streamjoin: test pause at {step} (pid {os.getpid()})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGSTOP)
@@ -298,7 +314,7 @@ def commit(staging: Path, target: Path) -> None:
     staging, target = Path(staging), Path(target)
     _fsync_tree(staging)
     fault_point("staged")
-    with sigint_held() as pending:
+    with interrupts_held() as pending:
         if target.is_dir() and not target.is_symlink():
             if exchange(staging, target):
                 _fsync(target.parent)
@@ -318,7 +334,7 @@ def commit(staging: Path, target: Path) -> None:
         else:  # a new name, or a file: rename(2) replaces it in one step
             os.replace(staging, target)
             _fsync(target.parent)
-        if _guard is not None:  # published: from here on Ctrl-C cannot undo it (SigintGuard)
+        if _guard is not None:  # published: from here on an interrupt cannot undo it (InterruptGuard)
             _guard.hold()
             _guard.pending += pending
     fault_point("published")
@@ -327,7 +343,7 @@ def commit(staging: Path, target: Path) -> None:
 def abandon(staging: Path | None) -> None:
     """Remove a staging directory or file that will not be published."""
     if staging is not None:
-        with sigint_held():  # a second Ctrl-C must not stop the clean-up
+        with interrupts_held():  # a second signal must not stop the clean-up
             _remove(Path(staging))
 
 
@@ -378,7 +394,7 @@ class AtomicOutput:
 
     It holds the lock of ``out`` while it is open (the job normally holds it
     already, :func:`locks_out`), recovers leftovers, and publishes with
-    :func:`commit`; on an exception (Ctrl-C included) it removes the staging
+    :func:`commit`; on an exception (an interrupt included) it removes the staging
     directory and publishes nothing.
     """
 
@@ -393,11 +409,11 @@ class AtomicOutput:
         self.lock.__enter__()
         try:
             _say_recovered(recover(self.out, MARKERS[self.kind]))
-            with sigint_held() as interrupted:
+            with interrupts_held() as interrupted:
                 staging = new_staging(self.out)
-            if interrupted:  # Ctrl-C came while staging was being made: leave nothing
+            if interrupted:  # a signal came while staging was being made: leave nothing, then act on it
                 abandon(staging)
-                _redeliver_sigint()
+                _redeliver(interrupted[0])
         except BaseException:
             self.lock.__exit__(None, None, None)
             raise

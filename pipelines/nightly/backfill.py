@@ -19,9 +19,10 @@ or left as it was; two runs of the same day never interleave; rerunning with
 the same inputs and config changes nothing.  For a range every day is
 attempted; the exit code is the most serious outcome, in the order
 1 failure > 2 bad input > 4 locked > 3 recall target missed > 0.  Ctrl-C
-stops the range at the day in progress (nothing of it published) with exit
-130; the summary line, always the last line, states the exit code the
-process ends with.  Lock files of runs that died are removed first
+(or SIGTERM) stops the range at the day in progress (nothing of it published) with exit
+130, or -- landing once a day is published -- before the next day; the
+summary line, always the last line, states the exit code the process ends
+with.  Lock files of runs that died are removed first
 (:func:`.publish.remove_stale_locks`).
 """
 
@@ -42,7 +43,7 @@ from .daily import DayResult, compute_days
 from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
                            InputError, StreamjoinError)
 from ..io.lock import OutputLock
-from ..io.output import fault_point, sigint_held
+from ..io.output import fault_point, interrupt_guard
 from .partitions import available_days, day_range, load_days, missing_partition, parse_day, planned_inputs
 from .runlog import RunLog, check_format
 from ..base.timeunits import parse_duration
@@ -277,40 +278,52 @@ def _target_code(cfg: RunConfig, opts: NightlyOptions, recall: float) -> int:
 
 
 def run_days(cfg: RunConfig, opts: NightlyOptions, log: RunLog, command: str, tool_version: str) -> int:
+    """Every day of ``opts.days``; the summary (last line) states the exit code returned.
+
+    Ctrl-C or SIGTERM (:class:`~streamjoin.pipelines.io.output.InterruptGuard`): a day
+    interrupted before its partition is published is reported ``interrupted``
+    (nothing of it published) and the range stops there, exit 130; one
+    that lands once a day is published (or decided) stops the range before
+    the next day -- or, after the last day, changes nothing: published work is
+    reported as published, with the exit code of its outcome.
+    """
     publish.check_root(cfg.out)
     for name in publish.remove_stale_locks(cfg.out):
         log.info(f"removed {name} (left by a run that died)")
     codes: list[int] = []
     published = skipped = under = 0
-    for day in opts.days:
-        try:
-            code, facts = run_day(cfg, day, opts, log, command, tool_version)
-        except KeyboardInterrupt:
-            code = EXIT_INTERRUPTED
-            log.error("interrupted; nothing was published for the day in progress", code, date=day.isoformat())
-            facts = {"date": day.isoformat(), "status": "interrupted", "reason": "Ctrl-C (SIGINT)"}
-        except StreamjoinError as exc:
-            code = exc.exit_code
-            log.error(str(exc), code, date=day.isoformat())
-            facts = {"date": day.isoformat(), "status": "locked" if code == EXIT_LOCKED else "failed", "reason": str(exc)}
-        except Exception as exc:  # a bug or an OS error: this day fails (exit 1), the others still run
-            code = EXIT_FAILURE
-            message = " ".join(f"internal failure: {type(exc).__name__}: {exc}".split())
-            log.error(message, code, date=day.isoformat())
-            facts = {"date": day.isoformat(), "status": "failed", "reason": message}
-        if _below_target(cfg, facts.get("recall")):  # counted with or without --fail-under-target
-            under += 1
-            facts["status"] += " (recall below target)"
-        codes.append(code)
-        published += facts["status"].startswith("published")
-        skipped += facts["status"].startswith("up-to-date")
-        log.record("day", **facts)
-        if code == EXIT_INTERRUPTED:
-            break
-    code = EXIT_INTERRUPTED if EXIT_INTERRUPTED in codes else worst(codes)
-    # the summary states the exit code the process ends with: a Ctrl-C from
-    # here on is held and ignored (the work is done, and said so)
-    with sigint_held():
+    with interrupt_guard() as guard:
+        for day in opts.days:
+            try:
+                guard.arm()  # an interrupt held since the previous day was published stops the range here
+                code, facts = run_day(cfg, day, opts, log, command, tool_version)
+                guard.hold()  # the day is decided: report it
+            except KeyboardInterrupt:
+                guard.hold()
+                code = EXIT_INTERRUPTED
+                log.error("interrupted; nothing was published for the day in progress", code, date=day.isoformat())
+                facts = {"date": day.isoformat(), "status": "interrupted", "reason": "interrupted (SIGINT or SIGTERM)"}
+            except StreamjoinError as exc:
+                guard.hold()
+                code = exc.exit_code
+                log.error(str(exc), code, date=day.isoformat())
+                facts = {"date": day.isoformat(), "status": "locked" if code == EXIT_LOCKED else "failed", "reason": str(exc)}
+            except Exception as exc:  # a bug or an OS error: this day fails (exit 1), the others still run
+                guard.hold()
+                code = EXIT_FAILURE
+                message = " ".join(f"internal failure: {type(exc).__name__}: {exc}".split())
+                log.error(message, code, date=day.isoformat())
+                facts = {"date": day.isoformat(), "status": "failed", "reason": message}
+            if _below_target(cfg, facts.get("recall")):  # counted with or without --fail-under-target
+                under += 1
+                facts["status"] += " (recall below target)"
+            codes.append(code)
+            published += facts["status"].startswith("published")
+            skipped += facts["status"].startswith("up-to-date")
+            log.record("day", **facts)
+            if code == EXIT_INTERRUPTED:
+                break
+        code = EXIT_INTERRUPTED if EXIT_INTERRUPTED in codes else worst(codes)
         log.summary(code, days=len(opts.days), published=published, up_to_date=skipped,
                     failed=sum(c in (EXIT_FAILURE, EXIT_USAGE) for c in codes), locked=codes.count(EXIT_LOCKED),
                     target_missed=under, interrupted=codes.count(EXIT_INTERRUPTED))
@@ -373,18 +386,20 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
     from ..config.settings import resolve
 
     log = RunLog(opts.log_format)
-    try:
-        cfg = nightly_period(resolve(config_path, flags, check_out=False))
-        return body(cfg, log)
-    except StreamjoinError as exc:
-        log.error(str(exc), exc.exit_code)
-        log.summary(exc.exit_code, status="failed")
-        return exc.exit_code
-    except KeyboardInterrupt:
-        with sigint_held():
+    with interrupt_guard() as guard:
+        try:
+            cfg = nightly_period(resolve(config_path, flags, check_out=False))
+            return body(cfg, log)
+        except StreamjoinError as exc:
+            guard.hold()
+            log.error(str(exc), exc.exit_code)
+            log.summary(exc.exit_code, status="failed")
+            return exc.exit_code
+        except KeyboardInterrupt:
+            guard.hold()
             log.error("interrupted; nothing was published for the day in progress", EXIT_INTERRUPTED)
             log.summary(EXIT_INTERRUPTED, status="interrupted")
-        return EXIT_INTERRUPTED
+            return EXIT_INTERRUPTED
 
 
 def cli_run(config_path: Path | None, flags, opts: NightlyOptions, command: str, *, plan_only: bool = False) -> int:

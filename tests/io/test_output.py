@@ -7,7 +7,9 @@ the output, an old ``.old-*`` of earlier versions) is recovered by
 :func:`recover`; the lock is re-entrant within a process and refuses another
 process; a file is replaced through the same protocol.  Through the console
 command: two plain runs on one ``--out`` -- the second exits 4 and does
-nothing.
+nothing.  Interrupts (SIGINT, SIGTERM) before publishing exit 130 and say
+nothing was published; after it, exit 0 and the summary says published; a
+failing run with ``--log-format json`` ends with the summary event.
 """
 
 from __future__ import annotations
@@ -176,3 +178,46 @@ def test_concurrent_plain_runs_one_exits_4_and_does_nothing(tmp_path):
     assert json.loads(stdout.splitlines()[-1])["exit_code"] == 0
     assert json.loads((tmp_path / "out" / "report.json").read_text())["emitted_results"] > 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".out", "out"))) == ["out"]
+
+
+# ----------------------------------------------------------------------------
+# interrupts and the summary (issue 22 item 7)
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("step, code", [("staged", 130), ("exchanged", 0), ("published", 0)])
+def test_an_interrupt_before_publishing_exits_130_after_it_exits_0_and_says_so(tmp_path, step, code, sig):
+    args = _inputs(tmp_path)
+    assert subprocess.run(CMD + args, cwd=tmp_path, env=clean_env(), capture_output=True).returncode == 0
+    before = (tmp_path / "out" / "report.json").read_text()
+    proc = subprocess.Popen(CMD + args, cwd=tmp_path, env=clean_env(STREAMJOIN_TEST_PAUSE_AT=step),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_stopped(proc), proc.communicate()
+        signal_and_resume(proc, sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, stderr
+    after = (tmp_path / "out" / "report.json").read_text()
+    if code == 130:  # the signal wins: nothing published, and the last line says so
+        assert after == before and stderr.splitlines()[-1] == "error: interrupted; nothing was published"
+        assert "published:" not in stdout
+    else:  # published means done: exit 0, and the summary's last line says so
+        assert after != before and stdout.splitlines()[-1] == "published: out (exit 0)"
+        assert "error" not in stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out")) == []
+
+
+def test_json_log_of_a_failing_plain_run_ends_with_a_summary_event(tmp_path):
+    args = _inputs(tmp_path)
+    args[args.index("k")] = "nope"  # a key column the inputs do not have
+    proc = subprocess.run(CMD + args + ["--log-format", "json"], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["event"] for e in events][-2:] == ["error", "summary"]
+    assert events[-1]["exit_code"] == 2 and events[-1]["status"] == "failed" and "nope" in events[-2]["message"]
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+    assert not (tmp_path / "out").exists()
