@@ -639,6 +639,10 @@ def main() -> None:
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
         typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
         sys.exit(EXIT_FAILURE)
+    finally:  # whatever was reported stands: no interrupt may change the exit code from here on
+        from streamjoin.pipelines.io.output import ignore_interrupts
+
+        ignore_interrupts()
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

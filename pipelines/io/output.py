@@ -39,8 +39,8 @@ what the crash points above say, and the next writer recovers.
 Test hooks (environment variables, for the fault-injection tests only; never
 set them in production): ``STREAMJOIN_TEST_PAUSE_AT=<step>[,<step>]`` makes
 the process print ``streamjoin: test pause at <step> (pid N)`` to stderr and
-stop itself (SIGSTOP) at that step, so a test can kill it there and nowhere
-else, or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
+stop itself (SIGSTOP) the first time it reaches that step, so a test can
+kill it there and nowhere else, or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
 internal failure there; ``STREAMJOIN_TEST_NO_EXCHANGE=1`` takes the fallback.
 Steps: ``staged`` (staging complete, before publishing), ``exchanged`` (after
 the exchange, before the previous version is deleted), ``trashed`` (fallback:
@@ -148,6 +148,17 @@ class InterruptGuard:
 
 
 _guard: InterruptGuard | None = None
+
+
+def ignore_interrupts() -> None:
+    """The outcome is reported, the process only exits now: ignore SIGINT and SIGTERM.
+
+    (Python resets its handlers to the default -- die by the signal -- while it
+    shuts down, which would replace an exit code the summary already stated;
+    an ignored signal stays ignored.)"""
+    if _main_thread():
+        for sig in INTERRUPTS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def install_interrupt_guard() -> InterruptGuard:

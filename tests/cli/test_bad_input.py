@@ -429,7 +429,8 @@ def test_sigint_late_in_a_run_publishes_all_or_nothing(big_inputs: Path) -> None
     if snapshot(out) == before:  # interrupted before publishing
         assert code == 130, lines
         assert lines[-1] == "error: interrupted; nothing was published", lines
-    else:  # the signal landed after publishing (or in the teardown): a complete new output
+    else:  # the signal landed after publishing (or in the teardown): a complete new output, and exit 0
+        assert code == 0, lines  # published means done (docs/semantics.md, "Publishing outputs")
         report = json.loads((out / "report.json").read_text())
         assert [s["rows"] for s in report["streams"]] == [BIG_ROWS, BIG_ROWS]
         n = pl.scan_parquet(out / "results.parquet").select(pl.len()).collect().item()
