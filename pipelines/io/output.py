@@ -129,18 +129,32 @@ class InterruptGuard:
     def __init__(self) -> None:
         self.holding = False
         self.pending: list[int] = []
+        self.raised = False
         self.previous: dict[int, object] = {}
 
     def _handler(self, signum, frame) -> None:
         if self.holding:
             self.pending.append(signum)
         else:
+            self.raised = True
             raise KeyboardInterrupt
 
     def arm(self) -> None:
         self.holding = False
+        self.raised = False
         if self.pending:
             self.pending.clear()
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise an interrupt Python swallowed, before anything is published.
+
+        A ``KeyboardInterrupt`` raised while Python runs a ``__del__`` or a
+        weakref callback (garbage collection) cannot propagate: Python drops
+        it.  Every handler that does catch one switches the guard to holding,
+        so an interrupt raised while armed and not caught is still due here.
+        """
+        if self.raised and not self.holding:
             raise KeyboardInterrupt
 
     def hold(self) -> None:
@@ -168,7 +182,14 @@ def install_interrupt_guard() -> InterruptGuard:
         _guard = InterruptGuard()
         if _main_thread():
             _guard.previous = {sig: signal.signal(sig, _guard._handler) for sig in INTERRUPTS}
+            sys.unraisablehook = functools.partial(_unraisable, sys.unraisablehook)
     return _guard
+
+
+def _unraisable(previous, unraisable) -> None:
+    """A dropped interrupt is no error to print: :meth:`InterruptGuard.check` raises it again."""
+    if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _guard is not None):
+        previous(unraisable)
 
 
 @contextmanager
@@ -325,6 +346,8 @@ def commit(staging: Path, target: Path) -> None:
     staging, target = Path(staging), Path(target)
     _fsync_tree(staging)
     fault_point("staged")
+    if _guard is not None:
+        _guard.check()
     with interrupts_held() as pending:
         if target.is_dir() and not target.is_symlink():
             if exchange(staging, target):

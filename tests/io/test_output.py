@@ -15,9 +15,11 @@ failing run with ``--log-format json`` ends with the summary event.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import polars as pl
@@ -142,6 +144,31 @@ def test_atomic_output_publishes_or_leaves_the_previous_output(tmp_path):
     with output.AtomicOutput(out) as staging:
         (staging / "report.json").write_text("new")
     assert _tag(out) == "new" and _beside(out) == []
+
+
+def _python_code() -> None:
+    """Any Python function: entering it lets Python run a pending signal handler."""
+
+
+def test_an_interrupt_python_swallowed_is_raised_before_publishing(tmp_path, capsys):
+    """An interrupt raised inside a weakref callback is dropped by Python; the commit still honours it."""
+    out = _version(tmp_path / "out", "old")
+
+    class Thing:
+        pass
+
+    with output.interrupt_guard():
+        thing = Thing()
+        ref = weakref.ref(thing, lambda _: (os.kill(os.getpid(), signal.SIGTERM), _python_code()))
+        del thing  # the callback runs: the guard raises KeyboardInterrupt inside it, and Python drops it
+        assert ref() is None
+        staging = output.new_staging(out)
+        (staging / "report.json").write_text("new")
+        with pytest.raises(KeyboardInterrupt):
+            output.commit(staging, out)
+        output.abandon(staging)
+    assert _tag(out) == "old" and _beside(out) == []
+    assert "Exception ignored" not in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------
