@@ -27,11 +27,12 @@ import pyarrow.parquet as pq
 from ..analysis import metrics
 from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
-from ..engines.bounded import BoundedReplay, result_order
+from ..engines.bounded import BoundedReplay
 from ..base.errors import InputError
 from ..io.load import open_dataset
 from ..io.output import AtomicOutput
 from ..replay.predicates import where_of
+from ..replay.results import result_order
 from ..report import json as report_json
 from ..report.build import LATENCY_BINS, period_report
 from ..base.version import tool_version

@@ -21,12 +21,11 @@ from ..analysis import metrics
 from ..base.version import tool_version
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
-from ..io.chunks import take_rows
 from ..io.load import LoadedStream, bad_arrivals_of, load_all
 from ..io.output import AtomicOutput
 from ..replay.duplicates import count_duplicates
-from ..replay.emit import emission_order
 from ..replay.predicates import space_of, where_of
+from ..replay.results import emitted_frame
 from ..report import build as report_build
 from ..report import html as report_html
 from ..report import json as report_json
@@ -49,34 +48,6 @@ class _Stages:
         self.timings[name] = time.perf_counter() - t0
         if self.on_stage:
             self.on_stage(name, self.timings[name])
-
-
-def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataFrame:
-    """One row per emitted combination, ordered by emission time then members.
-
-    Columns per stream ``s``: ``s_row``, ``s_ts_us``, ``s_arrival_us`` and every
-    payload column as ``s_<col>``; then ``emit_us`` and ``latency_us``.
-    """
-    em = outcome.emission
-    mask = em.emitted
-    rows = [r[mask] for r in outcome.combos.rows]
-    emit_us = em.emit_us[mask]
-    order = emission_order(emit_us, em.last[mask], rows)
-    parts = []
-    for k, s in enumerate(streams):
-        idx = rows[k][order]
-        cols = pl.DataFrame({
-            f"{s.name}_row": idx,
-            f"{s.name}_ts_us": s.ts[idx],
-            f"{s.name}_arrival_us": s.arrival[idx],
-        })
-        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
-        parts.append(cols.hstack(payload))
-    frame = pl.concat(parts, how="horizontal")
-    return frame.with_columns(
-        pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
-        pl.Series("latency_us", em.latency_us[mask][order], dtype=pl.Int64),
-    )
 
 
 def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:
@@ -204,7 +175,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 # both engines: the combinations are on the driver, and so is --out
                 # (the staging directory is renamed into place there); one file,
                 # the same bytes from either engine
-                results_frame(outcome, streams).write_parquet(staging / "results.parquet", compression="zstd")
+                emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression="zstd")
             if cfg.write_results:
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:

@@ -26,10 +26,11 @@ from hypothesis import strategies as st
 from streamjoin.pipelines.jobs.chunked import chunked_report
 from streamjoin.pipelines.io.chunks import read_chunks, survey
 from streamjoin.pipelines.config.settings import RunConfig, StreamConfig
-from streamjoin.pipelines.engines.bounded import BoundedReplay, result_order
+from streamjoin.pipelines.engines.bounded import BoundedReplay
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.base.errors import InputError
-from streamjoin.pipelines.jobs.run import build_report, results_frame
+from streamjoin.pipelines.jobs.run import build_report
+from streamjoin.pipelines.replay.results import emitted_frame, result_order
 from streamjoin.pipelines.io.load import load_all
 from streamjoin.pipelines.policies import PolicySpec
 
@@ -88,7 +89,7 @@ def in_memory(cfg: RunConfig):
     streams = load_all(list(cfg.streams), ANY_SHARE)
     outcome = join([s.ts for s in streams], [s.arrival for s in streams],
                    [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy)
-    return streams, outcome, build_report(cfg, "t", streams, outcome), results_frame(outcome, streams)
+    return streams, outcome, build_report(cfg, "t", streams, outcome), emitted_frame(outcome.combos, outcome.emission, streams)
 
 
 def bounded(cfg: RunConfig, chunk_rows: int):
