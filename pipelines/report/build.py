@@ -1,6 +1,11 @@
-"""What ``report.json`` holds beyond the run's counts: the period facts and
-the series the HTML report draws (SPEC §9 allows extra keys).
+"""The body of ``report.json`` (SPEC §9), and what it holds beyond the run's
+counts: the period facts and the series the HTML report draws (SPEC §9
+allows extra keys).
 
+:func:`report_body` builds the report of every ``streamjoin run`` -- in
+memory (:mod:`~streamjoin.pipelines.jobs.run`, from the replay) and in bounded
+memory (:mod:`~streamjoin.pipelines.jobs.chunked`, from the engine's sums) --
+and :func:`finish` fills in its outputs and timings once they are written.
 :func:`extras` computes, from the replay, the downsampled memory series, the
 latency histogram of the emitted results and the tuning curve
 (:func:`~streamjoin.pipelines.analysis.tuning.curve_only`), so that
@@ -9,12 +14,15 @@ latency histogram of the emitted results and the tuning curve
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..analysis import metrics
 from ..analysis.tuning import curve_only
+from ..base.version import tool_version
 from ..config.settings import RunConfig
 from ..policies import SYMMETRIC
 from . import json as report_json
@@ -37,6 +45,70 @@ def period_report(cfg: RunConfig, periods: list[dict[str, Any]], first: int | No
     return {"period_us": cfg.period_us, "period_source": cfg.period_source,
             **metrics.period_counts(first, last, cfg.period_us, len(periods)),
             "time_origin": report_json.calendar_origin(first, last)}
+
+
+def report_body(cfg: RunConfig, command: str, *, streams: list[dict[str, Any]], truth: int, emitted: int,
+                duplicates: int | None, latency: dict[str, Any], memory_tuples: dict[str, Any],
+                memory_bytes: dict[str, Any], periods: list[dict[str, Any]], first: int | None, last: int | None,
+                policy: dict[str, Any], plan: dict[str, Any] | None,
+                sections: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``report.json`` of a run on one machine, before its outputs and timings.
+
+    ``streams``: the per-stream facts; ``first`` / ``last``: the replay's first
+    and last arrival; ``policy``: the policy's entries (``policy_decisions``,
+    and ``policy_settings`` where the engine has them); ``plan``: the probe
+    order's entry; ``sections``: keys of one kind of run (the bounded run's),
+    placed after ``routing``.  ``timings_s`` and ``outputs`` are left empty for
+    :func:`finish`.
+    """
+    return {
+        "schema_version": report_json.SCHEMA_VERSION,
+        "tool_version": tool_version(),
+        "command": command,
+        "config": cfg.to_dict(),
+        "streams": streams,
+        "truth_results": truth,
+        "emitted_results": emitted,
+        "recall": metrics.recall_of(emitted, truth),
+        # every emitted combination is one of the truth rows by construction
+        "precision": 1.0,
+        "duplicates": duplicates,
+        "latency_us": latency,
+        "memory_tuples": memory_tuples,
+        "memory_bytes": memory_bytes,
+        **period_report(cfg, periods, first, last),
+        "periods": periods,
+        "recall_target": cfg.recall_target,
+        **policy,
+        "plan": plan,
+        # one machine: one partition, nothing replicated (a Spark run replaces it)
+        "routing": {
+            "router": cfg.router,
+            "partitions": 1,
+            "replication_factor": 1.0,
+            "overhead_measured": 0.0,
+            "overhead_predicted": 0.0,
+            "load_imbalance": 1.0,
+        },
+        **(sections or {}),
+        "timings_s": {},
+        "outputs": {},
+    }
+
+
+def finish(report: dict[str, Any], out: Path, outputs: dict[str, str], stage_timings: dict[str, float],
+           join_timings: dict[str, float], started: float, rows: int) -> None:
+    """Fill in ``outputs`` (plus ``report.json`` itself, under ``out``),
+    ``timings_s`` (the job's stages, the engine's as ``join.<name>``, and the
+    total since ``started``, a ``time.perf_counter()``) and
+    ``input_tuples_per_s`` over ``rows`` input tuples."""
+    outputs["report"] = str(out / "report.json")
+    report["outputs"] = outputs
+    timings = dict(stage_timings)
+    timings.update({f"join.{k}": v for k, v in join_timings.items()})
+    timings["total"] = time.perf_counter() - started
+    report["timings_s"] = timings
+    report["input_tuples_per_s"] = rows / timings["total"] if timings["total"] > 0 else None
 
 
 def memory_series(memory: np.ndarray, arrival: np.ndarray, points: int = MAX_SERIES_POINTS) -> dict[str, Any]:
