@@ -94,7 +94,7 @@ def spark_join(
                             keys=key_ids(list(keys)) if policy.adaptive else None)
     else:
         raise AssertionError(progress)
-    replay, dec = (f["_replay"], f["_decisions"]) if "_replay" in f else sp.replay_from_facts(f, n, policy, sizes)
+    replay, dec = sp.replay_from_facts(f, n, policy, sizes)
     timings["progress"] = time.perf_counter() - t0
     # memory per arrival needs only the replay: counted on the driver while the join runs
     pool = ThreadPoolExecutor(max_workers=1)

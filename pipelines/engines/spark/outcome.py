@@ -14,6 +14,7 @@ import numpy as np
 from ...policies import SYMMETRIC
 from ...replay.candidates import Combos, Space
 from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
+from ...replay.partitioned_progress import Facts
 from ...route import imbalance
 from ..local import JoinOutcome
 from .kernels import INT
@@ -37,7 +38,7 @@ class SparkOutcome(JoinOutcome):
             stack.close()
 
 
-def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
+def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
     """The driver-side outcome from the collected combinations, in collection order
     (partition by partition; with one partition, the local engine's order).
 
