@@ -68,7 +68,7 @@ from ..replay.candidates import Combos, Space, enumerate_truth, index_dtype
 from ..io.chunks import Batch, Chunk, Survey, filter_rows, take_rows
 from ..config.settings import RunConfig, with_period
 from ..io.load import LoadedStream
-from ..replay.probe_order import Plan, probe_order
+from ..replay.probe_order import ProbeOrder, probe_order
 from ..replay.results import member_columns, with_emission
 from ..policies import SORTING, retention_matrix, slack_matrix
 from ..replay.progress import minus, running_max, stream_running_max
@@ -205,7 +205,7 @@ class BoundedReplay:
         self.held_ts = [np.empty(0, np.int64) for _ in range(n)]
         self.held_rel = [np.empty(0, np.int64) for _ in range(n)]
         self.pending: Pending | None = None
-        self.plan: Plan | None = None
+        self.probe_order: ProbeOrder | None = None
         self.first_arrival: int | None = None
         self.last_arrival: int | None = None
         self.acc = Accumulators(n=n)
@@ -407,9 +407,9 @@ class BoundedReplay:
         ts = [w.ts for w in windows]
         keys = [w.keys if w.keys.width else None for w in windows]
         space = Space([w.vectors for w in windows], self.cfg.distance.threshold) if self.cfg.distance else None
-        if self.plan is None and all(len(t) for t in ts):
-            self.plan = probe_order(ts, keys, self.W.tolist(), space)
-        order = self.plan.order if self.plan is not None else None
+        if self.probe_order is None and all(len(t) for t in ts):
+            self.probe_order = probe_order(ts, keys, self.W.tolist(), space)
+        order = self.probe_order.order if self.probe_order is not None else None
         combos = enumerate_truth(ts, keys, self.W.tolist(), space=space, order=order)
         if len(combos):
             # only combinations with a new member: the others were produced in an earlier chunk

@@ -216,7 +216,7 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
         latency=latency, memory_tuples=mem_t, memory_bytes=mem_b, periods=_periods(engine, cfg),
         first=engine.first_arrival, last=engine.last_arrival,
         policy={"policy_decisions": None},  # the recall-target policies run in memory
-        plan=engine.plan.to_dict(names) if engine.plan else None,
+        probe_order=engine.probe_order.to_dict(names) if engine.probe_order else None,
         sections={
             "bounded": {
                 "chunk_rows": sv.chunk_rows,

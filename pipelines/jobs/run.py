@@ -96,7 +96,7 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
         policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
                 "policy_settings": outcome.decisions.policy_settings},
-        plan=outcome.plan.to_dict(names) if outcome.plan else None,
+        probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
     )
 
 

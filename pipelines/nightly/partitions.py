@@ -198,7 +198,7 @@ class DayStreams:
         return self.start_us - self.lookback_us
 
 
-def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us: int) -> tuple[list[InputFile], list[str], list[str]]:
+def inputs_of_days(streams: list[StreamConfig], days: list[dt.date], lookback_us: int) -> tuple[list[InputFile], list[str], list[str]]:
     """Files a run over ``days`` would read, without reading them.
 
     Returns ``(files, missing_days, missing_lookback)``: a stream with no
@@ -309,7 +309,7 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
     ``days``, a partition breaks the arrival-date rule, or quarantines more
     than ``max_quarantine`` of its rows (:func:`~streamjoin.pipelines.load.check_quarantine`).
     """
-    files, missing, missing_lb = planned_inputs(configs, days, lookback_us)
+    files, missing, missing_lb = inputs_of_days(configs, days, lookback_us)
     if missing:
         raise missing_partition(str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}", missing[0])
     start = day_start_us(days[0])

@@ -50,16 +50,16 @@ def period_report(cfg: RunConfig, periods: list[dict[str, Any]], first: int | No
 def report_body(cfg: RunConfig, command: str, *, streams: list[dict[str, Any]], truth: int, emitted: int,
                 duplicates: int | None, latency: dict[str, Any], memory_tuples: dict[str, Any],
                 memory_bytes: dict[str, Any], periods: list[dict[str, Any]], first: int | None, last: int | None,
-                policy: dict[str, Any], plan: dict[str, Any] | None,
+                policy: dict[str, Any], probe_order: dict[str, Any] | None,
                 sections: dict[str, Any] | None = None) -> dict[str, Any]:
     """``report.json`` of a run on one machine, before its outputs and timings.
 
     ``streams``: the per-stream facts; ``first`` / ``last``: the replay's first
     and last arrival; ``policy``: the policy's entries (``policy_decisions``,
-    and ``policy_settings`` where the engine has them); ``plan``: the probe
-    order's entry; ``sections``: keys of one kind of run (the bounded run's),
-    placed after ``routing``.  ``timings_s`` and ``outputs`` are left empty for
-    :func:`finish`.
+    and ``policy_settings`` where the engine has them); ``probe_order``: the
+    probe order's entry (under the key ``plan``); ``sections``: keys of one
+    kind of run (the bounded run's), placed after ``routing``.  ``timings_s``
+    and ``outputs`` are left empty for :func:`finish`.
     """
     return {
         "schema_version": report_json.SCHEMA_VERSION,
@@ -80,7 +80,7 @@ def report_body(cfg: RunConfig, command: str, *, streams: list[dict[str, Any]], 
         "periods": periods,
         "recall_target": cfg.recall_target,
         **policy,
-        "plan": plan,
+        "plan": probe_order,
         # one machine: one partition, nothing replicated (a Spark run replaces it)
         "routing": {
             "router": cfg.router,

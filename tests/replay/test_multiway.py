@@ -144,8 +144,8 @@ def test_probe_order_puts_the_most_selective_pair_first():
 
 
 @pytest.mark.parametrize("sizes", [(300, 120), (80, 200), (50, 50)])
-def test_two_stream_plan_is_smaller_first_with_the_exact_selectivity(sizes):
-    """Two streams: the local engine's plan comes from the join itself."""
+def test_two_stream_order_is_smaller_first_with_the_exact_selectivity(sizes):
+    """Two streams: the local engine's probe order comes from the join itself."""
     import polars as pl
 
     from streamjoin.pipelines.engines.local import join
@@ -160,9 +160,9 @@ def test_two_stream_plan_is_smaller_first_with_the_exact_selectivity(sizes):
          for k in range(2)], [20_000, 20_000]))
     assert len(out.combos) == truth
     first = 0 if sizes[0] <= sizes[1] else 1
-    assert out.plan.order == [first, 1 - first]
-    assert out.plan.selectivity[(0, 1)] == truth / (sizes[0] * sizes[1])
-    assert out.plan.estimated_sizes == [float(sizes[first]), float(truth)]
+    assert out.probe_order.order == [first, 1 - first]
+    assert out.probe_order.selectivity[(0, 1)] == truth / (sizes[0] * sizes[1])
+    assert out.probe_order.estimated_sizes == [float(sizes[first]), float(truth)]
 
 
 @pytest.mark.parametrize("text, cols, thr", [("x,y<=5000", ("x", "y"), 5000.0), (" pos_x , pos_y<= 1.5 ", ("pos_x", "pos_y"), 1.5),

@@ -38,7 +38,7 @@ class SparkOutcome(JoinOutcome):
             stack.close()
 
 
-def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
+def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe_order, memory) -> SparkOutcome:
     """The driver-side outcome from the collected combinations, in collection order
     (partition by partition; with one partition, the local engine's order).
 
@@ -67,7 +67,8 @@ def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, plan,
             emit_us = np.maximum.reduce([rel_us[x] for x in a])
             latency = emit_us - replay.arrival[last]
             em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
-    return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings, plan=plan)
+    return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings,
+                        probe_order=probe_order)
 
 
 def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_kernel: bool) -> None:
