@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional, get_args
@@ -168,16 +169,27 @@ def _fail(exc: StreamjoinError) -> None:
     raise typer.Exit(exc.exit_code)
 
 
-def _stage_reporter(total: int):
-    """Progress bar on a terminal, plain log lines otherwise (cron)."""
+def _stage_reporter(stages: tuple[str, ...], labels: dict[str, str] | None = None):
+    """Progress bar on a terminal, naming the stage that is running (``labels``:
+    a longer caption for some, e.g. the join on Spark); plain log lines otherwise (cron)."""
+    labels = labels or {}
     if sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
-        task = progress.add_task("streamjoin", total=total)
+        def caption(i: int) -> str:
+            return f"{labels.get(stages[i], stages[i])} ..." if i < len(stages) else "done"
+
+        # the bar writes to its own copy of the terminal's descriptor: while the Spark
+        # session starts, descriptor 2 points at Spark's log (engines/spark/session.py)
+        terminal = Console(file=os.fdopen(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", closefd=True),
+                           force_terminal=True)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
+                            console=terminal)
+        task = progress.add_task(caption(0), total=len(stages))
 
         def on_stage(name: str, seconds: float) -> None:
-            progress.update(task, advance=1, description=f"{name} done")
+            progress.update(task, advance=1, description=caption(stages.index(name) + 1))
 
         return progress, on_stage
 
@@ -274,7 +286,7 @@ def run(
     (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
     3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
     """
-    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.config.settings import Flags, engine_source, resolve
     from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
@@ -296,7 +308,13 @@ def run(
     log = _json_log(nightly)
     try:
         cfg = resolve(config, flags)
-        progress, on_stage = _stage_reporter(len(STAGES)) if log is None else (None, log.stage)
+        spark = cfg.engine == "spark"
+        if spark and cfg.master.startswith("local") and sys.stderr.isatty() and \
+                engine_source(config, flags) == "default":
+            typer.echo("note: the default engine is Spark; for inputs that fit one machine, --engine local gives "
+                       "the same answer faster (no JVM to start)", err=True)
+        labels = {"join": f"join on Spark ({cfg.master})"} if spark else {}
+        progress, on_stage = _stage_reporter(STAGES, labels) if log is None else (None, log.stage)
         on_chunk = _chunk_reporter(progress) if log is None else None
         if progress is not None:
             with progress:
@@ -590,7 +608,8 @@ def main() -> None:
         typer.echo(f"error: {message}{hint}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
-        typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
+        notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))  # e.g. where Spark's log is
+        typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}{notes}", err=True)
         sys.exit(EXIT_FAILURE)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -38,6 +38,8 @@ ROUTERS = ("none", "atr", "ctr", "auto")
 ENGINES = ("spark", "local")
 #: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
 ENGINE_ENV = "STREAMJOIN_ENGINE"
+#: the engine when neither a flag, the config nor $STREAMJOIN_ENGINE chooses one
+DEFAULT_ENGINE = "spark"
 
 #: keys a config TOML may hold; anything else is a typo and is refused
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
@@ -256,6 +258,18 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
     return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
 
 
+def engine_source(config_path: Path | None, flags: Flags) -> str:
+    """Who chose the engine of a run: ``"flag"``, ``"config"`` (``[run] engine``),
+    ``"environment"`` (``$STREAMJOIN_ENGINE``) or ``"default"`` (Spark)."""
+    import os
+
+    if flags.engine:
+        return "flag"
+    if config_path and read_toml(config_path).get("run", {}).get("engine"):
+        return "config"
+    return "environment" if os.environ.get(ENGINE_ENV) else "default"
+
+
 def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
@@ -375,7 +389,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
     import os
 
-    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or "spark"
+    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     sort = os.environ.get(SORT_ENV) or "auto"
