@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError, warn_once
-from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US
+from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US, in_calendar_range
 
 _TS_DIV = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000), "ps": (1, 1_000_000)}
 
@@ -173,15 +173,12 @@ def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
     return table, files
 
 
-#: integer times read as seconds since the Unix epoch in this range count as
-#: plausible calendar dates: 1990-01-01 .. 2100-01-01 UTC (docs/semantics.md)
-PLAUSIBLE_EPOCH_S = (631_152_000, 4_102_444_800)
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds"}
 
 
 def _plausible(lo: int, hi: int, unit: str) -> bool:
-    per_s = 1_000_000 / UNIT_US[unit]
-    return PLAUSIBLE_EPOCH_S[0] <= lo / per_s and hi / per_s <= PLAUSIBLE_EPOCH_S[1]
+    """Integer times ``lo .. hi`` in ``unit`` are calendar dates (base/timeunits.py)."""
+    return in_calendar_range(lo * UNIT_US[unit], hi * UNIT_US[unit])
 
 
 def likely_epoch_unit(lo: int, hi: int, unit: str) -> str | None:
