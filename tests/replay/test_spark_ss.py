@@ -13,7 +13,7 @@ from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches
 
-from tests.helpers.spark_ss import local_spark_ss, spark_problems
+from helpers.spark_ss import local_spark_ss, spark_problems
 
 MS = 1000
 S = 1_000_000
