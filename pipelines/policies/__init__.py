@@ -81,13 +81,13 @@ class PolicySpec:
             raise InputError("policy static needs --retention DURATION")
         if self.name in ADAPTIVE and self.target is None:
             raise InputError(f"policy {self.name} needs --recall Q (a recall target in (0, 1])")
-        for label, values in (("k", self.k), ("retention", self.retention), ("watermark", self.watermark)):
-            if values is not None and any(v < 0 for v in values):
-                raise InputError(f"--{label} must be >= 0")
         if self.name == "spark-ss":
             from .spark_ss import check_settings
 
             check_settings(self)
+        for label, values in (("k", self.k), ("retention", self.retention), ("watermark", self.watermark)):
+            if values is not None and any(v < 0 for v in values):
+                raise InputError(f"--{label} must be >= 0")
 
     @property
     def family(self) -> str:
