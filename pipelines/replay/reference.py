@@ -28,6 +28,9 @@ Semantics in brief (SPEC is authoritative)
   step with ``R(a) >= y.ts`` (or the end of input, where everything left is
   flushed).  Released tuples enter an in-order window join; after all
   releases of a step the join state drops tuples with ``x.ts + W_s < R(a)``.
+* **Micro-batch emulation** (``spark-ss``, :func:`replay_micro_batches`): a
+  loop over Spark Structured Streaming's micro-batches with explicit state
+  lists (docs/semantics.md, "spark-ss").
 
 Worked example (policy ``none``, ``W = (10, 10)``)::
 
