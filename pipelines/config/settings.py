@@ -126,8 +126,13 @@ class RunConfig:
         d["out"] = str(self.out)
         d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
-        if d["policy"].get("target") is None:
-            d["policy"].pop("target", None)  # only recall-target policies have one
+        # only recall-target policies have a target, only spark-ss the others
+        for key in ("target", "watermark", "trigger_us", "watermark_policy"):
+            if d["policy"].get(key) is None:
+                d["policy"].pop(key, None)
+        for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
+            if stream.get("watermark_us") is None:
+                stream.pop("watermark_us", None)
         return d
 
 
