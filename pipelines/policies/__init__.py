@@ -1,6 +1,6 @@
 """Disorder policies (SPEC §4): what each one decides, as a small config.
 
-Two families:
+Families:
 
 * **symmetric** (``static``, ``qjoin``): every stream keeps a buffer, a
   tuple joins the moment it arrives; the retention ``d_i`` sets how far behind
@@ -12,6 +12,10 @@ Two families:
   Structured Streaming's stream-stream join, arrivals cut into micro-batches
   by ``--trigger``, a global watermark from ``--watermark`` per stream
   (:mod:`.spark_ss` states the rules and their sources).
+* **interval join** (``flink``): an engine emulation (SPEC §4.4) -- Flink's
+  DataStream interval join, per-input bounded-out-of-orderness watermarks
+  (``--watermark``, emitted per record or every ``--watermark-interval``),
+  late records dropped, buffers cleaned by the watermark (:mod:`.flink`).
 
 :class:`PolicySpec` is pure configuration -- the arrays a policy implies
 (``K_i(a)``, ``d_i(a)``) are built by the policy modules beside this file and
@@ -29,6 +33,7 @@ from .triggers import Triggers
 SORTING = "sorting"
 SYMMETRIC = "symmetric"
 MICROBATCH = "micro-batch"
+INTERVAL_JOIN = "interval-join"
 
 FAMILY = {
     "none": SORTING,
@@ -38,6 +43,7 @@ FAMILY = {
     "qjoin": SYMMETRIC,
     "qkslack": SORTING,
     "spark-ss": MICROBATCH,
+    "flink": INTERVAL_JOIN,
 }
 
 #: policies whose values are decided online for a recall target (SPEC §4.3)
@@ -57,11 +63,15 @@ class PolicySpec:
             only), one per stream.
         target: the recall target and controller settings (``qjoin`` and
             ``qkslack`` only; see :mod:`.controller`).
-        watermark: per-stream ``withWatermark`` delay in microseconds, whole
-            milliseconds (``spark-ss`` only), one per stream.
+        watermark: per-stream ``withWatermark`` delay (``spark-ss``) or
+            ``forBoundedOutOfOrderness`` delay (``flink``) in microseconds,
+            whole milliseconds, one per stream.
         trigger_us: the micro-batch interval of arrival time (``spark-ss`` only).
         watermark_policy: ``min`` or ``max``, Spark's
             ``spark.sql.streaming.multipleWatermarkPolicy`` (``spark-ss`` only).
+        watermark_interval_us: how often the watermarks are emitted, of
+            arrival time; 0 = after every record (``flink`` only, Flink's
+            ``pipeline.auto-watermark-interval``).
     """
 
     name: str
@@ -71,6 +81,7 @@ class PolicySpec:
     watermark: tuple[int, ...] | None = None
     trigger_us: int | None = None
     watermark_policy: str | None = None
+    watermark_interval_us: int | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:
@@ -85,6 +96,10 @@ class PolicySpec:
             from .spark_ss import check_settings
 
             check_settings(self)
+        if self.name == "flink":
+            from .flink import check_settings as check_flink
+
+            check_flink(self)
         for label, values in (("k", self.k), ("retention", self.retention), ("watermark", self.watermark)):
             if values is not None and any(v < 0 for v in values):
                 raise InputError(f"--{label} must be >= 0")

@@ -28,6 +28,12 @@ last-arriving member (largest arrival index ``a_y``):
       emit_time = end of batch max(b_0, b_1)
       latency   = emit_time - arrival[a_y]
 
+* **interval-join family** (``flink``, two streams) -- emitted iff neither
+  member was dropped as late and the earlier one was still buffered when the
+  later one arrived (:mod:`~streamjoin.pipelines.replay.interval_join`)::
+
+      emit_time = arrival[a_y],  latency = 0
+
 Worked example (sorting, K = 0): ``x = (S0, ts 10)`` arrives at ``a = 0``,
 ``y = (S1, ts 12)`` at ``a = 1``; ``R(1) = min(10, 12) = 10`` releases ``x``
 at 1, ``y`` waits for ``S0`` to pass 12, say at ``a = 5``: the pair is
@@ -46,8 +52,8 @@ import numpy as np
 import polars as pl
 
 from .candidates import Combos
-from ..policies import MICROBATCH, SYMMETRIC
-from . import microbatch
+from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from . import interval_join, microbatch
 from .progress import Decisions, Replay
 
 
@@ -129,10 +135,10 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     so the engine computes it while the policy's facts are still being built.
     """
     W = np.asarray(windows, dtype=np.int64)
-    if not len(combos) and decisions.family == MICROBATCH:
+    if not len(combos) and decisions.family in (MICROBATCH, INTERVAL_JOIN):
         empty = np.empty(0, np.int64)
         return Emission(a=[empty] * replay.n, last=empty, emitted=np.empty(0, bool), emit_us=empty,
-                        latency_us=empty, batch=empty)
+                        latency_us=empty, batch=empty if decisions.family == MICROBATCH else None)
     if not len(combos):
         return _emission_columns(combos, replay, W, decisions)
     # a fixed retention's horizons are the (never decreasing) frontier shifted
@@ -145,6 +151,11 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
         return _emission_symmetric(combos, replay, W, decisions, expiry_index, arrivals)
     if decisions.family == MICROBATCH:
         return _emission_microbatch(combos, replay, decisions, arrivals)
+    if decisions.family == INTERVAL_JOIN:
+        a = MemberIndexes(combos, replay)
+        emitted = interval_join.emitted_pairs(decisions.watermarks, decisions.dropped, a[0], a[1])
+        return EmittedOnArrival(a, arrivals.last, emitted, np.broadcast_to(np.int64(0), emitted.shape),
+                                replay.arrival)
     return _emission_sorting(combos, replay, decisions, arrivals)
 
 
