@@ -97,7 +97,8 @@ RetentionOpt = Annotated[Multi, typer.Option("--retention", help="retention of s
 IntervalOpt = Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")]
 BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")]
 TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
-WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay, whole ms, e.g. 10s, or NAME=DUR (required by spark-ss)")]
+WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
+WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as spark.sql.streaming.multipleWatermarkPolicy (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
@@ -250,7 +251,7 @@ def run(
     unit: UnitOpt = None,
     window: WindowOpt = None,
     router: RouterOpt = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss (default: none)")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss | flink (default: none)")] = None,
     k: KOpt = None,
     retention: RetentionOpt = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,
@@ -261,6 +262,7 @@ def run(
     trigger: TriggerOpt = None,
     watermark: WatermarkOpt = None,
     watermark_policy: WatermarkPolicyOpt = None,
+    watermark_interval: WatermarkIntervalOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,
@@ -302,6 +304,7 @@ def run(
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
         optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
+        watermark_interval=watermark_interval,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

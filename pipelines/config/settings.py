@@ -59,7 +59,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # bad input (pipelines/io/load.py)
             "max_quarantine",
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
-            "watermark", "trigger", "watermark_policy")
+            "watermark", "trigger", "watermark_policy",
+            # flink: Flink interval join emulation (pipelines/policies/flink.py)
+            "watermark_interval")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -127,7 +129,7 @@ class RunConfig:
         d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
         # only recall-target policies have a target, only spark-ss the others
-        for key in ("target", "watermark", "trigger_us", "watermark_policy"):
+        for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us"):
             if d["policy"].get(key) is None:
                 d["policy"].pop(key, None)
         for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
@@ -163,6 +165,7 @@ class Flags:
     triggers: list[str] = field(default_factory=list)
     watermark: list[str] = field(default_factory=list)   # spark-ss: DUR or NAME=DUR
     watermark_policy: str | None = None                  # spark-ss: min | max
+    watermark_interval: str | None = None                # flink: DUR, 0 = per record
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -282,6 +285,17 @@ def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], fla
     trigger = _duration(raw, "trigger") if raw is not None else None
     return PolicySpec(name="spark-ss", watermark=tuple(s.watermark_us for s in streams), trigger_us=trigger,
                       watermark_policy=flags.watermark_policy or run.get("watermark_policy", DEFAULT_WATERMARK_POLICY))
+
+
+def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]) -> PolicySpec:
+    """``flink``: out-of-orderness per stream and the watermark interval
+    (``--watermark-interval`` or ``[run] watermark_interval``, default 200ms)."""
+    from ..policies.flink import DEFAULT_WATERMARK_INTERVAL_US, check_windows
+
+    check_windows([s.window_us for s in streams])
+    raw = flags.watermark_interval if flags.watermark_interval is not None else run.get("watermark_interval")
+    interval = _duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
+    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval)
 
 
 def engine_source(config_path: Path | None, flags: Flags) -> str:
@@ -412,11 +426,15 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     # spark-ss's micro-batch interval shares --trigger with the controllers' KEY=VALUE thresholds
     batch_triggers = [t for t in flags.triggers if "=" not in t]
     flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
+    if policy_name != "flink" and (flags.watermark_interval is not None or "watermark_interval" in run):
+        raise InputError(f"--watermark-interval: a setting of --policy flink, not of {policy_name}")
     if policy_name == "spark-ss":
         policy = _spark_ss_policy(resolved, batch_triggers, flags, run)
+    elif policy_name == "flink" and not (flags.watermark_policy or batch_triggers):
+        policy = _flink_policy(resolved, flags, run)
     else:
-        given = (["--watermark"] if flags.watermark else []) + (["--watermark-policy"] if flags.watermark_policy else []) \
-            + [f"--trigger {t}" for t in batch_triggers]
+        given = (["--watermark"] if flags.watermark and policy_name != "flink" else []) \
+            + (["--watermark-policy"] if flags.watermark_policy else []) + [f"--trigger {t}" for t in batch_triggers]
         if given:
             raise InputError(f"{', '.join(given)}: settings of --policy spark-ss, not of {policy_name} "
                              "(qjoin / qkslack triggers are KEY=VALUE)")
@@ -431,10 +449,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if policy_name == "spark-ss" and engine == "spark":
+    if policy_name in ("spark-ss", "flink") and engine == "spark":
         if flags.engine or run.get("engine"):
-            raise InputError("--policy spark-ss runs on --engine local only (the Spark engine does not emulate "
-                             "micro-batches yet)")
+            raise InputError(f"--policy {policy_name} runs on --engine local only (the Spark engine does not "
+                             "emulate it yet)")
         engine = "local"   # the default engine, not the user's choice
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
