@@ -32,6 +32,15 @@ MAX_PERIOD_ROWS = 20
 # ---------------------------------------------------------------------------
 
 
+#: the setting each tuned policy's curve is drawn over
+SETTING_LABEL = {"static": "retention", "kslack": "K", "spark-ss": "watermark"}
+
+
+def setting_label(policy: str | None) -> str:
+    """``retention`` / ``K`` / ``watermark``: what a tuning curve's x axis is."""
+    return SETTING_LABEL.get(policy or "", "K")
+
+
 def _current_setting(policy: dict[str, Any]) -> int | None:
     values = policy.get("retention") if policy.get("name") == "static" else policy.get("k") if policy.get("name") == "kslack" else None
     return max(values) if values else None
@@ -286,7 +295,7 @@ def render_tune(t: dict[str, Any]) -> str:
     from . import plots
 
     rec = t["recommendation"]
-    label = "retention" if t["policy"] == "static" else "K"
+    label = setting_label(t["policy"])
     setting, exact = format_durations([rec["setting_us"], rec["exact_us"]])  # 332ms next to 330.4ms, not 330ms
     body = [
         f"<h1>streamjoin tune-buffer: {_e(t['policy'])}, recall &ge; {t['recall_target']:g}</h1>",
@@ -300,11 +309,12 @@ def render_tune(t: dict[str, Any]) -> str:
         "</div>",
         "<h2>Summary</h2><div class=\"todo\"><ul>", *[f"<li>{_e(x)}</li>" for x in t["summary"]], "</ul></div>",
         "<h2>Paste into your config</h2>", f"<pre>{_e(t['toml'])}</pre>",
+        *([f"<h2>Paste into your Spark job</h2><pre>{_e(t['snippet']['text'])}</pre>"] if t.get("snippet") else []),
         "<h2>Curve</h2>",
         _img(plots.tuning_curve(t["curve"], target=t["recall_target"], label=label,
                                 marks={"recommended": rec["setting_us"]}, candidates=t["candidates"]), "tuning curve"),
     ]
-    if t["policy"] == "kslack":
+    if t["policy"] != "static":  # the symmetric family emits on arrival: latency 0 at every setting
         body.append(_img(plots.latency_curve(t["candidates"], label), "latency curve"))
     settings = format_durations([c["setting_us"] for c in t["candidates"]])
     crow = [[s, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
@@ -319,7 +329,8 @@ def render_tune(t: dict[str, Any]) -> str:
                                 lambda p: [f"{p['truth']:,}", format_duration(p["exact_us"]),
                                            format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])],
                                 "tune.json", t.get("time_origin"))]
-    body += ["<h2>What this means in Spark and Flink</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
+    engines = "Spark" if t["policy"] == "spark-ss" else "Spark and Flink"
+    body += [f"<h2>What this means in {engines}</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
     return _page("streamjoin tune-buffer", body)
 
 
