@@ -463,18 +463,26 @@ def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: s
     """
     values = (required_static_common(replay, combos, windows, members) if policy == "static"
               else required_kslack(replay, combos))
-    curve = Curve(values, g)
-    C = curve.C
-    out: dict[str, Any] = {"policy": policy, "granularity_us": g, "truth_results": C}
+    return curve_summary(Curve(values, g), policy, q, targets)
+
+
+def curve_summary(curve: Curve, policy: str, q: float | None, targets: Sequence[float] = ()) -> dict[str, Any]:
+    """:func:`curve_only`'s answer for a curve: ``setting_us`` / ``exact_us`` meet ``q``,
+    ``setting_for_recall`` maps each target to its grid setting (None where no
+    setting reaches it, see :class:`Curve` ``total``), the sampled curve."""
+    g = curve.g
+    out: dict[str, Any] = {"policy": policy, "granularity_us": g, "truth_results": curve.C}
     keep: list[int] = []
     if q is not None:
-        step = curve.step_for(q)
-        keep = [step, max(step - 1, 0)]
         out["recall_target"] = q
-        out["setting_us"] = int(step * g)
-        out["exact_us"] = curve.value_for(q)
+        out["setting_us"] = out["exact_us"] = None
+        if curve.reaches(q):
+            step = curve.step_for(q)
+            keep = [step, max(step - 1, 0)]
+            out["setting_us"] = int(step * g)
+            out["exact_us"] = curve.value_for(q)
     every = sorted(set(targets) | ({q} if q is not None else set()))
-    out["setting_for_recall"] = {f"{t:g}": int(curve.step_for(t) * g) for t in every}
+    out["setting_for_recall"] = {f"{t:g}": int(curve.step_for(t) * g) if curve.reaches(t) else None for t in every}
     s, r = curve.sampled(keep)
     out["curve"] = {"setting_us": s, "recall": r}
     return out

@@ -67,7 +67,8 @@ from ..policies.spark_ss import MS
 from ..replay.candidates import Combos
 from ..replay.progress import Replay
 from .metrics import fmt_recall
-from .tuning import Curve, candidate_steps, evaluate, member_indexes, recommendation, toml_duration
+from .tuning import (Curve, candidate_steps, curve_summary, evaluate, member_indexes, recommendation,
+                     toml_duration)
 
 #: required delay of a combination that no delay emits (a member at or before the epoch)
 UNREACHABLE = np.iinfo(np.int64).max
@@ -134,6 +135,20 @@ def watermark_curve(values: np.ndarray, g: int) -> Curve:
     """Recall over the delay on the grid ``g``: the reachable required delays, counted
     against every combination (:data:`UNREACHABLE` ones are never emitted)."""
     return Curve(values[values != UNREACHABLE], g, total=len(values))
+
+
+def watermark_curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: PolicySpec, g: int,
+                         q: float | None, targets: Sequence[float] = (),
+                         members: tuple[list[np.ndarray], np.ndarray] | None = None) -> dict[str, Any]:
+    """A ``spark-ss`` run's tuning curve (no replays; ``report.json`` ``tuning``): recall
+    over one common delay at the run's trigger and watermark policy, as
+    :func:`~streamjoin.pipelines.analysis.tuning.curve_only` gives it for the other
+    policies; targets no delay reaches map to None."""
+    values = required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members)
+    out = curve_summary(watermark_curve(values, g), "spark-ss", q, targets)
+    out.update(trigger_us=policy.trigger_us, watermark_policy=policy.watermark_policy,
+               unreachable_results=int(np.count_nonzero(values == UNREACHABLE)))
+    return out
 
 
 def spark_ss_policy(delay_us: int, n: int, trigger_us: int, watermark_policy: str) -> PolicySpec:

@@ -13,6 +13,9 @@ import polars as pl
 import pytest
 from helpers.cli import run_cli
 
+from streamjoin.pipelines.base.timeunits import format_duration
+from streamjoin.pipelines.report.html import what_to_do
+
 S = 1_000_000
 MS = 1000
 T0 = 1_700_000_000 * S
@@ -124,3 +127,29 @@ def test_rows_at_the_epoch_cap_recall_and_say_so(tmp_path: Path) -> None:
     t = json.loads((tmp_path / "b" / "tune.json").read_text())
     assert t["unreachable_results"] == 1 and t["recommendation"]["recall"] == 39 / 40
     assert any("ts <= 0" in line for line in t["summary"])
+
+
+def test_run_report_draws_the_watermark_curve_and_says_which_watermark(data: Path, tmp_path: Path) -> None:
+    """A spark-ss run's report.json ``tuning`` is the watermark curve (the exact minimum
+    tune-buffer finds), its "what to do" names --watermark, and the watermark it
+    names, replayed, meets the target."""
+    q = 0.97
+    run = tmp_path / "run"
+    run_cli(["run", *stream_args(data), "--policy", "spark-ss", "--watermark", "10ms", "--trigger", "2s",
+             "--recall", str(q), "--out", str(run), "--no-results"], tmp_path)
+    report = json.loads((run / "report.json").read_text())
+    tuning = report["tuning"]
+    assert report["recall"] < q and tuning["policy"] == "spark-ss" and tuning["sample_every"] == 1
+    assert (tuning["trigger_us"], tuning["watermark_policy"]) == (2 * S, "min")
+    tune = tmp_path / "tune"
+    run_cli(["tune-buffer", *stream_args(data), "--policy", "spark-ss", "--trigger", "2s", "--recall", str(q),
+             "--granularity", "10ms", "--out", str(tune)], tmp_path)
+    rec = json.loads((tune / "tune.json").read_text())["recommendation"]
+    assert (tuning["exact_us"], tuning["setting_us"]) == (rec["exact_us"], rec["setting_us"])
+    todo = what_to_do(report)
+    need = format_duration(tuning["setting_us"])
+    assert any(f"raise --watermark from 10ms to {need}" in line for line in todo), todo
+    assert any("end of their micro-batch" in line for line in todo) and not any("--k" in line for line in todo)
+    assert run_recall(data, tmp_path, "hinted", tuning["setting_us"], "2s", "min") >= q
+    html = (run / "report.html").read_text()
+    assert "Tuning curve (spark-ss)" in html and "withWatermark delay for both streams" in html
