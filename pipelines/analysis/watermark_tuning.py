@@ -247,6 +247,7 @@ def spark_snippet(t: dict[str, Any], streams: Sequence[Any], windows: Sequence[i
     rec = t["recommendation"]
     delay = f"{rec['setting_us'] // MS} milliseconds"
     left, right = streams
+    lname, rname = (s.name if s.name.isidentifier() else side for s, side in ((left, "left"), (right, "right")))
     keys = [f"l.{a} = r.{b}" for a, b in zip(left.keys, right.keys)]
     band = (f"r.{right.ts} BETWEEN l.{left.ts} - INTERVAL {spark_interval(windows[1])} "
             f"AND l.{left.ts} + INTERVAL {spark_interval(windows[0])}")
@@ -254,12 +255,14 @@ def spark_snippet(t: dict[str, Any], streams: Sequence[Any], windows: Sequence[i
     lines = [
         f"# streamjoin tune-buffer: recall >= {t['recall_target']} needs a delay of {delay} "
         f"(exact minimum {rec['exact_us'] // MS} ms)",
+        "from pyspark.sql import functions as F",
         f"spark.conf.set(\"spark.sql.streaming.multipleWatermarkPolicy\", \"{t['watermark_policy']}\")",
-        f"{left.name} = {left.name}_stream.withWatermark(\"{left.ts}\", \"{delay}\")",
-        f"{right.name} = {right.name}_stream.withWatermark(\"{right.ts}\", \"{delay}\")",
-        f"joined = {left.name}.alias(\"l\").join({right.name}.alias(\"r\"), F.expr(",
-        f"    \"{' AND '.join(keys + [band])}\"))" + ("   # plus your --where / --distance condition"
-                                                    if extra_condition else ""),
+        f"# {lname}_stream, {rname}_stream: your spark.readStream DataFrames ({lname} is the left side)",
+        f"{lname} = {lname}_stream.withWatermark(\"{left.ts}\", \"{delay}\")",
+        f"{rname} = {rname}_stream.withWatermark(\"{right.ts}\", \"{delay}\")",
+        f"joined = {lname}.alias(\"l\").join({rname}.alias(\"r\"), F.expr(",
+        *[f"    \"{'' if i == 0 else ' AND '}{c}\"" for i, c in enumerate(keys + [band])],
+        "))" + ("   # plus your --where / --distance condition" if extra_condition else ""),
         f"query = joined.writeStream.trigger(processingTime=\"{spark_interval(trigger)}\").start()",
     ]
     if trigger % MS:

@@ -230,6 +230,7 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
 
 def render_tune_rich(t: dict[str, Any], console) -> None:
     from rich.panel import Panel
+    from rich.text import Text
 
     label = setting_label(t["policy"])
     rec = t["recommendation"]
@@ -252,9 +253,10 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
         console.print(*fitted_tables("per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)",
                                      ["start", "truth", f"exact {label}", "on grid", "recall at recommendation"],
                                      rows, width))
-    console.print(Panel(t["toml"].rstrip("\n"), title="paste into your config"))
+    # Text: no markup, so "[run]" stays in the snippet
+    console.print(Panel(Text(t["toml"].rstrip("\n")), title="paste into your config"))
     if t.get("snippet"):
-        console.print(Panel(t["snippet"]["text"].rstrip("\n"), title="paste into your Spark job"))
+        console.print(Panel(Text(t["snippet"]["text"].rstrip("\n")), title="paste into your Spark job"))
     for x in t["frameworks"]:
         console.print(x)
     console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")

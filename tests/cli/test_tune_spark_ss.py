@@ -5,6 +5,7 @@ replayed setting; the snippets carry the settings; bad options are one line, exi
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -12,9 +13,11 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers.cli import run_cli
+from rich.console import Console
 
 from streamjoin.pipelines.base.timeunits import format_duration
 from streamjoin.pipelines.report.html import what_to_do
+from streamjoin.pipelines.report.terminal import render_tune_rich
 
 S = 1_000_000
 MS = 1000
@@ -76,7 +79,11 @@ def test_recommendation_meets_the_target_and_one_step_less_does_not(data: Path, 
     assert f'withWatermark("ts", "{rec["setting_us"] // MS} milliseconds")' in snippet
     assert 'trigger(processingTime="2 seconds")' in snippet and f'"{policy}")' in snippet
     assert f'watermark = "{rec["setting_us"] // MS}ms"' in t["toml"] and 'trigger = "2s"' in t["toml"]
+    compile(snippet, "snippet", "exec")                                   # valid Python
     assert "Spark job snippet:" in proc.stdout and "withWatermark" in proc.stdout
+    console = Console(file=io.StringIO(), width=100)
+    render_tune_rich(t, console)                                          # the terminal's panels keep "[run]"
+    assert "[run]" in console.file.getvalue() and "withWatermark" in console.file.getvalue()
     assert "withWatermark" in (out / "tune.html").read_text()
 
 
