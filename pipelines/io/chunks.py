@@ -10,8 +10,8 @@ order; the arrival column carries the disorder), so the unit of reading is
 the Parquet **row group** (a *piece*).  Two passes:
 
 1. **survey** -- read only the time, key and vector columns of every piece,
-   apply the same validation as the in-memory loader (so quarantined rows are
-   not counted), and keep, per piece, its valid-row count, its arrival range
+   apply the same validation as the in-memory loader (the output-column
+   check first, from the schemas; so quarantined rows are not counted), and keep, per piece, its valid-row count, its arrival range
    and small per-block summaries ``(max arrival, min ts)`` of its rows in
    arrival order, plus every ``stride``-th arrival time.  From those:
    chunk boundaries at arrival-time quantiles (about ``chunk_rows`` tuples
@@ -42,6 +42,7 @@ import pyarrow.dataset as ds
 
 from ..config.settings import StreamConfig
 from ..base.errors import InputError
+from .columns import check_output_columns
 from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
                    common_key_dtypes, configured_columns, normalise, open_dataset, reason_counts)
 
@@ -136,6 +137,7 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
         dataset, files = open_dataset(c.path, c.name)
         check_file_schemas(c, files)
         datasets.append(dataset)
+    check_output_columns([(c, d.schema.names) for c, d in zip(configs, datasets)])
     total = sum(d.count_rows() for d in datasets)
     stride = max(1, -(-total // SAMPLE_TARGET))
     for cfg, dataset in zip(configs, datasets):

@@ -5,9 +5,12 @@ Each stream becomes a :class:`LoadedStream`:
 * ``ts`` and ``arrival`` as int64 microseconds (Parquet timestamps of any
   unit, or integers in the declared ``unit``; without an arrival column,
   ``arrival = ts``);
-* key columns renamed ``__key0, __key1, ...`` and cast to one dtype shared by
-  every stream, so streams whose key columns have different names still join;
-* every other column kept as payload.
+* key columns copied into a frame of their own as ``__key0, __key1, ...`` and
+  cast to one dtype shared by every stream, so streams whose key columns have
+  different names still join;
+* every column but ``ts`` and ``arrival`` kept as payload, whatever its name
+  (the working columns never mix with the user's); :func:`load_all` first
+  refuses inputs whose output columns would collide (io/columns.py).
 
 Rows with a null ``ts``, ``arrival`` or key (or a time outside the engine's
 range) are *quarantined*: kept aside with a ``reason`` column, counted, and
@@ -44,6 +47,7 @@ import pyarrow.parquet as pq
 from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError, warn_once
 from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US
+from .columns import QUARANTINE_REASON, check_output_columns, payload_columns
 
 _TS_DIV = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000), "ps": (1, 1_000_000)}
 
@@ -264,27 +268,29 @@ def stream_where(cfg: StreamConfig) -> str:
 
 def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     """Validate and normalise one table of a stream: the whole stream, or one
-    row group of it (the bounded-memory engine reads a stream piece by piece)."""
+    row group of it (the bounded-memory engine reads a stream piece by piece).
+
+    The working columns (times in us, keys, quarantine reasons) are built in
+    frames of their own, never among the user's columns: a payload column
+    may have any name (io/columns.py lists the few the outputs reserve).
+    """
     where = stream_where(cfg)
     names = table.column_names
     for c in configured_columns(cfg):
         if c not in names:
             raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
-    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
-    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
+    ts = pl.Series(to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where), dtype=pl.Int64)
+    arrival = (pl.Series(to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where), dtype=pl.Int64)
+               if cfg.arrival else ts)
     original = pl.from_arrow(table)
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()
-    frame = original.with_columns(
-        pl.Series("__ts", ts, dtype=pl.Int64),
-        pl.Series("__arrival", arrival, dtype=pl.Int64),
-        *[pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)],
-    )
+    t, a = pl.lit(ts), pl.lit(arrival)  # evaluated beside the user's columns, not added to them
     reason = pl.when(pl.col(cfg.ts).is_null()).then(pl.lit(f"null {cfg.ts}"))
-    reason = reason.when(pl.col("__ts").is_null() | (pl.col("__ts").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.ts} out of range"))
+    reason = reason.when(t.is_null() | (t.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.ts} out of range"))
     if cfg.arrival:
         reason = reason.when(pl.col(cfg.arrival).is_null()).then(pl.lit(f"null {cfg.arrival}"))
-        reason = reason.when(pl.col("__arrival").is_null() | (pl.col("__arrival").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
+        reason = reason.when(a.is_null() | (a.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
     for k in cfg.keys:
         reason = reason.when(pl.col(k).is_null()).then(pl.lit(f"null key {k}"))
     for v in cfg.vectors:
@@ -292,20 +298,21 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
         if not dtype.is_numeric():
             raise InputError(f"{where}: column {v!r} has type {dtype}; the distance predicate needs numbers")
         reason = reason.when(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan()).then(pl.lit(f"null {v}"))
-    frame = frame.with_columns(reason.otherwise(None).alias("reason"))
-    bad_mask = frame["reason"].is_not_null()
+    reasons = original.select(reason.otherwise(None).cast(pl.String).alias("reason")).to_series()
+    keys = original.select([pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)])
+    frame = original
+    bad_mask = reasons.is_not_null()
     if bad_mask.any():
-        quarantine = original.filter(bad_mask).with_columns(frame["reason"].filter(bad_mask))
-        frame = frame.filter(~bad_mask)
+        quarantine = original.filter(bad_mask).with_columns(reasons.filter(bad_mask).alias(QUARANTINE_REASON))
+        keep = ~bad_mask
+        frame, ts, arrival = original.filter(keep), ts.filter(keep), arrival.filter(keep)
+        keys = keys.filter(keep) if keys.width else keys
     else:
-        quarantine = original.head(0).with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
-    keys = frame.select([f"__key{i}" for i in range(len(cfg.keys))])
+        quarantine = original.head(0).with_columns(pl.lit(None, dtype=pl.String).alias(QUARANTINE_REASON))
     vectors = (frame.select([pl.col(v).cast(pl.Float64) for v in cfg.vectors]).to_numpy()
                if cfg.vectors else None)
-    drop = {cfg.ts, "__ts", "__arrival", "reason"} | ({cfg.arrival} if cfg.arrival else set())
-    drop |= {f"__key{i}" for i in range(len(cfg.keys))}
-    payload = frame.select([c for c in frame.columns if c not in drop])
-    return Normalised(ts=frame["__ts"].to_numpy(), arrival=frame["__arrival"].to_numpy(), keys=keys,
+    payload = frame.select(payload_columns(cfg, frame.columns))
+    return Normalised(ts=ts.to_numpy(), arrival=arrival.to_numpy(), keys=keys,
                       payload=payload, quarantine=quarantine, vectors=vectors)
 
 
@@ -382,8 +389,17 @@ def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:
     return out
 
 
+def input_columns(cfg: StreamConfig) -> list[str]:
+    """The stream's column names, from its Parquet schema (no data read)."""
+    return open_dataset(cfg.path, cfg.name)[0].schema.names
+
+
 def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE) -> list[LoadedStream]:
-    """Load every stream and align key dtypes across streams."""
+    """Load every stream and align key dtypes across streams.
+
+    Output columns that would collide (:func:`~.columns.check_output_columns`)
+    are refused from the schemas, before any data is read."""
+    check_output_columns([(c, input_columns(c)) for c in configs])
     streams = [load_stream(c, max_quarantine) for c in configs]
     dtypes = common_key_dtypes(streams)
     for s in streams:

@@ -129,3 +129,144 @@ def test_stream_flag_may_still_override_a_toml_stream_path(work: Path) -> None:
     proc = run_cli(["run", "ab.toml", "--stream", "a=a.parquet", *RUN], cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert (work / "out" / "report.json").is_file()
+
+
+# ----------------------------------------------------------------------------
+# item 5: payload columns and the columns streamjoin writes
+# ----------------------------------------------------------------------------
+
+RESERVED = "row, ts_us, arrival_us"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "chunked"])
+@pytest.mark.parametrize("column,written", [("row", "b_row"), ("ts_us", "b_ts_us"), ("arrival_us", "b_arrival_us"),
+                                            ("reason", "quarantine")])
+def test_payload_column_named_like_a_written_column_is_refused_before_any_work(
+        work: Path, column: str, written: str, chunked: bool) -> None:
+    """Was: ``DuplicateError`` after the whole join (``row``, ``ts_us``,
+    ``arrival_us``), or the column silently missing from the results
+    (``reason``).  Now refused before anything is read but the schema: the
+    same command with a missing ``--ts`` column in stream ``a`` fails on the
+    collision in ``b``, not on ``a``'s data."""
+    write_stream(work / "odd.parquet", offset_us=300, **{column: lambda n: np.arange(n) + 100})
+    before = tree(work.parent)
+    args = ["--stream", "a=a.parquet", "--stream", "b=odd.parquet", "--key", "k", *RUN]
+    args += ["--chunk-rows", "5"] if chunked else []
+    line = assert_refused(run_cli(["run", *args], cwd=work), "odd.parquet", "stream 'b'", f"column {column!r}",
+                          written, RESERVED, "reason")
+    assert_untouched(work.parent, before)
+    assert "stage" not in line
+
+
+def test_two_streams_writing_one_results_column_are_refused(work: Path) -> None:
+    """Stream ``a``'s column ``b_x`` and stream ``a_b``'s column ``x`` would both be ``a_b_x``."""
+    write_stream(work / "pa.parquet", b_x=lambda n: np.arange(n))
+    write_stream(work / "pab.parquet", offset_us=300, x=lambda n: np.arange(n))
+    before = tree(work.parent)
+    proc = run_cli(["run", "--stream", "a=pa.parquet", "--stream", "a_b=pab.parquet", *RUN], cwd=work)
+    assert_refused(proc, "'a_b_x'", "stream 'a'", "'b_x'", "stream 'a_b'", "'x'")
+    assert_untouched(work.parent, before)
+
+
+def test_a_stream_column_written_as_emit_us_is_refused(work: Path) -> None:
+    write_stream(work / "us.parquet", us=lambda n: np.arange(n))
+    before = tree(work.parent)
+    proc = run_cli(["run", "--stream", "emit=us.parquet", "--stream", "b=b.parquet", *RUN], cwd=work)
+    assert_refused(proc, "us.parquet", "stream 'emit'", "column 'us'", "'emit_us'")
+    assert_untouched(work.parent, before)
+
+
+INTERNAL = ("__ts", "__arrival", "__key0", "__key1", "__last")
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "chunked"])
+def test_columns_named_like_internal_ones_are_carried_whole(work: Path, chunked: bool) -> None:
+    """Was: ``__ts``, ``__arrival``, ``__key0`` silently dropped from the results
+    and the quarantine file.  streamjoin's working columns no longer live in
+    the user's namespace: every payload column reaches ``results.parquet`` as
+    ``a_<column>`` with its own values, and the quarantine file keeps it."""
+    n = 20
+    extra = {c: (lambda n, j=j: np.arange(n, dtype=np.int64) * 10 + j) for j, c in enumerate(INTERNAL)}
+    write_stream(work / "odd.parquet", n, nulls=True, **extra)
+    args = ["--stream", "a=odd.parquet", "--stream", "b=b.parquet", "--key", "k", *RUN]
+    args += ["--chunk-rows", "5"] if chunked else []
+    proc = run_cli(["run", *args], cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    res = pl.read_parquet(work / "out" / "results.parquet")
+    assert res.height > 0
+    kept = [i for i in range(n) if i != 3]  # row 3 has a null ts: quarantined
+    for j, c in enumerate(INTERNAL):
+        assert f"a_{c}" in res.columns, res.columns
+        expected = [kept[r] * 10 + j for r in res["a_row"].to_list()]
+        assert res[f"a_{c}"].to_list() == expected, c
+    q = pl.read_parquet(work / "out" / "quarantine" / "a.parquet")
+    assert q["v"].to_list() == [3]
+    for j, c in enumerate(INTERNAL):
+        assert q[c].to_list() == [3 * 10 + j], c
+    assert q["reason"].to_list() == ["null ts"]
+
+
+# nightly: a day's results carry <stream>_date, so a payload column `date` collides
+
+
+D = "2026-11-21"
+DAY_US = 1_795_219_200_000_000  # 2026-11-21 00:00 UTC in us
+
+
+def _nightly_inputs(root: Path, date_column: bool) -> None:
+    for name, off in (("a", 0), ("b", 300)):
+        part = root / "data" / name / f"date={D}"
+        part.mkdir(parents=True)
+        n = 20
+        ts = DAY_US + np.arange(n, dtype=np.int64) * 1_000 + off
+        cols = {"ts": ts, "arrival": ts + 500, "k": np.arange(n, dtype=np.int64) % 3}
+        if date_column and name == "a":
+            cols["date"] = [D] * n
+        pl.DataFrame(cols).write_parquet(part / "part-0.parquet")
+    text = '[run]\npolicy = "none"\nout = "out"\n'
+    for name in ("a", "b"):
+        text += (f'\n[[stream]]\nname = "{name}"\npath = "data/{name}/date={{date}}/"\nts = "ts"\n'
+                 f'arrival = "arrival"\nunit = "us"\nwindow = "2ms"\nkeys = ["k"]\n')
+    (root / "nightly.toml").write_text(text)
+
+
+@pytest.mark.parametrize("command", [["run", "nightly.toml", "--date", D], ["validate", "nightly.toml"]],
+                         ids=["run", "validate"])
+def test_nightly_date_column_is_refused_by_run_and_by_validate(tmp_path: Path, command: list[str]) -> None:
+    """Was: ``validate`` passed and every nightly run crashed (``DuplicateError``
+    on ``a_date``).  Both now refuse it, naming the file and the column."""
+    _nightly_inputs(tmp_path, date_column=True)
+    before = tree(tmp_path)
+    proc = run_cli(command, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for needle in (f"date={D}", "stream 'a'", "column 'date'", "a_date", "date, row, ts_us, arrival_us"):
+        assert needle in lines[0], (needle, lines[0])
+    assert tree(tmp_path) == before  # no file anywhere (the run may leave an empty out root, as for any refusal)
+
+
+def test_nightly_without_a_date_column_still_runs(tmp_path: Path) -> None:
+    _nightly_inputs(tmp_path, date_column=False)
+    proc = run_cli(["run", "nightly.toml", "--date", D], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    res = pl.read_parquet(tmp_path / "out" / f"date={D}" / "results.parquet")
+    assert res.height > 0 and "a_date" in res.columns
+
+
+def test_nightly_quarantine_keeps_an_input_column_named_date(tmp_path: Path) -> None:
+    """Was: the day of each quarantined row was kept in a column ``date`` added
+    to the user's columns, so an arrival column named ``date`` was overwritten
+    and then dropped from the quarantine file."""
+    _nightly_inputs(tmp_path, date_column=False)
+    part = tmp_path / "data" / "a" / f"date={D}" / "part-0.parquet"
+    frame = pl.read_parquet(part).rename({"arrival": "date"})
+    frame = frame.with_columns(pl.when(pl.int_range(pl.len()) == 4).then(None).otherwise(pl.col("ts")).alias("ts"))
+    frame.write_parquet(part)
+    config = tmp_path / "nightly.toml"
+    config.write_text(config.read_text().replace('arrival = "arrival"', 'arrival = "date"', 1))
+    proc = run_cli(["run", "nightly.toml", "--date", D], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    q = pl.read_parquet(tmp_path / "out" / f"date={D}" / "_quarantine" / "a.parquet")
+    assert q.columns == ["ts", "date", "k", "reason"]
+    assert q["date"].to_list() == [frame["date"][4]] and q["reason"].to_list() == ["null ts"]
