@@ -6,8 +6,9 @@ Each stream becomes a :class:`LoadedStream`:
   unit, or integers in the declared ``unit``; without an arrival column,
   ``arrival = ts``);
 * key columns copied into a frame of their own as ``__key0, __key1, ...`` and
-  cast to one dtype shared by every stream, so streams whose key columns have
-  different names still join;
+  cast to one dtype shared by every stream that keeps every value (or the
+  mix is refused: io/keys.py), so streams whose key columns have different
+  names and types still join, exactly;
 * every column but ``ts`` and ``arrival`` kept as payload, whatever its name
   (the working columns never mix with the user's); :func:`load_all` first
   refuses inputs whose output columns would collide (io/columns.py).
@@ -48,6 +49,7 @@ from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError, warn_once
 from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US
 from .columns import QUARANTINE_REASON, check_output_columns, payload_columns
+from .keys import cast_keys, common_key_types, key_facts
 
 _TS_DIV = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000), "ps": (1, 1_000_000)}
 
@@ -367,26 +369,9 @@ def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE
 
 
 def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:
-    """One dtype per key position that every stream's key column casts to."""
-    if not streams or not streams[0].keys.width:
-        return []
-    out = []
-    for i in range(streams[0].keys.width):
-        dtypes = [s.keys[f"__key{i}"].dtype for s in streams]
-        numeric = all(d.is_numeric() for d in dtypes)
-        textual = all(d in (pl.String, pl.Categorical) or isinstance(d, pl.Categorical) for d in dtypes)
-        if len(set(dtypes)) == 1:
-            out.append(dtypes[0])
-        elif numeric and all(d.is_integer() for d in dtypes):
-            out.append(pl.Int64)
-        elif numeric:
-            out.append(pl.Float64)
-        elif textual:
-            out.append(pl.String)
-        else:
-            desc = ", ".join(f"{s.name}.{s.config.keys[i]}: {s.keys[f'__key{i}'].dtype}" for s in streams)
-            raise InputError(f"key columns #{i + 1} have incompatible types ({desc}); expected the same kind of type in every stream")
-    return out
+    """One dtype per key position that every stream's key column casts to
+    without changing a value, or :class:`InputError` (io/keys.py)."""
+    return common_key_types([(s.config, key_facts(s.keys)) for s in streams])
 
 
 def input_columns(cfg: StreamConfig) -> list[str]:
@@ -403,8 +388,7 @@ def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE
     streams = [load_stream(c, max_quarantine) for c in configs]
     dtypes = common_key_dtypes(streams)
     for s in streams:
-        if dtypes:
-            s.keys = s.keys.with_columns([pl.col(f"__key{i}").cast(dt) for i, dt in enumerate(dtypes)])
+        s.keys = cast_keys(s.keys, dtypes)
     return streams
 
 

@@ -270,3 +270,63 @@ def test_nightly_quarantine_keeps_an_input_column_named_date(tmp_path: Path) -> 
     q = pl.read_parquet(tmp_path / "out" / f"date={D}" / "_quarantine" / "a.parquet")
     assert q.columns == ["ts", "date", "k", "reason"]
     assert q["date"].to_list() == [frame["date"][4]] and q["reason"].to_list() == ["null ts"]
+
+
+# ----------------------------------------------------------------------------
+# item 6: key types compared exactly, or refused
+# ----------------------------------------------------------------------------
+
+
+def _keyed(path: Path, keys: pl.Series) -> None:
+    n = keys.len()
+    pl.DataFrame({"ts": np.arange(n, dtype=np.int64), "k": keys}).write_parquet(path)
+
+
+KEYED = ["--stream", "a=ka.parquet", "--stream", "b=kb.parquet", "--key", "k", "--unit", "us", "--window", "1h",
+         "--out", "out"]
+
+
+@pytest.mark.parametrize("a,b,needles", [
+    # was: compared as floats, distinct keys above 2^53 matched (exit 0, wrong results)
+    (pl.Series([2**53 + i for i in range(6)], dtype=pl.Int64), pl.Series([float(2**53)] * 3, dtype=pl.Float64),
+     ["a.k (Int64)", "b.k (Float64)", "9007199254740992.0", "2^53"]),
+    (pl.Series([1, 2, 3], dtype=pl.Int64), pl.Series([1.0, 2.5], dtype=pl.Float64),
+     ["a.k (Int64)", "b.k (Float64)", "2.5", "whole number"]),
+    # was: exit 1 with a multi-line polars error
+    (pl.Series([2**63 + 1, 5], dtype=pl.UInt64), pl.Series([-1, 5], dtype=pl.Int64),
+     ["a.k (UInt64)", "9223372036854775809", "b.k (Int64)", "-1", "no 64-bit integer type"]),
+], ids=["int64-float64-above-2^53", "int64-float64-fraction", "uint64-int64-negative"])
+def test_lossy_key_types_are_refused_naming_both_columns(work: Path, a: pl.Series, b: pl.Series,
+                                                         needles: list[str]) -> None:
+    _keyed(work / "ka.parquet", a)
+    _keyed(work / "kb.parquet", b)
+    before = tree(work.parent)
+    assert_refused(run_cli(["run", *KEYED], cwd=work), "key columns #1", *needles)
+    assert_untouched(work.parent, before)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "chunked"])
+def test_uint64_above_2_63_joins_int64_exactly(work: Path, chunked: bool) -> None:
+    """Was: exit 1, ``strict_cast(Int64)`` failed.  Non-negative int64 keys and
+    uint64 keys above 2^63 share UInt64: each key matches itself only."""
+    a = [2**63 + 1, 2**64 - 1, 7, 2**63 + 1]
+    b = [7, 2**63 - 1, 3, 7]
+    _keyed(work / "ka.parquet", pl.Series(a, dtype=pl.UInt64))
+    _keyed(work / "kb.parquet", pl.Series(b, dtype=pl.Int64))
+    proc = run_cli(["run", *KEYED, *(["--chunk-rows", "2"] if chunked else [])], cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    res = pl.read_parquet(work / "out" / "results.parquet")
+    got = sorted(zip(res["a_row"].to_list(), res["b_row"].to_list()))
+    assert got == sorted((i, j) for i, x in enumerate(a) for j, y in enumerate(b) if x == y) == [(2, 0), (2, 3)]
+    assert res["a_k"].dtype == pl.UInt64 and res["a_k"].to_list() == [7, 7]  # payload keeps the input's type
+
+
+def test_integral_float_keys_below_2_53_join_int64_exactly(work: Path) -> None:
+    a = [2**53 - 1, 2**53 - 2, 5, -(2**53 - 1)]
+    b = [float(2**53 - 1), 5.0, float(-(2**53 - 1)), 4.0]
+    _keyed(work / "ka.parquet", pl.Series(a, dtype=pl.Int64))
+    _keyed(work / "kb.parquet", pl.Series(b, dtype=pl.Float64))
+    proc = run_cli(["run", *KEYED], cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    res = pl.read_parquet(work / "out" / "results.parquet")
+    assert sorted(zip(res["a_row"].to_list(), res["b_row"].to_list())) == [(0, 0), (2, 1), (3, 2)]
