@@ -31,7 +31,8 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
-from .options import HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, parse_distance, parse_weights
+from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
+                      parse_distance, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -289,9 +290,11 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
 def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
-    ``check_out=False``: the caller checks ``out`` itself (a partitioned
-    output root, pipelines/nightly/publish.py).  ``output_kind``: the command whose
-    output ``out`` will hold (pipelines/config/options.py, ``check_target``).
+    ``check_out=False``: the caller checks what ``out`` holds itself (a
+    partitioned output root, pipelines/nightly/publish.py).  ``output_kind``:
+    the command whose output ``out`` will hold (pipelines/config/options.py,
+    ``check_target``).  Either way ``out`` must be writable (``check_writable``:
+    its parent, or a nightly root itself).
     """
     doc: dict[str, Any] = read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
@@ -430,6 +433,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     out = Path(out_raw)
     if check_out:
         check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
+    check_writable(out, into=not check_out)  # and one that could not be written (a nightly root: inside)
     period_raw = flags.period or run.get("period")
     period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:

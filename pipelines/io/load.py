@@ -78,21 +78,33 @@ class LoadedStream:
 
 
 def resolve_files(path: str, stream: str) -> list[Path]:
-    """A file, a glob or a directory (hive partitions allowed), sorted."""
+    """A file, a glob or a directory (hive partitions allowed), sorted.
+
+    A 0-byte file among them is refused by name (:func:`check_not_empty`)."""
     if any(ch in path for ch in "*?["):
         files = sorted(Path(p) for p in globmod.glob(path, recursive=True) if Path(p).is_file())
         if not files:
             raise InputError(f"{path}: no files match (stream {stream!r})")
-        return files
+        return check_not_empty(files, stream)
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith((".", "_")))
         if not files:
             raise InputError(f"{path}: directory has no data files (stream {stream!r})")
-        return files
+        return check_not_empty(files, stream)
     if not p.exists():
         raise InputError(f"{path}: no such file or directory (stream {stream!r})")
-    return [p]
+    return check_not_empty([p], stream)
+
+
+def check_not_empty(files: list[Path], stream: str) -> list[Path]:
+    """Refuse a 0-byte file: never Parquet (a writer that died before its first
+    byte), and Arrow's own error about it escaped as an internal failure."""
+    for f in files:
+        if f.stat().st_size == 0:
+            raise InputError(f"{f}: empty file (0 bytes), not Parquet (stream {stream!r}); "
+                             f"remove it or let its writer finish")
+    return files
 
 
 def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
@@ -108,6 +120,16 @@ def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise unreadable_error(path, stream, exc) from None
     return dataset, files
+
+
+def count_rows(cfg: StreamConfig) -> int:
+    """Rows of the stream, from the Parquet footers (an unreadable file is
+    bad input naming it, as when the data is read)."""
+    dataset, _ = open_dataset(cfg.path, cfg.name)
+    try:
+        return dataset.count_rows()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise unreadable_error(cfg.path, cfg.name, exc) from None
 
 
 def unreadable_error(path: str, stream: str, exc: Exception) -> InputError:

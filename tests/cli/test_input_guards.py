@@ -330,3 +330,120 @@ def test_integral_float_keys_below_2_53_join_int64_exactly(work: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     res = pl.read_parquet(work / "out" / "results.parquet")
     assert sorted(zip(res["a_row"].to_list(), res["b_row"].to_list())) == [(0, 0), (2, 1), (3, 2)]
+
+
+# ----------------------------------------------------------------------------
+# item 7 (bad input): a 0-byte file, a huge duration, an --out that cannot be written
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "chunked"])
+@pytest.mark.parametrize("bad,needles", [
+    (b"", ["0 bytes"]),                    # was: exit 1, ArrowInvalid (row count before any check)
+    ("truncated", ["not a readable parquet"]),
+], ids=["zero-bytes", "truncated"])
+def test_unreadable_file_inside_a_directory_is_refused_naming_it(work: Path, bad, needles, chunked: bool) -> None:
+    folder = work / "adir"
+    folder.mkdir()
+    (folder / "p0.parquet").write_bytes((work / "a.parquet").read_bytes())
+    good = (work / "b.parquet").read_bytes()
+    (folder / "p1.parquet").write_bytes(good[: len(good) // 2] if bad == "truncated" else bad)
+    before = tree(work.parent)
+    args = ["--stream", "a=adir", "--stream", "b=b.parquet", *RUN, *(["--chunk-rows", "5"] if chunked else [])]
+    assert_refused(run_cli(["run", *args], cwd=work), "adir/p1.parquet", "stream 'a'", *needles)
+    assert_untouched(work.parent, before)
+
+
+@pytest.mark.parametrize("option", [
+    ["--window", "1000000000d"],                    # was: exit 1, OverflowError
+    ["--window", "a=" + "9" * 400 + "w"],           # a float overflow on the way
+    ["--window", "2ms", "--policy", "kslack", "--k", "40000000d"],
+    ["--window", "2ms", "--period", "2000000w"],
+], ids=["window-1e9d", "window-400-digits", "k", "period"])
+def test_duration_too_large_to_compute_with_is_refused(work: Path, option: list[str]) -> None:
+    before = tree(work.parent)
+    proc = run_cli(["run", "--stream", "a=a.parquet", "--stream", "b=b.parquet", "--unit", "us", *option,
+                    "--out", "out"], cwd=work)
+    assert_refused(proc, "too large", "at most 2^60 us", "36,000 years")
+    assert_untouched(work.parent, before)
+
+
+def test_largest_duration_is_accepted(work: Path) -> None:
+    proc = run_cli(["run", "--stream", "a=a.parquet", "--stream", "b=b.parquet", "--unit", "us",
+                    "--window", "36000w", "--out", "out"], cwd=work)  # ~690 years < 2^60 us
+    assert proc.returncode == 0, proc.stderr
+
+
+def _make_read_only(folder: Path) -> list[str]:
+    """Make ``folder`` unwritable for this process; returns how (to undo).
+    ``chmod`` does not stop root: there the immutable attribute does."""
+    folder.chmod(0o555)
+    probe = folder / ".probe"
+    try:
+        probe.write_bytes(b"")
+    except OSError:
+        return ["chmod"]
+    probe.unlink()
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
+        return ["chmod", "chattr"]
+    folder.chmod(0o755)
+    pytest.skip("cannot make a directory unwritable here (root without chattr)")
+
+
+def _undo_read_only(folder: Path, how: list[str]) -> None:
+    if "chattr" in how:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("out", ["ro/out", "ro/new/deeper/out"], ids=["out-in-ro", "out-under-ro"])
+def test_unwritable_out_is_refused_before_any_input_is_read(work: Path, out: str) -> None:
+    """Was: found only when the output was staged, after load and join (exit 1).
+    Now refused while the options are resolved: a broken input stream in the
+    same command is not even opened (its error would come first otherwise)."""
+    (work / "ro").mkdir()
+    (work / "broken.parquet").write_text("not parquet\n")
+    how = _make_read_only(work / "ro")
+    try:
+        before = tree(work.parent)
+        for streams in (["--stream", "a=a.parquet", "--stream", "b=b.parquet"],
+                        ["--stream", "a=broken.parquet", "--stream", "b=b.parquet"]):
+            proc = run_cli(["run", *streams, "--unit", "us", "--window", "2ms", "--out", out], cwd=work)
+            assert_refused(proc, out, "cannot write", "'ro'", "not writable")
+            assert tree(work.parent) == before
+    finally:
+        _undo_read_only(work / "ro", how)
+    assert sorted(p.name for p in (work / "ro").iterdir()) == []
+
+
+def test_unwritable_nightly_out_root_is_refused_before_any_input_is_read(tmp_path: Path) -> None:
+    _nightly_inputs(tmp_path, date_column=False)
+    (tmp_path / "out").mkdir()
+    how = _make_read_only(tmp_path / "out")
+    try:
+        before = tree(tmp_path)
+        proc = run_cli(["run", "nightly.toml", "--date", D], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "'out'" in lines[0] and "not writable" in lines[0], proc.stderr
+        assert "stage" not in proc.stderr
+        assert tree(tmp_path) == before
+    finally:
+        _undo_read_only(tmp_path / "out", how)
+
+
+def test_full_out_is_refused_before_any_input_is_read(work: Path) -> None:
+    """A file system with no space left: a 64 KiB tmpfs, filled, mounted in a
+    private mount namespace (needs root and ``unshare``; skipped elsewhere)."""
+    full = work / "full"
+    full.mkdir()
+    mount = f"mount -t tmpfs -o size=64k tmpfs {full} && (head -c 65536 /dev/zero > {full}/fill || true)"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private tmpfs mount here: {probe.stderr.strip()}")
+    command = " ".join(CMD + ["run", "--stream", "a=a.parquet", "--stream", "b=b.parquet", "--unit", "us",
+                              "--window", "2ms", "--out", "full/out"])
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", f"{mount} && exec {command}"], cwd=work,
+                          capture_output=True, text=True, timeout=120, env=cli_env())
+    assert_refused(proc, "full/out", "cannot write", "'full'", "no space left")
+    assert sorted(p.name for p in full.iterdir()) == []  # the tmpfs went with its namespace
