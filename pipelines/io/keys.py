@@ -100,8 +100,8 @@ def common_key_type(position: int, columns: Sequence[tuple[StreamConfig, KeyFact
         if f.inexact is not None:
             bits = SIGNIFICAND_BITS[f.dtype]
             raise InputError(f"{where}: {integer} and {name(cfg, f)} cannot be compared exactly: "
-                             f"{cfg.name}.{cfg.keys[position]} holds {f.inexact!r}, not a whole number below 2^{bits} "
-                             f"in magnitude; store the key as an integer in every stream")
+                             f"{cfg.name}.{cfg.keys[position]} holds {f.inexact!r}, not a whole number of "
+                             f"magnitude below 2^{bits}; store the key as an integer in every stream")
     ranged = [(c, f) for c, f in columns if f.lo is not None]
     if not ranged:
         return pl.Int64
