@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional, get_args
@@ -95,7 +96,9 @@ KOpt = Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms, or NAM
 RetentionOpt = Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms, or NAME=DUR (required by static)")]
 IntervalOpt = Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")]
 BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")]
-TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
+TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
+WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay, whole ms, e.g. 10s, or NAME=DUR (required by spark-ss)")]
+WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as spark.sql.streaming.multipleWatermarkPolicy (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
 PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
@@ -168,16 +171,27 @@ def _fail(exc: StreamjoinError) -> None:
     raise typer.Exit(exc.exit_code)
 
 
-def _stage_reporter(total: int):
-    """Progress bar on a terminal, plain log lines otherwise (cron)."""
+def _stage_reporter(stages: tuple[str, ...], labels: dict[str, str] | None = None):
+    """Progress bar on a terminal, naming the stage that is running (``labels``:
+    a longer caption for some, e.g. the join on Spark); plain log lines otherwise (cron)."""
+    labels = labels or {}
     if sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
-        task = progress.add_task("streamjoin", total=total)
+        def caption(i: int) -> str:
+            return f"{labels.get(stages[i], stages[i])} ..." if i < len(stages) else "done"
+
+        # the bar writes to its own copy of the terminal's descriptor: while the Spark
+        # session starts, descriptor 2 points at Spark's log (engines/spark/session.py)
+        terminal = Console(file=os.fdopen(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", closefd=True),
+                           force_terminal=True)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
+                            console=terminal)
+        task = progress.add_task(caption(0), total=len(stages))
 
         def on_stage(name: str, seconds: float) -> None:
-            progress.update(task, advance=1, description=f"{name} done")
+            progress.update(task, advance=1, description=caption(stages.index(name) + 1))
 
         return progress, on_stage
 
@@ -236,7 +250,7 @@ def run(
     unit: UnitOpt = None,
     window: WindowOpt = None,
     router: RouterOpt = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack (default: none)")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss (default: none)")] = None,
     k: KOpt = None,
     retention: RetentionOpt = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,
@@ -245,6 +259,8 @@ def run(
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin / qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
     basic_window: BasicWindowOpt = None,
     trigger: TriggerOpt = None,
+    watermark: WatermarkOpt = None,
+    watermark_policy: WatermarkPolicyOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,
@@ -274,7 +290,7 @@ def run(
     (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
     3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
     """
-    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.config.settings import Flags, engine_source, resolve
     from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
@@ -285,7 +301,7 @@ def run(
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
-        optional_streams=optional_stream or [],
+        optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -296,7 +312,13 @@ def run(
     log = _json_log(nightly)
     try:
         cfg = resolve(config, flags)
-        progress, on_stage = _stage_reporter(len(STAGES)) if log is None else (None, log.stage)
+        spark = cfg.engine == "spark"
+        if spark and cfg.master.startswith("local") and sys.stderr.isatty() and \
+                engine_source(config, flags) == "default":
+            typer.echo("note: the default engine is Spark; for inputs that fit one machine, --engine local gives "
+                       "the same answer faster (no JVM to start)", err=True)
+        labels = {"join": f"join on Spark ({cfg.master})"} if spark else {}
+        progress, on_stage = _stage_reporter(STAGES, labels) if log is None else (None, log.stage)
         on_chunk = _chunk_reporter(progress) if log is None else None
         if progress is not None:
             with progress:
@@ -590,7 +612,8 @@ def main() -> None:
         typer.echo(f"error: {message}{hint}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
-        typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
+        notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))  # e.g. where Spark's log is
+        typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}{notes}", err=True)
         sys.exit(EXIT_FAILURE)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -35,6 +35,20 @@ UNIT_US = {
     "w": 604_800_000_000,
 }
 
+#: times in [1990-01-01, 2100-01-01) UTC, as microseconds since the Unix epoch:
+#: calendar times (docs/semantics.md).  A stream's integer times that land here
+#: under another unit than the declared one are a likely --unit mistake
+#: (io/load.py); a replay span inside it gets dated axes (report/json.py).
+CALENDAR_RANGE_US = (631_152_000_000_000, 4_102_444_800_000_000)
+
+
+def in_calendar_range(first_us: float, last_us: float) -> bool:
+    """Whether ``first_us .. last_us`` (microseconds since the epoch) lies in
+    :data:`CALENDAR_RANGE_US`."""
+    lo, hi = CALENDAR_RANGE_US
+    return lo <= first_us and last_us < hi
+
+
 #: the units an integer timestamp column may be declared in (SPEC §1)
 TS_UNITS = ("s", "ms", "us", "ns", "ps")
 

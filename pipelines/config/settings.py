@@ -40,6 +40,8 @@ ROUTERS = ("none", "atr", "ctr", "auto")
 ENGINES = ("spark", "local")
 #: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
 ENGINE_ENV = "STREAMJOIN_ENGINE"
+#: the engine when neither a flag, the config nor $STREAMJOIN_ENGINE chooses one
+DEFAULT_ENGINE = "spark"
 
 #: keys a config TOML may hold; anything else is a typo and is refused
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
@@ -57,7 +59,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # bounded-memory local engine (pipelines/jobs/chunked.py)
             "chunk_rows",
             # bad input (pipelines/io/load.py)
-            "max_quarantine")
+            "max_quarantine",
+            # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
+            "watermark", "trigger", "watermark_policy")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -68,7 +72,7 @@ STREAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 STREAM_NAME_MAX = 64
 STREAM_NAME_RULE = "a letter, then letters, digits or _"
 
-STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention",
+STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention", "watermark",
                # nightly: the stream may have no partition on some days (pipelines/nightly/partitions.py)
                "optional")
 
@@ -86,6 +90,7 @@ class StreamConfig:
     keys: tuple[str, ...] = ()
     k_us: int | None = None
     retention_us: int | None = None
+    watermark_us: int | None = None   # spark-ss: the stream's withWatermark delay
     vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
     optional: bool = False          # nightly: a day without a partition replays it empty
 
@@ -129,8 +134,13 @@ class RunConfig:
         d["out"] = str(self.out)
         d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
-        if d["policy"].get("target") is None:
-            d["policy"].pop("target", None)  # only recall-target policies have one
+        # only recall-target policies have a target, only spark-ss the others
+        for key in ("target", "watermark", "trigger_us", "watermark_policy"):
+            if d["policy"].get(key) is None:
+                d["policy"].pop(key, None)
+        for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
+            if stream.get("watermark_us") is None:
+                stream.pop("watermark_us", None)
         return d
 
 
@@ -156,7 +166,11 @@ class Flags:
     interval: str | None = None       # qjoin / qkslack: re-decide every L
     granularity: str | None = None    # delay granularity g
     basic_window: str | None = None   # basic window b
-    triggers: list[str] = field(default_factory=list)   # KEY=VALUE early re-decision thresholds
+    # KEY=VALUE early re-decision thresholds (qjoin / qkslack); a plain DURATION is
+    # spark-ss's micro-batch interval
+    triggers: list[str] = field(default_factory=list)
+    watermark: list[str] = field(default_factory=list)   # spark-ss: DUR or NAME=DUR
+    watermark_policy: str | None = None                  # spark-ss: min | max
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -287,6 +301,32 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
     return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
 
 
+def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], flags: Flags,
+                     run: dict[str, Any]) -> PolicySpec:
+    """``spark-ss``: watermark per stream, the micro-batch interval (``--trigger DUR``
+    or ``[run] trigger``) and the multiple-watermark policy."""
+    from ..policies.spark_ss import DEFAULT_WATERMARK_POLICY
+
+    if len(batch_triggers) > 1:
+        raise InputError(f"--trigger {batch_triggers[-1]}: one micro-batch interval, given {len(batch_triggers)}")
+    raw = batch_triggers[0] if batch_triggers else run.get("trigger")
+    trigger = _duration(raw, "trigger") if raw is not None else None
+    return PolicySpec(name="spark-ss", watermark=tuple(s.watermark_us for s in streams), trigger_us=trigger,
+                      watermark_policy=flags.watermark_policy or run.get("watermark_policy", DEFAULT_WATERMARK_POLICY))
+
+
+def engine_source(config_path: Path | None, flags: Flags) -> str:
+    """Who chose the engine of a run: ``"flag"``, ``"config"`` (``[run] engine``),
+    ``"environment"`` (``$STREAMJOIN_ENGINE``) or ``"default"`` (Spark)."""
+    import os
+
+    if flags.engine:
+        return "flag"
+    if config_path and read_toml(config_path).get("run", {}).get("engine"):
+        return "config"
+    return "environment" if os.environ.get(ENGINE_ENV) else "default"
+
+
 def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
@@ -358,13 +398,14 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     apply("--window", flags.window, "window")
     apply("--k", flags.k, "k")
     apply("--retention", flags.retention, "retention")
+    apply("--watermark", flags.watermark, "watermark")
     for name in flags.optional_streams:
         if name not in streams:
             raise InputError(f"--optional-stream {name}: unknown stream name (streams: {', '.join(names)})")
         streams[name]["optional"] = True
 
     # run-level defaults from TOML, then flags
-    for key in ("k", "retention", "window"):
+    for key in ("k", "retention", "window", "watermark"):
         if key in run:
             for s in streams.values():
                 s.setdefault(key, run[key])
@@ -396,6 +437,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             keys=tuple(str(k) for k in keys),
             k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
             retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            watermark_us=_duration(s["watermark"], f"watermark of stream {name!r}") if s.get("watermark") is not None else None,
             optional=optional,
         ))
     key_counts = {len(s.keys) for s in resolved}
@@ -411,17 +453,33 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError("policy kslack needs --k DURATION (for every stream)")
     if retention is not None and any(v is None for v in retention):
         raise InputError("policy static needs --retention DURATION (for every stream)")
-    # recall-target policies are built once --recall and --period are known
-    policy = PolicySpec(name=policy_name, k=k, retention=retention) if policy_name not in ADAPTIVE else None
+    # spark-ss's micro-batch interval shares --trigger with the controllers' KEY=VALUE thresholds
+    batch_triggers = [t for t in flags.triggers if "=" not in t]
+    flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
+    if policy_name == "spark-ss":
+        policy = _spark_ss_policy(resolved, batch_triggers, flags, run)
+    else:
+        given = (["--watermark"] if flags.watermark else []) + (["--watermark-policy"] if flags.watermark_policy else []) \
+            + [f"--trigger {t}" for t in batch_triggers]
+        if given:
+            raise InputError(f"{', '.join(given)}: settings of --policy spark-ss, not of {policy_name} "
+                             "(qjoin / qkslack triggers are KEY=VALUE)")
+        # recall-target policies are built once --recall and --period are known
+        policy = PolicySpec(name=policy_name, k=k, retention=retention) if policy_name not in ADAPTIVE else None
 
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
     import os
 
-    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or "spark"
+    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    if policy_name == "spark-ss" and engine == "spark":
+        if flags.engine or run.get("engine"):
+            raise InputError("--policy spark-ss runs on --engine local only (the Spark engine does not emulate "
+                             "micro-batches yet)")
+        engine = "local"   # the default engine, not the user's choice
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError, warn_once
-from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US
+from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US, in_calendar_range
 from .columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from .keys import cast_keys, common_key_types, key_facts
 
@@ -201,15 +201,12 @@ def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
     return table, files
 
 
-#: integer times read as seconds since the Unix epoch in this range count as
-#: plausible calendar dates: 1990-01-01 .. 2100-01-01 UTC (docs/semantics.md)
-PLAUSIBLE_EPOCH_S = (631_152_000, 4_102_444_800)
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds"}
 
 
 def _plausible(lo: int, hi: int, unit: str) -> bool:
-    per_s = 1_000_000 / UNIT_US[unit]
-    return PLAUSIBLE_EPOCH_S[0] <= lo / per_s and hi / per_s <= PLAUSIBLE_EPOCH_S[1]
+    """Integer times ``lo .. hi`` in ``unit`` are calendar dates (base/timeunits.py)."""
+    return in_calendar_range(lo * UNIT_US[unit], hi * UNIT_US[unit])
 
 
 def likely_epoch_unit(lo: int, hi: int, unit: str) -> str | None:

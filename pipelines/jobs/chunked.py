@@ -46,6 +46,10 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
     if cfg.chunk_rows == 0 or cfg.engine != "local":
         return None
+    if cfg.policy.name == "spark-ss":   # the bounded engine does not emulate micro-batches yet
+        if cfg.chunk_rows is not None:
+            raise InputError("--chunk-rows: policy spark-ss runs in memory for now; use --chunk-rows 0")
+        return None
     if cfg.chunk_rows is not None:
         if cfg.policy.adaptive:
             raise InputError(f"--chunk-rows: policy {cfg.policy.name} decides from the whole replay so far and "

@@ -55,7 +55,8 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
     """One row per emitted combination, ordered by emission time then members.
 
     Columns per stream ``s``: ``s_row``, ``s_ts_us``, ``s_arrival_us`` and every
-    payload column as ``s_<col>``; then ``emit_us`` and ``latency_us``.
+    payload column as ``s_<col>``; then ``emit_us`` and ``latency_us``; with
+    ``--policy spark-ss`` also ``batch``, the micro-batch that emitted the row.
     """
     em = outcome.emission
     mask = em.emitted
@@ -73,10 +74,13 @@ def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataF
         payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
         parts.append(cols.hstack(payload))
     frame = pl.concat(parts, how="horizontal")
-    return frame.with_columns(
+    frame = frame.with_columns(
         pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
         pl.Series("latency_us", em.latency_us[mask][order], dtype=pl.Int64),
     )
+    if em.batch is not None:   # spark-ss: the micro-batch (Spark's batch id) that emitted the row
+        frame = frame.with_columns(pl.Series("batch", em.batch[mask][order], dtype=pl.Int64))
+    return frame
 
 
 def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:

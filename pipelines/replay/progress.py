@@ -31,6 +31,8 @@ Policy decisions built on top of these facts:
   ``R(a) >= x.ts`` (``N`` = flushed at end of input).
 * symmetric family -- ``H_i(a) = max_{a'<=a} (T(a') - d_i(a'))``; ``x``
   expired on arrival iff ``x.ts + W_i < H_i(a_x)``.
+* micro-batch family (``spark-ss``) -- batches, watermarks, late drops and
+  state removals per tuple: :mod:`~streamjoin.pipelines.replay.microbatch`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..policies import SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
+from ..policies import MICROBATCH, SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
+from . import microbatch
 from ..base.sorting import search_sorted_queries, stable_order
 from ..base.timeunits import NEG_INF
 
@@ -109,6 +112,8 @@ class Decisions:
     Recall-target policies (``qjoin``, ``qkslack``) also keep the values
     they decided (``d`` or ``K``, shape ``(n, N)``) and ``policy_log``, one
     entry per decision (time, reason, values).
+    Micro-batch family (``spark-ss``): ``dropped`` (late) and ``batches``
+    (:class:`~streamjoin.pipelines.replay.microbatch.MicroBatches`).
     """
 
     family: str
@@ -122,6 +127,7 @@ class Decisions:
     d: np.ndarray | None = field(default=None, repr=False)
     policy_log: list | None = field(default=None, repr=False)
     policy_settings: dict | None = field(default=None, repr=False)   # the controller's resolved settings
+    batches: microbatch.MicroBatches | None = field(default=None, repr=False)
 
     @cached_property
     def H(self) -> np.ndarray | None:
@@ -292,6 +298,10 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
     """
     N = replay.N
     W = np.asarray(windows, dtype=np.int64)
+    if policy.family == MICROBATCH:
+        mb, dropped = microbatch.micro_batches(replay.stream, replay.ts, replay.arrival, replay.n, W, policy)
+        return Decisions(family=MICROBATCH, dropped=dropped, batches=mb,
+                         policy_settings=microbatch.settings_report(mb, dropped, replay.stream, replay.n, policy))
     schedule = adaptive_schedule(replay, W, policy, bad_arrivals, keys) if policy.adaptive else None
     log = schedule.log if schedule is not None else None
     settings = schedule.settings if schedule is not None else None
@@ -386,12 +396,15 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
       (``end`` = first ``a`` with ``H_i(a) > ts + W_i``; empty if expired);
     * sorting: in the sort buffer ``[a_x, rel)``, then in join state until
       ``R(a) > ts + W`` (a tuple whose window already passed at release does
-      not count); dropped tuples are never held.
+      not count); dropped tuples are never held;
+    * micro-batch: :func:`~streamjoin.pipelines.replay.microbatch.memory`.
 
     so memory is a difference array of starts and ends, summed up.
     ``expiry_index``: :func:`expiry` if already computed (symmetric family).
     """
     n, N = replay.n, replay.N
+    if decisions.family == MICROBATCH:
+        return microbatch.memory(decisions.batches, decisions.dropped, replay.stream, n)
     W = np.asarray(windows, dtype=np.int64)
     counts = np.int32 if N < 2**31 else np.int64  # a count never exceeds N: half the memory
     out = np.zeros((n, N), dtype=counts)
