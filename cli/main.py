@@ -127,7 +127,7 @@ RUN_ONLY = {name: _in_panel(alias, NO_EFFECT_PANEL) for name, alias in {
     "basic_window": BasicWindowOpt, "trigger": TriggerOpt, "engine": EngineOpt, "master": MasterOpt,
     "partitions": PartitionsOpt, "spark_conf": SparkConfOpt, "segment": SegmentOpt,
     "load_weights": LoadWeightsOpt, "adapt_segment": AdaptSegmentOpt, "no_results": NoResultsOpt,
-    "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt}.items()}
+    "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt, "watermark": WatermarkOpt}.items()}
 
 # nightly options of run (tune-buffer refuses them with an explanation)
 DateOpt = Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")]
@@ -421,7 +421,7 @@ def tune_buffer(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K) | spark-ss (one withWatermark delay, for --trigger DUR); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
     period: PeriodOpt = None,
@@ -436,6 +436,7 @@ def tune_buffer(
     max_quarantine: MaxQuarantineOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
+    watermark_policy: WatermarkPolicyOpt = None,
     router: RUN_ONLY["router"] = None,
     k: RUN_ONLY["k"] = None,
     retention: RUN_ONLY["retention"] = None,
@@ -452,6 +453,7 @@ def tune_buffer(
     no_results: RUN_ONLY["no_results"] = False,
     chunk_rows: RUN_ONLY["chunk_rows"] = None,
     fail_under_target: RUN_ONLY["fail_under_target"] = False,
+    watermark: RUN_ONLY["watermark"] = None,
     date: NIGHTLY["date"] = None,
     from_: NIGHTLY["from_"] = None,
     to: NIGHTLY["to"] = None,
@@ -464,7 +466,9 @@ def tune_buffer(
     Defaults follow the data: --period from the replay span (at most 1,000 periods, a human unit).
 
 A run command line can be reused as it is: run's other options are accepted (last panel) and do not
-change the answer, and run's --policy tunes the fixed policy of its family.
+change the answer, and run's --policy tunes the fixed policy of its family.  With --policy spark-ss,
+--trigger DUR and --watermark-policy are the Spark job's settings and are used; the withWatermark delay
+is what is tuned (whole milliseconds), and the output has a PySpark snippet.
 
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
@@ -483,22 +487,29 @@ change the answer, and run's --policy tunes the fixed policy of its family.
         if recall is None:
             raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
         check_recall(recall)
+        # spark-ss: the trigger and watermark policy are resolved as run resolves them; the
+        # delay is what is tuned (0 stands in for it)
+        spark_ss = FIXED_POLICY_OF.get(policy) == "spark-ss"
+        spark_flags = dict(policy="spark-ss", watermark=["0"], watermark_policy=watermark_policy,
+                           triggers=[t for t in trigger or [] if "=" not in t]) if spark_ss else {"policy": "none"}
+        if watermark_policy is not None and not spark_ss:
+            raise InputError(f"--watermark-policy: a setting of --policy spark-ss, not of {policy}")
         # run's options are checked as run checks them (a typo is an error), then left out
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
-                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
+                      window=window or [], out=out, period=period, distance=distance, where=where,
                       router=router, engine=engine, master=master, partitions=partitions, spark_conf=spark_conf or [],
                       segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
-                      max_quarantine=max_quarantine)
+                      max_quarantine=max_quarantine, **spark_flags)
         cfg = resolve(config, flags, output_kind="tune-buffer")
         notes = []
         if FIXED_POLICY_OF.get(policy, policy) != policy:
             notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, "
                          f"{FIXED_POLICY_OF[policy]}")
             policy = FIXED_POLICY_OF[policy]
-        ignored = _given_options(ctx, RUN_ONLY)
+        ignored = _given_options(ctx, set(RUN_ONLY) - ({"trigger"} if spark_ss else set()))
         if ignored:
             notes.append(f"{', '.join(ignored)} accepted from run, ignored: tune-buffer replays exactly, in-process, "
-                         "and chooses K / retention itself, so they do not change its answer")
+                         "and chooses K / retention / the watermark itself, so they do not change its answer")
         if notes:
             typer.echo("note: " + "; ".join(notes), err=True)
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)

@@ -23,6 +23,7 @@ TOML layout (paths are relative to the TOML file)::
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
-from .options import HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, parse_distance, parse_weights
+from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
+                      parse_distance, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -65,6 +67,12 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
+
+#: a stream name: it names files (``quarantine/<name>.parquet``) and prefixes
+#: result columns (``<name>_row``, and SQL identifiers in ``--where``)
+STREAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+STREAM_NAME_MAX = 64
+STREAM_NAME_RULE = "a letter, then letters, digits or _"
 
 STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention", "watermark",
                # nightly: the stream may have no partition on some days (pipelines/nightly/partitions.py)
@@ -187,6 +195,29 @@ def _split_override(value: str, names: list[str], option: str) -> tuple[str | No
             raise InputError(f"{option} {value}: unknown stream name {name!r} (streams: {', '.join(names) or 'none'})")
         return name, rest
     return None, value
+
+
+def check_stream_name(name: Any, where: str) -> str:
+    """A stream name as a file name and a column prefix can hold it (see
+    :data:`STREAM_NAME`); ``where`` says where it was given."""
+    text = str(name)
+    if not STREAM_NAME.fullmatch(text):
+        raise InputError(f"{where}: stream name {text!r} is not allowed: expected {STREAM_NAME_RULE} "
+                         f"(at most {STREAM_NAME_MAX} characters), e.g. ball, sensor_2")
+    if len(text) > STREAM_NAME_MAX:
+        raise InputError(f"{where}: stream name {text[:20]!r}... has {len(text)} characters: at most {STREAM_NAME_MAX}")
+    return text
+
+
+def _check_distinct(names: list[str]) -> None:
+    """Refuse stream names that differ only in case: ``quarantine/A.parquet`` and
+    ``quarantine/a.parquet`` are one file on a case-insensitive file system."""
+    seen: dict[str, str] = {}
+    for name in names:
+        twin = seen.setdefault(name.lower(), name)
+        if twin != name:
+            raise InputError(f"stream names {twin!r} and {name!r} differ only in case; stream names must be "
+                             f"distinct ignoring case (they name files)")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -313,9 +344,11 @@ def engine_source(config_path: Path | None, flags: Flags) -> str:
 def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
-    ``check_out=False``: the caller checks ``out`` itself (a partitioned
-    output root, pipelines/nightly/publish.py).  ``output_kind``: the command whose
-    output ``out`` will hold (pipelines/config/options.py, ``check_target``).
+    ``check_out=False``: the caller checks what ``out`` holds itself (a
+    partitioned output root, pipelines/nightly/publish.py).  ``output_kind``:
+    the command whose output ``out`` will hold (pipelines/config/options.py,
+    ``check_target``).  Either way ``out`` must be writable (``check_writable``:
+    its parent, or a nightly root itself).
     """
     doc: dict[str, Any] = read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
@@ -331,18 +364,29 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         _check_keys(s, STREAM_KEYS, f"{config_path}: stream #{i + 1}")
         if "name" not in s or "path" not in s:
             raise InputError(f"{config_path}: stream #{i + 1} needs a name and a path")
-        entry = dict(s)
+        name = check_stream_name(s["name"], f"{config_path}: stream #{i + 1}")
+        if name in streams:
+            raise InputError(f"{config_path}: stream #{i + 1}: stream name {name!r} is given twice; "
+                             f"every [[stream]] needs its own name")
+        entry = dict(s, name=name)
         p = Path(str(s["path"]))
         entry["path"] = str(p if p.is_absolute() else base / p)
-        streams[str(s["name"])] = entry
+        streams[name] = entry
+    from_flags: set[str] = set()
     for spec in flags.streams:
         if "=" not in spec:
             raise InputError(f"--stream {spec}: expected NAME=PATH")
         name, _, path = spec.partition("=")
         if not name:
             raise InputError(f"--stream {spec}: empty stream name")
+        check_stream_name(name, f"--stream {spec}")
+        if name in from_flags:
+            raise InputError(f"--stream {spec}: stream name {name!r} is given twice; every stream needs its own name")
+        from_flags.add(name)
+        # a --stream naming a [[stream]] of the config replaces its path (flags win)
         streams.setdefault(name, {"name": name})["path"] = path
     names = list(streams)
+    _check_distinct(names)
     if len(names) < 2:
         raise InputError("a join needs at least two streams: give --stream NAME=PATH twice or [[stream]] tables in the config")
 
@@ -465,6 +509,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     out = Path(out_raw)
     if check_out:
         check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
+    check_writable(out, into=not check_out)  # and one that could not be written (a nightly root: inside)
     period_raw = flags.period or run.get("period")
     period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:

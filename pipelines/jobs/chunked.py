@@ -29,7 +29,7 @@ from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
 from ..engines.bounded import BoundedReplay, result_order
 from ..base.errors import InputError
-from ..io.load import open_dataset
+from ..io.load import count_rows
 from ..io.output import AtomicOutput
 from ..replay.predicates import where_of
 from ..report import json as report_json
@@ -57,7 +57,7 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
         return cfg.chunk_rows
     if cfg.policy.adaptive:
         return None
-    rows = sum(open_dataset(s.path, s.name)[0].count_rows() for s in cfg.streams)
+    rows = sum(count_rows(s) for s in cfg.streams)
     return DEFAULT_CHUNK_ROWS if rows > AUTO_ROWS else None
 
 
