@@ -37,7 +37,7 @@ import polars as pl
 from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
 from ..replay.emit import Emission, emission, last_arrivals
 from ..replay.probe_order import ProbeOrder, probe_order, smaller_first, two_stream_order
-from ..policies import SORTING, PolicySpec
+from ..policies import SORTING, SYMMETRIC, PolicySpec
 from ..replay.progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
@@ -132,7 +132,7 @@ def join(
         if where is not None:
             combos = combos.filter(where(combos))
         arrivals = (timed("emit.last", last_arrivals, combos, replay_ready.result(),
-                          with_arrival=policy.family == SORTING) if len(combos) else None)
+                          with_arrival=policy.family != SYMMETRIC) if len(combos) else None)
         return chosen, combos, arrivals
 
     with ThreadPoolExecutor(max_workers=2) as pool:

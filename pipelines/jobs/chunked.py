@@ -29,7 +29,7 @@ from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
 from ..engines.bounded import BoundedReplay
 from ..base.errors import InputError
-from ..io.load import open_dataset
+from ..io.load import count_rows
 from ..io.output import AtomicOutput
 from ..replay.predicates import where_of
 from ..replay.results import result_order
@@ -46,6 +46,10 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
     if cfg.chunk_rows == 0 or cfg.engine != "local":
         return None
+    if cfg.policy.name in ("spark-ss", "flink"):   # the bounded engine does not emulate them yet
+        if cfg.chunk_rows is not None:
+            raise InputError(f"--chunk-rows: policy {cfg.policy.name} runs in memory for now; use --chunk-rows 0")
+        return None
     if cfg.chunk_rows is not None:
         if cfg.policy.adaptive:
             raise InputError(f"--chunk-rows: policy {cfg.policy.name} decides from the whole replay so far and "
@@ -53,7 +57,7 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
         return cfg.chunk_rows
     if cfg.policy.adaptive:
         return None
-    rows = sum(open_dataset(s.path, s.name)[0].count_rows() for s in cfg.streams)
+    rows = sum(count_rows(s) for s in cfg.streams)
     return DEFAULT_CHUNK_ROWS if rows > AUTO_ROWS else None
 
 

@@ -372,6 +372,9 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
     log = RunLog(opts.log_format)
     try:
         cfg = nightly_period(resolve(config_path, flags, check_out=False))
+        if cfg.policy.name in ("spark-ss", "flink"):
+            raise InputError(f"--policy {cfg.policy.name}: nightly runs do not carry its state across days yet; "
+                             "run the whole range without --date / --from")
         return body(cfg, log)
     except StreamjoinError as exc:
         log.error(str(exc), exc.exit_code)

@@ -164,7 +164,7 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
         state_end = {}
         for k, s in enumerate(data.streams):
             day_rows = int((data.day_of_row[k] == dn).sum())
-            q = s.quarantine.filter(pl.col("date") == day) if s.quarantine.height else s.quarantine
+            q = data.quarantine_of(k, day)
             in_day = (replay.stream == k) & (day_at == dn)
             late = int((dec.dropped & in_day).sum()) if dec.dropped is not None else 0
             expired = int((dec.expired & in_day).sum()) if dec.expired is not None else 0
@@ -191,9 +191,9 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
             "latency_us": metrics.latency_summary(lat),
         }
         quarantine = {}
-        for s in data.streams:
-            q = s.quarantine.filter(pl.col("date") == day).drop("date") if s.quarantine.height else None
-            if q is not None and q.height:
+        for k, s in enumerate(data.streams):
+            q = data.quarantine_of(k, day)
+            if q.height:
                 quarantine[s.name] = q
         out[day] = DayResult(day=day, results=frame, quarantine=quarantine, counts=counts, metrics=m,
                              state_end=state_end, exactness=exact if day == data.days[0] else {"certified": exact["certified"]})

@@ -3,7 +3,8 @@
 One row per emitted combination.  Columns, per stream ``s`` in stream order:
 ``s_date`` (nightly partitions only), ``s_row``, ``s_ts_us``,
 ``s_arrival_us`` and every payload column as ``s_<col>``; then ``emit_us``
-and ``latency_us``.  Rows are in results order: emission time, then the
+and ``latency_us``; with ``--policy spark-ss`` also ``batch``, the micro-batch
+(Spark's batch id) that emitted the row.  Rows are in results order: emission time, then the
 arrival index of the last member, then the members' rows
 (:func:`~streamjoin.pipelines.replay.emit.emission_order`).
 
@@ -69,14 +70,14 @@ def with_emission(members: pl.DataFrame, emit_us: np.ndarray, latency_us: np.nda
 
 def results_frame(streams: Sequence[MemberSource], rows: Sequence[np.ndarray], emit_us: np.ndarray,
                   last: np.ndarray, latency_us: np.ndarray, *, row_numbers: Sequence[np.ndarray] | None = None,
-                  dates: Sequence[np.ndarray] | None = None) -> pl.DataFrame:
+                  dates: Sequence[np.ndarray] | None = None, batch: np.ndarray | None = None) -> pl.DataFrame:
     """The results frame of the given combinations, in results order.
 
     ``rows[k]`` are the members' rows in ``streams[k]``; ``emit_us``,
     ``last`` (the last member's arrival index) and ``latency_us`` are per
     combination.  ``row_numbers[k]`` maps a row to the number written as
     ``<name>_row`` (default: the row itself); ``dates[k]`` gives each row's
-    ``<name>_date``.
+    ``<name>_date``; ``batch`` (spark-ss) each combination's micro-batch.
     """
     order = emission_order(emit_us, last, rows)
     parts = []
@@ -85,14 +86,17 @@ def results_frame(streams: Sequence[MemberSource], rows: Sequence[np.ndarray], e
         row = idx if row_numbers is None else np.asarray(row_numbers[k][idx], dtype=np.int64)
         parts.append(member_columns(s.name, row, s.ts[idx], s.arrival[idx], take_rows(s.payload, idx),
                                     date=None if dates is None else dates[k][idx]))
-    return with_emission(pl.concat(parts, how="horizontal"), emit_us[order], latency_us[order])
+    frame = with_emission(pl.concat(parts, how="horizontal"), emit_us[order], latency_us[order])
+    if batch is not None:   # spark-ss: the micro-batch (Spark's batch id) that emitted the row
+        frame = frame.with_columns(pl.Series("batch", batch[order], dtype=pl.Int64))
+    return frame
 
 
 def emitted_frame(combos: Combos, em: Emission, streams: Sequence[MemberSource]) -> pl.DataFrame:
     """The results frame of a whole replay: every emitted combination of ``combos``."""
     mask = em.emitted
     return results_frame(streams, [r[mask] for r in combos.rows], em.emit_us[mask], em.last[mask],
-                         em.latency_us[mask])
+                         em.latency_us[mask], batch=None if em.batch is None else em.batch[mask])
 
 
 def result_order(frame: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:

@@ -8,7 +8,9 @@ memory (:mod:`~streamjoin.pipelines.jobs.chunked`, from the engine's sums) --
 and :func:`finish` fills in its outputs and timings once they are written.
 :func:`extras` computes, from the replay, the downsampled memory series, the
 latency histogram of the emitted results and the tuning curve
-(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`), so that
+(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`; for ``spark-ss`` the
+curve over its watermark delay,
+:func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`), so that
 ``report.html`` can be rendered from ``report.json`` alone.
 """
 
@@ -22,9 +24,10 @@ import numpy as np
 
 from ..analysis import metrics
 from ..analysis.tuning import curve_only
+from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
-from ..policies import SYMMETRIC
+from ..policies import MICROBATCH, SYMMETRIC
 from . import json as report_json
 
 #: memory series points kept in report.json (per-arrival memory is downsampled)
@@ -153,7 +156,8 @@ def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict
 def extras(cfg, outcome) -> dict[str, Any]:
     """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
     em = outcome.emission
-    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
+    family = outcome.decisions.family
+    policy = "static" if family == SYMMETRIC else "kslack"
     combos, members = outcome.combos, (em.a, em.last)
     total = len(combos)
     every = -(-total // TUNING_SAMPLE) if total > TUNING_SAMPLE else 1
@@ -163,8 +167,12 @@ def extras(cfg, outcome) -> dict[str, Any]:
         # the sample's own members' arrival indexes (em.a[k][pick], without
         # gathering em.a for every combination)
         members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
-    tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
-                        cfg.recall_target, TUNING_TARGETS, members=members)
+    if family == MICROBATCH:  # spark-ss: the curve over its withWatermark delay
+        tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,
+                                      cfg.recall_target, TUNING_TARGETS, members=members)
+    else:
+        tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
+                            cfg.recall_target, TUNING_TARGETS, members=members)
     tuning["truth_results"] = total
     tuning["sample_every"] = every  # 1 = exact
     return {

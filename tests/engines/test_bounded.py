@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.strategies import fixed_policy
 
 from streamjoin.pipelines.jobs.chunked import chunked_report
 from streamjoin.pipelines.io.chunks import read_chunks, survey
@@ -60,14 +61,7 @@ def inputs(draw, n_streams=st.integers(2, 3)):
             frame = frame.sort(layout.split()[0], nulls_last=True)
         tables.append((frame, draw(st.integers(1, 16))))
     windows = tuple(draw(st.integers(0, 30)) for _ in range(n))
-    name = draw(st.sampled_from(["none", "kslack", "mpkslack", "static"]))
-    per_stream = st.lists(st.integers(0, 60), min_size=n, max_size=n).map(tuple)
-    if name == "kslack":
-        policy = PolicySpec(name, k=draw(per_stream))
-    elif name == "static":
-        policy = PolicySpec(name, retention=draw(per_stream))
-    else:
-        policy = PolicySpec(name)
+    policy = fixed_policy(draw, n, 60)
     return tables, windows, policy, keyed, draw(st.integers(1, 50)), draw(st.integers(1, 100))
 
 
