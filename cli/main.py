@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional, get_args
@@ -95,7 +96,10 @@ KOpt = Annotated[Multi, typer.Option("--k", help="K of kslack, e.g. 50ms, or NAM
 RetentionOpt = Annotated[Multi, typer.Option("--retention", help="retention of static, e.g. 50ms, or NAME=DUR (required by static)")]
 IntervalOpt = Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")]
 BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")]
-TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="qjoin/qkslack early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
+TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
+WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
+WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
+WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as spark.sql.streaming.multipleWatermarkPolicy (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
 PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
@@ -123,7 +127,7 @@ RUN_ONLY = {name: _in_panel(alias, NO_EFFECT_PANEL) for name, alias in {
     "basic_window": BasicWindowOpt, "trigger": TriggerOpt, "engine": EngineOpt, "master": MasterOpt,
     "partitions": PartitionsOpt, "spark_conf": SparkConfOpt, "segment": SegmentOpt,
     "load_weights": LoadWeightsOpt, "adapt_segment": AdaptSegmentOpt, "no_results": NoResultsOpt,
-    "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt}.items()}
+    "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt, "watermark": WatermarkOpt}.items()}
 
 # nightly options of run (tune-buffer refuses them with an explanation)
 DateOpt = Annotated[Optional[str], typer.Option("--date", help="nightly: run one day, YYYY-MM-DD|yesterday|today -> OUT/date=D/")]
@@ -197,16 +201,27 @@ def _reporting():
     return guard
 
 
-def _stage_reporter(total: int):
-    """Progress bar on a terminal, plain log lines otherwise (cron)."""
+def _stage_reporter(stages: tuple[str, ...], labels: dict[str, str] | None = None):
+    """Progress bar on a terminal, naming the stage that is running (``labels``:
+    a longer caption for some, e.g. the join on Spark); plain log lines otherwise (cron)."""
+    labels = labels or {}
     if sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
-        task = progress.add_task("streamjoin", total=total)
+        def caption(i: int) -> str:
+            return f"{labels.get(stages[i], stages[i])} ..." if i < len(stages) else "done"
+
+        # the bar writes to its own copy of the terminal's descriptor: while the Spark
+        # session starts, descriptor 2 points at Spark's log (engines/spark/session.py)
+        terminal = Console(file=os.fdopen(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", closefd=True),
+                           force_terminal=True)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
+                            console=terminal)
+        task = progress.add_task(caption(0), total=len(stages))
 
         def on_stage(name: str, seconds: float) -> None:
-            progress.update(task, advance=1, description=f"{name} done")
+            progress.update(task, advance=1, description=caption(stages.index(name) + 1))
 
         return progress, on_stage
 
@@ -265,7 +280,7 @@ def run(
     unit: UnitOpt = None,
     window: WindowOpt = None,
     router: RouterOpt = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack (default: none)")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss | flink (default: none)")] = None,
     k: KOpt = None,
     retention: RetentionOpt = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,
@@ -274,6 +289,9 @@ def run(
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="qjoin / qkslack: step the chosen values are rounded up to (default: the tune-buffer grid step, 1us .. 1h, <= 1% of the largest delay seen)")] = None,
     basic_window: BasicWindowOpt = None,
     trigger: TriggerOpt = None,
+    watermark: WatermarkOpt = None,
+    watermark_policy: WatermarkPolicyOpt = None,
+    watermark_interval: WatermarkIntervalOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,
@@ -303,7 +321,7 @@ def run(
     (see 'streamjoin backfill --help').  Exit codes: 0 ok, 1 failure, 2 usage/bad input,
     3 recall target missed (--fail-under-target), 4 locked by another run, 130 interrupted.
     """
-    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.config.settings import Flags, engine_source, resolve
     from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
@@ -314,7 +332,8 @@ def run(
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
-        optional_streams=optional_stream or [],
+        optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
+        watermark_interval=watermark_interval,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -325,7 +344,13 @@ def run(
     log = _json_log(nightly)
     try:
         cfg = resolve(config, flags)
-        progress, on_stage = _stage_reporter(len(STAGES)) if log is None else (None, log.stage)
+        spark = cfg.engine == "spark"
+        if spark and cfg.master.startswith("local") and sys.stderr.isatty() and \
+                engine_source(config, flags) == "default":
+            typer.echo("note: the default engine is Spark; for inputs that fit one machine, --engine local gives "
+                       "the same answer faster (no JVM to start)", err=True)
+        labels = {"join": f"join on Spark ({cfg.master})"} if spark else {}
+        progress, on_stage = _stage_reporter(STAGES, labels) if log is None else (None, log.stage)
         on_chunk = _chunk_reporter(progress) if log is None else None
         if progress is not None:
             with progress:
@@ -429,7 +454,7 @@ def tune_buffer(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K) | spark-ss (one withWatermark delay, for --trigger DUR); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
     period: PeriodOpt = None,
@@ -444,6 +469,7 @@ def tune_buffer(
     max_quarantine: MaxQuarantineOpt = None,
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
+    watermark_policy: WatermarkPolicyOpt = None,
     router: RUN_ONLY["router"] = None,
     k: RUN_ONLY["k"] = None,
     retention: RUN_ONLY["retention"] = None,
@@ -460,6 +486,7 @@ def tune_buffer(
     no_results: RUN_ONLY["no_results"] = False,
     chunk_rows: RUN_ONLY["chunk_rows"] = None,
     fail_under_target: RUN_ONLY["fail_under_target"] = False,
+    watermark: RUN_ONLY["watermark"] = None,
     date: NIGHTLY["date"] = None,
     from_: NIGHTLY["from_"] = None,
     to: NIGHTLY["to"] = None,
@@ -472,7 +499,9 @@ def tune_buffer(
     Defaults follow the data: --period from the replay span (at most 1,000 periods, a human unit).
 
 A run command line can be reused as it is: run's other options are accepted (last panel) and do not
-change the answer, and run's --policy tunes the fixed policy of its family.
+change the answer, and run's --policy tunes the fixed policy of its family.  With --policy spark-ss,
+--trigger DUR and --watermark-policy are the Spark job's settings and are used; the withWatermark delay
+is what is tuned (whole milliseconds), and the output has a PySpark snippet.
 
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
@@ -491,22 +520,29 @@ change the answer, and run's --policy tunes the fixed policy of its family.
         if recall is None:
             raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
         check_recall(recall)
+        # spark-ss: the trigger and watermark policy are resolved as run resolves them; the
+        # delay is what is tuned (0 stands in for it)
+        spark_ss = FIXED_POLICY_OF.get(policy) == "spark-ss"
+        spark_flags = dict(policy="spark-ss", watermark=["0"], watermark_policy=watermark_policy,
+                           triggers=[t for t in trigger or [] if "=" not in t]) if spark_ss else {"policy": "none"}
+        if watermark_policy is not None and not spark_ss:
+            raise InputError(f"--watermark-policy: a setting of --policy spark-ss, not of {policy}")
         # run's options are checked as run checks them (a typo is an error), then left out
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
-                      window=window or [], policy="none", out=out, period=period, distance=distance, where=where,
+                      window=window or [], out=out, period=period, distance=distance, where=where,
                       router=router, engine=engine, master=master, partitions=partitions, spark_conf=spark_conf or [],
                       segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
-                      max_quarantine=max_quarantine)
+                      max_quarantine=max_quarantine, **spark_flags)
         cfg = resolve(config, flags, output_kind="tune-buffer")
         notes = []
         if FIXED_POLICY_OF.get(policy, policy) != policy:
             notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, "
                          f"{FIXED_POLICY_OF[policy]}")
             policy = FIXED_POLICY_OF[policy]
-        ignored = _given_options(ctx, RUN_ONLY)
+        ignored = _given_options(ctx, set(RUN_ONLY) - ({"trigger"} if spark_ss else set()))
         if ignored:
             notes.append(f"{', '.join(ignored)} accepted from run, ignored: tune-buffer replays exactly, in-process, "
-                         "and chooses K / retention itself, so they do not change its answer")
+                         "and chooses K / retention / the watermark itself, so they do not change its answer")
         if notes:
             typer.echo("note: " + "; ".join(notes), err=True)
         result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
@@ -637,7 +673,8 @@ def main() -> None:
         typer.echo("error: interrupted; nothing was published", err=True)
         sys.exit(130)
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
-        typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
+        notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))  # e.g. where Spark's log is
+        typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}{notes}", err=True)
         sys.exit(EXIT_FAILURE)
     finally:  # whatever was reported stands: no interrupt may change the exit code from here on
         from streamjoin.pipelines.io.output import ignore_interrupts

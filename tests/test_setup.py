@@ -56,7 +56,8 @@ def test_ci_run_runs_exactly_the_readme_test_command():
 def test_readme_requirements_list_python_java_and_chromium():
     section = _fresh_machine_section()
     requirements = section.split("Requirements:", 1)[1]
-    for needed in ("Python 3.11+", "Java 17+", "openjdk-17-jre-headless", "`chromium`", "/usr/bin/chromium"):
+    for needed in ("Python 3.11+", "Java 17+", "openjdk-17-jre-headless", "`chromium`", "/usr/bin/chromium",
+                   "`javac`", "openjdk-17-jdk-headless"):
         assert needed in requirements, f"README Requirements: {needed!r} missing"
 
 

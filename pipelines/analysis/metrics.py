@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..policies import SORTING, SYMMETRIC
+from ..policies import SYMMETRIC
 from ..base.sorting import sort_values
 
 #: results per block of the per-period count
@@ -146,7 +146,8 @@ def stream_facts(names, rows, quarantined, ts_by_stream, replay, decisions) -> l
         delay = replay.delay[at]
         ts = ts_by_stream[i]
         span_s = (int(ts.max()) - int(ts.min())) / 1e6 if len(ts) else 0.0
-        dropped = int(np.count_nonzero(decisions.dropped[at])) if decisions.family == SORTING else 0
+        # late drops: the sorting family's, and spark-ss's watermark filter
+        dropped = int(np.count_nonzero(decisions.dropped[at])) if decisions.dropped is not None else 0
         expired = int(np.count_nonzero(decisions.expired[at])) if decisions.family == SYMMETRIC else 0
         out.append({
             "name": name,

@@ -92,10 +92,12 @@ from ..policies import SYMMETRIC, PolicySpec
 from ..replay.progress import Replay, decide, memory_per_stream
 from ..base.timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration, format_durations
 
-TUNE_POLICIES = ("static", "kslack")
-#: run's policies -> the fixed policy of the same family, whose setting tune-buffer tunes (SPEC §4.1, §4.2)
+TUNE_POLICIES = ("static", "kslack", "spark-ss")
+#: run's policies -> the fixed policy of the same family, whose setting tune-buffer tunes (SPEC §4.1, §4.2;
+#: spark-ss's withWatermark delay: :mod:`.watermark_tuning`)
 FIXED_POLICY_OF = {"static": "static", "qjoin": "static",
-                   "none": "kslack", "kslack": "kslack", "mpkslack": "kslack", "qkslack": "kslack"}
+                   "none": "kslack", "kslack": "kslack", "mpkslack": "kslack", "qkslack": "kslack",
+                   "spark-ss": "spark-ss"}
 #: grid cells above which the exact two-stream search is skipped
 MAX_GRID_CELLS = 40_000_000
 #: grid values per stream above which the exact search is skipped (memory per value costs a pass)
@@ -201,13 +203,15 @@ class Curve:
     slack can hold millions of steps: 8 h at 10 ms is 2.9M).
 
     ``top`` is the last grid step that changes anything (``ceil(max / g)``).
+    ``total``: the combinations recall counts, when some are met by no setting and
+    left out of ``values`` (default ``len(values)``).
     """
 
-    def __init__(self, values: np.ndarray, g: int):
+    def __init__(self, values: np.ndarray, g: int, total: int | None = None):
         self.g = int(g)
         self.sorted = np.sort(np.asarray(values, dtype=np.int64))
-        self.C = len(self.sorted)
-        self.top = int(grid_index(self.sorted[-1:], g)[0]) if self.C else 0
+        self.C = len(self.sorted) if total is None else int(total)
+        self.top = int(grid_index(self.sorted[-1:], g)[0]) if len(self.sorted) else 0
 
     def count(self, steps) -> np.ndarray:
         """Combinations emitted at grid steps ``steps`` (``#{v <= step * g}``)."""
@@ -215,6 +219,11 @@ class Curve:
 
     def recall(self, steps) -> np.ndarray:
         return self.count(steps) / self.C if self.C else np.ones(len(np.atleast_1d(steps)))
+
+    def reaches(self, q: float) -> bool:
+        """Whether some setting gives recall >= ``q`` (not so when ``total`` counts
+        combinations that no setting emits)."""
+        return needed_count(self.C, q) <= len(self.sorted)
 
     def value_for(self, q: float) -> int:
         """The exact least setting with recall >= ``q`` (the ``m``-th smallest value)."""
@@ -426,13 +435,17 @@ def toml_duration(us: int) -> str:
     return f"{us}us"
 
 
-def _candidate_steps(curve: Curve, rec_steps: Sequence[int]) -> list[int]:
+def candidate_steps(curve: Curve, rec_steps: Sequence[int]) -> list[int]:
+    """Grid steps to replay: 0, the last, around each recommendation, the steps of
+    common recall targets (those some setting reaches), evenly spread up to
+    :data:`MAX_CANDIDATES`."""
     J = curve.top
     steps = {0, J}
     for s in rec_steps:
         steps.update({max(0, s - 1), s, min(J, s + 1)})
     for q in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999):
-        steps.add(curve.step_for(q))
+        if curve.reaches(q):
+            steps.add(curve.step_for(q))
     room = MAX_CANDIDATES - len(steps)
     if room > 0 and J > 0:
         steps.update(int(v) for v in np.linspace(0, J, num=min(room, J + 1)).round())
@@ -450,21 +463,46 @@ def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: s
     """
     values = (required_static_common(replay, combos, windows, members) if policy == "static"
               else required_kslack(replay, combos))
-    curve = Curve(values, g)
-    C = curve.C
-    out: dict[str, Any] = {"policy": policy, "granularity_us": g, "truth_results": C}
+    return curve_summary(Curve(values, g), policy, q, targets)
+
+
+def curve_summary(curve: Curve, policy: str, q: float | None, targets: Sequence[float] = ()) -> dict[str, Any]:
+    """:func:`curve_only`'s answer for a curve: ``setting_us`` / ``exact_us`` meet ``q``,
+    ``setting_for_recall`` maps each target to its grid setting (None where no
+    setting reaches it, see :class:`Curve` ``total``), the sampled curve."""
+    g = curve.g
+    out: dict[str, Any] = {"policy": policy, "granularity_us": g, "truth_results": curve.C}
     keep: list[int] = []
     if q is not None:
-        step = curve.step_for(q)
-        keep = [step, max(step - 1, 0)]
         out["recall_target"] = q
-        out["setting_us"] = int(step * g)
-        out["exact_us"] = curve.value_for(q)
+        out["setting_us"] = out["exact_us"] = None
+        if curve.reaches(q):
+            step = curve.step_for(q)
+            keep = [step, max(step - 1, 0)]
+            out["setting_us"] = int(step * g)
+            out["exact_us"] = curve.value_for(q)
     every = sorted(set(targets) | ({q} if q is not None else set()))
-    out["setting_for_recall"] = {f"{t:g}": int(curve.step_for(t) * g) for t in every}
+    out["setting_for_recall"] = {f"{t:g}": int(curve.step_for(t) * g) if curve.reaches(t) else None for t in every}
     s, r = curve.sampled(keep)
     out["curve"] = {"setting_us": s, "recall": r}
     return out
+
+
+def recommendation(curve: Curve, q: float, names: Sequence[str], method: str) -> tuple[int, dict[str, Any]]:
+    """The least grid step meeting ``q`` and ``tune.json``'s ``recommendation`` there:
+    the setting, the exact minimum, recall at it and one step less, one value per stream."""
+    g = curve.g
+    step = curve.step_for(q)
+    at_step = curve.recall([step, max(step - 1, 0)])
+    return step, {
+        "setting_us": int(step * g),
+        "exact_us": curve.value_for(q),
+        "recall": float(at_step[0]),
+        "one_step_below_us": int((step - 1) * g) if step > 0 else None,
+        "recall_one_step_below": float(at_step[1]) if step > 0 else None,
+        "per_stream_us": {name: int(step * g) for name in names},
+        "per_stream_method": method,
+    }
 
 
 def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence[str], *, policy: str, q: float,
@@ -486,17 +524,7 @@ def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence
         granularity_source = (f"default: the largest 1-2-5 step <= largest required slack "
                               f"{format_duration(largest)} / {GRID_STEPS_PER_RANGE}")
     curve = Curve(values, g)
-    step = curve.step_for(q)
-    at_step = curve.recall([step, max(step - 1, 0)])
-    rec = {
-        "setting_us": int(step * g),
-        "exact_us": curve.value_for(q),
-        "recall": float(at_step[0]),
-        "one_step_below_us": int((step - 1) * g) if step > 0 else None,
-        "recall_one_step_below": float(at_step[1]) if step > 0 else None,
-        "per_stream_us": {name: int(step * g) for name in names},
-        "per_stream_method": "common" if policy == "static" else "one K for every stream",
-    }
+    step, rec = recommendation(curve, q, names, "common" if policy == "static" else "one K for every stream")
     # --- per period ---
     periods_out = None
     every = None
@@ -521,7 +549,7 @@ def tune(replay: Replay, combos: Combos, windows: Sequence[int], names: Sequence
             every["per_stream_method"] = ps_p["method"]
     # --- candidates: the engine's memory (and latency) at a set of settings ---
     candidates = []
-    for s in _candidate_steps(curve, [step] + ([every["setting_us"] // g] if every else [])):
+    for s in candidate_steps(curve, [step] + ([every["setting_us"] // g] if every else [])):
         ev = evaluate(replay, combos, windows, policy_for(policy, n, s * g), row_bytes, emitted=int(curve.count([s])[0]))
         ev["setting_us"] = int(s * g)
         candidates.append(ev)

@@ -16,6 +16,9 @@ from .errors import InputError
 
 NEG_INF = -(2**62)
 MAX_ABS_TS = 2**60  # ~36,000 years of microseconds either side of 0
+#: the largest duration (window, K, retention, period, ...): a time plus or minus
+#: a few of them stays far inside int64, and so does NEG_INF minus one
+MAX_DURATION_US = MAX_ABS_TS
 
 #: microseconds per unit, for integer timestamp columns and durations
 UNIT_US = {
@@ -32,6 +35,20 @@ UNIT_US = {
     "w": 604_800_000_000,
 }
 
+#: times in [1990-01-01, 2100-01-01) UTC, as microseconds since the Unix epoch:
+#: calendar times (docs/semantics.md).  A stream's integer times that land here
+#: under another unit than the declared one are a likely --unit mistake
+#: (io/load.py); a replay span inside it gets dated axes (report/json.py).
+CALENDAR_RANGE_US = (631_152_000_000_000, 4_102_444_800_000_000)
+
+
+def in_calendar_range(first_us: float, last_us: float) -> bool:
+    """Whether ``first_us .. last_us`` (microseconds since the epoch) lies in
+    :data:`CALENDAR_RANGE_US`."""
+    lo, hi = CALENDAR_RANGE_US
+    return lo <= first_us and last_us < hi
+
+
 #: the units an integer timestamp column may be declared in (SPEC §1)
 TS_UNITS = ("s", "ms", "us", "ns", "ps")
 
@@ -44,13 +61,15 @@ def parse_duration(text: str | int, *, what: str = "duration") -> int:
     ``0`` alone is accepted (no unit needed for nothing).  Negative values,
     missing units and unknown units raise :class:`InputError` naming ``what``.
     Fractions that do not land on a whole microsecond are rounded to nearest.
+    Durations above :data:`MAX_DURATION_US` (2^60 us, ~36,000 years) raise
+    too: time arithmetic on them would overflow int64.
     """
     if isinstance(text, bool):
         raise InputError(f"bad {what} {text!r}: expected e.g. 250ms, 2s, 1.5s, 1h, 500us")
     if isinstance(text, int):
         if text < 0:
             raise InputError(f"bad {what} {text!r}: must be >= 0")
-        return text
+        return _bounded(text, text, what)
     s = str(text).strip()
     if s in ("0", "0.0"):
         return 0
@@ -60,7 +79,15 @@ def parse_duration(text: str | int, *, what: str = "duration") -> int:
     if not m:
         raise InputError(f"bad {what} {text!r}: expected a number with a unit, e.g. 250ms, 2s, 1.5s, 1h, 500us")
     value, unit = m.groups()
-    us = round(float(value) * UNIT_US[unit])
+    us = float(value) * UNIT_US[unit]  # inf for a number too long for a float: refused below
+    return _bounded(round(us) if us <= MAX_DURATION_US else us, text, what)
+
+
+def _bounded(us: int | float, text: str | int, what: str) -> int:
+    if not us <= MAX_DURATION_US:
+        shown = repr(text) if len(str(text)) <= 32 else f"{str(text)[:16]!r}... ({len(str(text))} characters)"
+        raise InputError(f"bad {what} {shown}: too large: durations are at most 2^60 us "
+                         f"(about 36,000 years, {MAX_DURATION_US // UNIT_US['w']}w)")
     return int(us)
 
 

@@ -1,11 +1,16 @@
 """Option values parsed and checked where the configuration is resolved, so a
 bad value fails before any work is done: ``--distance``, ``--load-weights``,
-the Spark engine's ``spark.streamjoin.handoff`` conf and ``--out``.
+the Spark engine's ``spark.streamjoin.handoff`` conf and ``--out`` (what it
+holds, :func:`check_target`, and whether it can be written at all,
+:func:`check_writable`).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,3 +81,51 @@ def check_target(out: Path, kind: str = "run") -> None:
             raise InputError(f"{out}: holds a {other} output ({marker}), which {kind} would replace; "
                              f"choose another --out")
     raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")
+
+
+#: bytes the writability probe writes and syncs (a full file system fails it)
+PROBE_BYTES = 4096
+
+
+def check_writable(out: Path, *, into: bool = False) -> None:
+    """Refuse an ``--out`` that cannot be written, before any input is read.
+
+    The output is staged in ``out``'s parent and renamed into place (a
+    nightly root, ``into=True``: staged and published inside ``out``), so
+    that directory -- or, where it does not exist yet, the nearest existing
+    one above it, where it would be created -- must take a new file.  The
+    probe is an unnamed file (``O_TMPFILE``) where the file system supports
+    one, else a dot-file removed at once; it writes and syncs
+    :data:`PROBE_BYTES`, so a full file system fails too (as far as a small
+    write can tell: one that fills up during the run still fails then).
+    """
+    out = Path(out)
+    place = out if into else out.parent
+    place = place if str(place) else Path(".")
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        raise InputError(f"{out}: cannot write the output: {str(place)!r} is not a directory")
+    try:
+        _probe(place)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write the output: {str(place)!r} is not writable "
+                         f"({exc.strerror or exc}); choose another --out") from None
+
+
+def _probe(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o600)
+        named = None
+    except (AttributeError, OSError) as exc:  # no O_TMPFILE here (other OS, some file systems)
+        if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        named = directory / f".streamjoin-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd = os.open(named, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        os.write(fd, b"\0" * PROBE_BYTES)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        if named is not None:
+            named.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ TOML layout (paths are relative to the TOML file)::
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
-from .options import HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, parse_distance, parse_weights
+from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
+                      parse_distance, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -38,6 +40,8 @@ ROUTERS = ("none", "atr", "ctr", "auto")
 ENGINES = ("spark", "local")
 #: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
 ENGINE_ENV = "STREAMJOIN_ENGINE"
+#: the engine when neither a flag, the config nor $STREAMJOIN_ENGINE chooses one
+DEFAULT_ENGINE = "spark"
 
 #: keys a config TOML may hold; anything else is a typo and is refused
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
@@ -55,12 +59,22 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # bounded-memory local engine (pipelines/jobs/chunked.py)
             "chunk_rows",
             # bad input (pipelines/io/load.py)
-            "max_quarantine")
+            "max_quarantine",
+            # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
+            "watermark", "trigger", "watermark_policy",
+            # flink: Flink interval join emulation (pipelines/policies/flink.py)
+            "watermark_interval")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
 
-STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention",
+#: a stream name: it names files (``quarantine/<name>.parquet``) and prefixes
+#: result columns (``<name>_row``, and SQL identifiers in ``--where``)
+STREAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+STREAM_NAME_MAX = 64
+STREAM_NAME_RULE = "a letter, then letters, digits or _"
+
+STREAM_KEYS = ("name", "path", "ts", "arrival", "unit", "window", "keys", "k", "retention", "watermark",
                # nightly: the stream may have no partition on some days (pipelines/nightly/partitions.py)
                "optional")
 
@@ -78,6 +92,7 @@ class StreamConfig:
     keys: tuple[str, ...] = ()
     k_us: int | None = None
     retention_us: int | None = None
+    watermark_us: int | None = None   # spark-ss: the stream's withWatermark delay
     vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
     optional: bool = False          # nightly: a day without a partition replays it empty
 
@@ -121,8 +136,13 @@ class RunConfig:
         d["out"] = str(self.out)
         d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
-        if d["policy"].get("target") is None:
-            d["policy"].pop("target", None)  # only recall-target policies have one
+        # only recall-target policies have a target, only spark-ss the others
+        for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us"):
+            if d["policy"].get(key) is None:
+                d["policy"].pop(key, None)
+        for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
+            if stream.get("watermark_us") is None:
+                stream.pop("watermark_us", None)
         return d
 
 
@@ -148,7 +168,12 @@ class Flags:
     interval: str | None = None       # qjoin / qkslack: re-decide every L
     granularity: str | None = None    # delay granularity g
     basic_window: str | None = None   # basic window b
-    triggers: list[str] = field(default_factory=list)   # KEY=VALUE early re-decision thresholds
+    # KEY=VALUE early re-decision thresholds (qjoin / qkslack); a plain DURATION is
+    # spark-ss's micro-batch interval
+    triggers: list[str] = field(default_factory=list)
+    watermark: list[str] = field(default_factory=list)   # spark-ss: DUR or NAME=DUR
+    watermark_policy: str | None = None                  # spark-ss: min | max
+    watermark_interval: str | None = None                # flink: DUR, 0 = per record
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -170,6 +195,29 @@ def _split_override(value: str, names: list[str], option: str) -> tuple[str | No
             raise InputError(f"{option} {value}: unknown stream name {name!r} (streams: {', '.join(names) or 'none'})")
         return name, rest
     return None, value
+
+
+def check_stream_name(name: Any, where: str) -> str:
+    """A stream name as a file name and a column prefix can hold it (see
+    :data:`STREAM_NAME`); ``where`` says where it was given."""
+    text = str(name)
+    if not STREAM_NAME.fullmatch(text):
+        raise InputError(f"{where}: stream name {text!r} is not allowed: expected {STREAM_NAME_RULE} "
+                         f"(at most {STREAM_NAME_MAX} characters), e.g. ball, sensor_2")
+    if len(text) > STREAM_NAME_MAX:
+        raise InputError(f"{where}: stream name {text[:20]!r}... has {len(text)} characters: at most {STREAM_NAME_MAX}")
+    return text
+
+
+def _check_distinct(names: list[str]) -> None:
+    """Refuse stream names that differ only in case: ``quarantine/A.parquet`` and
+    ``quarantine/a.parquet`` are one file on a case-insensitive file system."""
+    seen: dict[str, str] = {}
+    for name in names:
+        twin = seen.setdefault(name.lower(), name)
+        if twin != name:
+            raise InputError(f"stream names {twin!r} and {name!r} differ only in case; stream names must be "
+                             f"distinct ignoring case (they name files)")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -256,12 +304,51 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
     return PolicySpec(name=name, target=RecallTarget(recall=recall, **settings))
 
 
+def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], flags: Flags,
+                     run: dict[str, Any]) -> PolicySpec:
+    """``spark-ss``: watermark per stream, the micro-batch interval (``--trigger DUR``
+    or ``[run] trigger``) and the multiple-watermark policy."""
+    from ..policies.spark_ss import DEFAULT_WATERMARK_POLICY
+
+    if len(batch_triggers) > 1:
+        raise InputError(f"--trigger {batch_triggers[-1]}: one micro-batch interval, given {len(batch_triggers)}")
+    raw = batch_triggers[0] if batch_triggers else run.get("trigger")
+    trigger = _duration(raw, "trigger") if raw is not None else None
+    return PolicySpec(name="spark-ss", watermark=tuple(s.watermark_us for s in streams), trigger_us=trigger,
+                      watermark_policy=flags.watermark_policy or run.get("watermark_policy", DEFAULT_WATERMARK_POLICY))
+
+
+def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]) -> PolicySpec:
+    """``flink``: out-of-orderness per stream and the watermark interval
+    (``--watermark-interval`` or ``[run] watermark_interval``, default 200ms)."""
+    from ..policies.flink import DEFAULT_WATERMARK_INTERVAL_US, check_windows
+
+    check_windows([s.window_us for s in streams])
+    raw = flags.watermark_interval if flags.watermark_interval is not None else run.get("watermark_interval")
+    interval = _duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
+    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval)
+
+
+def engine_source(config_path: Path | None, flags: Flags) -> str:
+    """Who chose the engine of a run: ``"flag"``, ``"config"`` (``[run] engine``),
+    ``"environment"`` (``$STREAMJOIN_ENGINE``) or ``"default"`` (Spark)."""
+    import os
+
+    if flags.engine:
+        return "flag"
+    if config_path and read_toml(config_path).get("run", {}).get("engine"):
+        return "config"
+    return "environment" if os.environ.get(ENGINE_ENV) else "default"
+
+
 def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, output_kind: str = "run") -> RunConfig:
     """Merge TOML and flags into a validated :class:`RunConfig`.
 
-    ``check_out=False``: the caller checks ``out`` itself (a partitioned
-    output root, pipelines/nightly/publish.py).  ``output_kind``: the command whose
-    output ``out`` will hold (pipelines/config/options.py, ``check_target``).
+    ``check_out=False``: the caller checks what ``out`` holds itself (a
+    partitioned output root, pipelines/nightly/publish.py).  ``output_kind``:
+    the command whose output ``out`` will hold (pipelines/config/options.py,
+    ``check_target``).  Either way ``out`` must be writable (``check_writable``:
+    its parent, or a nightly root itself).
     """
     doc: dict[str, Any] = read_toml(config_path) if config_path else {}
     base = config_path.parent if config_path else Path(".")
@@ -277,18 +364,29 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         _check_keys(s, STREAM_KEYS, f"{config_path}: stream #{i + 1}")
         if "name" not in s or "path" not in s:
             raise InputError(f"{config_path}: stream #{i + 1} needs a name and a path")
-        entry = dict(s)
+        name = check_stream_name(s["name"], f"{config_path}: stream #{i + 1}")
+        if name in streams:
+            raise InputError(f"{config_path}: stream #{i + 1}: stream name {name!r} is given twice; "
+                             f"every [[stream]] needs its own name")
+        entry = dict(s, name=name)
         p = Path(str(s["path"]))
         entry["path"] = str(p if p.is_absolute() else base / p)
-        streams[str(s["name"])] = entry
+        streams[name] = entry
+    from_flags: set[str] = set()
     for spec in flags.streams:
         if "=" not in spec:
             raise InputError(f"--stream {spec}: expected NAME=PATH")
         name, _, path = spec.partition("=")
         if not name:
             raise InputError(f"--stream {spec}: empty stream name")
+        check_stream_name(name, f"--stream {spec}")
+        if name in from_flags:
+            raise InputError(f"--stream {spec}: stream name {name!r} is given twice; every stream needs its own name")
+        from_flags.add(name)
+        # a --stream naming a [[stream]] of the config replaces its path (flags win)
         streams.setdefault(name, {"name": name})["path"] = path
     names = list(streams)
+    _check_distinct(names)
     if len(names) < 2:
         raise InputError("a join needs at least two streams: give --stream NAME=PATH twice or [[stream]] tables in the config")
 
@@ -314,13 +412,14 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     apply("--window", flags.window, "window")
     apply("--k", flags.k, "k")
     apply("--retention", flags.retention, "retention")
+    apply("--watermark", flags.watermark, "watermark")
     for name in flags.optional_streams:
         if name not in streams:
             raise InputError(f"--optional-stream {name}: unknown stream name (streams: {', '.join(names)})")
         streams[name]["optional"] = True
 
     # run-level defaults from TOML, then flags
-    for key in ("k", "retention", "window"):
+    for key in ("k", "retention", "window", "watermark"):
         if key in run:
             for s in streams.values():
                 s.setdefault(key, run[key])
@@ -352,6 +451,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             keys=tuple(str(k) for k in keys),
             k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
             retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            watermark_us=_duration(s["watermark"], f"watermark of stream {name!r}") if s.get("watermark") is not None else None,
             optional=optional,
         ))
     key_counts = {len(s.keys) for s in resolved}
@@ -367,17 +467,37 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError("policy kslack needs --k DURATION (for every stream)")
     if retention is not None and any(v is None for v in retention):
         raise InputError("policy static needs --retention DURATION (for every stream)")
-    # recall-target policies are built once --recall and --period are known
-    policy = PolicySpec(name=policy_name, k=k, retention=retention) if policy_name not in ADAPTIVE else None
+    # spark-ss's micro-batch interval shares --trigger with the controllers' KEY=VALUE thresholds
+    batch_triggers = [t for t in flags.triggers if "=" not in t]
+    flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
+    if policy_name != "flink" and (flags.watermark_interval is not None or "watermark_interval" in run):
+        raise InputError(f"--watermark-interval: a setting of --policy flink, not of {policy_name}")
+    if policy_name == "spark-ss":
+        policy = _spark_ss_policy(resolved, batch_triggers, flags, run)
+    elif policy_name == "flink" and not (flags.watermark_policy or batch_triggers):
+        policy = _flink_policy(resolved, flags, run)
+    else:
+        given = (["--watermark"] if flags.watermark and policy_name != "flink" else []) \
+            + (["--watermark-policy"] if flags.watermark_policy else []) + [f"--trigger {t}" for t in batch_triggers]
+        if given:
+            raise InputError(f"{', '.join(given)}: settings of --policy spark-ss, not of {policy_name} "
+                             "(qjoin / qkslack triggers are KEY=VALUE)")
+        # recall-target policies are built once --recall and --period are known
+        policy = PolicySpec(name=policy_name, k=k, retention=retention) if policy_name not in ADAPTIVE else None
 
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
     import os
 
-    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or "spark"
+    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    if policy_name in ("spark-ss", "flink") and engine == "spark":
+        if flags.engine or run.get("engine"):
+            raise InputError(f"--policy {policy_name} runs on --engine local only (the Spark engine does not "
+                             "emulate it yet)")
+        engine = "local"   # the default engine, not the user's choice
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -389,6 +509,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     out = Path(out_raw)
     if check_out:
         check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
+    check_writable(out, into=not check_out)  # and one that could not be written (a nightly root: inside)
     period_raw = flags.period or run.get("period")
     period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:

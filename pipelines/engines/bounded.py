@@ -46,7 +46,8 @@ input they are flushed at the last arrival, exactly like the SPEC's
 end-of-input rule.  The recall-target policies (``qjoin``, ``qkslack``)
 decide from statistics over the whole replay so far and run in memory.
 
-Results are appended to ``results.parquet`` chunk by chunk, in the same order
+Results are appended to ``results.parquet`` chunk by chunk (columns of
+:mod:`~streamjoin.pipelines.replay.results`), in the same order
 as the in-memory engine writes them (emission time, last member's arrival,
 rows), and the metrics are exact: percentiles from value counts
 (:class:`~streamjoin.pipelines.base.tally.Tally`), memory and periods from sums.
@@ -67,7 +68,8 @@ from ..replay.candidates import Combos, Space, enumerate_truth, index_dtype
 from ..io.chunks import Batch, Chunk, Survey, filter_rows, take_rows
 from ..config.settings import RunConfig, with_period
 from ..io.load import LoadedStream
-from ..replay.probe_order import Plan, probe_order
+from ..replay.probe_order import ProbeOrder, probe_order
+from ..replay.results import member_columns, with_emission
 from ..policies import SORTING, retention_matrix, slack_matrix
 from ..replay.progress import minus, running_max, stream_running_max
 from ..base.tally import Tally
@@ -166,7 +168,8 @@ class BoundedReplay:
         cfg: the run (streams, windows, non-adaptive policy, predicates).
         survey: pass 1 of the input (:func:`~streamjoin.pipelines.io.chunks.survey`).
         sink: receives the emitted results chunk by chunk, each frame with a
-            ``__last`` column to be put in order by :func:`result_order`
+            ``__last`` column to be put in order by
+            :func:`~streamjoin.pipelines.replay.results.result_order`
             (``None``: results are counted, not materialised).
         row_bytes: per stream, Arrow bytes per row (memory estimates in bytes).
         series_points: memory series resolution for the HTML report.
@@ -202,7 +205,7 @@ class BoundedReplay:
         self.held_ts = [np.empty(0, np.int64) for _ in range(n)]
         self.held_rel = [np.empty(0, np.int64) for _ in range(n)]
         self.pending: Pending | None = None
-        self.plan: Plan | None = None
+        self.probe_order: ProbeOrder | None = None
         self.first_arrival: int | None = None
         self.last_arrival: int | None = None
         self.acc = Accumulators(n=n)
@@ -404,9 +407,9 @@ class BoundedReplay:
         ts = [w.ts for w in windows]
         keys = [w.keys if w.keys.width else None for w in windows]
         space = Space([w.vectors for w in windows], self.cfg.distance.threshold) if self.cfg.distance else None
-        if self.plan is None and all(len(t) for t in ts):
-            self.plan = probe_order(ts, keys, self.W.tolist(), space)
-        order = self.plan.order if self.plan is not None else None
+        if self.probe_order is None and all(len(t) for t in ts):
+            self.probe_order = probe_order(ts, keys, self.W.tolist(), space)
+        order = self.probe_order.order if self.probe_order is not None else None
         combos = enumerate_truth(ts, keys, self.W.tolist(), space=space, order=order)
         if len(combos):
             # only combinations with a new member: the others were produced in an earlier chunk
@@ -473,9 +476,7 @@ class BoundedReplay:
         acc.latency.add(latency)
         if self.sink is not None:
             frame = self._frame(windows, [r[done] for r in rows])
-            frames.append(frame.with_columns(
-                pl.Series("emit_us", emit_us, dtype=pl.Int64), pl.Series("latency_us", latency, dtype=pl.Int64),
-                pl.Series("__last", last[done], dtype=pl.Int64)))
+            frames.append(with_emission(frame, emit_us, latency, last[done]))
         if waiting.any():
             wait_frame = self._frame(windows, [r[waiting] for r in rows]) if self.sink is not None else None
             fresh = Pending(ts=[windows[k].ts[rows[k][waiting]] for k in range(n)], rel=[r[waiting] for r in rel],
@@ -501,9 +502,7 @@ class BoundedReplay:
         self.acc.latency.add(latency)
         frames = []
         if self.sink is not None:
-            frames.append(filter_rows(p.frame, known).with_columns(
-                pl.Series("emit_us", emit_us, dtype=pl.Int64), pl.Series("latency_us", latency, dtype=pl.Int64),
-                pl.Series("__last", p.last[known], dtype=pl.Int64)))
+            frames.append(with_emission(filter_rows(p.frame, known), emit_us, latency, p.last[known]))
         rest = ~known
         self.pending = Pending(ts=[t[rest] for t in p.ts], rel=[r[rest] for r in p.rel], last=p.last[rest],
                                arrival_last=p.arrival_last[rest],
@@ -545,17 +544,11 @@ class BoundedReplay:
         return count_duplicates(rows, sizes)
 
     def _frame(self, windows: list[Slab], rows: list[np.ndarray]) -> pl.DataFrame:
-        """Result columns (as ``job.results_frame``) of the given window rows."""
-        parts = []
-        for name, w, r in zip(self.names, windows, rows):
-            cols = pl.DataFrame({
-                f"{name}_row": w.row[r].astype(self.row_dtype),
-                f"{name}_ts_us": w.ts[r],
-                f"{name}_arrival_us": w.arrival[r],
-            })
-            payload = take_rows(w.payload, r).rename({c: f"{name}_{c}" for c in w.payload.columns})
-            parts.append(cols.hstack(payload))
-        return pl.concat(parts, how="horizontal")
+        """The members' result columns (:func:`~streamjoin.pipelines.replay.results.member_columns`)
+        of the given window rows, unordered."""
+        return pl.concat([member_columns(name, w.row[r].astype(self.row_dtype), w.ts[r], w.arrival[r],
+                                         take_rows(w.payload, r))
+                          for name, w, r in zip(self.names, windows, rows)], how="horizontal")
 
     # ------------------------------------------------------------------ end of input
 
@@ -574,8 +567,8 @@ class BoundedReplay:
             e = empty_stream(s)
             empties.append(Slab(np.empty(0, np.int64), e.ts, e.arrival, np.empty(0, np.int64), e.keys, e.payload,
                                 e.vectors, np.empty(0, bool), np.empty(0, np.int64)))
-        frame = self._frame(empties, [np.empty(0, np.int64) for _ in empties])
-        return frame.with_columns(pl.Series("emit_us", [], dtype=pl.Int64), pl.Series("latency_us", [], dtype=pl.Int64))
+        none = np.empty(0, np.int64)
+        return with_emission(self._frame(empties, [none for _ in empties]), none, none)
 
     # ------------------------------------------------------------------ report
 
@@ -591,17 +584,6 @@ class BoundedReplay:
             "points": int(len(self.series_starts)),
             "arrivals_per_point": float(self.N / len(self.series_starts)),
         }
-
-
-def result_order(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
-    """A chunk's results in the in-memory engine's order: emission time, the
-    last member's arrival index, then the members' rows; drops ``__last``.
-
-    Chunks hold disjoint, increasing emission-time ranges (every result a
-    chunk emits has its emission index inside the chunk), so ordering each
-    chunk orders the whole file.
-    """
-    return frame.sort(["emit_us", "__last", *[f"{s}_row" for s in names]]).drop("__last")
 
 
 def _concat_pending(a: Pending, b: Pending) -> Pending:

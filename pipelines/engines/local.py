@@ -36,8 +36,8 @@ import polars as pl
 
 from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
 from ..replay.emit import Emission, emission, last_arrivals
-from ..replay.probe_order import Plan, probe_order, smaller_first, two_stream_plan
-from ..policies import SORTING, PolicySpec
+from ..replay.probe_order import ProbeOrder, probe_order, smaller_first, two_stream_order
+from ..policies import SORTING, SYMMETRIC, PolicySpec
 from ..replay.progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
@@ -56,7 +56,7 @@ class JoinOutcome:
     emission: Emission
     memory: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
-    plan: Plan | None = None
+    probe_order: ProbeOrder | None = None
 
 
 def join(
@@ -110,28 +110,29 @@ def join(
     # and so is the part of emission that needs only truth and the replay
     # order (each combination's last member): it overlaps the policy's
     # expiry index instead of waiting for it.
-    plan = Plan(order=list(order)) if order is not None else None
+    given = ProbeOrder(order=list(order)) if order is not None else None
     replay_ready: Future = Future()
 
     sizes = [len(t) for t in ts]
 
     def truth():
-        # two streams: no sample; the plan is the smaller stream first, with
+        # two streams: no sample; the probe order is the smaller stream first, with
         # the exact selectivity taken from truth (before --where)
-        from_truth = plan is None and len(ts) == 2
+        from_truth = given is None and len(ts) == 2
         if from_truth:
             probe = smaller_first(sizes)
         else:
-            chosen = plan if plan is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
+            # (timed as "plan": report.json's join.plan)
+            chosen = given if given is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
             probe = chosen.order
         combos = timed("candidates", enumerate_truth, ts, keys, W.tolist(), candidates_method, space=space,
                        order=probe)
         if from_truth:
-            chosen = two_stream_plan(sizes, len(combos))
+            chosen = two_stream_order(sizes, len(combos))
         if where is not None:
             combos = combos.filter(where(combos))
         arrivals = (timed("emit.last", last_arrivals, combos, replay_ready.result(),
-                          with_arrival=policy.family == SORTING) if len(combos) else None)
+                          with_arrival=policy.family != SYMMETRIC) if len(combos) else None)
         return chosen, combos, arrivals
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -150,9 +151,9 @@ def join(
         expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)
         memory_job = pool.submit(
             lambda: timed("memory", memory_per_stream, replay, W, decisions, expiry_index=expiry_job.result()))
-        plan, truth, arrivals = truth_job.result()
+        chosen, truth, arrivals = truth_job.result()
         emitted = timed("emit", emission, truth, replay, W, decisions, expiry_index=expiry_job.result(),
                         arrivals=arrivals)
         memory = memory_job.result()
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
-                       timings_s=timings, plan=plan)
+                       timings_s=timings, probe_order=chosen)

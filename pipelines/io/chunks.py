@@ -10,10 +10,12 @@ order; the arrival column carries the disorder), so the unit of reading is
 the Parquet **row group** (a *piece*).  Two passes:
 
 1. **survey** -- read only the time, key and vector columns of every piece,
-   apply the same validation as the in-memory loader (so quarantined rows are
-   not counted), and keep, per piece, its valid-row count, its arrival range
-   and small per-block summaries ``(max arrival, min ts)`` of its rows in
-   arrival order, plus every ``stride``-th arrival time.  From those:
+   apply the same validation as the in-memory loader (the output-column
+   check first, from the schemas; so quarantined rows are not counted), and
+   keep, per piece, its valid-row count, its arrival range and small
+   per-block summaries ``(max arrival, min ts)`` of its rows in
+   arrival order, plus every ``stride``-th arrival time; and the range of
+   every key column, for the common key type (io/keys.py).  From those:
    chunk boundaries at arrival-time quantiles (about ``chunk_rows`` tuples
    each; equal arrival times are never split, so the replay order across
    chunks is the global one), and ``future_min_ts[j]``, a lower bound on the
@@ -42,8 +44,10 @@ import pyarrow.dataset as ds
 
 from ..config.settings import StreamConfig
 from ..base.errors import InputError
+from .columns import check_output_columns
+from .keys import KeyFacts, common_key_types, key_facts, merge_key_facts
 from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
-                   common_key_dtypes, configured_columns, normalise, open_dataset, reason_counts)
+                   configured_columns, normalise, open_dataset, reason_counts)
 
 #: rows per summary block of the survey (a block's min ts bounds its rows)
 BLOCK_ROWS = 1024
@@ -131,11 +135,13 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
     blocks_hi: list[np.ndarray] = []
     blocks_ts: list[np.ndarray] = []
     samples: list[np.ndarray] = []
+    key_columns: list[list[KeyFacts]] = []   # per stream, the facts of its key columns over every piece
     datasets = []
     for c in configs:
         dataset, files = open_dataset(c.path, c.name)
         check_file_schemas(c, files)
         datasets.append(dataset)
+    check_output_columns([(c, d.schema.names) for c, d in zip(configs, datasets)])
     total = sum(d.count_rows() for d in datasets)
     stride = max(1, -(-total // SAMPLE_TARGET))
     for cfg, dataset in zip(configs, datasets):
@@ -145,9 +151,11 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
         reasons: dict[str, int] = {}
         ts_min, ts_max = None, None
         row_bytes = 0.0
+        keys: list[KeyFacts] | None = None
         for fragment in _fragments(dataset):
             piece = Piece(fragment=fragment, first_row=rows)
             part = normalise(_read(piece, schema, cfg, columns), cfg)
+            keys = merge_key_facts(keys, key_facts(part.keys))
             piece.quarantined = part.quarantine.height
             quarantined += piece.quarantined
             for reason, n in reason_counts(part.quarantine).items():
@@ -172,7 +180,8 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
             ts_max = hi_ts if ts_max is None else max(ts_max, hi_ts)
         check_quarantine(cfg, rows + quarantined, reasons, max_quarantine)
         streams.append(StreamSurvey(cfg, pieces, rows, quarantined, ts_min, ts_max, schema, columns, row_bytes))
-    key_dtypes = common_key_dtypes([empty_stream(s) for s in streams])
+        key_columns.append(keys if keys is not None else key_facts(empty_stream(streams[-1]).keys))
+    key_dtypes = common_key_types(list(zip(configs, key_columns)))
     sample = np.sort(np.concatenate(samples)) if samples else np.empty(0, np.int64)
     step = max(1, chunk_rows // stride)
     inner = np.unique(sample[step::step])  # boundaries at arrival times: ties never split

@@ -5,9 +5,13 @@ Each stream becomes a :class:`LoadedStream`:
 * ``ts`` and ``arrival`` as int64 microseconds (Parquet timestamps of any
   unit, or integers in the declared ``unit``; without an arrival column,
   ``arrival = ts``);
-* key columns renamed ``__key0, __key1, ...`` and cast to one dtype shared by
-  every stream, so streams whose key columns have different names still join;
-* every other column kept as payload.
+* key columns copied into a frame of their own as ``__key0, __key1, ...`` and
+  cast to one dtype shared by every stream that keeps every value (or the
+  mix is refused: io/keys.py), so streams whose key columns have different
+  names and types still join, exactly;
+* every column but ``ts`` and ``arrival`` kept as payload, whatever its name
+  (the working columns never mix with the user's); :func:`load_all` first
+  refuses inputs whose output columns would collide (io/columns.py).
 
 Rows with a null ``ts``, ``arrival`` or key (or a time outside the engine's
 range) are *quarantined*: kept aside with a ``reason`` column, counted, and
@@ -43,7 +47,9 @@ import pyarrow.parquet as pq
 
 from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError, warn_once
-from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US
+from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US, in_calendar_range
+from .columns import QUARANTINE_REASON, check_output_columns, payload_columns
+from .keys import cast_keys, common_key_types, key_facts
 
 _TS_DIV = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000), "ps": (1, 1_000_000)}
 
@@ -72,21 +78,33 @@ class LoadedStream:
 
 
 def resolve_files(path: str, stream: str) -> list[Path]:
-    """A file, a glob or a directory (hive partitions allowed), sorted."""
+    """A file, a glob or a directory (hive partitions allowed), sorted.
+
+    A 0-byte file among them is refused by name (:func:`check_not_empty`)."""
     if any(ch in path for ch in "*?["):
         files = sorted(Path(p) for p in globmod.glob(path, recursive=True) if Path(p).is_file())
         if not files:
             raise InputError(f"{path}: no files match (stream {stream!r})")
-        return files
+        return check_not_empty(files, stream)
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith((".", "_")))
         if not files:
             raise InputError(f"{path}: directory has no data files (stream {stream!r})")
-        return files
+        return check_not_empty(files, stream)
     if not p.exists():
         raise InputError(f"{path}: no such file or directory (stream {stream!r})")
-    return [p]
+    return check_not_empty([p], stream)
+
+
+def check_not_empty(files: list[Path], stream: str) -> list[Path]:
+    """Refuse a 0-byte file: never Parquet (a writer that died before its first
+    byte), and Arrow's own error about it escaped as an internal failure."""
+    for f in files:
+        if f.stat().st_size == 0:
+            raise InputError(f"{f}: empty file (0 bytes), not Parquet (stream {stream!r}); "
+                             f"remove it or let its writer finish")
+    return files
 
 
 def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
@@ -102,6 +120,16 @@ def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise unreadable_error(path, stream, exc) from None
     return dataset, files
+
+
+def count_rows(cfg: StreamConfig) -> int:
+    """Rows of the stream, from the Parquet footers (an unreadable file is
+    bad input naming it, as when the data is read)."""
+    dataset, _ = open_dataset(cfg.path, cfg.name)
+    try:
+        return dataset.count_rows()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise unreadable_error(cfg.path, cfg.name, exc) from None
 
 
 def unreadable_error(path: str, stream: str, exc: Exception) -> InputError:
@@ -173,15 +201,12 @@ def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
     return table, files
 
 
-#: integer times read as seconds since the Unix epoch in this range count as
-#: plausible calendar dates: 1990-01-01 .. 2100-01-01 UTC (docs/semantics.md)
-PLAUSIBLE_EPOCH_S = (631_152_000, 4_102_444_800)
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds"}
 
 
 def _plausible(lo: int, hi: int, unit: str) -> bool:
-    per_s = 1_000_000 / UNIT_US[unit]
-    return PLAUSIBLE_EPOCH_S[0] <= lo / per_s and hi / per_s <= PLAUSIBLE_EPOCH_S[1]
+    """Integer times ``lo .. hi`` in ``unit`` are calendar dates (base/timeunits.py)."""
+    return in_calendar_range(lo * UNIT_US[unit], hi * UNIT_US[unit])
 
 
 def likely_epoch_unit(lo: int, hi: int, unit: str) -> str | None:
@@ -264,27 +289,29 @@ def stream_where(cfg: StreamConfig) -> str:
 
 def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     """Validate and normalise one table of a stream: the whole stream, or one
-    row group of it (the bounded-memory engine reads a stream piece by piece)."""
+    row group of it (the bounded-memory engine reads a stream piece by piece).
+
+    The working columns (times in us, keys, quarantine reasons) are built in
+    frames of their own, never among the user's columns: a payload column
+    may have any name (io/columns.py lists the few the outputs reserve).
+    """
     where = stream_where(cfg)
     names = table.column_names
     for c in configured_columns(cfg):
         if c not in names:
             raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
-    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
-    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
+    ts = pl.Series(to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where), dtype=pl.Int64)
+    arrival = (pl.Series(to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where), dtype=pl.Int64)
+               if cfg.arrival else ts)
     original = pl.from_arrow(table)
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()
-    frame = original.with_columns(
-        pl.Series("__ts", ts, dtype=pl.Int64),
-        pl.Series("__arrival", arrival, dtype=pl.Int64),
-        *[pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)],
-    )
+    t, a = pl.lit(ts), pl.lit(arrival)  # evaluated beside the user's columns, not added to them
     reason = pl.when(pl.col(cfg.ts).is_null()).then(pl.lit(f"null {cfg.ts}"))
-    reason = reason.when(pl.col("__ts").is_null() | (pl.col("__ts").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.ts} out of range"))
+    reason = reason.when(t.is_null() | (t.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.ts} out of range"))
     if cfg.arrival:
         reason = reason.when(pl.col(cfg.arrival).is_null()).then(pl.lit(f"null {cfg.arrival}"))
-        reason = reason.when(pl.col("__arrival").is_null() | (pl.col("__arrival").abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
+        reason = reason.when(a.is_null() | (a.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
     for k in cfg.keys:
         reason = reason.when(pl.col(k).is_null()).then(pl.lit(f"null key {k}"))
     for v in cfg.vectors:
@@ -292,20 +319,21 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
         if not dtype.is_numeric():
             raise InputError(f"{where}: column {v!r} has type {dtype}; the distance predicate needs numbers")
         reason = reason.when(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan()).then(pl.lit(f"null {v}"))
-    frame = frame.with_columns(reason.otherwise(None).alias("reason"))
-    bad_mask = frame["reason"].is_not_null()
+    reasons = original.select(reason.otherwise(None).cast(pl.String).alias("reason")).to_series()
+    keys = original.select([pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)])
+    frame = original
+    bad_mask = reasons.is_not_null()
     if bad_mask.any():
-        quarantine = original.filter(bad_mask).with_columns(frame["reason"].filter(bad_mask))
-        frame = frame.filter(~bad_mask)
+        quarantine = original.filter(bad_mask).with_columns(reasons.filter(bad_mask).alias(QUARANTINE_REASON))
+        keep = ~bad_mask
+        frame, ts, arrival = original.filter(keep), ts.filter(keep), arrival.filter(keep)
+        keys = keys.filter(keep) if keys.width else keys
     else:
-        quarantine = original.head(0).with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
-    keys = frame.select([f"__key{i}" for i in range(len(cfg.keys))])
+        quarantine = original.head(0).with_columns(pl.lit(None, dtype=pl.String).alias(QUARANTINE_REASON))
     vectors = (frame.select([pl.col(v).cast(pl.Float64) for v in cfg.vectors]).to_numpy()
                if cfg.vectors else None)
-    drop = {cfg.ts, "__ts", "__arrival", "reason"} | ({cfg.arrival} if cfg.arrival else set())
-    drop |= {f"__key{i}" for i in range(len(cfg.keys))}
-    payload = frame.select([c for c in frame.columns if c not in drop])
-    return Normalised(ts=frame["__ts"].to_numpy(), arrival=frame["__arrival"].to_numpy(), keys=keys,
+    payload = frame.select(payload_columns(cfg, frame.columns))
+    return Normalised(ts=ts.to_numpy(), arrival=arrival.to_numpy(), keys=keys,
                       payload=payload, quarantine=quarantine, vectors=vectors)
 
 
@@ -360,35 +388,26 @@ def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE
 
 
 def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:
-    """One dtype per key position that every stream's key column casts to."""
-    if not streams or not streams[0].keys.width:
-        return []
-    out = []
-    for i in range(streams[0].keys.width):
-        dtypes = [s.keys[f"__key{i}"].dtype for s in streams]
-        numeric = all(d.is_numeric() for d in dtypes)
-        textual = all(d in (pl.String, pl.Categorical) or isinstance(d, pl.Categorical) for d in dtypes)
-        if len(set(dtypes)) == 1:
-            out.append(dtypes[0])
-        elif numeric and all(d.is_integer() for d in dtypes):
-            out.append(pl.Int64)
-        elif numeric:
-            out.append(pl.Float64)
-        elif textual:
-            out.append(pl.String)
-        else:
-            desc = ", ".join(f"{s.name}.{s.config.keys[i]}: {s.keys[f'__key{i}'].dtype}" for s in streams)
-            raise InputError(f"key columns #{i + 1} have incompatible types ({desc}); expected the same kind of type in every stream")
-    return out
+    """One dtype per key position that every stream's key column casts to
+    without changing a value, or :class:`InputError` (io/keys.py)."""
+    return common_key_types([(s.config, key_facts(s.keys)) for s in streams])
+
+
+def input_columns(cfg: StreamConfig) -> list[str]:
+    """The stream's column names, from its Parquet schema (no data read)."""
+    return open_dataset(cfg.path, cfg.name)[0].schema.names
 
 
 def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE) -> list[LoadedStream]:
-    """Load every stream and align key dtypes across streams."""
+    """Load every stream and align key dtypes across streams.
+
+    Output columns that would collide (:func:`~.columns.check_output_columns`)
+    are refused from the schemas, before any data is read."""
+    check_output_columns([(c, input_columns(c)) for c in configs])
     streams = [load_stream(c, max_quarantine) for c in configs]
     dtypes = common_key_dtypes(streams)
     for s in streams:
-        if dtypes:
-            s.keys = s.keys.with_columns([pl.col(f"__key{i}").cast(dt) for i, dt in enumerate(dtypes)])
+        s.keys = cast_keys(s.keys, dtypes)
     return streams
 
 

@@ -27,14 +27,14 @@ import pyarrow.parquet as pq
 from ..analysis import metrics
 from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
-from ..engines.bounded import BoundedReplay, result_order
+from ..engines.bounded import BoundedReplay
 from ..base.errors import InputError
-from ..io.load import open_dataset
+from ..io.load import count_rows
 from ..io.output import AtomicOutput
 from ..replay.predicates import where_of
+from ..replay.results import result_order
 from ..report import json as report_json
-from ..report.build import LATENCY_BINS, period_report
-from ..base.version import tool_version
+from ..report.build import LATENCY_BINS, finish, report_body
 
 #: inputs above this many rows run in bounded memory unless --chunk-rows says otherwise
 AUTO_ROWS = 6_000_000
@@ -46,6 +46,10 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
     if cfg.chunk_rows == 0 or cfg.engine != "local":
         return None
+    if cfg.policy.name in ("spark-ss", "flink"):   # the bounded engine does not emulate them yet
+        if cfg.chunk_rows is not None:
+            raise InputError(f"--chunk-rows: policy {cfg.policy.name} runs in memory for now; use --chunk-rows 0")
+        return None
     if cfg.chunk_rows is not None:
         if cfg.policy.adaptive:
             raise InputError(f"--chunk-rows: policy {cfg.policy.name} decides from the whole replay so far and "
@@ -53,7 +57,7 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
         return cfg.chunk_rows
     if cfg.policy.adaptive:
         return None
-    rows = sum(open_dataset(s.path, s.name)[0].count_rows() for s in cfg.streams)
+    rows = sum(count_rows(s) for s in cfg.streams)
     return DEFAULT_CHUNK_ROWS if rows > AUTO_ROWS else None
 
 
@@ -160,13 +164,7 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
                 outputs[f"quarantine_{names[i]}"] = str(cfg.out / "quarantine" / f"{names[i]}.parquet")
             (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")
             outputs["report_html"] = str(cfg.out / "report.html")
-        outputs["report"] = str(cfg.out / "report.json")
-        report["outputs"] = outputs
-        timings = dict(stages.timings)
-        timings.update({f"join.{k}": v for k, v in engine.timings.items()})
-        timings["total"] = time.perf_counter() - started
-        report["timings_s"] = timings
-        report["input_tuples_per_s"] = sv.rows / timings["total"] if timings["total"] > 0 else None
+        finish(report, cfg.out, outputs, stages.timings, engine.timings, started, sv.rows)
         report_json.write(report, staging / "report.json")
     return report
 
@@ -217,49 +215,27 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
         mem_t, mem_b = {"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0}
     if cfg.period_us is None:  # a caller that did not resolve it: the engine did (from the survey)
         cfg = engine.cfg
-    periods = _periods(engine, cfg)
-    return {
-        "schema_version": report_json.SCHEMA_VERSION,
-        "tool_version": tool_version(),
-        "command": command,
-        "config": cfg.to_dict(),
-        "streams": streams,
-        "truth_results": acc.truth,
-        "emitted_results": acc.emitted,
-        "recall": metrics.recall_of(acc.emitted, acc.truth),
-        "precision": 1.0,
-        "duplicates": acc.duplicates,
-        "latency_us": latency,
-        "memory_tuples": mem_t,
-        "memory_bytes": mem_b,
-        **period_report(cfg, periods, engine.first_arrival, engine.last_arrival),
-        "periods": periods,
-        "recall_target": cfg.recall_target,
-        "policy_decisions": None,
-        "plan": engine.plan.to_dict(names) if engine.plan else None,
-        "routing": {
-            "router": cfg.router,
-            "partitions": 1,
-            "replication_factor": 1.0,
-            "overhead_measured": 0.0,
-            "overhead_predicted": 0.0,
-            "load_imbalance": 1.0,
+    return report_body(
+        cfg, command, streams=streams, truth=acc.truth, emitted=acc.emitted, duplicates=acc.duplicates,
+        latency=latency, memory_tuples=mem_t, memory_bytes=mem_b, periods=_periods(engine, cfg),
+        first=engine.first_arrival, last=engine.last_arrival,
+        policy={"policy_decisions": None},  # the recall-target policies run in memory
+        probe_order=engine.probe_order.to_dict(names) if engine.probe_order else None,
+        sections={
+            "bounded": {
+                "chunk_rows": sv.chunk_rows,
+                "chunks": sv.chunks,
+                "state_peak_tuples": acc.state_peak,
+                "open_row_groups_peak": acc.open_pieces_peak,
+                "row_groups": sum(len(s.pieces) for s in sv.streams),
+                "chunk_seconds_max": max(acc.chunk_seconds, default=0.0),
+            },
+            "memory_series": engine.series(),
+            "latency_histogram": acc.latency.histogram(LATENCY_BINS),
+            # the tuning curve needs every result's required slack: `streamjoin tune-buffer` computes it
+            "tuning": None,
         },
-        "bounded": {
-            "chunk_rows": sv.chunk_rows,
-            "chunks": sv.chunks,
-            "state_peak_tuples": acc.state_peak,
-            "open_row_groups_peak": acc.open_pieces_peak,
-            "row_groups": sum(len(s.pieces) for s in sv.streams),
-            "chunk_seconds_max": max(acc.chunk_seconds, default=0.0),
-        },
-        "memory_series": engine.series(),
-        "latency_histogram": acc.latency.histogram(LATENCY_BINS),
-        # the tuning curve needs every result's required slack: `streamjoin tune-buffer` computes it
-        "tuning": None,
-        "timings_s": {},
-        "outputs": {},
-    }
+    )
 
 
 def _periods(engine: BoundedReplay, cfg: RunConfig) -> list[dict[str, Any]]:

@@ -15,22 +15,18 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from ..analysis import metrics
-from ..base.version import tool_version
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
-from ..io.chunks import take_rows
 from ..io.load import LoadedStream, bad_arrivals_of, load_all
 from ..io.output import AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
-from ..replay.emit import emission_order
 from ..replay.predicates import space_of, where_of
+from ..replay.results import emitted_frame
 from ..report import build as report_build
 from ..report import html as report_html
 from ..report import json as report_json
-from ..report.build import period_report, report_entries
 
 StageCallback = Callable[[str, float], None]
 
@@ -49,34 +45,6 @@ class _Stages:
         self.timings[name] = time.perf_counter() - t0
         if self.on_stage:
             self.on_stage(name, self.timings[name])
-
-
-def results_frame(outcome: JoinOutcome, streams: list[LoadedStream]) -> pl.DataFrame:
-    """One row per emitted combination, ordered by emission time then members.
-
-    Columns per stream ``s``: ``s_row``, ``s_ts_us``, ``s_arrival_us`` and every
-    payload column as ``s_<col>``; then ``emit_us`` and ``latency_us``.
-    """
-    em = outcome.emission
-    mask = em.emitted
-    rows = [r[mask] for r in outcome.combos.rows]
-    emit_us = em.emit_us[mask]
-    order = emission_order(emit_us, em.last[mask], rows)
-    parts = []
-    for k, s in enumerate(streams):
-        idx = rows[k][order]
-        cols = pl.DataFrame({
-            f"{s.name}_row": idx,
-            f"{s.name}_ts_us": s.ts[idx],
-            f"{s.name}_arrival_us": s.arrival[idx],
-        })
-        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
-        parts.append(cols.hstack(payload))
-    frame = pl.concat(parts, how="horizontal")
-    return frame.with_columns(
-        pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
-        pl.Series("latency_us", em.latency_us[mask][order], dtype=pl.Int64),
-    )
 
 
 def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:
@@ -114,43 +82,22 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
     if cfg.period_us is None:  # a caller that did not resolve it (run_job does, before the join)
         cfg = with_period(cfg, 0 if first is None else last - first)
-    periods = metrics.periods(em.last, em.emitted, arrival, cfg.period_us, cfg.recall_target)
-    return {
-        "schema_version": report_json.SCHEMA_VERSION,
-        "tool_version": tool_version(),
-        "command": command,
-        "config": cfg.to_dict(),
-        "streams": metrics.stream_facts(
-            [s.name for s in streams], [s.rows for s in streams], [s.quarantine.height for s in streams],
-            [s.ts for s in streams], outcome.replay, outcome.decisions,
-        ),
-        "truth_results": truth_n,
-        "emitted_results": emitted_n,
-        "recall": metrics.recall_of(emitted_n, truth_n),
-        # every emitted combination is one of the truth rows by construction
-        "precision": 1.0,
-        "duplicates": None,  # filled in by build_report
-        "latency_us": metrics.latency_summary_of(em.latency_us, em.emitted),
-        "memory_tuples": mem_t,
-        "memory_bytes": mem_b,
-        **period_report(cfg, periods, first, last),
-        "periods": periods,
-        "recall_target": cfg.recall_target,
+    names = [s.name for s in streams]
+    return report_build.report_body(
+        cfg, command,
+        streams=metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+                                     [s.ts for s in streams], outcome.replay, outcome.decisions),
+        truth=truth_n, emitted=emitted_n,
+        duplicates=None,  # filled in by build_report
+        latency=metrics.latency_summary_of(em.latency_us, em.emitted),
+        memory_tuples=mem_t, memory_bytes=mem_b,
+        periods=metrics.periods(em.last, em.emitted, arrival, cfg.period_us, cfg.recall_target),
+        first=first, last=last,
         # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
-        "policy_decisions": report_entries(outcome.decisions.policy_log, [s.name for s in streams]),
-        "policy_settings": outcome.decisions.policy_settings,
-        "plan": outcome.plan.to_dict([s.name for s in streams]) if outcome.plan else None,
-        "routing": {
-            "router": cfg.router,
-            "partitions": 1,
-            "replication_factor": 1.0,
-            "overhead_measured": 0.0,
-            "overhead_predicted": 0.0,
-            "load_imbalance": 1.0,
-        },
-        "timings_s": {},
-        "outputs": {},
-    }
+        policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
+                "policy_settings": outcome.decisions.policy_settings},
+        probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
+    )
 
 
 @locks_out("run")  # the whole job holds the lock of --out (a second run exits 4)
@@ -205,7 +152,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 # both engines: the combinations are on the driver, and so is --out
                 # (the staging directory is renamed into place there); one file,
                 # the same bytes from either engine
-                results_frame(outcome, streams).write_parquet(staging / "results.parquet", compression="zstd")
+                emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression="zstd")
             if cfg.write_results:
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:
@@ -217,14 +164,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             # rendered from the report alone, as `streamjoin report DIR` re-renders it
             (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")
             outputs["report_html"] = str(cfg.out / "report.html")
-        outputs["report"] = str(cfg.out / "report.json")
-        report["outputs"] = outputs
-        timings = dict(stages.timings)
-        timings.update({f"join.{k}": v for k, v in outcome.timings_s.items()})
-        timings["total"] = time.perf_counter() - started
-        report["timings_s"] = timings
-        total_rows = sum(s.rows for s in streams)
-        report["input_tuples_per_s"] = total_rows / timings["total"] if timings["total"] > 0 else None
+        report_build.finish(report, cfg.out, outputs, stages.timings, outcome.timings_s, started,
+                            sum(s.rows for s in streams))
         if getattr(outcome, "routing", None):
             report["routing"] = outcome.routing
             outcome.close()

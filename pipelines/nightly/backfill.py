@@ -44,7 +44,7 @@ from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK,
                            InputError, StreamjoinError)
 from ..io.lock import OutputLock
 from ..io.output import fault_point, interrupt_guard
-from .partitions import available_days, day_range, load_days, missing_partition, parse_day, planned_inputs
+from .partitions import available_days, day_range, inputs_of_days, load_days, missing_partition, parse_day
 from .runlog import RunLog, check_format
 from ..base.timeunits import parse_duration
 
@@ -131,9 +131,9 @@ def lookback_of(cfg: RunConfig, opts: NightlyOptions) -> int:
 # ----------------------------------------------------------------------------
 
 
-def plan_day(cfg: RunConfig, day: dt.date, lookback_us: int, force: bool = False) -> tuple[str, str]:
+def day_status(cfg: RunConfig, day: dt.date, lookback_us: int, force: bool = False) -> tuple[str, str]:
     """``(status, reason)``: no-input | missing | stale | up-to-date | forced."""
-    files, missing, _ = planned_inputs(list(cfg.streams), [day], lookback_us)
+    files, missing, _ = inputs_of_days(list(cfg.streams), [day], lookback_us)
     if missing:
         return "no-input", f"no input partition: {missing[0]}"
     h = mf.config_hash(cfg.to_dict(), lookback_us)
@@ -144,10 +144,12 @@ def plan_day(cfg: RunConfig, day: dt.date, lookback_us: int, force: bool = False
 
 
 def plan(cfg: RunConfig, opts: NightlyOptions, log: RunLog) -> int:
+    """``backfill --plan``: one line per day saying what a run would do (its
+    :func:`day_status`), nothing run or written."""
     lookback = lookback_of(cfg, opts)
     counts: dict[str, int] = {}
     for day in opts.days:
-        status, reason = plan_day(cfg, day, lookback, opts.force)
+        status, reason = day_status(cfg, day, lookback, opts.force)
         counts[status] = counts.get(status, 0) + 1
         would = "run" if status in ("missing", "stale", "forced") else ("skip" if status == "up-to-date" else "fail")
         log.record("plan", date=day.isoformat(), status=status, action=would, reason=reason)
@@ -213,7 +215,7 @@ def run_day(cfg: RunConfig, day: dt.date, opts: NightlyOptions, log: RunLog, com
     with OutputLock(publish.lock_path(cfg.out, day), where):
         for note in publish.clean_leftovers(cfg.out, day):
             log.info(f"{iso}: {note} (left by an interrupted run)", date=iso)
-        files, missing, _ = planned_inputs(list(cfg.streams), [day], lookback)
+        files, missing, _ = inputs_of_days(list(cfg.streams), [day], lookback)
         if missing:
             raise missing_partition(iso, missing[0])
         h = mf.config_hash(cfg.to_dict(), lookback)
@@ -389,6 +391,9 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
     with interrupt_guard() as guard:
         try:
             cfg = nightly_period(resolve(config_path, flags, check_out=False))
+            if cfg.policy.name in ("spark-ss", "flink"):
+                raise InputError(f"--policy {cfg.policy.name}: nightly runs do not carry its state across days yet; "
+                                 "run the whole range without --date / --from")
             return body(cfg, log)
         except StreamjoinError as exc:
             guard.hold()

@@ -33,11 +33,10 @@ import polars as pl
 
 from ..analysis import metrics
 from ..config.settings import RunConfig
-from ..replay.emit import emission_order
 from ..engines.local import JoinOutcome, join
-from ..io.chunks import take_rows
 from ..io.load import bad_arrivals_of
 from ..replay.predicates import space_of, where_of
+from ..replay.results import results_frame
 from .partitions import DAY_US, DayStreams, day_number, day_start_us
 from ..policies import SYMMETRIC
 from ..base.timeunits import NEG_INF
@@ -72,31 +71,17 @@ def _emit_index(outcome: JoinOutcome) -> np.ndarray:
     return np.maximum.reduce([dec.release[a].astype(np.int64) for a in em.a])
 
 
-def _results_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emit_idx: np.ndarray) -> pl.DataFrame:
-    """Rows of the partition: member identity, times and payload, then emission."""
+def _day_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emit_idx: np.ndarray) -> pl.DataFrame:
+    """Rows of the partition: member identity (day, row in the day), times and
+    payload, then emission (:func:`~streamjoin.pipelines.replay.results.results_frame`)."""
     em, replay = outcome.emission, outcome.replay
     rows = [r[mask] for r in outcome.combos.rows]
     e = emit_idx[mask]
     last = em.last[mask]
     emit_us = replay.arrival[e] if len(e) else np.empty(0, np.int64)
     latency = emit_us - replay.arrival[last] if len(e) else np.empty(0, np.int64)
-    order = emission_order(emit_us, last, rows)
-    parts = []
-    for k, s in enumerate(data.streams):
-        idx = rows[k][order]
-        cols = pl.DataFrame({
-            f"{s.name}_date": pl.Series(data.day_of_row[k][idx], dtype=pl.Int32).cast(pl.Date),
-            f"{s.name}_row": pl.Series(data.row_in_day[k][idx], dtype=pl.Int64),
-            f"{s.name}_ts_us": pl.Series(s.ts[idx], dtype=pl.Int64),
-            f"{s.name}_arrival_us": pl.Series(s.arrival[idx], dtype=pl.Int64),
-        })
-        payload = take_rows(s.payload, idx).rename({c: f"{s.name}_{c}" for c in s.payload.columns})
-        parts.append(cols.hstack(payload))
-    frame = pl.concat(parts, how="horizontal")
-    return frame.with_columns(
-        pl.Series("emit_us", emit_us[order], dtype=pl.Int64),
-        pl.Series("latency_us", latency[order], dtype=pl.Int64),
-    )
+    return results_frame(data.streams, rows, emit_us, last, latency, row_numbers=data.row_in_day,
+                         dates=data.day_of_row)
 
 
 def _exactness(cfg: RunConfig, data: DayStreams, outcome: JoinOutcome, first: int) -> dict[str, Any]:
@@ -169,7 +154,7 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
     for day in data.days:
         dn = day_number(day)
         mask = emit_day == dn
-        frame = _results_frame(data, outcome, mask, emit_idx)
+        frame = _day_frame(data, outcome, mask, emit_idx)
         truth_mask = last_day == dn
         truth_n = int(truth_mask.sum())
         emitted_n = int((truth_mask & emitted).sum())
@@ -179,7 +164,7 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
         state_end = {}
         for k, s in enumerate(data.streams):
             day_rows = int((data.day_of_row[k] == dn).sum())
-            q = s.quarantine.filter(pl.col("date") == day) if s.quarantine.height else s.quarantine
+            q = data.quarantine_of(k, day)
             in_day = (replay.stream == k) & (day_at == dn)
             late = int((dec.dropped & in_day).sum()) if dec.dropped is not None else 0
             expired = int((dec.expired & in_day).sum()) if dec.expired is not None else 0
@@ -206,9 +191,9 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
             "latency_us": metrics.latency_summary(lat),
         }
         quarantine = {}
-        for s in data.streams:
-            q = s.quarantine.filter(pl.col("date") == day).drop("date") if s.quarantine.height else None
-            if q is not None and q.height:
+        for k, s in enumerate(data.streams):
+            q = data.quarantine_of(k, day)
+            if q.height:
                 quarantine[s.name] = q
         out[day] = DayResult(day=day, results=frame, quarantine=quarantine, counts=counts, metrics=m,
                              state_end=state_end, exactness=exact if day == data.days[0] else {"certified": exact["certified"]})

@@ -40,10 +40,11 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from ..io.chunks import take_rows
+from ..io.chunks import filter_rows, take_rows
+from ..io.columns import NIGHTLY_RESULT_FIELDS, check_output_columns
 from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError
-from ..io.load import LoadedStream, common_key_dtypes, load_stream, normalise
+from ..io.load import LoadedStream, common_key_dtypes, input_columns, load_stream, normalise
 
 DAY_US = 86_400_000_000
 _EPOCH = dt.date(1970, 1, 1)
@@ -176,8 +177,10 @@ class DayStreams:
 
     ``streams[k]`` holds the lookback rows then the rows of each day, in order;
     ``day_of_row[k]`` (days since the epoch) and ``row_in_day[k]`` give every
-    row its stable identity.  ``quarantine[k]`` holds only the quarantined rows
-    of the run's own days (the lookback's belong to their own day).
+    row its stable identity.  ``streams[k].quarantine`` holds only the
+    quarantined rows of the run's own days (the lookback's belong to their own
+    day), as read; ``quarantine_day[k]`` gives each one's day (kept apart, so
+    an input column named ``date`` is written back untouched).
     """
 
     days: list[dt.date]
@@ -188,6 +191,11 @@ class DayStreams:
     lookback_rows: list[int]
     files: list[InputFile]
     missing_lookback: list[str]
+    quarantine_day: list[np.ndarray]
+
+    def quarantine_of(self, k: int, day: dt.date) -> pl.DataFrame:
+        """The quarantined rows of stream ``k``'s partition of ``day``."""
+        return filter_rows(self.streams[k].quarantine, self.quarantine_day[k] == day_number(day))
 
     @property
     def start_us(self) -> int:
@@ -198,7 +206,7 @@ class DayStreams:
         return self.start_us - self.lookback_us
 
 
-def planned_inputs(streams: list[StreamConfig], days: list[dt.date], lookback_us: int) -> tuple[list[InputFile], list[str], list[str]]:
+def inputs_of_days(streams: list[StreamConfig], days: list[dt.date], lookback_us: int) -> tuple[list[InputFile], list[str], list[str]]:
     """Files a run over ``days`` would read, without reading them.
 
     Returns ``(files, missing_days, missing_lookback)``: a stream with no
@@ -232,6 +240,24 @@ def missing_partition(days: str, missing: str) -> InputError:
     """A day a stream has no partition for: say how to declare a stream that may be empty."""
     return InputError(f"no input partition for {days}: {missing}; a stream that may have no data on some days "
                       f"can be declared optional (optional = true in its [[stream]], or --optional-stream NAME)")
+
+
+def check_day_columns(configs: list[StreamConfig], days: list[dt.date]) -> None:
+    """The output-column check of a nightly run (io/columns.py: results carry
+    ``<stream>_date``), from the schemas of the partitions of ``days`` that
+    exist: each partition on its own (the error names it), then the streams
+    together."""
+    streams = []
+    for cfg in configs:
+        columns: dict[str, None] = {}
+        for d in days:
+            if partition_files(cfg, d):
+                part = replace(cfg, path=partition_path(cfg.path, d))
+                names = input_columns(part)
+                check_output_columns([(part, names)], fields=NIGHTLY_RESULT_FIELDS)
+                columns.update(dict.fromkeys(names))
+        streams.append((cfg, list(columns)))
+    check_output_columns(streams, fields=NIGHTLY_RESULT_FIELDS)
 
 
 def _load_partition(cfg: StreamConfig, day: dt.date, max_quarantine: float) -> LoadedStream:
@@ -309,12 +335,13 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
     ``days``, a partition breaks the arrival-date rule, or quarantines more
     than ``max_quarantine`` of its rows (:func:`~streamjoin.pipelines.load.check_quarantine`).
     """
-    files, missing, missing_lb = planned_inputs(configs, days, lookback_us)
+    files, missing, missing_lb = inputs_of_days(configs, days, lookback_us)
     if missing:
         raise missing_partition(str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}", missing[0])
+    check_day_columns(configs, lookback_days(days[0], lookback_us) + list(days))
     start = day_start_us(days[0])
     lb_start = start - lookback_us
-    streams, day_of_row, row_in_day, lb_rows = [], [], [], []
+    streams, day_of_row, row_in_day, lb_rows, quarantine_day = [], [], [], [], []
     for cfg in configs:
         parts = []
         for d in lookback_days(days[0], lookback_us):
@@ -323,16 +350,18 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
             loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, loaded.arrival >= lb_start, d))
         n_lb = sum(int(m.sum()) for _, m, _ in parts)
-        quarantines = []
+        quarantines, q_days = [], []
         for d in days:
             if cfg.optional and not partition_files(cfg, d):
                 loaded = _empty_partition(cfg, d)
             else:
                 loaded = _load_partition(cfg, d, max_quarantine)
             parts.append((loaded, np.ones(loaded.rows, dtype=bool), d))
-            quarantines.append(loaded.quarantine.with_columns(pl.lit(d).alias("date")))
+            quarantines.append(loaded.quarantine)
+            q_days.append(np.full(loaded.quarantine.height, day_number(d), dtype=np.int32))
         merged, day_no, row_no = _concat(cfg, parts)
         merged.quarantine = pl.concat(quarantines, how="diagonal_relaxed")
+        quarantine_day.append(np.concatenate(q_days))
         streams.append(merged)
         day_of_row.append(day_no)
         row_in_day.append(row_no)
@@ -342,4 +371,5 @@ def load_days(configs: list[StreamConfig], days: list[dt.date], lookback_us: int
         if dtypes:
             s.keys = s.keys.with_columns([pl.col(f"__key{i}").cast(dt_) for i, dt_ in enumerate(dtypes)])
     return DayStreams(days=list(days), lookback_us=lookback_us, streams=streams, day_of_row=day_of_row,
-                      row_in_day=row_in_day, lookback_rows=lb_rows, files=files, missing_lookback=missing_lb)
+                      row_in_day=row_in_day, lookback_rows=lb_rows, files=files, missing_lookback=missing_lb,
+                      quarantine_day=quarantine_day)

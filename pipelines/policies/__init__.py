@@ -1,6 +1,6 @@
 """Disorder policies (SPEC §4): what each one decides, as a small config.
 
-Two families:
+Families:
 
 * **symmetric** (``static``, ``qjoin``): every stream keeps a buffer, a
   tuple joins the moment it arrives; the retention ``d_i`` sets how far behind
@@ -8,6 +8,14 @@ Two families:
 * **sorting** (``none``, ``kslack``, ``mpkslack``, ``qkslack``): tuples
   pass a K-slack sort buffer, a synchronising merge, then an in-order window
   join; ``K_i`` sets how long the sort buffer waits.
+* **micro-batch** (``spark-ss``): an engine emulation (SPEC §4.4) -- Spark
+  Structured Streaming's stream-stream join, arrivals cut into micro-batches
+  by ``--trigger``, a global watermark from ``--watermark`` per stream
+  (:mod:`.spark_ss` states the rules and their sources).
+* **interval join** (``flink``): an engine emulation (SPEC §4.4) -- Flink's
+  DataStream interval join, per-input bounded-out-of-orderness watermarks
+  (``--watermark``, emitted per record or every ``--watermark-interval``),
+  late records dropped, buffers cleaned by the watermark (:mod:`.flink`).
 
 :class:`PolicySpec` is pure configuration -- the arrays a policy implies
 (``K_i(a)``, ``d_i(a)``) are built by the policy modules beside this file and
@@ -24,6 +32,8 @@ from .triggers import Triggers
 
 SORTING = "sorting"
 SYMMETRIC = "symmetric"
+MICROBATCH = "micro-batch"
+INTERVAL_JOIN = "interval-join"
 
 FAMILY = {
     "none": SORTING,
@@ -32,6 +42,8 @@ FAMILY = {
     "static": SYMMETRIC,
     "qjoin": SYMMETRIC,
     "qkslack": SORTING,
+    "spark-ss": MICROBATCH,
+    "flink": INTERVAL_JOIN,
 }
 
 #: policies whose values are decided online for a recall target (SPEC §4.3)
@@ -51,12 +63,25 @@ class PolicySpec:
             only), one per stream.
         target: the recall target and controller settings (``qjoin`` and
             ``qkslack`` only; see :mod:`.controller`).
+        watermark: per-stream ``withWatermark`` delay (``spark-ss``) or
+            ``forBoundedOutOfOrderness`` delay (``flink``) in microseconds,
+            whole milliseconds, one per stream.
+        trigger_us: the micro-batch interval of arrival time (``spark-ss`` only).
+        watermark_policy: ``min`` or ``max``, Spark's
+            ``spark.sql.streaming.multipleWatermarkPolicy`` (``spark-ss`` only).
+        watermark_interval_us: how often the watermarks are emitted, of
+            arrival time; 0 = after every record (``flink`` only, Flink's
+            ``pipeline.auto-watermark-interval``).
     """
 
     name: str
     k: tuple[int, ...] | None = None
     retention: tuple[int, ...] | None = None
     target: RecallTarget | None = None
+    watermark: tuple[int, ...] | None = None
+    trigger_us: int | None = None
+    watermark_policy: str | None = None
+    watermark_interval_us: int | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:
@@ -67,7 +92,15 @@ class PolicySpec:
             raise InputError("policy static needs --retention DURATION")
         if self.name in ADAPTIVE and self.target is None:
             raise InputError(f"policy {self.name} needs --recall Q (a recall target in (0, 1])")
-        for label, values in (("k", self.k), ("retention", self.retention)):
+        if self.name == "spark-ss":
+            from .spark_ss import check_settings
+
+            check_settings(self)
+        if self.name == "flink":
+            from .flink import check_settings as check_flink
+
+            check_flink(self)
+        for label, values in (("k", self.k), ("retention", self.retention), ("watermark", self.watermark)):
             if values is not None and any(v < 0 for v in values):
                 raise InputError(f"--{label} must be >= 0")
 

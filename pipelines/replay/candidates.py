@@ -87,7 +87,7 @@ def key_ids(keys: Sequence[pl.DataFrame | None]) -> list[np.ndarray] | None:
         col = allk.to_series()
         lo, hi = col.min(), col.max()
         if hi - lo < 2**31:  # small integer range: the values are ids already
-            ids = (col.cast(pl.Int64) - lo).to_numpy()
+            ids = (col - lo).cast(pl.Int64).to_numpy()  # subtract first: a UInt64 above 2^63 does not fit Int64
         else:
             ids = col.rank("dense").cast(pl.Int64).to_numpy()
     else:

@@ -20,6 +20,20 @@ last-arriving member (largest arrival index ``a_y``):
       emit_time = arrival[max_members rel]     (rel = N -> last arrival)
       latency   = emit_time - arrival[a_y]
 
+* **micro-batch family** (``spark-ss``, two streams) -- emitted iff neither
+  member was dropped as late and the earlier one was still in the join state
+  when the later one probed it, at the end of the later member's batch
+  (:mod:`~streamjoin.pipelines.replay.microbatch`)::
+
+      emit_time = end of batch max(b_0, b_1)
+      latency   = emit_time - arrival[a_y]
+
+* **interval-join family** (``flink``, two streams) -- emitted iff neither
+  member was dropped as late and the earlier one was still buffered when the
+  later one arrived (:mod:`~streamjoin.pipelines.replay.interval_join`)::
+
+      emit_time = arrival[a_y],  latency = 0
+
 Worked example (sorting, K = 0): ``x = (S0, ts 10)`` arrives at ``a = 0``,
 ``y = (S1, ts 12)`` at ``a = 1``; ``R(1) = min(10, 12) = 10`` releases ``x``
 at 1, ``y`` waits for ``S0`` to pass 12, say at ``a = 5``: the pair is
@@ -38,7 +52,8 @@ import numpy as np
 import polars as pl
 
 from .candidates import Combos
-from ..policies import SYMMETRIC
+from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from . import interval_join, microbatch
 from .progress import Decisions, Replay
 
 
@@ -79,6 +94,8 @@ class Emission:
     index; ``emitted``: the mask; ``emit_us`` / ``latency_us``: meaningful
     only where ``emitted`` (computed for all rows to avoid copies;
     ``latency_us`` is a read-only broadcast 0 for the symmetric family).
+    ``batch``: the micro-batch that emits each combination (micro-batch
+    family only, else ``None``).
     """
 
     a: Sequence[np.ndarray]
@@ -86,6 +103,7 @@ class Emission:
     emitted: np.ndarray
     emit_us: np.ndarray
     latency_us: np.ndarray
+    batch: np.ndarray | None = None
 
 
 class EmittedOnArrival(Emission):
@@ -117,6 +135,10 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     so the engine computes it while the policy's facts are still being built.
     """
     W = np.asarray(windows, dtype=np.int64)
+    if not len(combos) and decisions.family in (MICROBATCH, INTERVAL_JOIN):
+        empty = np.empty(0, np.int64)
+        return Emission(a=[empty] * replay.n, last=empty, emitted=np.empty(0, bool), emit_us=empty,
+                        latency_us=empty, batch=empty if decisions.family == MICROBATCH else None)
     if not len(combos):
         return _emission_columns(combos, replay, W, decisions)
     # a fixed retention's horizons are the (never decreasing) frontier shifted
@@ -127,6 +149,13 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
         arrivals = last_arrivals(combos, replay, with_arrival=decisions.family != SYMMETRIC)
     if decisions.family == SYMMETRIC:
         return _emission_symmetric(combos, replay, W, decisions, expiry_index, arrivals)
+    if decisions.family == MICROBATCH:
+        return _emission_microbatch(combos, replay, decisions, arrivals)
+    if decisions.family == INTERVAL_JOIN:
+        a = MemberIndexes(combos, replay)
+        emitted = interval_join.emitted_pairs(decisions.watermarks, decisions.dropped, a[0], a[1])
+        return EmittedOnArrival(a, arrivals.last, emitted, np.broadcast_to(np.int64(0), emitted.shape),
+                                replay.arrival)
     return _emission_sorting(combos, replay, decisions, arrivals)
 
 
@@ -294,6 +323,17 @@ def _emission_sorting(combos: Combos, replay: Replay, decisions: Decisions, arri
     _run_blocks(C, work)
     return Emission(a=MemberIndexes(combos, replay), last=arrivals.last, emitted=emitted, emit_us=emit_us,
                     latency_us=latency)
+
+
+def _emission_microbatch(combos: Combos, replay: Replay, decisions: Decisions, arrivals: LastArrivals) -> Emission:
+    """Micro-batch family: one gather per member, then the pair rule of
+    :func:`~streamjoin.pipelines.replay.microbatch.emitted_pairs`."""
+    a = MemberIndexes(combos, replay)
+    mb = decisions.batches
+    emitted, batch = microbatch.emitted_pairs(mb, decisions.dropped, a[0], a[1])
+    emit_us = mb.end_us(batch)
+    return Emission(a=a, last=arrivals.last, emitted=emitted, emit_us=emit_us,
+                    latency_us=emit_us - arrivals.arrival_us, batch=batch)
 
 
 def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions) -> Emission:

@@ -59,8 +59,8 @@ driver used by the tests with arbitrary chunkings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -268,7 +268,7 @@ def _sort_release(r: dict) -> np.ndarray:
 
 # ---------------------------------------------------------------- drivers
 
-def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, release_chunks: int | None = None) -> dict:
+def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, release_chunks: int | None = None) -> Facts:
     """The partition-wise pass on in-memory chunks (tests; the Spark driver mirrors it).
 
     ``chunks`` are consecutive slices of the replay order (dicts of
@@ -302,35 +302,47 @@ def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, rel
             rel[got["a"]] = got["rel"]
             rel_us[got["a"]] = got["rel_us"]
     f["rel"], f["rel_us"] = rel, rel_us
-    return f
+    return Facts(columns=f)
 
 
-def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None, keys=None) -> dict:
+def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None, keys=None) -> Facts:
     """The same columns from :mod:`~streamjoin.pipelines.replay.progress`, computed on
     the driver; each column is built when first read (the Spark engine's
-    planes read a few of them and mostly use ``_replay`` / ``_decisions``)."""
+    planes read a few of them and mostly use :attr:`Facts.replay` /
+    :attr:`Facts.decisions`)."""
     replay = build_replay(list(ts), list(arrival),
                           keep_running_max=policy.family == SORTING or policy.adaptive)
     dec = decide(replay, np.asarray(windows, dtype=INT), policy, bad_arrivals=bad_arrivals, keys=keys)
     return facts_from_replay(replay, dec)
 
 
-class _Facts(dict):
-    """A facts dict whose columns are built on first read (``f[name]``);
-    ``_replay`` and ``_decisions`` are always present."""
+@dataclass
+class Facts:
+    """Every tuple's progress facts: the columns of :func:`fact_columns` plus
+    ``rel`` and ``rel_us``, read by name (``facts["ts"]``).
 
-    def __init__(self, builders: dict, **eager):
-        super().__init__(**eager)
-        self._builders = builders
+    From the partition-wise pass (:func:`progress_chunks`, the Spark pass)
+    every column is in ``columns``, in the order of the tuples' replay index
+    ``a``.  From the driver's replay (:func:`facts_from_replay`) ``replay``
+    and ``decisions`` are that replay, and each column is built from them on
+    first read (``builders``): the Spark engine's planes read a few columns
+    and mostly use the replay itself.
+    """
 
-    def __missing__(self, key):
-        if key not in self._builders:
-            raise KeyError(key)
-        value = self[key] = self._builders.pop(key)()
-        return value
+    columns: dict[str, np.ndarray]
+    replay: Replay | None = None
+    decisions: Decisions | None = None
+    builders: dict[str, Callable[[], np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.columns:
+            if name not in self.builders:
+                raise KeyError(name)
+            self.columns[name] = self.builders.pop(name)()
+        return self.columns[name]
 
 
-def facts_from_replay(replay: Replay, dec: Decisions) -> dict:
+def facts_from_replay(replay: Replay, dec: Decisions) -> Facts:
     """The fact columns (:func:`fact_columns` plus ``rel``, ``rel_us``) of a
     driver-side replay, in arrival order, each built when first read."""
     n, N = replay.n, replay.N
@@ -356,13 +368,17 @@ def facts_from_replay(replay: Replay, dec: Decisions) -> dict:
         b["expired"] = lambda: dec.expired
         b["rel"] = lambda: np.full(N, N, INT)
         b["rel_us"] = lambda: np.full(N, int(replay.arrival[-1]) if N else 0, INT)
-    return _Facts(b, _replay=replay, _decisions=dec)
+    return Facts(columns={}, replay=replay, decisions=dec, builders=b)
 
 
-def replay_from_facts(f: dict, n: int, policy: PolicySpec, sizes: Sequence[int]) -> tuple[Replay, Decisions]:
-    """Rebuild :class:`Replay` / :class:`Decisions` (driver-side reports) from collected facts."""
+def replay_from_facts(f: Facts, n: int, policy: PolicySpec, sizes: Sequence[int]) -> tuple[Replay, Decisions]:
+    """Rebuild :class:`Replay` / :class:`Decisions` (driver-side reports) from
+    collected facts (:attr:`Facts.replay` and :attr:`Facts.decisions`, when the
+    driver computed them)."""
+    if f.replay is not None:
+        return f.replay, f.decisions
     order = np.argsort(f["a"], kind="stable")
-    g = {k: np.asarray(v)[order] for k, v in f.items() if not k.startswith("_")}
+    g = {k: np.asarray(v)[order] for k, v in f.columns.items()}
     N = len(g["a"])
     stream = g["stream"].astype(np.int32)
     row = g["row"].astype(INT)

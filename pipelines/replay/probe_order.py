@@ -15,7 +15,8 @@ bands the pair conditions are strongly correlated, so multiplying every
 pair's selectivity as if independent underestimates by orders of magnitude).
 
 The order changes only the work done, never the set of combinations
-(property-tested).  Estimates are reported in ``report.json`` (``plan``).
+(property-tested).  The chosen order and its estimates are reported in
+``report.json`` under ``plan`` (:meth:`ProbeOrder.to_dict`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ SAMPLE_ROWS = 4096
 
 
 @dataclass
-class Plan:
+class ProbeOrder:
+    """The order in which a multi-way join probes its streams, and the
+    estimates it was chosen from."""
+
     order: list[int]
     selectivity: dict[tuple[int, int], float] = field(default_factory=dict)
     estimated_sizes: list[float] = field(default_factory=list)
@@ -74,26 +78,26 @@ def smaller_first(sizes: Sequence[int], i: int = 0, j: int = 1) -> list[int]:
     return [i, j] if sizes[i] <= sizes[j] else [j, i]
 
 
-def two_stream_plan(sizes: Sequence[int], found: int) -> Plan:
-    """The two-stream plan from the join itself: :func:`smaller_first` (as
+def two_stream_order(sizes: Sequence[int], found: int) -> ProbeOrder:
+    """The two-stream probe order from the join itself: :func:`smaller_first` (as
     :func:`probe_order` chooses) and the *exact* selectivity ``found / (N_0 *
     N_1)`` from the valid pairs ``found`` -- for two streams the order changes
     no estimate, so the local engine skips the sample (and its time)."""
     order = smaller_first(sizes)
     cells = sizes[0] * sizes[1]
-    return Plan(order=order, selectivity={(0, 1): found / cells if cells else 0.0},
-                estimated_sizes=[float(sizes[order[0]]), float(found)])
+    return ProbeOrder(order=order, selectivity={(0, 1): found / cells if cells else 0.0},
+                      estimated_sizes=[float(sizes[order[0]]), float(found)])
 
 
-def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
+def probe_order(ts, keys, windows, space: Space | None = None) -> ProbeOrder:
     """Choose the probe order (see module docstring)."""
     n = len(ts)
     sizes = [len(t) for t in ts]
     if n == 2:
         sel = pair_selectivity(0, 1, ts, keys, windows, space)
         order = smaller_first(sizes)
-        return Plan(order=order, selectivity={(0, 1): sel},
-                    estimated_sizes=[float(sizes[order[0]]), sel * sizes[0] * sizes[1]])
+        return ProbeOrder(order=order, selectivity={(0, 1): sel},
+                          estimated_sizes=[float(sizes[order[0]]), sel * sizes[0] * sizes[1]])
     sel = {(i, j): pair_selectivity(i, j, ts, keys, windows, space) for i in range(n) for j in range(i + 1, n)}
 
     def s(a, b):
@@ -111,4 +115,4 @@ def probe_order(ts, keys, windows, space: Space | None = None) -> Plan:
         k = min(rest, key=lambda k: (grow(k), k))
         est.append(grow(k))
         order.append(k)
-    return Plan(order=order, selectivity=sel, estimated_sizes=est)
+    return ProbeOrder(order=order, selectivity=sel, estimated_sizes=est)

@@ -31,6 +31,10 @@ Policy decisions built on top of these facts:
   ``R(a) >= x.ts`` (``N`` = flushed at end of input).
 * symmetric family -- ``H_i(a) = max_{a'<=a} (T(a') - d_i(a'))``; ``x``
   expired on arrival iff ``x.ts + W_i < H_i(a_x)``.
+* micro-batch family (``spark-ss``) -- batches, watermarks, late drops and
+  state removals per tuple: :mod:`~streamjoin.pipelines.replay.microbatch`.
+* interval-join family (``flink``) -- operator watermarks, late drops and
+  buffer stays per tuple: :mod:`~streamjoin.pipelines.replay.interval_join`.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..policies import SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
+from ..policies import INTERVAL_JOIN, MICROBATCH, SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
+from . import interval_join, microbatch
 from ..base.sorting import search_sorted_queries, stable_order
 from ..base.timeunits import NEG_INF
 
@@ -109,6 +114,10 @@ class Decisions:
     Recall-target policies (``qjoin``, ``qkslack``) also keep the values
     they decided (``d`` or ``K``, shape ``(n, N)``) and ``policy_log``, one
     entry per decision (time, reason, values).
+    Micro-batch family (``spark-ss``): ``dropped`` (late) and ``batches``
+    (:class:`~streamjoin.pipelines.replay.microbatch.MicroBatches`).
+    Interval-join family (``flink``): ``dropped`` (late) and ``watermarks``
+    (:class:`~streamjoin.pipelines.replay.interval_join.Watermarks`).
     """
 
     family: str
@@ -122,6 +131,8 @@ class Decisions:
     d: np.ndarray | None = field(default=None, repr=False)
     policy_log: list | None = field(default=None, repr=False)
     policy_settings: dict | None = field(default=None, repr=False)   # the controller's resolved settings
+    batches: microbatch.MicroBatches | None = field(default=None, repr=False)
+    watermarks: interval_join.Watermarks | None = field(default=None, repr=False)
 
     @cached_property
     def H(self) -> np.ndarray | None:
@@ -292,6 +303,14 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
     """
     N = replay.N
     W = np.asarray(windows, dtype=np.int64)
+    if policy.family == MICROBATCH:
+        mb, dropped = microbatch.micro_batches(replay.stream, replay.ts, replay.arrival, replay.n, W, policy)
+        return Decisions(family=MICROBATCH, dropped=dropped, batches=mb,
+                         policy_settings=microbatch.settings_report(mb, dropped, replay.stream, replay.n, policy))
+    if policy.family == INTERVAL_JOIN:
+        wm, dropped = interval_join.watermarks(replay, W, policy)
+        return Decisions(family=INTERVAL_JOIN, dropped=dropped, watermarks=wm,
+                         policy_settings=interval_join.settings_report(wm, dropped, policy))
     schedule = adaptive_schedule(replay, W, policy, bad_arrivals, keys) if policy.adaptive else None
     log = schedule.log if schedule is not None else None
     settings = schedule.settings if schedule is not None else None
@@ -386,12 +405,18 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
       (``end`` = first ``a`` with ``H_i(a) > ts + W_i``; empty if expired);
     * sorting: in the sort buffer ``[a_x, rel)``, then in join state until
       ``R(a) > ts + W`` (a tuple whose window already passed at release does
-      not count); dropped tuples are never held.
+      not count); dropped tuples are never held;
+    * micro-batch: :func:`~streamjoin.pipelines.replay.microbatch.memory`;
+    * interval join: :func:`~streamjoin.pipelines.replay.interval_join.memory`.
 
     so memory is a difference array of starts and ends, summed up.
     ``expiry_index``: :func:`expiry` if already computed (symmetric family).
     """
     n, N = replay.n, replay.N
+    if decisions.family == MICROBATCH:
+        return microbatch.memory(decisions.batches, decisions.dropped, replay.stream, n)
+    if decisions.family == INTERVAL_JOIN:
+        return interval_join.memory(decisions.watermarks, decisions.dropped, replay.stream, n)
     W = np.asarray(windows, dtype=np.int64)
     counts = np.int32 if N < 2**31 else np.int64  # a count never exceeds N: half the memory
     out = np.zeros((n, N), dtype=counts)

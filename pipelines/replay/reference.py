@@ -28,6 +28,12 @@ Semantics in brief (SPEC is authoritative)
   step with ``R(a) >= y.ts`` (or the end of input, where everything left is
   flushed).  Released tuples enter an in-order window join; after all
   releases of a step the join state drops tuples with ``x.ts + W_s < R(a)``.
+* **Micro-batch emulation** (``spark-ss``, :func:`replay_micro_batches`): a
+  loop over Spark Structured Streaming's micro-batches with explicit state
+  lists (docs/semantics.md, "spark-ss").
+* **Interval-join emulation** (``flink``, :func:`replay_interval_join`): a
+  loop over records and watermarks with explicit generators, per-input
+  watermarks, buffers and cleanup timers (docs/semantics.md, "flink").
 
 Worked example (policy ``none``, ``W = (10, 10)``)::
 
@@ -342,4 +348,192 @@ def _replay_sorting(
     # End of input: flush whatever still waits, at the last arrival time.
     if order:
         release_ready(order[-1].arrival, float("inf"))
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Micro-batch engine emulation: spark-ss (SPEC §4.4, docs/semantics.md)
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class MicroBatchReference:
+    """What :func:`replay_micro_batches` produced.
+
+    Attributes:
+        truth: every valid pair ``(left row, right row)``.
+        emitted: pair -> ``(batch, emission_time_us, latency_us)``.
+        dropped: ``(stream, row)`` dropped as late by the watermark.
+        state_rows: per batch ``0..last``, ``(left rows, right rows)`` in join
+            state after the batch.
+        watermarks: per batch, the global watermark (ms) in force for it.
+    """
+
+    truth: set[tuple[int, int]] = field(default_factory=set)
+    emitted: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
+    dropped: set[tuple[int, int]] = field(default_factory=set)
+    state_rows: list[tuple[int, int]] = field(default_factory=list)
+    watermarks: list[int] = field(default_factory=list)
+
+
+def _toward_zero(value: int, divisor: int) -> int:
+    """``value / divisor`` truncated towards zero, as Scala's ``Double.toLong``."""
+    q = abs(value) // divisor
+    return -q if value < 0 else q
+
+
+def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], policy: PolicySpec,
+                         predicate: Predicate | None = None) -> MicroBatchReference:
+    """Spark Structured Streaming's stream-stream inner join, one micro-batch at a time.
+
+    Written from the rules of docs/semantics.md ("spark-ss"), with explicit
+    state lists: for every batch ``j`` (every trigger interval from the first
+    arrival's to the last's, empty ones too), drop the rows at or below the
+    previous batch's watermark; left rows probe the right state and are stored
+    unless at or below the left state watermark; right rows probe the left
+    state and are stored likewise; at the batch end evict state rows at or
+    below the state watermarks; then move each stream's watermark with the
+    batch's largest event time (ms) and the global one by the policy.
+    """
+    if len(streams) != 2:
+        raise ValueError("spark-ss joins two streams")
+    MS = 1000
+    T = policy.trigger_us
+    out = MicroBatchReference(truth=brute_force_truth(streams, windows, predicate))
+    tuples = replay_order(streams)
+    if not tuples:
+        return out
+    base = tuples[0].arrival // T
+    by_batch: dict[int, list[RefTuple]] = {}
+    for x in tuples:
+        by_batch.setdefault(x.arrival // T - base, []).append(x)
+    own: list[int | None] = [None, None]        # each stream's watermark (ms); None: no rows yet
+    global_wm = 0                               # the query's watermark (ms), never moves down
+    previous_wm = 0                             # the watermark batch j - 1 ran with
+    state: list[list[RefTuple]] = [[], []]
+    for j in range(max(by_batch) + 1):
+        wm = global_wm
+        out.watermarks.append(wm)
+        end = (base + j + 1) * T
+        rows = by_batch.get(j, [])
+        live = []
+        for x in rows:
+            if x.ts <= previous_wm * MS:
+                out.dropped.add((x.stream, x.row))
+            else:
+                live.append(x)
+        state_wm = [(_toward_zero(wm * MS - windows[side], MS) - 1) * MS for side in (0, 1)]
+        for side in (0, 1):                     # left rows first, then right rows
+            for x in live:
+                if x.stream != side:
+                    continue
+                for y in state[1 - side]:
+                    pair = (x, y) if side == 0 else (y, x)
+                    if is_valid(pair, windows, predicate):
+                        out.emitted[_combo(pair)] = (j, end, end - max(x.arrival, y.arrival))
+                if x.ts > state_wm[side]:
+                    state[side].append(x)
+        for side in (0, 1):
+            state[side] = [x for x in state[side] if x.ts > state_wm[side]]
+        out.state_rows.append((len(state[0]), len(state[1])))
+        for side in (0, 1):
+            times = [x.ts // MS for x in rows if x.stream == side]   # every row counts, late ones too
+            if times:
+                moved = max(times) - policy.watermark[side] // MS
+                if own[side] is None or moved > own[side]:
+                    own[side] = moved
+        values = [0 if o is None else o for o in own]
+        chosen = min(values) if policy.watermark_policy == "min" else max(values)
+        previous_wm = wm
+        global_wm = max(global_wm, chosen)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Interval-join engine emulation: flink (SPEC §4.4, docs/semantics.md)
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class IntervalJoinReference:
+    """What :func:`replay_interval_join` produced.
+
+    Attributes:
+        truth: every valid pair ``(left row, right row)``.
+        emitted: pair -> ``(emission_time_us, latency_us)``.
+        dropped: ``(stream, row)`` dropped as late.
+        buffered: per arrival index, ``(left rows, right rows)`` in the
+            buffers once that record (and what follows it at that instant) is
+            processed.
+    """
+
+    truth: set[tuple[int, int]] = field(default_factory=set)
+    emitted: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    dropped: set[tuple[int, int]] = field(default_factory=set)
+    buffered: list[tuple[int, int]] = field(default_factory=list)
+
+
+def replay_interval_join(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], policy: PolicySpec,
+                         predicate: Predicate | None = None) -> IntervalJoinReference:
+    """Flink's interval join with bounded-out-of-orderness watermarks, one event at a time.
+
+    Written from Flink's operators (docs/semantics.md "flink"), not from the
+    closed form: each input has a generator (largest timestamp seen; it emits
+    ``max - D - 1 ms`` when asked, passing on only increasing values); the
+    operator keeps each input's last watermark and its own, the minimum, and
+    fires the cleanup timers at or below it whenever it rises.  A record is
+    late if its timestamp is below the operator's watermark; otherwise it is
+    buffered, joined with the other buffer's records in ``[ts - W_right,
+    ts + W_left]`` (left record) and registers a timer at ``ts + W_own``.
+    Generators are asked after each record of their input
+    (``watermark_interval_us == 0``) or, both, at every tick ``first + k I``
+    before the records arriving at or after it.
+    """
+    if len(streams) != 2:
+        raise ValueError("flink joins two streams")
+    MS = 1000
+    interval = policy.watermark_interval_us
+    out = IntervalJoinReference(truth=brute_force_truth(streams, windows, predicate))
+    tuples = replay_order(streams)
+    largest: list[float] = [NEG_INF, NEG_INF]       # each generator's max timestamp
+    emitted_wm: list[float] = [NEG_INF, NEG_INF]    # each input's last watermark
+    operator_wm: float = NEG_INF
+    buffers: list[list[RefTuple]] = [[], []]
+    timers: list[tuple[int, RefTuple]] = []         # (time, record)
+
+    def emit_watermark(side: int) -> None:
+        nonlocal operator_wm
+        if largest[side] == NEG_INF:
+            return
+        value = largest[side] - policy.watermark[side] - MS
+        if value <= emitted_wm[side]:
+            return                                  # the emitter passes on only increasing watermarks
+        emitted_wm[side] = value
+        combined = min(emitted_wm)
+        if combined > operator_wm:
+            operator_wm = combined
+            for time, x in list(timers):
+                if time <= operator_wm:
+                    timers.remove((time, x))
+                    buffers[x.stream].remove(x)
+
+    next_tick = tuples[0].arrival + interval if tuples and interval else None
+    for x in tuples:
+        while next_tick is not None and next_tick <= x.arrival:
+            emit_watermark(0)
+            emit_watermark(1)
+            next_tick += interval
+        if x.ts < operator_wm:
+            out.dropped.add((x.stream, x.row))
+        else:
+            buffers[x.stream].append(x)
+            for y in buffers[1 - x.stream]:
+                pair = (x, y) if x.stream == 0 else (y, x)
+                if is_valid(pair, windows, predicate):
+                    out.emitted[_combo(pair)] = (x.arrival, 0)
+            timers.append((x.ts + windows[x.stream], x))
+        largest[x.stream] = max(largest[x.stream], x.ts)
+        if not interval:
+            emit_watermark(x.stream)
+        out.buffered.append((len(buffers[0]), len(buffers[1])))
     return out

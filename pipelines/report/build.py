@@ -1,22 +1,33 @@
-"""What ``report.json`` holds beyond the run's counts: the period facts and
-the series the HTML report draws (SPEC §9 allows extra keys).
+"""The body of ``report.json`` (SPEC §9), and what it holds beyond the run's
+counts: the period facts and the series the HTML report draws (SPEC §9
+allows extra keys).
 
+:func:`report_body` builds the report of every ``streamjoin run`` -- in
+memory (:mod:`~streamjoin.pipelines.jobs.run`, from the replay) and in bounded
+memory (:mod:`~streamjoin.pipelines.jobs.chunked`, from the engine's sums) --
+and :func:`finish` fills in its outputs and timings once they are written.
 :func:`extras` computes, from the replay, the downsampled memory series, the
 latency histogram of the emitted results and the tuning curve
-(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`), so that
+(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`; for ``spark-ss`` the
+curve over its watermark delay,
+:func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`), so that
 ``report.html`` can be rendered from ``report.json`` alone.
 """
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..analysis import metrics
 from ..analysis.tuning import curve_only
+from ..analysis.watermark_tuning import watermark_curve_only
+from ..base.version import tool_version
 from ..config.settings import RunConfig
-from ..policies import SYMMETRIC
+from ..policies import MICROBATCH, SYMMETRIC
 from . import json as report_json
 
 #: memory series points kept in report.json (per-arrival memory is downsampled)
@@ -37,6 +48,70 @@ def period_report(cfg: RunConfig, periods: list[dict[str, Any]], first: int | No
     return {"period_us": cfg.period_us, "period_source": cfg.period_source,
             **metrics.period_counts(first, last, cfg.period_us, len(periods)),
             "time_origin": report_json.calendar_origin(first, last)}
+
+
+def report_body(cfg: RunConfig, command: str, *, streams: list[dict[str, Any]], truth: int, emitted: int,
+                duplicates: int | None, latency: dict[str, Any], memory_tuples: dict[str, Any],
+                memory_bytes: dict[str, Any], periods: list[dict[str, Any]], first: int | None, last: int | None,
+                policy: dict[str, Any], probe_order: dict[str, Any] | None,
+                sections: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``report.json`` of a run on one machine, before its outputs and timings.
+
+    ``streams``: the per-stream facts; ``first`` / ``last``: the replay's first
+    and last arrival; ``policy``: the policy's entries (``policy_decisions``,
+    and ``policy_settings`` where the engine has them); ``probe_order``: the
+    probe order's entry (under the key ``plan``); ``sections``: keys of one
+    kind of run (the bounded run's), placed after ``routing``.  ``timings_s``
+    and ``outputs`` are left empty for :func:`finish`.
+    """
+    return {
+        "schema_version": report_json.SCHEMA_VERSION,
+        "tool_version": tool_version(),
+        "command": command,
+        "config": cfg.to_dict(),
+        "streams": streams,
+        "truth_results": truth,
+        "emitted_results": emitted,
+        "recall": metrics.recall_of(emitted, truth),
+        # every emitted combination is one of the truth rows by construction
+        "precision": 1.0,
+        "duplicates": duplicates,
+        "latency_us": latency,
+        "memory_tuples": memory_tuples,
+        "memory_bytes": memory_bytes,
+        **period_report(cfg, periods, first, last),
+        "periods": periods,
+        "recall_target": cfg.recall_target,
+        **policy,
+        "plan": probe_order,
+        # one machine: one partition, nothing replicated (a Spark run replaces it)
+        "routing": {
+            "router": cfg.router,
+            "partitions": 1,
+            "replication_factor": 1.0,
+            "overhead_measured": 0.0,
+            "overhead_predicted": 0.0,
+            "load_imbalance": 1.0,
+        },
+        **(sections or {}),
+        "timings_s": {},
+        "outputs": {},
+    }
+
+
+def finish(report: dict[str, Any], out: Path, outputs: dict[str, str], stage_timings: dict[str, float],
+           join_timings: dict[str, float], started: float, rows: int) -> None:
+    """Fill in ``outputs`` (plus ``report.json`` itself, under ``out``),
+    ``timings_s`` (the job's stages, the engine's as ``join.<name>``, and the
+    total since ``started``, a ``time.perf_counter()``) and
+    ``input_tuples_per_s`` over ``rows`` input tuples."""
+    outputs["report"] = str(out / "report.json")
+    report["outputs"] = outputs
+    timings = dict(stage_timings)
+    timings.update({f"join.{k}": v for k, v in join_timings.items()})
+    timings["total"] = time.perf_counter() - started
+    report["timings_s"] = timings
+    report["input_tuples_per_s"] = rows / timings["total"] if timings["total"] > 0 else None
 
 
 def memory_series(memory: np.ndarray, arrival: np.ndarray, points: int = MAX_SERIES_POINTS) -> dict[str, Any]:
@@ -81,7 +156,8 @@ def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict
 def extras(cfg, outcome) -> dict[str, Any]:
     """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
     em = outcome.emission
-    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
+    family = outcome.decisions.family
+    policy = "static" if family == SYMMETRIC else "kslack"
     combos, members = outcome.combos, (em.a, em.last)
     total = len(combos)
     every = -(-total // TUNING_SAMPLE) if total > TUNING_SAMPLE else 1
@@ -91,8 +167,12 @@ def extras(cfg, outcome) -> dict[str, Any]:
         # the sample's own members' arrival indexes (em.a[k][pick], without
         # gathering em.a for every combination)
         members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
-    tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
-                        cfg.recall_target, TUNING_TARGETS, members=members)
+    if family == MICROBATCH:  # spark-ss: the curve over its withWatermark delay
+        tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,
+                                      cfg.recall_target, TUNING_TARGETS, members=members)
+    else:
+        tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
+                            cfg.recall_target, TUNING_TARGETS, members=members)
     tuning["truth_results"] = total
     tuning["sample_every"] = every  # 1 = exact
     return {

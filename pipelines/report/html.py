@@ -33,9 +33,34 @@ MAX_PERIOD_ROWS = 20
 # ---------------------------------------------------------------------------
 
 
+#: the setting each tuned policy's curve is drawn over
+SETTING_LABEL = {"static": "retention", "kslack": "K", "spark-ss": "watermark"}
+
+
+def setting_label(policy: str | None) -> str:
+    """``retention`` / ``K`` / ``watermark``: what a tuning curve's x axis is."""
+    return SETTING_LABEL.get(policy or "", "K")
+
+
+#: each tuned policy's setting in report.json's config.policy, and its flag
+SETTING_KEY = {"static": ("retention", "--retention"), "kslack": ("k", "--k"), "spark-ss": ("watermark", "--watermark")}
+
+
 def _current_setting(policy: dict[str, Any]) -> int | None:
-    values = policy.get("retention") if policy.get("name") == "static" else policy.get("k") if policy.get("name") == "kslack" else None
+    key = SETTING_KEY.get(policy.get("name"), (None,))[0]
+    values = policy.get(key) if key else None
     return max(values) if values else None
+
+
+def _tune_hint(tuning: dict[str, Any], q: str) -> str:
+    """Where the report's one-value curve comes from, and what tune-buffer adds."""
+    policy = tuning.get("policy")
+    if policy == "static":
+        return f"one value for every stream; `streamjoin tune-buffer --recall {q}` finds per-stream values"
+    if policy == "spark-ss":
+        return (f"one delay for both streams at this trigger; `streamjoin tune-buffer --recall {q} --policy spark-ss "
+                f"--trigger {format_duration(tuning.get('trigger_us'))}` shows its memory and a PySpark snippet")
+    return f"one K for every stream; `streamjoin tune-buffer --recall {q} --policy kslack` shows its memory and latency"
 
 
 def what_to_do(report: dict[str, Any]) -> list[str]:
@@ -46,8 +71,8 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
     target = report.get("recall_target")
     recall = report["recall"]
     tuning = report.get("tuning") or {}
-    knob = "retention" if tuning.get("policy") == "static" else "K"
-    flag = "--retention" if knob == "retention" else "--k"
+    knob = setting_label(tuning.get("policy"))
+    flag = SETTING_KEY.get(tuning.get("policy"), SETTING_KEY["kslack"])[1]
     tuned_policy = tuning.get("policy")
     at = tuning.get("setting_for_recall") or {}
     current = _current_setting(policy)
@@ -59,10 +84,7 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
         with_truth = [p for p in report.get("periods", []) if p["truth"]]
         if recall < target:
             if need is not None and name == tuned_policy:
-                hint = ("one value for every stream; `streamjoin tune-buffer --recall {q}` finds per-stream values"
-                        if knob == "retention" else
-                        "one K for every stream; `streamjoin tune-buffer --recall {q} --policy kslack` shows its "
-                        "memory and latency").format(q=f"{target:g}")
+                hint = _tune_hint(tuning, f"{target:g}")
                 about = "about " if tuning.get("sample_every", 1) > 1 else ""  # estimated from a sample
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}: raise {flag} from "
                            f"{format_duration(current)} to {about}{format_duration(need)} ({hint}).")
@@ -70,6 +92,10 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g} with policy {name}: "
                            f"`--policy {tuned_policy} {flag} {format_duration(need)}` meets it "
                            f"(`streamjoin tune-buffer --recall {target:g} --policy {tuned_policy}` for details).")
+            elif tuning.get("unreachable_results"):
+                out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}, and no watermark reaches "
+                           f"it: {tuning['unreachable_results']:,} results have a member at or before the epoch "
+                           f"(ts <= 0), which Spark drops as late whatever the delay.")
             else:
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}: run `streamjoin tune-buffer --recall {target:g}`.")
         else:
@@ -79,17 +105,23 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
                         f"(now {format_duration(current)}; mean {report['memory_tuples']['mean']:,.0f} tuples).")
             out.append(msg)
         if low:
-            out.append(f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))}); "
-                       f"`streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that meets it in every period.")
+            worst = f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))})"
+            out.append(f"{worst}." if tuned_policy == "spark-ss" else  # tune-buffer --per-period: not for spark-ss yet
+                       f"{worst}; `streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that "
+                       "meets it in every period.")
     else:
-        parts = [f"{q} needs {format_duration(v)}" for q, v in at.items()]
+        parts = [f"{q} needs {format_duration(v)}" for q, v in at.items() if v is not None]
         if parts and tuned_policy:
             out.append(f"No --recall target given (recall {fmt_recall(recall)}). With policy {tuned_policy}, a recall of "
                        + ", ".join(parts) + f" of {knob}.")
         else:
             out.append(f"No --recall target given (recall {fmt_recall(recall)}).")
     lat = report.get("latency_us") or {}
-    if lat.get("p95"):
+    if lat.get("p95") and name == "spark-ss":
+        out.append(f"Latency p95 is {format_duration(lat['p95'])}: results wait for the end of their micro-batch "
+                   f"(--trigger {format_duration(policy.get('trigger_us'))}); a shorter trigger lowers it, the "
+                   f"watermark does not change it.")
+    elif lat.get("p95"):
         out.append(f"Latency p95 is {format_duration(lat['p95'])}: a sorting policy holds results until its slack "
                    f"passes; `--policy static` joins on arrival (latency 0) at a memory cost.")
     quarantined = sum(s.get("quarantined", 0) for s in report.get("streams", []))
@@ -256,7 +288,7 @@ def render_report(report: dict[str, Any]) -> str:
         body += ["<h2>Latency</h2>", _img(plots.latency_distribution(hist, lat), "latency distribution")]
     tuning = report.get("tuning")
     if tuning and tuning.get("curve"):
-        label = "retention" if tuning["policy"] == "static" else "K"
+        label = setting_label(tuning["policy"])
         cur = _current_setting(pol) if pol.get("name") == tuning["policy"] else None
         marks = {"current": cur} if cur is not None else {}
         if tuning.get("setting_us") is not None:
@@ -266,8 +298,12 @@ def render_report(report: dict[str, Any]) -> str:
                  "<div class=\"sub\">" + (
                      "Exact: for every result, the smallest " if tuning.get("sample_every", 1) == 1 else
                      f"Estimated from one in every {tuning['sample_every']:,} results: for each, the smallest ") + _e(label) +
-                 " at which it is emitted (SPEC §7). `streamjoin tune-buffer` gives exact values and adds memory "
-                 "and latency per setting.</div>"]
+                 " at which it is emitted (SPEC §7" + (
+                     f"; one withWatermark delay for both streams at this run's trigger "
+                     f"{_e(format_duration(tuning.get('trigger_us')))} and watermark policy "
+                     f"{_e(tuning.get('watermark_policy'))}: recall only grows with it, docs/semantics.md"
+                     if tuning["policy"] == "spark-ss" else "") +
+                 "). `streamjoin tune-buffer` gives exact values and adds memory and latency per setting.</div>"]
     rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
              format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
              s["expired_on_arrival"]] for s in report["streams"]]
@@ -287,7 +323,7 @@ def render_tune(t: dict[str, Any]) -> str:
     from . import plots
 
     rec = t["recommendation"]
-    label = "retention" if t["policy"] == "static" else "K"
+    label = setting_label(t["policy"])
     setting, exact = format_durations([rec["setting_us"], rec["exact_us"]])  # 332ms next to 330.4ms, not 330ms
     body = [
         f"<h1>streamjoin tune-buffer: {_e(t['policy'])}, recall &ge; {t['recall_target']:g}</h1>",
@@ -301,11 +337,12 @@ def render_tune(t: dict[str, Any]) -> str:
         "</div>",
         "<h2>Summary</h2><div class=\"todo\"><ul>", *[f"<li>{_e(x)}</li>" for x in t["summary"]], "</ul></div>",
         "<h2>Paste into your config</h2>", f"<pre>{_e(t['toml'])}</pre>",
+        *([f"<h2>Paste into your Spark job</h2><pre>{_e(t['snippet']['text'])}</pre>"] if t.get("snippet") else []),
         "<h2>Curve</h2>",
         _img(plots.tuning_curve(t["curve"], target=t["recall_target"], label=label,
                                 marks={"recommended": rec["setting_us"]}, candidates=t["candidates"]), "tuning curve"),
     ]
-    if t["policy"] == "kslack":
+    if t["policy"] != "static":  # the symmetric family emits on arrival: latency 0 at every setting
         body.append(_img(plots.latency_curve(t["candidates"], label), "latency curve"))
     settings = format_durations([c["setting_us"] for c in t["candidates"]])
     crow = [[s, fmt_recall(c["recall"]), f"{c['memory_tuples']['peak']:,}",
@@ -320,7 +357,8 @@ def render_tune(t: dict[str, Any]) -> str:
                                 lambda p: [f"{p['truth']:,}", format_duration(p["exact_us"]),
                                            format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])],
                                 "tune.json", t.get("time_origin"))]
-    body += ["<h2>What this means in Spark and Flink</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
+    engines = "Spark" if t["policy"] == "spark-ss" else "Spark and Flink"
+    body += [f"<h2>What this means in {engines}</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
     return _page("streamjoin tune-buffer", body)
 
 

@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..base.timeunits import in_calendar_range
+
 SCHEMA_VERSION = 1
 
 REQUIRED = {
@@ -38,8 +40,6 @@ STREAM_KEYS = ("name", "rows", "quarantined", "rate_per_s", "delay_us", "dropped
 PERIOD_KEYS = ("start_us", "end_us", "truth", "emitted", "recall", "target")
 #: ``time_origin`` when replay times are microseconds since the Unix epoch
 EPOCH = "1970-01-01T00:00:00Z"
-#: first arrival within [1990-01-01, 2100-01-01) UTC: epoch times (microseconds)
-CALENDAR_RANGE_US = (631_152_000_000_000, 4_102_444_800_000_000)
 
 
 def calendar_origin(first_us: int | None, last_us: int | None) -> str | None:
@@ -48,8 +48,7 @@ def calendar_origin(first_us: int | None, last_us: int | None) -> str | None:
     1990-2100 UTC), else ``None`` (times from an arbitrary origin, e.g. a sensor clock)."""
     if first_us is None or last_us is None:
         return None
-    lo, hi = CALENDAR_RANGE_US
-    return EPOCH if lo <= first_us and last_us < hi else None
+    return EPOCH if in_calendar_range(first_us, last_us) else None
 
 
 ROUTING_KEYS = ("router", "partitions", "replication_factor", "overhead_measured", "overhead_predicted", "load_imbalance")

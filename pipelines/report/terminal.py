@@ -7,7 +7,7 @@ from typing import Any
 
 from ..analysis.metrics import fmt_recall
 from ..base.timeunits import format_duration, format_durations
-from .html import period_text, worst_periods
+from .html import period_text, setting_label, worst_periods
 
 
 def _fmt_rate(v):
@@ -202,7 +202,7 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
 
 def tune_lines(t: dict[str, Any]) -> list[str]:
     """Plain-text output (cron, pipes): summary, candidates, snippet, frameworks."""
-    label = "retention" if t["policy"] == "static" else "K"
+    label = setting_label(t["policy"])
     lines = list(t["summary"])
     lines.append(f"{label:>10} {'recall':>8} {'mem peak':>9} {'mem mean':>10} {'lat mean':>9} {'lat p95':>9}")
     for c, setting in zip(t["candidates"], format_durations([c["setting_us"] for c in t["candidates"]])):
@@ -220,6 +220,9 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
                          f"{fmt_recall(p['recall_at_recommendation'])}")
     lines.append("config snippet:")
     lines += ["  " + x for x in t["toml"].rstrip("\n").split("\n")]
+    if t.get("snippet"):
+        lines.append("Spark job snippet:")
+        lines += ["  " + x for x in t["snippet"]["text"].rstrip("\n").split("\n")]
     lines += t["frameworks"]
     lines.append(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
     return lines
@@ -227,8 +230,9 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
 
 def render_tune_rich(t: dict[str, Any], console) -> None:
     from rich.panel import Panel
+    from rich.text import Text
 
-    label = "retention" if t["policy"] == "static" else "K"
+    label = setting_label(t["policy"])
     rec = t["recommendation"]
     width = console.width
     console.print(Panel("\n".join(t["summary"]), title=f"tune-buffer: {t['policy']}, recall >= {t['recall_target']:g}"))
@@ -249,7 +253,10 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
         console.print(*fitted_tables("per period" if not hidden else f"the {len(shown)} worst periods ({hidden:,} more in tune.json)",
                                      ["start", "truth", f"exact {label}", "on grid", "recall at recommendation"],
                                      rows, width))
-    console.print(Panel(t["toml"].rstrip("\n"), title="paste into your config"))
+    # Text: no markup, so "[run]" stays in the snippet
+    console.print(Panel(Text(t["toml"].rstrip("\n")), title="paste into your config"))
+    if t.get("snippet"):
+        console.print(Panel(Text(t["snippet"]["text"].rstrip("\n")), title="paste into your Spark job"))
     for x in t["frameworks"]:
         console.print(x)
     console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")

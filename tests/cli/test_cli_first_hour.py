@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from helpers.cli import CMD, cli_env, run_cli
+from helpers.cli import CMD, cli_env, run_cli, run_tty
 from test_cli import SENSOR_ARGS, assert_plain, sensors  # noqa: F401  (sensors: a fixture)
 
 RUN_FLAGS = ("--adapt-segment", "--no-results", "--json", "--force", "--fail-under-target")
@@ -249,39 +249,6 @@ def test_tune_tables_print_every_number_whole(sensors: dict, width: int) -> None
 # ----------------------------------------------------------------------------
 
 MISS = ["run", *SENSOR_ARGS, "--policy", "mpkslack", "--recall", "0.99", "--out", "out"]
-
-
-def run_tty(args: list[str], cwd: Path, columns: int = 80) -> tuple[int, str]:
-    """Run the console command on a pseudo-terminal of ``columns`` columns: (exit code, text without escapes)."""
-    import os
-    import pty
-    import select
-    import subprocess
-
-    master, slave = pty.openpty()
-    env = cli_env()
-    env.update(COLUMNS=str(columns), LINES="60")
-    proc = subprocess.Popen(CMD + args, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([master], [], [], 120)
-        if not ready:
-            proc.kill()
-            raise AssertionError("no output for 120 s")
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    code = proc.wait(timeout=120)
-    os.close(master)
-    text = re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-B])", "",
-                  b"".join(chunks).decode(errors="replace"))
-    # what stays on the screen: a carriage return starts the line over (the progress bar redraws so)
-    return code, "\n".join(line.rstrip("\r").split("\r")[-1] for line in text.split("\n"))
 
 
 def _recall_6(d: Path) -> str:

@@ -22,14 +22,16 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.strategies import fixed_policy
 
 from streamjoin.pipelines.jobs.chunked import chunked_report
 from streamjoin.pipelines.io.chunks import read_chunks, survey
 from streamjoin.pipelines.config.settings import RunConfig, StreamConfig
-from streamjoin.pipelines.engines.bounded import BoundedReplay, result_order
+from streamjoin.pipelines.engines.bounded import BoundedReplay
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.base.errors import InputError
-from streamjoin.pipelines.jobs.run import build_report, results_frame
+from streamjoin.pipelines.jobs.run import build_report
+from streamjoin.pipelines.replay.results import emitted_frame, result_order
 from streamjoin.pipelines.io.load import load_all
 from streamjoin.pipelines.policies import PolicySpec
 
@@ -59,14 +61,7 @@ def inputs(draw, n_streams=st.integers(2, 3)):
             frame = frame.sort(layout.split()[0], nulls_last=True)
         tables.append((frame, draw(st.integers(1, 16))))
     windows = tuple(draw(st.integers(0, 30)) for _ in range(n))
-    name = draw(st.sampled_from(["none", "kslack", "mpkslack", "static"]))
-    per_stream = st.lists(st.integers(0, 60), min_size=n, max_size=n).map(tuple)
-    if name == "kslack":
-        policy = PolicySpec(name, k=draw(per_stream))
-    elif name == "static":
-        policy = PolicySpec(name, retention=draw(per_stream))
-    else:
-        policy = PolicySpec(name)
+    policy = fixed_policy(draw, n, 60)
     return tables, windows, policy, keyed, draw(st.integers(1, 50)), draw(st.integers(1, 100))
 
 
@@ -88,7 +83,7 @@ def in_memory(cfg: RunConfig):
     streams = load_all(list(cfg.streams), ANY_SHARE)
     outcome = join([s.ts for s in streams], [s.arrival for s in streams],
                    [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy)
-    return streams, outcome, build_report(cfg, "t", streams, outcome), results_frame(outcome, streams)
+    return streams, outcome, build_report(cfg, "t", streams, outcome), emitted_frame(outcome.combos, outcome.emission, streams)
 
 
 def bounded(cfg: RunConfig, chunk_rows: int):

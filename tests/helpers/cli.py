@@ -32,3 +32,42 @@ def run_cli(args: list[str], cwd: Path, *, ok: bool = True) -> subprocess.Comple
         assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+def run_tty(args: list[str], cwd: Path, columns: int = 80, env: dict[str, str] | None = None,
+            screen: bool = True) -> tuple[int, str]:
+    """Run the console command on a pseudo-terminal of ``columns`` columns: (exit code, text without escapes).
+
+    ``env``: the environment (default :func:`cli_env`).  ``screen``: only what
+    stays on the screen (a progress bar's frames are overwritten); else every
+    frame, one per line."""
+    import pty
+    import re
+    import select
+
+    master, slave = pty.openpty()
+    env = dict(env if env is not None else cli_env())
+    env.update(COLUMNS=str(columns), LINES="60")
+    proc = subprocess.Popen(CMD + args, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            proc.kill()
+            raise AssertionError("no output for 120 s")
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(timeout=120)
+    os.close(master)
+    text = re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-B])", "",
+                  b"".join(chunks).decode(errors="replace"))
+    if not screen:
+        return code, "\n".join(part for part in re.split(r"[\r\n]", text) if part.strip())
+    # what stays on the screen: a carriage return starts the line over (the progress bar redraws so)
+    return code, "\n".join(line.rstrip("\r").split("\r")[-1] for line in text.split("\n"))

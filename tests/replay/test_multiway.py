@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers.adapters import key_frames, local_engine
+from helpers.strategies import fixed_policy, ref_streams
 
 from streamjoin.pipelines.replay.candidates import Space, enumerate_truth
 from streamjoin.pipelines.replay.probe_order import probe_order
@@ -46,21 +47,9 @@ def within(threshold):
 def multiway(draw, n_streams=st.integers(3, 4), max_rows=6):
     n = draw(n_streams)
     keyed = draw(st.booleans())
-    streams = []
-    for i in range(n):
-        rows = []
-        for r in range(draw(st.integers(0, max_rows))):
-            ts = draw(st.integers(0, 30))
-            delay = draw(st.one_of(st.integers(0, 2), st.integers(0, 30)))
-            key = (draw(st.integers(0, 1)),) if keyed else ()
-            vec = (draw(st.integers(-4, 4)), draw(st.integers(-4, 4)))
-            rows.append(RefTuple(i, r, ts, ts + delay, key, vec))
-        streams.append(rows)
+    streams = ref_streams(draw, n, max_rows, ts_max=30, small_delay=2, keys=2, keyed=keyed, vectors=True)
     windows = tuple(draw(st.integers(0, 10)) for _ in range(n))
-    name = draw(st.sampled_from(["none", "kslack", "mpkslack", "static"]))
-    per_stream = st.lists(st.integers(0, 20), min_size=n, max_size=n).map(tuple)
-    policy = (PolicySpec(name, k=draw(per_stream)) if name == "kslack"
-              else PolicySpec(name, retention=draw(per_stream)) if name == "static" else PolicySpec(name))
+    policy = fixed_policy(draw, n, 20)
     # integral thresholds make points exactly on the threshold common (3-4-5)
     distance = draw(st.one_of(st.none(), st.sampled_from([0.0, 1.0, 2.0, 2.5, 5.0])))
     where = draw(st.one_of(st.none(), st.sampled_from(sorted(WHERES))))
@@ -144,8 +133,8 @@ def test_probe_order_puts_the_most_selective_pair_first():
 
 
 @pytest.mark.parametrize("sizes", [(300, 120), (80, 200), (50, 50)])
-def test_two_stream_plan_is_smaller_first_with_the_exact_selectivity(sizes):
-    """Two streams: the local engine's plan comes from the join itself."""
+def test_two_stream_order_is_smaller_first_with_the_exact_selectivity(sizes):
+    """Two streams: the local engine's probe order comes from the join itself."""
     import polars as pl
 
     from streamjoin.pipelines.engines.local import join
@@ -160,9 +149,9 @@ def test_two_stream_plan_is_smaller_first_with_the_exact_selectivity(sizes):
          for k in range(2)], [20_000, 20_000]))
     assert len(out.combos) == truth
     first = 0 if sizes[0] <= sizes[1] else 1
-    assert out.plan.order == [first, 1 - first]
-    assert out.plan.selectivity[(0, 1)] == truth / (sizes[0] * sizes[1])
-    assert out.plan.estimated_sizes == [float(sizes[first]), float(truth)]
+    assert out.probe_order.order == [first, 1 - first]
+    assert out.probe_order.selectivity[(0, 1)] == truth / (sizes[0] * sizes[1])
+    assert out.probe_order.estimated_sizes == [float(sizes[first]), float(truth)]
 
 
 @pytest.mark.parametrize("text, cols, thr", [("x,y<=5000", ("x", "y"), 5000.0), (" pos_x , pos_y<= 1.5 ", ("pos_x", "pos_y"), 1.5),

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers.adapters import key_frames, local_engine
+from helpers.strategies import ref_streams
 
 from streamjoin.pipelines.replay import partitioned_progress as sp
 from streamjoin.pipelines.engines.spark import kernels as spark_kernels
@@ -45,15 +46,7 @@ def make_policy(name, n, draw_ints):
 def problems(draw, n_streams=st.integers(2, 4), max_rows=9):
     n = draw(n_streams)
     keyed = draw(st.booleans())
-    streams = []
-    for i in range(n):
-        rows = []
-        for r in range(draw(st.integers(0, max_rows))):
-            ts = draw(st.integers(0, 40))
-            delay = draw(st.one_of(st.integers(0, 3), st.integers(0, 40)))
-            key = (draw(st.integers(0, 2)),) if keyed else ()
-            rows.append(RefTuple(stream=i, row=r, ts=ts, arrival=ts + delay, key=key))
-        streams.append(rows)
+    streams = ref_streams(draw, n, max_rows, keyed=keyed)
     windows = tuple(draw(st.integers(0, 12)) for _ in range(n))
     name = draw(st.sampled_from(POLICIES))
     policy = make_policy(name, n, lambda lo, hi, m: [draw(st.integers(lo, hi)) for _ in range(m)])

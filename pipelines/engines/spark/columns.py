@@ -17,6 +17,7 @@ import numpy as np
 
 from ...policies import SYMMETRIC
 from ...replay.candidates import Space
+from ...replay.partitioned_progress import Facts
 from .kernels import INT
 
 
@@ -38,15 +39,15 @@ def tuple_table(ts, arrival, ids, space: Space | None) -> tuple[dict, bool, int]
     return tab, ids is not None, dims
 
 
-def attach_facts(tab: dict, f: dict, n: int) -> dict:
+def attach_facts(tab: dict, f: Facts, n: int) -> dict:
     """Join the progress facts onto the tuple table (by stream, row)."""
     cols = ["rel_us", "dropped"] + [f"H{k}" for k in range(n)]
-    if "_replay" in f:
+    if f.replay is not None:
         # the driver's replay: the table is stream-major with rows in order, so
         # each tuple's arrival index is index_of, concatenated -- gather the
         # facts there instead of scattering them through (stream, row)
-        a = np.concatenate(f["_replay"].index_of) if n else np.empty(0, np.int32)
-        dec = f["_decisions"]
+        a = np.concatenate(f.replay.index_of) if n else np.empty(0, np.int32)
+        dec = f.decisions
         return dict(tab, a=a, **{c: (dec.horizon_at(int(c[1:]), a) if c[0] == "H" and dec.family == SYMMETRIC
                                      else np.asarray(f[c])[a]) for c in cols})
     sizes = np.bincount(tab["stream"], minlength=n)

@@ -30,11 +30,11 @@ from ...config.options import HANDOFF_CONF_KEY
 from ...policies import PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
-from ...replay.probe_order import Plan, probe_order
+from ...replay.probe_order import ProbeOrder, probe_order
 from ...replay.progress import memory_per_stream
 from .kernels import INT
 from .columns import tuple_table, attach_facts, kernel_inputs
-from .routing import RouteSettings, make_plans
+from .routing import RouteSettings, make_route_plans
 from .plane import run_plane, spark_plane, ctr_spark
 from .outcome import SparkOutcome, outcome_from, post_filter, routing_report
 from .session import spark_session, warm_up
@@ -81,8 +81,8 @@ def spark_join(
             tables["tab"] = tuple_table(ts, arrival, ids, space)[0]
         return tables["tab"]
 
-    plan_ = probe_order(ts, keys, W.tolist(), space) if order is None else Plan(order=list(order))
-    timings["plan"] = time.perf_counter() - t0
+    probe = probe_order(ts, keys, W.tolist(), space) if order is None else ProbeOrder(order=list(order))
+    timings["plan"] = time.perf_counter() - t0  # report.json's join.plan: the probe order
     t0 = time.perf_counter()
     use_spark_progress = (plane == "spark" and not policy.adaptive
                           and (progress == "spark" or (progress == "auto" and progress_threshold is not None
@@ -94,20 +94,21 @@ def spark_join(
                             keys=key_ids(list(keys)) if policy.adaptive else None)
     else:
         raise AssertionError(progress)
-    replay, dec = (f["_replay"], f["_decisions"]) if "_replay" in f else sp.replay_from_facts(f, n, policy, sizes)
+    replay, dec = sp.replay_from_facts(f, n, policy, sizes)
     timings["progress"] = time.perf_counter() - t0
     # memory per arrival needs only the replay: counted on the driver while the join runs
     pool = ThreadPoolExecutor(max_workers=1)
     memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
     pool.shutdown(wait=False)
     t0 = time.perf_counter()
-    plans, T, rates = make_plans(ts, W.tolist(), settings, plan_.order, plan_.selectivity) if settings.router != "none" else ({}, None, None)
+    route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
+                             if settings.router != "none" else ({}, None, None))
     router = settings.router
-    predicted = {"atr": plans["atr"][1] if "atr" in plans else None,
-                 "ctr": (plans["ctr"][1] + plans["ctr"][2]) if "ctr" in plans else None}
+    predicted = {"atr": route_plans["atr"][1] if "atr" in route_plans else None,
+                 "ctr": (route_plans["ctr"][1] + route_plans["ctr"][2]) if "ctr" in route_plans else None}
     if router == "auto":
         router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
-    plan = plans[router][0] if router in plans else None
+    route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     distance_in_kernel = router != "ctr"
@@ -120,17 +121,17 @@ def spark_join(
     try:
         if plane == "spark" and router != "ctr":
             res = spark_plane(spark, kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family), n, W,
-                              policy.family, router, plan, keyed, kdims, threshold, hand)
+                              policy.family, router, route_plan, keyed, kdims, threshold, hand)
         elif plane == "spark":
-            res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, plan, keyed, hand)
+            res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
     finally:
         hand.close()
     if plane != "spark":
-        res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, plan, keyed, kdims, threshold)
+        res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, route_plan, keyed, kdims, threshold)
     tables.clear()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out = outcome_from(replay, dec, f, res.combos, ts, n, timings, plan_, memory_job.result())
+    out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe, memory_job.result())
     post_filter(out, where, space, distance_in_kernel)
     timings["collect"] = time.perf_counter() - t0
     nonempty = [t for t in ts if len(t)]
@@ -141,11 +142,11 @@ def spark_join(
              "handoff": hand.mode if plane == "spark" else None,
              "stage_s": {k: v for k, v in timings.items()}}
     if router == "atr":
-        extra["atr"] = plan.to_dict()
+        extra["atr"] = route_plan.to_dict()
         extra["theorem_b"] = predicted["atr"]
     if router == "ctr":
-        extra["ctr"] = plan.to_dict()
-        extra["theorem_d"] = {"O_ctr": plans["ctr"][1], "O_star_ctr": plans["ctr"][2]}
+        extra["ctr"] = route_plan.to_dict()
+        extra["theorem_d"] = {"O_ctr": route_plans["ctr"][1], "O_star_ctr": route_plans["ctr"][2]}
     routing = routing_report(router, settings.partitions if router != "none" else 1, res, N, duration_s,
                              predicted.get(router) or 0.0, settings.weights, extra)
     out.routing = routing

@@ -14,6 +14,7 @@ import numpy as np
 from ...policies import SYMMETRIC
 from ...replay.candidates import Combos, Space
 from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
+from ...replay.partitioned_progress import Facts
 from ...route import imbalance
 from ..local import JoinOutcome
 from .kernels import INT
@@ -37,7 +38,7 @@ class SparkOutcome(JoinOutcome):
             stack.close()
 
 
-def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, memory) -> SparkOutcome:
+def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe_order, memory) -> SparkOutcome:
     """The driver-side outcome from the collected combinations, in collection order
     (partition by partition; with one partition, the local engine's order).
 
@@ -66,7 +67,8 @@ def outcome_from(replay, dec, f: dict, combos: dict, ts, n: int, timings, plan, 
             emit_us = np.maximum.reduce([rel_us[x] for x in a])
             latency = emit_us - replay.arrival[last]
             em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
-    return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings, plan=plan)
+    return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings,
+                        probe_order=probe_order)
 
 
 def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_kernel: bool) -> None:

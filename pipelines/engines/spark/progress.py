@@ -20,9 +20,9 @@ from .kernels import INT
 from .session import arrow_table, numpy_columns, spark_schema
 
 
-def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> dict:
-    """The partition-wise progress pass on Spark; returns the facts as numpy
-    columns for the driver-side report (the pass itself moves only
+def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> sp.Facts:
+    """The partition-wise progress pass on Spark; returns the facts (numpy
+    columns) for the driver-side report (the pass itself moves only
     O(P x n) numbers to the driver)."""
     import pyarrow as pa
     from pyspark import TaskContext
@@ -121,4 +121,4 @@ def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> d
     f["rel"], f["rel_us"] = rel, rel_us
     f["dropped"] = f["dropped"].astype(bool)
     f["expired"] = f["expired"].astype(bool)
-    return f
+    return sp.Facts(columns=f)

@@ -1,7 +1,7 @@
 """Routing settings and plans for the Spark engine (SPEC §6).
 
 :class:`RouteSettings` holds ``--router``, ``--partitions``, ``--segment``,
-``--load-weights`` and ``--adapt-segment``; :func:`make_plans` builds, on the
+``--load-weights`` and ``--adapt-segment``; :func:`make_route_plans` builds, on the
 driver from a per-stream rate histogram (a summary, never the tuples), the
 ATR and CTR routing plans (:mod:`~streamjoin.pipelines.route`) with their
 predicted overheads (theorems B and D), which ``--router auto`` compares.
@@ -37,8 +37,9 @@ def default_segment(ts: Sequence[np.ndarray], windows, partitions: int) -> int:
     return max(1, int(span // (16 * max(partitions, 1))), int(max(windows, default=0)))
 
 
-def make_plans(ts, windows, settings: RouteSettings, order: Sequence[int], selectivity: dict | None = None):
-    """Plan ATR and/or CTR (both for ``auto``) and their predicted overheads."""
+def make_route_plans(ts, windows, settings: RouteSettings, order: Sequence[int], selectivity: dict | None = None):
+    """Plan ATR and/or CTR routing (both for ``auto``) and their predicted overheads;
+    ``order`` and ``selectivity``: the probe order (CTR's hops follow it)."""
     hist = histogram(ts)
     T = settings.segment_us or default_segment(ts, windows, settings.partitions)
     rates = hist.rates()

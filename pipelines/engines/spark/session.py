@@ -1,23 +1,102 @@
 """The run's SparkSession (:func:`spark_session`), the warm-up job that starts
 the Python workers and imports the kernels in them (:func:`warm_up`), and
 numpy <-> Arrow helpers for DataFrames.
+
+Spark's own output never reaches the user's terminal or cron mail
+(:func:`spark_log`): the JVM that PySpark starts inherits the process's
+stdout and stderr, so while the session starts both point at a log file, and
+the JVM -- and every Python worker it forks -- keeps writing there (log4j's
+start-up banner, "hostname resolves to a loopback address", the native-hadoop
+warning, shutdown noise after Ctrl-C).  py4j's and PySpark's Python-side
+logging (tracebacks logged when Ctrl-C interrupts a call into the JVM) goes to
+the same file while the session is open.  The file is
+``$STREAMJOIN_SPARK_LOG`` when set (appended to, kept); otherwise a
+temporary file that is removed when the session ends cleanly and kept, with
+its path added to the exception as a note, when it does not.  PySpark starts
+the JVM ignoring SIGINT (``java_gateway.launch_gateway``), so Ctrl-C reaches
+only this process: PySpark's handler cancels the running jobs and raises
+``KeyboardInterrupt``, which the command turns into one line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
 
 
+#: where Spark's own output goes (a path; appended to and kept); unset: a temporary file
+SPARK_LOG_ENV = "STREAMJOIN_SPARK_LOG"
+
+
+@contextmanager
+def spark_log() -> Iterator[Path]:
+    """The file that takes Spark's output for one session (see the module docstring):
+    ``$STREAMJOIN_SPARK_LOG``, or a temporary file removed on a clean exit and kept,
+    named in a note on the exception, otherwise.  Python-side logging (py4j,
+    PySpark) goes there too while the block runs."""
+    given = os.environ.get(SPARK_LOG_ENV)
+    if given:
+        path = Path(given)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    else:
+        fd, name = tempfile.mkstemp(prefix="streamjoin-spark-", suffix=".log")
+        os.close(fd)
+        path = Path(name)
+    root = logging.getLogger()
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)  # also keeps logging.error() from configuring a stderr handler
+    try:
+        yield path
+    except BaseException as exc:
+        exc.add_note(f"Spark's log: {path}")
+        raise
+    else:
+        if not given:
+            path.unlink(missing_ok=True)
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+@contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Point this process's stdout and stderr (file descriptors 1 and 2) at
+    ``path`` for the block: a child started inside it (the JVM) keeps them."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
 @contextmanager
 def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[tuple[str, str]] = ()):
-    """One quiet SparkSession per run; an already active session is reused (and left running)."""
+    """One quiet SparkSession per run; an already active session is reused (and
+    left running).  Spark's own output goes to :func:`spark_log`'s file."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if "local-cluster" in master and "SPARK_HOME" not in os.environ:
@@ -53,12 +132,14 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          .config("spark.log.level", "ERROR"))
     for k, v in conf:
         b = b.config(k, v)
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        yield spark
-    finally:
-        spark.stop()
+    with spark_log() as log:
+        with output_to(log):  # the JVM starts here, and keeps the log as its stdout and stderr
+            spark = b.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            yield spark
+        finally:
+            spark.stop()
 
 
 def _import_kernels(records):

@@ -1,0 +1,207 @@
+"""Micro-batch replay (``spark-ss``): batches, watermarks, late drops and state, on columns.
+
+The rules and their Spark sources are in
+:mod:`streamjoin.pipelines.policies.spark_ss`; this module computes them for
+every tuple at once.  Per tuple (arrival index ``a``):
+
+* ``batch[a]`` -- its micro-batch ``j`` (0 = the first arrival's interval);
+* ``dropped[a]`` -- late: ``ts <= wm[j - 1] * 1000``;
+* ``removal[a]`` -- the batch at whose end it leaves the join state
+  (``== batch`` when it was never stored; :data:`NEVER` if it is still held
+  after the last batch).
+
+Only batches that hold rows are materialised (``occupied``): an empty batch
+changes no operator watermark, so its watermark is the next occupied batch's,
+and it matters only as the batch after an occupied one (its eviction runs with
+the watermark that batch produced; the late filter of the batch after it uses
+that watermark).  So a run costs O(rows), whatever the span / trigger.
+
+Emission of a valid pair ``(l, r)`` (left = stream 0) follows from these three
+columns (:func:`emitted_pairs`): neither member dropped, and the earlier member
+(the left one on a tie: left rows are stored before right rows probe) still in
+state when the later one probes::
+
+    b_l <= b_r:  removal[l] >= max(b_r, b_l + 1)
+    b_l >  b_r:  removal[r] >= b_l
+
+emitted at the end of batch ``max(b_l, b_r)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..policies.spark_ss import MS
+
+#: ``removal`` of a tuple still in state after the last batch
+NEVER = np.iinfo(np.int64).max
+
+
+@dataclass
+class MicroBatches:
+    """The micro-batch facts of a replay (arrays indexed by arrival index unless said).
+
+    Attributes:
+        batch: micro-batch of each tuple (int64, 0-based from the first arrival's).
+        removal: batch at whose end each tuple leaves the state (see module doc).
+        origin_us: start of batch 0 (a multiple of ``trigger_us``).
+        trigger_us: the micro-batch interval.
+        occupied: the batches that hold rows, increasing.
+        watermark_ms: global watermark in force for each occupied batch (``wm[j]``).
+        late_ms: watermark of its late filter (``wm[j - 1]``), per occupied batch.
+    """
+
+    batch: np.ndarray
+    removal: np.ndarray
+    origin_us: int
+    trigger_us: int
+    occupied: np.ndarray
+    watermark_ms: np.ndarray
+    late_ms: np.ndarray
+
+    def end_us(self, batch: np.ndarray) -> np.ndarray:
+        """End of each given batch: when it is processed and its results emitted."""
+        return self.origin_us + (np.asarray(batch, dtype=np.int64) + 1) * self.trigger_us
+
+    @property
+    def batches(self) -> int:
+        """Micro-batches from the first arrival's to the last's, empty ones included."""
+        return int(self.occupied[-1]) + 1 if len(self.occupied) else 0
+
+
+def _trunc_div(x: np.ndarray, d: int) -> np.ndarray:
+    """``x / d`` rounded towards zero (Scala's ``Double.toLong`` of the quotient)."""
+    q = np.abs(x) // d
+    return np.where(x < 0, -q, q)
+
+
+def state_watermark_us(watermark_ms: np.ndarray, window_us: int) -> np.ndarray:
+    """A side's state watermark in µs for global watermarks ``watermark_ms``:
+    ``(trunc((wm * 1000 - W) / 1000) - 1) * 1000``; rows with ``ts`` at or below it
+    are not stored and are evicted."""
+    return (_trunc_div(np.asarray(watermark_ms, dtype=np.int64) * MS - window_us, MS) - 1) * MS
+
+
+def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: int, windows,
+                  policy) -> tuple[MicroBatches, np.ndarray]:
+    """Batches, watermarks, late drops and state removals of a replay.
+
+    ``stream``, ``ts``, ``arrival``: the replay order's columns (arrival
+    non-decreasing).  Returns the :class:`MicroBatches` and the ``dropped`` mask.
+    """
+    N = len(ts)
+    T = int(policy.trigger_us)
+    W = np.asarray(windows, dtype=np.int64)
+    if N == 0:
+        empty = np.empty(0, np.int64)
+        return MicroBatches(empty, empty, 0, T, empty, empty, empty), np.zeros(0, bool)
+    base = int(arrival[0]) // T
+    batch = arrival // T - base
+    starts = np.flatnonzero(np.diff(batch, prepend=-1))        # first index of each occupied batch
+    occupied = batch[starts]
+    K = len(occupied)
+    # rule 2: per occupied batch and stream, the max event time in ms (floor), every row counting
+    low = np.iinfo(np.int64).min
+    ts_ms = ts // MS
+    choose = np.minimum if policy.watermark_policy == "min" else np.maximum
+    chosen = None
+    for i in range(n):
+        mx = np.maximum.reduceat(np.where(stream == i, ts_ms, low), starts)
+        seen = mx != low
+        own = np.where(seen, mx - policy.watermark[i] // MS, low)
+        np.maximum.accumulate(own, out=own)
+        own[own == low] = 0                                     # no rows yet: 0
+        chosen = own if chosen is None else choose(chosen, own)
+    # rule 3: the global watermark starts at 0 and only moves up; after batch k -> in force for k + 1
+    after = np.maximum.accumulate(np.maximum(chosen, 0))
+    current = np.concatenate([[0], after[:-1]])                 # wm of occupied batch k
+    # wm of the batch before: the previous occupied one's if adjacent, else an empty batch's (= current)
+    before = current.copy()
+    adjacent = np.flatnonzero(occupied[1:] == occupied[:-1] + 1) + 1
+    before[adjacent] = current[adjacent - 1]
+    # rule 4: late rows
+    k_of = np.repeat(np.arange(K), np.diff(np.append(starts, N)))
+    dropped = ts <= before[k_of] * MS
+    # rule 5: evictions at batch ends.  Events in batch order: each occupied batch (its own
+    # watermark), then the empty batch after it, if any (the watermark it produced).
+    gap = np.ones(K, bool)
+    gap[:-1] = occupied[1:] > occupied[:-1] + 1
+    gap[-1] = False                                             # nothing runs after the last batch
+    ev_batch = np.empty(K + int(gap.sum()), np.int64)
+    ev_wm = np.empty_like(ev_batch)
+    pos = np.arange(K) + np.concatenate([[0], np.cumsum(gap)[:-1]])   # event of occupied batch k
+    ev_batch[pos], ev_wm[pos] = occupied, current
+    ev_batch[pos[gap] + 1], ev_wm[pos[gap] + 1] = occupied[gap] + 1, after[gap]
+    removal = np.empty(N, np.int64)
+    for i in range(n):
+        mine = stream == i
+        threshold = state_watermark_us(ev_wm, int(W[i]))         # non-decreasing
+        first = np.searchsorted(threshold, ts[mine], side="left")   # first event with ts <= threshold
+        first = np.maximum(first, pos[k_of[mine]])
+        removal[mine] = np.where(first < len(ev_batch), ev_batch[np.minimum(first, len(ev_batch) - 1)], NEVER)
+    removal[dropped] = batch[dropped]                           # never stored
+    return MicroBatches(batch=batch, removal=removal, origin_us=base * T, trigger_us=T, occupied=occupied,
+                        watermark_ms=current, late_ms=before), dropped
+
+
+def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
+                  right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For pairs given by their members' arrival indexes: (emitted mask, batch that emits them)."""
+    bl, br = mb.batch[left], mb.batch[right]
+    rl, rr = mb.removal[left], mb.removal[right]
+    emitted = np.where(bl <= br, rl >= np.maximum(br, bl + 1), rr >= bl)
+    emitted &= ~dropped[left]
+    emitted &= ~dropped[right]
+    return emitted, np.maximum(bl, br)
+
+
+def state_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int,
+               batches: np.ndarray) -> np.ndarray:
+    """Join state rows per stream after each of ``batches`` (Spark's ``numRowsTotal``,
+    split by side): shape ``(n, len(batches))``."""
+    batches = np.asarray(batches, dtype=np.int64)
+    out = np.empty((n, len(batches)), np.int64)
+    stored = ~dropped & (mb.removal > mb.batch)
+    for i in range(n):
+        mine = stored & (stream == i)
+        ins = np.sort(mb.batch[mine])
+        outs = np.sort(mb.removal[mine])
+        # stored in a batch <= j, not yet removed at the end of a batch <= j
+        out[i] = np.searchsorted(ins, batches, side="right") - np.searchsorted(outs, batches, side="right")
+    return out
+
+
+def memory(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int) -> np.ndarray:
+    """Tuples held after every arrival index, per stream ``(n, N)``: the state after
+    the previous batch plus the current batch's arrivals so far (rule 7).
+
+    A tuple is held from its own index through the last index of batch
+    ``removal`` (of its own batch if it was dropped or never stored)."""
+    N = len(stream)
+    counts = np.int32 if N < 2**31 else np.int64
+    out = np.zeros((n, N), dtype=counts)
+    held_to = np.where(dropped, mb.batch, mb.removal)
+    end = np.searchsorted(mb.batch, held_to, side="right")      # first index of a later batch (N if none)
+    for i in range(n):
+        mine = stream == i
+        delta = mine.astype(counts)
+        delta -= np.bincount(end[mine], minlength=N + 1)[:N].astype(counts)
+        np.cumsum(delta, out=out[i], dtype=counts)
+    return out
+
+
+def settings_report(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int, policy) -> dict:
+    """``report.json`` ``policy_settings`` of a ``spark-ss`` run."""
+    rows = state_rows(mb, dropped, stream, n, mb.occupied).sum(axis=0) if len(mb.occupied) else np.zeros(0)
+    return {
+        "watermark_us": list(policy.watermark),
+        "trigger_us": mb.trigger_us,
+        "watermark_policy": policy.watermark_policy,
+        "batch_origin_us": mb.origin_us,
+        "batches": mb.batches,
+        "batches_with_rows": int(len(mb.occupied)),
+        "last_batch_watermark_ms": int(mb.watermark_ms[-1]) if len(mb.watermark_ms) else 0,
+        "state_rows_peak": int(rows.max()) if len(rows) else 0,
+    }

@@ -1,0 +1,110 @@
+"""The results frame: the rows of ``results.parquet`` (and of a nightly partition).
+
+One row per emitted combination.  Columns, per stream ``s`` in stream order:
+``s_date`` (nightly partitions only), ``s_row``, ``s_ts_us``,
+``s_arrival_us`` and every payload column as ``s_<col>``; then ``emit_us``
+and ``latency_us``; with ``--policy spark-ss`` also ``batch``, the micro-batch
+(Spark's batch id) that emitted the row.  Rows are in results order: emission time, then the
+arrival index of the last member, then the members' rows
+(:func:`~streamjoin.pipelines.replay.emit.emission_order`).
+
+Every writer of results builds its rows here:
+
+* :func:`results_frame` -- the rows of given combinations, put in results
+  order (``streamjoin run`` in memory, either engine; a nightly day);
+* :func:`emitted_frame` -- :func:`results_frame` of the emitted combinations
+  of a replay's truth and emission;
+* :func:`member_columns` and :func:`with_emission` -- the same columns,
+  unordered, for the bounded-memory engine's chunks, which
+  :func:`result_order` puts in results order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import polars as pl
+
+from ..io.chunks import take_rows
+from .candidates import Combos
+from .emit import Emission, emission_order
+
+#: the column a bounded-memory chunk's frame carries for :func:`result_order`
+LAST = "__last"
+
+
+class MemberSource(Protocol):
+    """A stream the result rows take their members from (a loaded stream)."""
+
+    name: str
+    ts: np.ndarray
+    arrival: np.ndarray
+    payload: pl.DataFrame
+
+
+def member_columns(name: str, row: np.ndarray, ts: np.ndarray, arrival: np.ndarray, payload: pl.DataFrame,
+                   date: np.ndarray | None = None) -> pl.DataFrame:
+    """One stream's columns of the results frame, for the members already
+    gathered (``payload`` holds their rows, unprefixed); ``date`` (days since
+    the epoch) adds ``<name>_date`` first."""
+    cols: dict[str, object] = {}
+    if date is not None:
+        cols[f"{name}_date"] = pl.Series(date, dtype=pl.Int32).cast(pl.Date)
+    cols[f"{name}_row"] = row
+    cols[f"{name}_ts_us"] = ts
+    cols[f"{name}_arrival_us"] = arrival
+    return pl.DataFrame(cols).hstack(payload.rename({c: f"{name}_{c}" for c in payload.columns}))
+
+
+def with_emission(members: pl.DataFrame, emit_us: np.ndarray, latency_us: np.ndarray,
+                  last: np.ndarray | None = None) -> pl.DataFrame:
+    """``members`` (the streams' columns side by side) with ``emit_us`` and
+    ``latency_us``; ``last`` adds :data:`LAST` for :func:`result_order`."""
+    cols = [pl.Series("emit_us", emit_us, dtype=pl.Int64), pl.Series("latency_us", latency_us, dtype=pl.Int64)]
+    if last is not None:
+        cols.append(pl.Series(LAST, last, dtype=pl.Int64))
+    return members.with_columns(*cols)
+
+
+def results_frame(streams: Sequence[MemberSource], rows: Sequence[np.ndarray], emit_us: np.ndarray,
+                  last: np.ndarray, latency_us: np.ndarray, *, row_numbers: Sequence[np.ndarray] | None = None,
+                  dates: Sequence[np.ndarray] | None = None, batch: np.ndarray | None = None) -> pl.DataFrame:
+    """The results frame of the given combinations, in results order.
+
+    ``rows[k]`` are the members' rows in ``streams[k]``; ``emit_us``,
+    ``last`` (the last member's arrival index) and ``latency_us`` are per
+    combination.  ``row_numbers[k]`` maps a row to the number written as
+    ``<name>_row`` (default: the row itself); ``dates[k]`` gives each row's
+    ``<name>_date``; ``batch`` (spark-ss) each combination's micro-batch.
+    """
+    order = emission_order(emit_us, last, rows)
+    parts = []
+    for k, s in enumerate(streams):
+        idx = rows[k][order]
+        row = idx if row_numbers is None else np.asarray(row_numbers[k][idx], dtype=np.int64)
+        parts.append(member_columns(s.name, row, s.ts[idx], s.arrival[idx], take_rows(s.payload, idx),
+                                    date=None if dates is None else dates[k][idx]))
+    frame = with_emission(pl.concat(parts, how="horizontal"), emit_us[order], latency_us[order])
+    if batch is not None:   # spark-ss: the micro-batch (Spark's batch id) that emitted the row
+        frame = frame.with_columns(pl.Series("batch", batch[order], dtype=pl.Int64))
+    return frame
+
+
+def emitted_frame(combos: Combos, em: Emission, streams: Sequence[MemberSource]) -> pl.DataFrame:
+    """The results frame of a whole replay: every emitted combination of ``combos``."""
+    mask = em.emitted
+    return results_frame(streams, [r[mask] for r in combos.rows], em.emit_us[mask], em.last[mask],
+                         em.latency_us[mask], batch=None if em.batch is None else em.batch[mask])
+
+
+def result_order(frame: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
+    """A bounded-memory chunk's results in results order (emission time, the
+    last member's arrival index, then the members' rows); drops :data:`LAST`.
+
+    Chunks hold disjoint, increasing emission-time ranges (every result a
+    chunk emits has its emission index inside the chunk), so ordering each
+    chunk orders the whole file.
+    """
+    return frame.sort(["emit_us", LAST, *[f"{s}_row" for s in names]]).drop(LAST)

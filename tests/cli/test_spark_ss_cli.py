@@ -1,0 +1,126 @@
+"""``streamjoin run --policy spark-ss``: flags, TOML, outputs (``batch`` column,
+per-stream late drops, settings) and the one-line refusals of what is not
+emulated yet (Spark engine, bounded engine, nightly runs, more than two streams)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from helpers.cli import run_cli
+from helpers.spark_ss import local_spark_ss
+
+from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.replay.reference import RefTuple
+
+S = 1_000_000
+T0 = 1_700_000_000 * S
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """Three keyed streams with heavy disorder, as Parquet with timestamp columns."""
+    root = tmp_path_factory.mktemp("sparkss")
+    rng = np.random.default_rng(5)
+    for name in ("left", "right", "third"):
+        n = 300
+        ts = T0 + rng.integers(0, 60 * S, n)
+        delay = np.where(rng.random(n) < 0.2, rng.integers(0, 20 * S, n), rng.integers(0, S, n))
+        pl.DataFrame({"ts": ts, "arrival": ts + delay, "key": rng.integers(0, 4, n)}).with_columns(
+            pl.col("ts").cast(pl.Datetime("us")), pl.col("arrival").cast(pl.Datetime("us"))
+        ).write_parquet(root / f"{name}.parquet")
+    return root
+
+
+def base_args(data: Path, out: Path, *streams: str) -> list[str]:
+    args = ["run"]
+    for s in streams or ("left", "right"):
+        args += ["--stream", f"{s}={data / (s + '.parquet')}"]
+    return args + ["--arrival", "arrival", "--key", "key", "--window", "2s", "--out", str(out)]
+
+
+def test_run_writes_batches_drops_and_settings_equal_to_the_model(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_cli(base_args(data, out) + ["--policy", "spark-ss", "--watermark", "1s", "--watermark", "right=3s",
+                                    "--trigger", "5s", "--watermark-policy", "max"], tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    results = pl.read_parquet(out / "results.parquet")
+    # the same rows, batches and drops as the model on the same tuples (row numbers = file order)
+    frames = [pl.read_parquet(data / f"{s}.parquet").with_columns(pl.col("ts", "arrival").cast(pl.Int64))
+              for s in ("left", "right")]
+    streams = [[RefTuple(i, r, t, a, (k,)) for r, (t, a, k) in enumerate(f.select("ts", "arrival", "key").rows())]
+               for i, f in enumerate(frames)]
+    model = local_spark_ss(streams, (2 * S, 2 * S),
+                           PolicySpec("spark-ss", watermark=(S, 3 * S), trigger_us=5 * S, watermark_policy="max"))
+    assert set(results.select("left_row", "right_row", "batch").rows()) == \
+        {(left, right, b) for (left, right), (b, _, _) in model.emitted.items()}
+    assert report["emitted_results"] == len(model.emitted) < report["truth_results"]
+    drops = [sum(1 for s, _ in model.dropped if s == i) for i in (0, 1)]
+    assert [s["dropped_late"] for s in report["streams"]] == drops and sum(drops) > 0
+    # emitted at the end of its batch: latency > 0, emit time on the trigger grid
+    assert (results["emit_us"] % (5 * S) == 0).all() and results["latency_us"].min() > 0
+    settings = report["policy_settings"]
+    assert settings["watermark_us"] == [S, 3 * S] and settings["trigger_us"] == 5 * S
+    assert settings["watermark_policy"] == "max" and settings["state_rows_peak"] == max(map(sum, model.state_rows))
+    assert report["config"]["engine"] == "local"
+
+
+def test_toml_settings(data: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(f"""
+[run]
+policy = "spark-ss"
+trigger = "5s"
+watermark = "1s"
+watermark_policy = "max"
+out = "{tmp_path / 'out'}"
+
+[[stream]]
+name = "left"
+path = "{data / 'left.parquet'}"
+arrival = "arrival"
+keys = ["key"]
+window = "2s"
+
+[[stream]]
+name = "right"
+path = "{data / 'right.parquet'}"
+arrival = "arrival"
+keys = ["key"]
+window = "2s"
+watermark = "3s"
+""")
+    run_cli(["run", str(cfg)], tmp_path)
+    settings = json.loads((tmp_path / "out" / "report.json").read_text())["policy_settings"]
+    assert (settings["watermark_us"], settings["trigger_us"], settings["watermark_policy"]) == ([S, 3 * S], 5 * S, "max")
+
+
+@pytest.mark.parametrize("extra,streams,needle", [
+    (["--engine", "spark"], (), "--engine local only"),
+    (["--chunk-rows", "100"], (), "runs in memory"),
+    ([], ("left", "right", "third"), "exactly two streams"),
+    (["--date", "2023-11-14"], (), "nightly runs"),
+])
+def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, extra, streams, needle) -> None:
+    out = tmp_path / "out"
+    proc = run_cli(base_args(data, out, *streams) + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s"]
+                   + extra, tmp_path, ok=False)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (out / "report.json").exists()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--policy", "static", "--retention", "1s", "--watermark", "1s"], "settings of --policy spark-ss"),
+    (["--policy", "qjoin", "--recall", "0.9", "--trigger", "5s"], "settings of --policy spark-ss"),
+    (["--policy", "spark-ss", "--trigger", "5s"], "needs --watermark"),
+    (["--policy", "spark-ss", "--watermark", "1s"], "needs --trigger"),
+    (["--policy", "spark-ss", "--watermark", "1500us", "--trigger", "5s"], "whole milliseconds"),
+])
+def test_bad_settings_are_one_line_exit_2(data: Path, tmp_path: Path, extra, needle) -> None:
+    proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

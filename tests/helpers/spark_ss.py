@@ -1,0 +1,66 @@
+"""``spark-ss`` helpers shared by the property test and the real-Spark test:
+random disordered inputs on a millisecond scale and the local engine's answer
+in the reference's shape (:class:`~streamjoin.pipelines.replay.reference.MicroBatchReference`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from streamjoin.pipelines.engines.local import join
+from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.replay import microbatch
+from streamjoin.pipelines.replay.reference import MicroBatchReference, RefTuple
+
+from .adapters import key_frames
+
+MS = 1000
+
+
+@st.composite
+def spark_problems(draw, max_rows: int = 10, origin=st.sampled_from([0, 5_000, 1_000_000])):
+    """Two streams with heavy disorder on a scale of milliseconds, windows, and
+    ``spark-ss`` settings (watermark in whole ms, any trigger).  ``origin``
+    shifts every time (0 exercises Spark's floor of the watermark at 0)."""
+    unit = draw(st.sampled_from([250, 1000, 1500]))      # µs per step of event time
+    base = draw(origin)
+    keyed = draw(st.booleans())
+    streams = []
+    for i in range(2):
+        rows = []
+        for r in range(draw(st.integers(0, max_rows))):
+            ts = base + draw(st.integers(0, 40)) * unit
+            delay = draw(st.one_of(st.integers(0, 3), st.integers(0, 40))) * unit + draw(st.integers(0, 999))
+            key = (draw(st.integers(0, 2)),) if keyed else ()
+            rows.append(RefTuple(stream=i, row=r, ts=ts, arrival=ts + delay, key=key))
+        streams.append(rows)
+    windows = tuple(draw(st.integers(0, 12)) * unit + draw(st.sampled_from([0, 0, 500])) for _ in range(2))
+    policy = PolicySpec("spark-ss", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
+                        trigger_us=draw(st.sampled_from([1, 2, 3, 7])) * unit,
+                        watermark_policy=draw(st.sampled_from(["min", "max"])))
+    return streams, windows, policy
+
+
+def local_spark_ss(streams: list[list[RefTuple]], windows, policy: PolicySpec) -> MicroBatchReference:
+    """The local engine's ``spark-ss`` answer, as the reference reports it."""
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    arrival = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    out = join(ts, arrival, key_frames(streams), windows, policy)
+    em = out.emission
+    rows = [r.tolist() for r in out.combos.rows]
+    pairs = list(zip(*rows))
+    emitted = {p: (b, e, lat) for p, m, b, e, lat in zip(pairs, em.emitted.tolist(), em.batch.tolist(),
+                                                           em.emit_us.tolist(), em.latency_us.tolist()) if m}
+    d, replay = out.decisions, out.replay
+    order = list(zip(replay.stream.tolist(), replay.row.tolist()))
+    dropped = {order[a] for a in np.flatnonzero(d.dropped).tolist()}
+    mb = d.batches
+    batches = np.arange(mb.batches)
+    state = microbatch.state_rows(mb, d.dropped, replay.stream, 2, batches)
+    watermark = np.zeros(mb.batches, np.int64)
+    # an empty batch runs with the next occupied batch's watermark
+    nxt = np.searchsorted(mb.occupied, batches, side="left")
+    watermark[:] = mb.watermark_ms[np.minimum(nxt, len(mb.occupied) - 1)] if len(mb.occupied) else 0
+    return MicroBatchReference(truth=set(pairs), emitted=emitted, dropped=dropped,
+                               state_rows=list(zip(state[0].tolist(), state[1].tolist())),
+                               watermarks=watermark.tolist())
