@@ -99,7 +99,7 @@ BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="q
 TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
 WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
 WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
-WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as spark.sql.streaming.multipleWatermarkPolicy (default: min)")]
+WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
 PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
