@@ -636,6 +636,7 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def main() -> None:
+    guard = None
     try:
         from streamjoin.pipelines.io.output import install_interrupt_guard
 
@@ -657,7 +658,12 @@ def main() -> None:
     except StreamjoinError as exc:  # pragma: no cover - commands catch their own
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except typer.Abort as exc:
+        # click turns a KeyboardInterrupt that reaches it (an interrupt while it
+        # parses or calls a command, before the command's own handling) into Abort
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            typer.echo("error: interrupted; nothing was published", err=True)
+            sys.exit(130)
         typer.echo("error: aborted", err=True)
         sys.exit(EXIT_FAILURE)
     except _click_exception_type() as exc:
@@ -673,6 +679,15 @@ def main() -> None:
         typer.echo("error: interrupted; nothing was published", err=True)
         sys.exit(130)
     except Exception as exc:  # an unexpected bug: one line, exit 1, no traceback spam in cron
+        if guard is not None and guard.raised and not guard.holding:
+            # not a bug: an interrupt that landed inside a C extension's import came
+            # back as another error ("ImportError: initialization failed"); nothing
+            # was published.  Exit without finalization: the half-initialised
+            # extension can crash the interpreter's shutdown (SIGABRT)
+            typer.echo("error: interrupted; nothing was published", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))  # e.g. where Spark's log is
         typer.echo(f"error: internal failure: {type(exc).__name__}: {exc}{notes}", err=True)
         sys.exit(EXIT_FAILURE)

@@ -202,8 +202,8 @@ def _check_killed(t: Trial, summary: dict | None, stderr: str, unchanged: bool) 
     if t.code == -signal.SIGINT:  # before streamjoin's handler is installed: Python's own traceback
         assert t.sig == signal.SIGINT and t.step is None and summary is None and unchanged, str(t)
         return
-    assert t.code == -t.sig and t.sig in (signal.SIGKILL, signal.SIGTERM), str(t)
-    assert t.sig == signal.SIGKILL or (summary is None and t.step is None), str(t)
+    assert t.code == -t.sig and t.sig in (signal.SIGKILL, signal.SIGTERM), f"{t}; stderr: {stderr[-800:]}"
+    assert t.sig == signal.SIGKILL or (summary is None and t.step is None), f"{t}; stderr: {stderr[-800:]}"
     assert "Traceback" not in stderr, f"{t}: {stderr}"
 
 
