@@ -12,6 +12,7 @@ from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import IntervalJoinReference, RefTuple
 
 from .adapters import key_frames
+from .strategies import ref_streams
 
 MS = 1000
 
@@ -23,15 +24,7 @@ def flink_problems(draw, max_rows: int = 10):
     record or periodic."""
     base = draw(st.sampled_from([0, 5_000_000, 1_700_000_000_000_000]))
     keyed = draw(st.booleans())
-    streams = []
-    for i in range(2):
-        rows = []
-        for r in range(draw(st.integers(0, max_rows))):
-            ts = base + draw(st.integers(0, 40)) * MS
-            delay = draw(st.one_of(st.integers(0, 3), st.integers(0, 40))) * MS + draw(st.integers(0, 999))
-            key = (draw(st.integers(0, 2)),) if keyed else ()
-            rows.append(RefTuple(stream=i, row=r, ts=ts, arrival=ts + delay, key=key))
-        streams.append(rows)
+    streams = ref_streams(draw, 2, max_rows, keyed=keyed, unit=MS, base=base, jitter=999)
     windows = tuple(draw(st.integers(0, 12)) * MS for _ in range(2))
     policy = PolicySpec("flink", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
                         watermark_interval_us=draw(st.sampled_from([0, 0, 1, 500, 3 * MS, 7 * MS])))

@@ -13,6 +13,7 @@ from streamjoin.pipelines.replay import microbatch
 from streamjoin.pipelines.replay.reference import MicroBatchReference, RefTuple
 
 from .adapters import key_frames
+from .strategies import ref_streams
 
 MS = 1000
 
@@ -25,15 +26,7 @@ def spark_problems(draw, max_rows: int = 10, origin=st.sampled_from([0, 5_000, 1
     unit = draw(st.sampled_from([250, 1000, 1500]))      # µs per step of event time
     base = draw(origin)
     keyed = draw(st.booleans())
-    streams = []
-    for i in range(2):
-        rows = []
-        for r in range(draw(st.integers(0, max_rows))):
-            ts = base + draw(st.integers(0, 40)) * unit
-            delay = draw(st.one_of(st.integers(0, 3), st.integers(0, 40))) * unit + draw(st.integers(0, 999))
-            key = (draw(st.integers(0, 2)),) if keyed else ()
-            rows.append(RefTuple(stream=i, row=r, ts=ts, arrival=ts + delay, key=key))
-        streams.append(rows)
+    streams = ref_streams(draw, 2, max_rows, keyed=keyed, unit=unit, base=base, jitter=999)
     windows = tuple(draw(st.integers(0, 12)) * unit + draw(st.sampled_from([0, 0, 500])) for _ in range(2))
     policy = PolicySpec("spark-ss", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
                         trigger_us=draw(st.sampled_from([1, 2, 3, 7])) * unit,

@@ -14,17 +14,21 @@ FIXED_POLICIES = ("none", "kslack", "mpkslack", "static")
 
 
 def ref_streams(draw, n: int, max_rows: int, ts_max: int = 40, small_delay: int = 3, keys: int = 3,
-                keyed: bool = False, vectors: bool = False) -> list[list[RefTuple]]:
-    """``n`` streams of up to ``max_rows`` tuples: times in ``[0, ts_max]``, mostly
-    small delays (``<= small_delay``), sometimes a long stall (up to ``ts_max``):
-    heavy disorder; ``keys`` distinct keys when ``keyed``; 2-d integer vectors in
+                keyed: bool = False, vectors: bool = False, unit: int = 1, base: int = 0,
+                jitter: int = 0) -> list[list[RefTuple]]:
+    """``n`` streams of up to ``max_rows`` tuples: times ``base`` + ``[0, ts_max]``
+    steps of ``unit`` µs, mostly small delays (``<= small_delay`` steps), sometimes
+    a long stall (up to ``ts_max`` steps), plus up to ``jitter`` µs: heavy
+    disorder; ``keys`` distinct keys when ``keyed``; 2-d integer vectors in
     [-4, 4] when ``vectors``."""
     streams = []
     for i in range(n):
         rows = []
         for r in range(draw(st.integers(0, max_rows))):
-            ts = draw(st.integers(0, ts_max))
-            delay = draw(st.one_of(st.integers(0, small_delay), st.integers(0, ts_max)))
+            ts = base + draw(st.integers(0, ts_max)) * unit
+            delay = draw(st.one_of(st.integers(0, small_delay), st.integers(0, ts_max))) * unit
+            if jitter:
+                delay += draw(st.integers(0, jitter))
             key = (draw(st.integers(0, keys - 1)),) if keyed else ()
             vec = (draw(st.integers(-4, 4)), draw(st.integers(-4, 4))) if vectors else ()
             rows.append(RefTuple(stream=i, row=r, ts=ts, arrival=ts + delay, key=key, vec=vec))
