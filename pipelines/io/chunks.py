@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from ..config.settings import StreamConfig
 from ..base.errors import InputError
@@ -48,6 +48,9 @@ from .columns import check_output_columns
 from .keys import KeyFacts, common_key_types, key_facts, merge_key_facts
 from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
                    configured_columns, normalise, open_dataset, reason_counts)
+
+if TYPE_CHECKING:  # only annotations here: open_dataset imports it when a bounded run starts
+    import pyarrow.dataset as ds
 
 #: rows per summary block of the survey (a block's min ts bounds its rows)
 BLOCK_ROWS = 1024

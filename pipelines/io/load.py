@@ -37,12 +37,12 @@ from __future__ import annotations
 import glob as globmod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..config.settings import MAX_QUARANTINE, StreamConfig
@@ -50,6 +50,9 @@ from ..base.errors import InputError, warn_once
 from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US, in_calendar_range
 from .columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from .keys import cast_keys, common_key_types, key_facts
+
+if TYPE_CHECKING:  # imported where used: pyarrow.dataset imports pandas (~0.25 s of start-up)
+    import pyarrow.dataset as ds
 
 _TS_DIV = {"s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000), "ps": (1, 1_000_000)}
 
@@ -107,8 +110,16 @@ def check_not_empty(files: list[Path], stream: str) -> list[Path]:
     return files
 
 
+def single_file(path: str, files: list[Path]) -> Path | None:
+    """The one file of a stream given as a file path (no directory, so no hive
+    partition columns): read with ``pq.ParquetFile``, never ``pyarrow.dataset``."""
+    return files[0] if len(files) == 1 and not Path(path).is_dir() else None
+
+
 def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
     """The stream's Parquet dataset (files in sorted path order, hive partitions allowed)."""
+    import pyarrow.dataset as ds
+
     files = resolve_files(path, stream)
     try:
         if len(files) == 1 and not Path(path).is_dir():
@@ -125,9 +136,12 @@ def open_dataset(path: str, stream: str) -> tuple[ds.Dataset, list[Path]]:
 def count_rows(cfg: StreamConfig) -> int:
     """Rows of the stream, from the Parquet footers (an unreadable file is
     bad input naming it, as when the data is read)."""
-    dataset, _ = open_dataset(cfg.path, cfg.name)
+    files = resolve_files(cfg.path, cfg.name)
     try:
-        return dataset.count_rows()
+        one = single_file(cfg.path, files)
+        if one is not None:
+            return pq.ParquetFile(one).metadata.num_rows
+        return open_dataset(cfg.path, cfg.name)[0].count_rows()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise unreadable_error(cfg.path, cfg.name, exc) from None
 
@@ -192,10 +206,13 @@ def check_file_schemas(cfg: StreamConfig, files: list[Path]) -> None:
 def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
     """The whole stream as one table (after :func:`check_file_schemas`)."""
     path = cfg.path
-    dataset, files = open_dataset(path, cfg.name)
-    check_file_schemas(cfg, files)
+    files = resolve_files(path, cfg.name)
+    one = single_file(path, files)
+    if one is None:
+        dataset, files = open_dataset(path, cfg.name)
+        check_file_schemas(cfg, files)
     try:
-        table = dataset.to_table()
+        table = pq.ParquetFile(one).read() if one is not None else dataset.to_table()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise unreadable_error(path, cfg.name, exc) from None
     return table, files
@@ -395,6 +412,13 @@ def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:
 
 def input_columns(cfg: StreamConfig) -> list[str]:
     """The stream's column names, from its Parquet schema (no data read)."""
+    files = resolve_files(cfg.path, cfg.name)
+    one = single_file(cfg.path, files)
+    if one is not None:
+        try:
+            return pq.read_schema(one).names
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise unreadable_error(cfg.path, cfg.name, exc) from None
     return open_dataset(cfg.path, cfg.name)[0].schema.names
 
 

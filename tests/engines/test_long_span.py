@@ -172,7 +172,7 @@ def test_run_plots_aggregate_periods(local_run):
         assert (start - first) % (2 * DAY_US) == 0
     html = (out / "report.html").read_text()
     # recall per period, memory, tuning curve (static: latency 0, said in words)
-    assert len(re.findall(r'<img src="data:image/png;base64,', html)) == 3
+    assert len(re.findall(r'<img src="data:image/svg\+xml;base64,', html)) == 3
     assert "period 1d (default: " in html
 
 

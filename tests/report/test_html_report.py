@@ -39,7 +39,7 @@ def test_every_run_writes_a_self_contained_report(soccer_run):
     assert report["outputs"]["report_html"].endswith("report.html")
     images = re.findall(r'<img src="([^"]+)"', html)
     assert len(images) == 4  # recall per period, memory, latency, tuning curve
-    assert all(src.startswith("data:image/png;base64,") for src in images)
+    assert all(src.startswith("data:image/svg+xml;base64,") for src in images)
     assert not re.search(r'(src|href)="(https?:)?//', html), "no external resources"
     # the extra keys the page is rendered from
     series = report["memory_series"]
