@@ -275,16 +275,19 @@ def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -
     else:
         raise InputError(f"{where}: column {column!r} has type {t}; expected a timestamp or an integer with --unit")
     mul, div = _TS_DIV[unit]
+    if mul == 1 and div == 1:
+        return values
+    # in polars: pyarrow imports pandas (~0.25 s) the first time it converts a
+    # Python or numpy value, as pa.scalar would here
+    s = pl.from_arrow(values)
     if mul != 1:
         # guard before multiplying: an overflow would wrap silently
         limit = MAX_ABS_TS // mul
-        bad = pc.greater(pc.abs(values), pa.scalar(limit, pa.int64()))
-        values = pc.if_else(bad, pa.scalar(None, pa.int64()), values) if pc.any(bad).as_py() else values
-        values = pc.multiply(values, mul)
+        s = pl.select(pl.when((s > limit) | (s < -limit)).then(None).otherwise(s * mul)).to_series()
     if div != 1:
         # floor division (towards -inf), so ordering of times is preserved
-        values = (pl.from_arrow(values) // div).to_arrow()
-    return values
+        s = s // div
+    return s.to_arrow()
 
 
 @dataclass
