@@ -66,6 +66,11 @@ from pathlib import Path
 from ..config.options import MARKERS, check_target
 from .lock import OutputLock, lock_of
 
+#: results.parquet's codec: snappy, Spark's and DuckDB's default for Parquet output.
+#: On the core benchmark's 7.9M results it writes in about a third of zstd's
+#: time for a file about a third larger (docs/performance.md, issue 21).
+RESULTS_COMPRESSION = "snappy"
+
 PAUSE_ENV = "STREAMJOIN_TEST_PAUSE_AT"
 FAIL_ENV = "STREAMJOIN_TEST_FAIL_AT"
 NO_EXCHANGE_ENV = "STREAMJOIN_TEST_NO_EXCHANGE"

@@ -30,7 +30,7 @@ from ..config.settings import RunConfig, with_period
 from ..engines.bounded import BoundedReplay
 from ..base.errors import InputError
 from ..io.load import count_rows
-from ..io.output import AtomicOutput
+from ..io.output import RESULTS_COMPRESSION, AtomicOutput
 from ..replay.predicates import where_of
 from ..replay.results import result_order
 from ..report import json as report_json
@@ -62,7 +62,7 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
 
 
 class ResultsWriter:
-    """Appends result frames to one Parquet file (zstd), one row group per chunk.
+    """Appends result frames to one Parquet file (``RESULTS_COMPRESSION``), one row group per chunk.
 
     Ordering, Arrow conversion and compression run on a second thread while
     the engine replays the next chunk; at most one frame is in flight, so
@@ -91,7 +91,7 @@ class ResultsWriter:
     def _write(self, frame, ordered: bool = False) -> None:
         table = (frame if ordered else result_order(frame, self.names)).to_arrow()
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", use_dictionary=False)
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression=RESULTS_COMPRESSION, use_dictionary=False)
         elif table.schema != self.writer.schema:
             table = table.cast(self.writer.schema)
         self.writer.write_table(table)

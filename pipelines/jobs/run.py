@@ -20,7 +20,7 @@ from ..analysis import metrics
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
 from ..io.load import LoadedStream, bad_arrivals_of, load_all
-from ..io.output import AtomicOutput, locks_out
+from ..io.output import RESULTS_COMPRESSION, AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
 from ..replay.results import emitted_frame
@@ -152,7 +152,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 # both engines: the combinations are on the driver, and so is --out
                 # (the staging directory is renamed into place there); one file,
                 # the same bytes from either engine
-                emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression="zstd")
+                emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
             if cfg.write_results:
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:

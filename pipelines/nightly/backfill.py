@@ -43,7 +43,7 @@ from .daily import DayResult, compute_days
 from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
                            InputError, StreamjoinError)
 from ..io.lock import OutputLock
-from ..io.output import fault_point, interrupt_guard
+from ..io.output import RESULTS_COMPRESSION, fault_point, interrupt_guard
 from .partitions import available_days, day_range, inputs_of_days, load_days, missing_partition, parse_day
 from .runlog import RunLog, check_format
 from ..base.timeunits import parse_duration
@@ -166,7 +166,7 @@ def _write_partition(cfg: RunConfig, day: dt.date, result: DayResult, staging: P
     files: dict[str, Any] = {}
     if cfg.write_results:
         path = staging / "results.parquet"
-        result.results.write_parquet(path, compression="zstd")
+        result.results.write_parquet(path, compression=RESULTS_COMPRESSION)
         files["results.parquet"] = {"rows": result.results.height, "bytes": path.stat().st_size,
                                     "sha256": mf.sha256_file(path)}
     for name, q in result.quarantine.items():
