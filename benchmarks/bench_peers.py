@@ -1,6 +1,6 @@
 """Peers benchmark (issue 7): the core data through streamjoin, DuckDB, polars and Spark Structured Streaming.
 
-    python benchmarks/bench_peers.py [--runs 5] [--skip-sss] [--slow]
+    python benchmarks/bench_peers.py [--runs 5] [--skip-sss] [--slow] [--with-results]
                                      [--spark-seconds 60] [--batch 1s] [--delays 0ms,50ms,1s]
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``: DuckDB); polars and
@@ -22,6 +22,14 @@ counted runs, medians shown):
   memory), ``join`` (count over the in-memory tables) and ``pairs``
   (materialising the (left row, right row) pairs, as streamjoin's truth does).
   Every count is asserted equal to streamjoin's ``truth_results``.
+
+Part 1b -- the same with results written (``--with-results``; issue 21): rounds
+of fresh processes, alternating ``streamjoin run`` *without* ``--no-results``
+(results.parquet: every emitted pair with both members' columns, emission time
+and latency) and a DuckDB child that writes the exact band join's pairs with
+both sides' columns to Parquet (``COPY (...) TO ... (FORMAT parquet)``, DuckDB's
+default codec snappy, streamjoin's too).  Wall time from spawn to the file
+written; the file sizes are printed beside.
 
 Part 2 -- Spark Structured Streaming (stream-stream inner join with
 ``withWatermark``), unless ``--skip-sss``: the first ``--spark-seconds`` of
@@ -157,6 +165,29 @@ def duckdb_child(form: str, W: int, kmin: int, tmin: int) -> dict:
     return out
 
 
+def duckdb_write_pairs_child(W: int) -> dict:
+    """The exact band join's pairs with both sides' columns, written to Parquet
+    (the counterpart of ``streamjoin run`` writing results.parquet)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    cols = ", ".join(f"{side}.{c} AS {name}_{c}" for side, name in (("l", "left"), ("r", "right"))
+                     for c in ("key", "ts", "arrival", "value"))
+    target = Path(tempfile.mkdtemp()) / "pairs.parquet"
+    try:
+        con.execute(f"COPY (SELECT {cols} FROM (SELECT *, ts // {W} AS b FROM read_parquet('{LEFT}')) AS l "
+                    f"JOIN (SELECT *, ts // {W} + d AS b FROM read_parquet('{RIGHT}'), (VALUES (-1), (0), (1)) AS v(d)) "
+                    f"AS r ON l.key = r.key AND l.b = r.b WHERE abs(l.ts - r.ts) <= {W}) TO '{target}' (FORMAT parquet)")
+        out = {"wall_s": time.time() - CHILD_T0, "bytes": target.stat().st_size}
+        out["count"] = con.execute(f"SELECT count(*) FROM read_parquet('{target}')").fetchone()[0]
+    finally:
+        shutil.rmtree(target.parent, ignore_errors=True)
+    out["user_s"], out["sys_s"] = os.times()[:2]
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
 def duckdb_pairs_first_child(W: int) -> dict:
     """DuckDB's bucketed pairs as the *first* join of a fresh process (after
     reading the tables): the counterpart of streamjoin's join stage, which is
@@ -260,7 +291,7 @@ ONCE_FORMS = ["duckdb-range-iejoin"]                      # ~1 min: run once
 SLOW_FORMS = ["duckdb-range", "polars-join_where"]       # minutes: only with --slow, once
 
 
-def run_streamjoin(config: Path, policy_args: list[str]) -> dict:
+def run_streamjoin(config: Path, policy_args: list[str], *, results: bool = False) -> dict:
     """bench_core's command as a fresh process: report.json plus wall, user and system CPU, peak RSS.
 
     (User and system time are kept apart: on this VM, system time is mostly first-touch page
@@ -271,7 +302,7 @@ def run_streamjoin(config: Path, policy_args: list[str]) -> dict:
         with open(Path(tmp) / "stderr", "w+") as err:
             t = time.perf_counter()
             proc = subprocess.Popen([*streamjoin_cmd(), "run", str(config), "--engine", "local", "--router", "none",
-                                     *policy_args, "--no-results", "--out", str(out)],
+                                     *policy_args, *([] if results else ["--no-results"]), "--out", str(out)],
                                     stdout=subprocess.DEVNULL, stderr=err)
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - t
@@ -279,6 +310,8 @@ def run_streamjoin(config: Path, policy_args: list[str]) -> dict:
                 err.seek(0)
                 raise SystemExit(f"streamjoin run failed: {err.read().strip()[-2000:]}")
         report = json.loads((out / "report.json").read_text())
+        if results:
+            report["results_bytes"] = (out / "results.parquet").stat().st_size
     report.update(wall_s=wall, user_s=usage.ru_utime, sys_s=usage.ru_stime, rss_mb=usage.ru_maxrss / 1024)
     return report
 
@@ -491,6 +524,37 @@ def spark_model(sliced, W: int, delay_us: int) -> dict:
 
 # --------------------------------------------------------------------------- main
 
+def with_results(config: Path, W: int, runs: int) -> None:
+    """Part 1b: whole processes that write their pairs, alternating, one warm-up round."""
+    sj, db = [], []
+    for rnd in range(runs + 1):
+        a = run_streamjoin(config, ["--policy", "static", "--retention", "50ms"], results=True)
+        b = run_child("duckdb-write-pairs", W, 0, 0)
+        if rnd:
+            sj.append(a)
+            db.append(b)
+        print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: streamjoin {a['wall_s']:.2f}s, "
+              f"DuckDB {b['wall_s']:.2f}s", flush=True)
+    assert all(r["count"] == sj[0]["truth_results"] for r in db), "DuckDB pairs != streamjoin truth"
+    med = statistics.median
+    print()
+    print(f"With results written: median of {runs} alternating rounds of fresh processes after a warm-up")
+    hdr = f"{'system':<52} {'rows':>11} {'wall s':>7} {'user s':>6} {'sys s':>6} {'RSS MB':>6} {'file MB':>7}"
+    print(hdr)
+    print("-" * len(hdr))
+    print(f"{'streamjoin run, static 50ms, results.parquet':<52} {sj[0]['emitted_results']:>11,} "
+          f"{med([r['wall_s'] for r in sj]):>7.2f} {med([r['user_s'] for r in sj]):>6.2f} "
+          f"{med([r['sys_s'] for r in sj]):>6.2f} {med([r['rss_mb'] for r in sj]):>6.0f} "
+          f"{sj[0]['results_bytes'] / 1e6:>7.0f}")
+    print(f"{'DuckDB COPY exact band-join pairs TO parquet':<52} {db[0]['count']:>11,} "
+          f"{med([r['wall_s'] for r in db]):>7.2f} {med([r['user_s'] for r in db]):>6.2f} "
+          f"{med([r['sys_s'] for r in db]):>6.2f} {med([r['rss_mb'] for r in db]):>6.0f} {db[0]['bytes'] / 1e6:>7.0f}")
+    stage = {k: med([r["timings_s"].get(k, 0.0) for r in sj]) for k in ("load", "join", "metrics", "write", "total")}
+    print("streamjoin stages (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
+    rs = [a["wall_s"] / b["wall_s"] for a, b in zip(sj, db)]
+    print(f"streamjoin / DuckDB, wall: median {med(rs):.2f}x (rounds: " + ", ".join(f"{x:.2f}" for x in rs) + ")")
+
+
 def fmt_s(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
 
@@ -505,6 +569,8 @@ def main() -> None:
     ap.add_argument("--spark-seconds", type=int, default=60, help="arrival-time slice for part 2 (default 60)")
     ap.add_argument("--batch", default="1s", help="arrival time per Spark micro-batch (default 1s)")
     ap.add_argument("--delays", default="0ms,50ms,1s", help="watermark delay = streamjoin static retention")
+    ap.add_argument("--with-results", action="store_true",
+                    help="part 1b: streamjoin writing results.parquet vs DuckDB writing the pairs to Parquet")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--band", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--kmin", type=int, help=argparse.SUPPRESS)
@@ -517,6 +583,8 @@ def main() -> None:
         CHILD_T0 = args.t0
         if args.child == "duckdb-pairs-first":
             print(json.dumps(duckdb_pairs_first_child(args.band)))
+        elif args.child == "duckdb-write-pairs":
+            print(json.dumps(duckdb_write_pairs_child(args.band)))
         elif args.child == "streamjoin-warm":
             print(json.dumps(streamjoin_warm_child(ensure_data(1.0))))
         else:
@@ -642,6 +710,9 @@ def main() -> None:
             rs = [f_sj(a) / f_db(b) for a, b in zip(sj_rs, db_rs)]
             print(f"streamjoin / DuckDB bucketed, {name}: median {med(rs):.2f}x (rounds: "
                   + ", ".join(f"{x:.2f}" for x in rs) + ")")
+
+    if args.with_results:
+        with_results(config, W, args.runs)
 
     if not args.skip_sss:
         batch_us = parse_us(args.batch)
