@@ -31,9 +31,11 @@ is ``G(j) <= g*`` for some batch ``j`` and largest admissible watermark ``g*``
   ``wm[b_x - 1] = G(b_x - 2)``): ``1000 G < ts_x`` iff ``G <= c_x - 1``,
   ``c_x = ceil(ts_x / 1000)`` -- never for ``ts_x <= 0`` (Spark drops rows at
   or before the epoch whatever the delay);
-* the earlier member ``e`` (the left one on a tie; side ``s``) in state when
-  the later one probes (rules 5, 6): above side ``s``'s state watermark of
-  batch ``J = max(b_e, b_other - 1)``, which runs with ``G(J - 1)``:
+* members of different batches: the earlier member ``e`` (side ``s``) in
+  state when the later one probes (rules 5, 6): above side ``s``'s state
+  watermark of batch ``J = b_other - 1``, which runs with ``G(J - 1)``
+  (members of one batch always meet: every left row is stored before the
+  right rows probe):
   ``ts_e > 1000 (trunc((1000 G - W_s) / 1000) - 1)``.  With ``v = 1000 G -
   W_s`` that is ``trunc(v / 1000) <= c_e``; for ``c_e >= 1`` (a member at or
   before the epoch is late anyway) it is ``v <= 1000 c_e + 999`` (for
@@ -44,9 +46,12 @@ The pair's required delay is the largest of the three, and recall at ``D``
 is ``#{required <= D} / |truth|`` exactly: the curve over every delay, with
 no replay per candidate.  Worked example (W = 2 s both sides, 1 s
 batches): batch 0 sees both streams up to ``t0 + 20 s``, so ``F(0) = t0 +
-20 s``; a left row at ``t0 + 18 s - 1 ms`` arriving in batch 1 with its right
-partner is stored in batch 1 iff ``G(0) <= t0 + 18 s - 1 ms + 2 s - 1 ms``
-rounded as above, i.e. ``t0 + 20 s - 1 ms``: it needs ``D >= 1 ms``.
+20 s``; a left row at ``t0 + 18 s - 1 ms`` and its right partner 10 µs later,
+both in batch 1, need no delay (batch 1 filters with the watermark before
+batch 0, 0).  With the partner in batch 2 instead, the left row must survive
+batch 1's eviction, ``G(0) <= t0 + 20 s - 1 ms`` (``D >= 1 ms``), and the
+partner batch 2's late filter, ``G(0) <= ceil(ts_r / 1 ms) - 1 = t0 + 18 s - 1
+ms`` (``D >= 2001 ms``): it needs 2001 ms.
 
 Per-stream delays do not separate (``G`` takes the minimum or maximum over
 both streams' ``M_i - D_i``), so one delay serves both streams, as
@@ -118,11 +123,12 @@ def required_watermark(replay: Replay, combos: Combos, windows: Sequence[int], t
     ts = [replay.ts[a[0]], replay.ts[a[1]]]
     c = [_ceil_div(t, MS) for t in ts]
     need = np.maximum(_need(F_at(b[0] - 2), c[0] - 1), _need(F_at(b[1] - 2), c[1] - 1))
-    left_first = b[0] <= b[1]
-    J = np.where(left_first, np.maximum(b[0], b[1] - 1), np.maximum(b[1], b[0] - 1))
+    left_first = b[0] < b[1]
+    J = np.maximum(b[0], b[1]) - 1
     c_e = np.where(left_first, c[0], c[1])
     W_e = np.where(left_first, int(windows[0]), int(windows[1]))
-    need = np.maximum(need, _need(F_at(J - 1), (MS * c_e + MS - 1 + W_e) // MS))   # c_e <= 0: late anyway
+    held = _need(F_at(J - 1), (MS * c_e + MS - 1 + W_e) // MS)    # c_e <= 0: late anyway
+    need = np.maximum(need, np.where(b[0] == b[1], 0, held))
     return np.where(need == UNREACHABLE, UNREACHABLE, need * MS)
 
 

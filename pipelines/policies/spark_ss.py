@@ -1,9 +1,10 @@
-"""``spark-ss``: Spark Structured Streaming's stream-stream inner join (SPEC §4.4).
+"""``spark-ss``: Spark Structured Streaming's stream-stream join, inner or outer (SPEC §4.4).
 
 Settings (validated here): ``--watermark DUR`` per stream (``withWatermark``
 delay, whole milliseconds, as Spark keeps it), ``--trigger DUR`` (the
 micro-batch interval of arrival time) and ``--watermark-policy min|max``
-(``spark.sql.streaming.multipleWatermarkPolicy``).  Two streams: stream 0
+(``spark.sql.streaming.multipleWatermarkPolicy``) and ``--join
+inner|left|right`` (``df.join(other, cond, "left_outer")``).  Two streams: stream 0
 is the join's left side, stream 1 its right side, and the join condition is
 the SPEC's window as a band, ``right.ts BETWEEN left.ts - W_right AND
 left.ts + W_left``, plus the keys (and ``--distance`` / ``--where``).
@@ -31,19 +32,41 @@ says the same with examples):
    dropped iff ``ts <= wm[j - 1] * 1000`` µs (``wm[-1] = 0``): the previous
    batch's watermark.  A dropped row neither joins nor is stored; it counts in
    ``numRowsDroppedByWatermark``.
-5. **State watermark** (StreamingJoinHelper.scala ``getStateValueWatermark``):
+5. **State watermark** (StreamingJoinHelper.scala ``getStateValueWatermark``;
+   both sides get one whatever the join type,
+   StreamingSymmetricHashJoinHelper.scala ``getStateWatermarkPredicates``):
    from the band, side ``s``'s state watermark in batch ``j`` is
    ``trunc((wm[j] * 1000 - W_s) / 1000) - 1`` ms (the ``- 1`` because the
-   band is inclusive).  A row at or below it (``ts <= sw * 1000``) is not
-   stored (``AddingProcessedRowToStateCompletionIterator``) and stored rows at
-   or below it are removed at the end of the batch (``removeOldState``).
+   band is inclusive).  State rows at or below it (``ts <= sw * 1000``) are
+   removed at the end of the batch (``removeOldState``).  After the last
+   batch with rows one more, no-data, batch runs with the watermark that
+   batch produced (MicroBatchExecution.scala runs it when
+   ``shouldRunAnotherBatch``: the watermark moved; otherwise it would evict
+   nothing); nothing runs after it.
 6. **Order inside a batch** (StreamingSymmetricHashJoinExec.scala,
-   ``processPartitions``): left rows probe the right state and are stored,
-   then right rows probe the left state (which holds this batch's stored left
-   rows).  So a pair in one batch is emitted iff its left row was stored.
+   ``processPartitions`` and ``AddingProcessedRowToStateCompletionIterator``,
+   Spark >= 3.5.4 / 4.0, SPARK-49829): left rows probe the right state and
+   are *all* stored, then right rows probe the left state (which holds this
+   batch's left rows) and are stored unless at or below their state
+   watermark.  So the two members of a pair in one batch always meet (a left
+   row at its state watermark leaves at the batch end, after the right rows
+   probed it).
 7. **Memory**: join state rows (Spark's ``numRowsTotal``) after each batch;
    per arrival index the state after the previous batch plus the rows that
    arrived in the current batch so far (waiting for the trigger).
+8. **Outer joins** (``--join left|right``; StreamingSymmetricHashJoinExec.scala
+   ``processPartitions``, SymmetricHashJoinStateManager.scala
+   ``getJoinedRows`` / ``append``; state format 2 keeps a ``matched`` flag
+   per state row, SPARK-26154): a stored row is matched if its own probe found
+   a partner, or a later probe of the other side finds it.  When the outer
+   side's state eviction (rule 5) removes an unmatched row, the row is
+   emitted null-padded, at the end of that batch -- in the no-data batch after
+   the last one too; rows still in state after it are never emitted.  In a
+   right outer join an unmatched right row at or below its state watermark is
+   stored anyway, so it is emitted null-padded at the end of its own batch.
+   Late rows of the outer side (rule 4) are dropped by the late filter and
+   never emitted.  Matched pairs are those of the inner join (the same state,
+   the same evictions).
 """
 
 from __future__ import annotations

@@ -363,6 +363,8 @@ class MicroBatchReference:
     Attributes:
         truth: every valid pair ``(left row, right row)``.
         emitted: pair -> ``(batch, emission_time_us, latency_us)``.
+        outer: outer joins: ``(stream, row)`` of each null-padded row ->
+            ``(batch, emission_time_us, latency_us)``.
         dropped: ``(stream, row)`` dropped as late by the watermark.
         state_rows: per batch ``0..last``, ``(left rows, right rows)`` in join
             state after the batch.
@@ -371,6 +373,7 @@ class MicroBatchReference:
 
     truth: set[tuple[int, int]] = field(default_factory=set)
     emitted: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
+    outer: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
     dropped: set[tuple[int, int]] = field(default_factory=set)
     state_rows: list[tuple[int, int]] = field(default_factory=list)
     watermarks: list[int] = field(default_factory=list)
@@ -384,21 +387,26 @@ def _toward_zero(value: int, divisor: int) -> int:
 
 def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], policy: PolicySpec,
                          predicate: Predicate | None = None) -> MicroBatchReference:
-    """Spark Structured Streaming's stream-stream inner join, one micro-batch at a time.
+    """Spark Structured Streaming's stream-stream join (inner, left or right outer:
+    ``policy.join``), one micro-batch at a time.
 
     Written from the rules of docs/semantics.md ("spark-ss"), with explicit
-    state lists: for every batch ``j`` (every trigger interval from the first
-    arrival's to the last's, empty ones too), drop the rows at or below the
-    previous batch's watermark; left rows probe the right state and are stored
-    unless at or below the left state watermark; right rows probe the left
-    state and are stored likewise; at the batch end evict state rows at or
-    below the state watermarks; then move each stream's watermark with the
+    state lists of ``[row, matched]``: for every batch ``j`` (every trigger
+    interval from the first arrival's to the last's, empty ones too, then one
+    more, the no-data batch after the last), drop the rows at or below the
+    previous batch's watermark; left rows probe the right state (marking what
+    they match) and are all stored, matched if they matched; right rows probe
+    the left state likewise and are stored unless at or below the right state
+    watermark -- or, in a right outer join, unmatched; at the batch end evict
+    state rows at or below the state watermarks, emitting the outer side's
+    unmatched ones null-padded; then move each stream's watermark with the
     batch's largest event time (ms) and the global one by the policy.
     """
     if len(streams) != 2:
         raise ValueError("spark-ss joins two streams")
     MS = 1000
     T = policy.trigger_us
+    outer_side = policy.outer_side
     out = MicroBatchReference(truth=brute_force_truth(streams, windows, predicate))
     tuples = replay_order(streams)
     if not tuples:
@@ -407,13 +415,13 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
     by_batch: dict[int, list[RefTuple]] = {}
     for x in tuples:
         by_batch.setdefault(x.arrival // T - base, []).append(x)
+    last = max(by_batch)
     own: list[int | None] = [None, None]        # each stream's watermark (ms); None: no rows yet
     global_wm = 0                               # the query's watermark (ms), never moves down
     previous_wm = 0                             # the watermark batch j - 1 ran with
-    state: list[list[RefTuple]] = [[], []]
-    for j in range(max(by_batch) + 1):
+    state: list[list[list]] = [[], []]          # per side: [row, matched]
+    for j in range(last + 2):
         wm = global_wm
-        out.watermarks.append(wm)
         end = (base + j + 1) * T
         rows = by_batch.get(j, [])
         live = []
@@ -427,14 +435,23 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
             for x in live:
                 if x.stream != side:
                     continue
-                for y in state[1 - side]:
+                matched = False
+                for entry in state[1 - side]:
+                    y = entry[0]
                     pair = (x, y) if side == 0 else (y, x)
                     if is_valid(pair, windows, predicate):
                         out.emitted[_combo(pair)] = (j, end, end - max(x.arrival, y.arrival))
-                if x.ts > state_wm[side]:
-                    state[side].append(x)
+                        entry[1] = matched = True
+                if side == 0 or x.ts > state_wm[side] or (outer_side == 1 and not matched):
+                    state[side].append([x, matched])
         for side in (0, 1):
-            state[side] = [x for x in state[side] if x.ts > state_wm[side]]
+            for x, matched in state[side]:
+                if x.ts <= state_wm[side] and side == outer_side and not matched:
+                    out.outer[(x.stream, x.row)] = (j, end, end - x.arrival)
+            state[side] = [e for e in state[side] if e[0].ts > state_wm[side]]
+        if j > last:
+            break                               # the no-data batch after the last: nothing more runs
+        out.watermarks.append(wm)
         out.state_rows.append((len(state[0]), len(state[1])))
         for side in (0, 1):
             times = [x.ts // MS for x in rows if x.stream == side]   # every row counts, late ones too

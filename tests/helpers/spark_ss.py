@@ -21,7 +21,7 @@ MS = 1000
 @st.composite
 def spark_problems(draw, max_rows: int = 10, origin=st.sampled_from([0, 5_000, 1_000_000])):
     """Two streams with heavy disorder on a scale of milliseconds, windows, and
-    ``spark-ss`` settings (watermark in whole ms, any trigger).  ``origin``
+    ``spark-ss`` settings (watermark in whole ms, any trigger, any join type).  ``origin``
     shifts every time (0 exercises Spark's floor of the watermark at 0)."""
     unit = draw(st.sampled_from([250, 1000, 1500]))      # µs per step of event time
     base = draw(origin)
@@ -30,7 +30,8 @@ def spark_problems(draw, max_rows: int = 10, origin=st.sampled_from([0, 5_000, 1
     windows = tuple(draw(st.integers(0, 12)) * unit + draw(st.sampled_from([0, 0, 500])) for _ in range(2))
     policy = PolicySpec("spark-ss", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
                         trigger_us=draw(st.sampled_from([1, 2, 3, 7])) * unit,
-                        watermark_policy=draw(st.sampled_from(["min", "max"])))
+                        watermark_policy=draw(st.sampled_from(["min", "max"])),
+                        join=draw(st.sampled_from(["inner", "left", "right"])))
     return streams, windows, policy
 
 
@@ -47,6 +48,9 @@ def local_spark_ss(streams: list[list[RefTuple]], windows, policy: PolicySpec) -
     d, replay = out.decisions, out.replay
     order = list(zip(replay.stream.tolist(), replay.row.tolist()))
     dropped = {order[a] for a in np.flatnonzero(d.dropped).tolist()}
+    outer = {} if em.outer is None else {
+        order[a]: (b, e, lat) for a, b, e, lat in zip(em.outer.index.tolist(), em.outer.batch.tolist(),
+                                                       em.outer.emit_us.tolist(), em.outer.latency_us.tolist())}
     mb = d.batches
     batches = np.arange(mb.batches)
     state = microbatch.state_rows(mb, d.dropped, replay.stream, 2, batches)
@@ -54,6 +58,6 @@ def local_spark_ss(streams: list[list[RefTuple]], windows, policy: PolicySpec) -
     # an empty batch runs with the next occupied batch's watermark
     nxt = np.searchsorted(mb.occupied, batches, side="left")
     watermark[:] = mb.watermark_ms[np.minimum(nxt, len(mb.occupied) - 1)] if len(mb.occupied) else 0
-    return MicroBatchReference(truth=set(pairs), emitted=emitted, dropped=dropped,
+    return MicroBatchReference(truth=set(pairs), emitted=emitted, outer=outer, dropped=dropped,
                                state_rows=list(zip(state[0].tolist(), state[1].tolist())),
                                watermarks=watermark.tolist())
