@@ -83,10 +83,16 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     if cfg.period_us is None:  # a caller that did not resolve it (run_job does, before the join)
         cfg = with_period(cfg, 0 if first is None else last - first)
     names = [s.name for s in streams]
+    facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+                                 [s.ts for s in streams], outcome.replay, outcome.decisions)
+    outer = None
+    if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the null-padded rows
+        outer = metrics.outer_join_summary(em.outer, cfg.policy.join, names)
+        for i, f in enumerate(facts):
+            f["outer_rows"] = outer["rows"] if i == em.outer.stream else 0
     return report_build.report_body(
         cfg, command,
-        streams=metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
-                                     [s.ts for s in streams], outcome.replay, outcome.decisions),
+        streams=facts,
         truth=truth_n, emitted=emitted_n,
         duplicates=None,  # filled in by build_report
         latency=metrics.latency_summary_of(em.latency_us, em.emitted),
@@ -97,6 +103,7 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
                 "policy_settings": outcome.decisions.policy_settings},
         probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
+        sections={"outer_join": outer} if outer is not None else None,
     )
 
 

@@ -349,7 +349,7 @@ def _outer_rows(replay: Replay, decisions: Decisions, matched: np.ndarray) -> mi
     mb = decisions.batches
     if mb.outer_side is None:
         return None
-    return microbatch.outer_rows(mb, decisions.dropped, replay.stream, replay.arrival, matched)
+    return microbatch.outer_rows(mb, decisions.dropped, replay.stream, replay.row, replay.arrival, matched)
 
 
 def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions) -> Emission:

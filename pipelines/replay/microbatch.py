@@ -171,6 +171,7 @@ class OuterRows:
     Attributes:
         stream: the outer side (0 left, 1 right).
         index: each row's arrival index.
+        row: each row's row number in its stream.
         batch: the batch whose state eviction emits it (``removal``).
         emit_us: the end of that batch.
         latency_us: ``emit_us`` minus the row's arrival.
@@ -178,12 +179,13 @@ class OuterRows:
 
     stream: int
     index: np.ndarray
+    row: np.ndarray
     batch: np.ndarray
     emit_us: np.ndarray
     latency_us: np.ndarray
 
 
-def outer_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, arrival: np.ndarray,
+def outer_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, row: np.ndarray, arrival: np.ndarray,
                matched: np.ndarray) -> OuterRows:
     """The null-padded rows of ``mb.outer_side``: not dropped, in no emitted pair
     (``matched``: arrival indexes of that side's members of the emitted pairs) and
@@ -195,7 +197,8 @@ def outer_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, arriva
     index = np.flatnonzero(out)
     batch = mb.removal[index]
     emit_us = mb.end_us(batch)
-    return OuterRows(stream=side, index=index, batch=batch, emit_us=emit_us, latency_us=emit_us - arrival[index])
+    return OuterRows(stream=side, index=index, row=row[index], batch=batch, emit_us=emit_us,
+                     latency_us=emit_us - arrival[index])
 
 
 def state_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int,
