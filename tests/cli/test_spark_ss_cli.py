@@ -118,6 +118,8 @@ def test_outer_join_writes_null_padded_rows_reported_apart_from_recall(sparse: P
     assert [s["outer_rows"] for s in report["streams"]] == [len(padded) if i == side else 0 for i in (0, 1)]
     assert report["config"]["policy"]["join"] == join and "join" not in inner["config"]["policy"]
     assert f"outer_rows: {len(padded):,} of {names[side]}" in proc.stdout
+    assert f"{join} outer join: {len(padded):,} rows of {names[side]}" in \
+        (tmp_path / "outer" / "report.html").read_text()
 
 
 def test_toml_settings(data: Path, tmp_path: Path) -> None:
