@@ -70,6 +70,7 @@ from ..base.timeunits import GRID_STEPS_PER_RANGE, default_granularity, format_d
 from ..policies import PolicySpec
 from ..policies.spark_ss import MS
 from ..replay.candidates import Combos
+from ..replay.microbatch import batch_of
 from ..replay.progress import Replay
 from .metrics import fmt_recall
 from .tuning import (Curve, candidate_steps, curve_summary, evaluate, member_indexes, recommendation,
@@ -84,9 +85,12 @@ def _ceil_div(x: np.ndarray, d: int) -> np.ndarray:
     return -(-x // d)
 
 
-def frontier_ms(replay: Replay, trigger_us: int, watermark_policy: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per arrival index its batch; the occupied batches; ``F`` after each of them (ms, ``_LOW`` = -inf)."""
-    batch = replay.arrival // trigger_us - int(replay.arrival[0]) // trigger_us
+def frontier_ms(replay: Replay, trigger_us: int | None, watermark_policy: str,
+                batch: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per arrival index its batch (``batch`` if given: ``--trigger-files``); the
+    occupied batches; ``F`` after each of them (ms, ``_LOW`` = -inf)."""
+    if batch is None:
+        batch = replay.arrival // trigger_us - int(replay.arrival[0]) // trigger_us
     starts = np.flatnonzero(np.diff(batch, prepend=-1))
     ts_ms = replay.ts // MS
     per_stream = []
@@ -104,16 +108,17 @@ def _need(F: np.ndarray, gstar: np.ndarray) -> np.ndarray:
     return np.where(gstar < 0, UNREACHABLE, need)
 
 
-def required_watermark(replay: Replay, combos: Combos, windows: Sequence[int], trigger_us: int,
-                       watermark_policy: str, members: tuple[list[np.ndarray], np.ndarray] | None = None
-                       ) -> np.ndarray:
+def required_watermark(replay: Replay, combos: Combos, windows: Sequence[int], trigger_us: int | None,
+                       watermark_policy: str, members: tuple[list[np.ndarray], np.ndarray] | None = None,
+                       batch: np.ndarray | None = None) -> np.ndarray:
     """Least common ``withWatermark`` delay (µs, whole ms) at which each pair is emitted
-    (:data:`UNREACHABLE` if none); see the module doc."""
+    (:data:`UNREACHABLE` if none); see the module doc.  ``batch``: each arrival
+    index's micro-batch when not cut by ``trigger_us`` (``--trigger-files``)."""
     C = len(combos)
     if C == 0:
         return np.empty(0, np.int64)
     a, _ = members if members is not None else member_indexes(replay, combos)
-    batch, occupied, F_occ = frontier_ms(replay, int(trigger_us), watermark_policy)
+    batch, occupied, F_occ = frontier_ms(replay, trigger_us, watermark_policy, batch)
 
     def F_at(j: np.ndarray) -> np.ndarray:
         k = np.searchsorted(occupied, j, side="right") - 1
@@ -150,9 +155,11 @@ def watermark_curve_only(replay: Replay, combos: Combos, windows: Sequence[int],
     over one common delay at the run's trigger and watermark policy, as
     :func:`~streamjoin.pipelines.analysis.tuning.curve_only` gives it for the other
     policies; targets no delay reaches map to None."""
-    values = required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members)
+    batch = batch_of(replay.arrival, policy)[0] if policy.trigger_files is not None else None
+    values = required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members, batch)
     out = curve_summary(watermark_curve(values, g), "spark-ss", q, targets)
     out.update(trigger_us=policy.trigger_us, watermark_policy=policy.watermark_policy,
+               **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
                unreachable_results=int(np.count_nonzero(values == UNREACHABLE)))
     return out
 

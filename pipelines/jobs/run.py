@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 from ..analysis import metrics
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
-from ..io.load import LoadedStream, bad_arrivals_of, load_all
+from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
@@ -131,6 +132,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         streams = load_all(list(cfg.streams), cfg.max_quarantine)
         # checked with the inputs, so a bad --where fails before any work
         where_fn = where_of(cfg, streams)
+        if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
+            streams, policy = with_file_batches(streams, cfg.policy)
+            cfg = replace(cfg, policy=policy)
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
     with stages("join"):

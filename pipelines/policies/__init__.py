@@ -77,6 +77,12 @@ class PolicySpec:
         watermark_interval_us: how often the watermarks are emitted, of
             arrival time; 0 = after every record (``flink`` only, Flink's
             ``pipeline.auto-watermark-interval``).
+        trigger_files: ``spark-ss`` with micro-batches cut by input files:
+            this many files per stream per batch (``maxFilesPerTrigger``),
+            instead of ``trigger_us``.
+        batch_times_us: with ``trigger_files``, when each batch runs, the
+            no-data batch after the last included
+            (:func:`.spark_ss.file_batch_times`; set once the files are listed).
         join: ``inner``, or ``left`` / ``right`` for an outer join whose
             unmatched rows of that side are emitted null-padded (:data:`OUTER_JOIN`
             policies only: ``spark-ss``).
@@ -91,6 +97,8 @@ class PolicySpec:
     watermark_policy: str | None = None
     watermark_interval_us: int | None = None
     join: str = "inner"
+    trigger_files: int | None = None
+    batch_times_us: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:

@@ -71,6 +71,10 @@ says the same with examples):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from ..base.errors import InputError
 
 #: spark.sql.streaming.multipleWatermarkPolicy values (WatermarkTracker.scala)
@@ -91,10 +95,61 @@ def check_settings(policy) -> None:
     for v in policy.watermark:
         if v % MS:
             raise InputError(f"--watermark {v}us: Spark watermark delays are whole milliseconds")
-    if policy.trigger_us is None:
-        raise InputError("policy spark-ss needs --trigger DURATION, the micro-batch interval of arrival time")
-    if policy.trigger_us <= 0:
+    if policy.trigger_us is None and policy.trigger_files is None:
+        raise InputError("policy spark-ss needs --trigger DURATION, the micro-batch interval of arrival time "
+                         "(or --trigger-files N: N input files per stream per micro-batch)")
+    if policy.trigger_us is not None and policy.trigger_files is not None:
+        raise InputError("--trigger and --trigger-files: micro-batches are cut by arrival time or by input "
+                         "files, not both")
+    if policy.trigger_us is not None and policy.trigger_us <= 0:
         raise InputError("--trigger must be > 0")
+    if policy.trigger_files is not None and (isinstance(policy.trigger_files, bool)
+                                             or not isinstance(policy.trigger_files, int)
+                                             or policy.trigger_files < 1):
+        raise InputError(f"--trigger-files {policy.trigger_files}: expected a whole number of files >= 1")
     if policy.watermark_policy not in WATERMARK_POLICIES:
         raise InputError(f"--watermark-policy {policy.watermark_policy}: expected one of "
                          f"{', '.join(WATERMARK_POLICIES)}")
+
+
+def file_batches(mtime_us: Sequence[int], paths: Sequence[str], per_batch: int) -> np.ndarray:
+    """``--trigger-files N`` (``maxFilesPerTrigger``): the micro-batch of each of a
+    stream's files.  FileStreamSource.scala ``fetchAllFiles`` sorts the files by
+    modification time (``getModificationTime``, ms) and ``fetchMaxOffset`` takes
+    the next ``maxFilesPerTrigger`` of them per batch; files with the same
+    millisecond are taken in path order (Spark keeps its listing order for
+    them).  File ``f`` is in batch ``rank(f) // N``."""
+    order = sorted(range(len(paths)), key=lambda f: (int(mtime_us[f]) // MS, str(paths[f])))
+    batch = np.empty(len(paths), np.int64)
+    batch[np.asarray(order, dtype=np.int64)] = np.arange(len(paths), dtype=np.int64) // per_batch
+    return batch
+
+
+def file_batch_times(batches: Sequence[np.ndarray], mtime_us: Sequence[np.ndarray]) -> np.ndarray:
+    """When each micro-batch of ``--trigger-files`` runs, given every stream's file
+    batches and modification times (µs): batch ``j`` runs once all its files exist,
+    and after batch ``j - 1``: ``P[j] = max(latest mtime of the files of batches
+    0..j, P[j - 1] + 1 µs)``.  One more entry, ``P[-1] = P[B - 1] + 1 µs``, is the
+    no-data batch after the last."""
+    count = 1 + max((int(b.max()) for b in batches if len(b)), default=-1)
+    latest = np.full(count, np.iinfo(np.int64).min, np.int64)
+    for b, m in zip(batches, mtime_us):
+        np.maximum.at(latest, np.asarray(b, dtype=np.int64), np.asarray(m, dtype=np.int64))
+    done = np.maximum.accumulate(latest)      # (some stream has files in every batch 0..count - 1)
+    times = np.empty(count + 1, np.int64)
+    for j in range(count):                    # one step per batch (a batch holds whole files), not per row
+        times[j] = done[j] if j == 0 else max(int(done[j]), int(times[j - 1]) + 1)
+    times[count] = times[count - 1] + 1 if count else 0
+    return times
+
+
+def file_arrivals(file_of_row: Sequence[np.ndarray], mtime_us: Sequence[Sequence[int]],
+                  paths: Sequence[Sequence[str]], per_batch: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """``--trigger-files N`` for every stream at once: each row's arrival (the time
+    its file's batch runs, :func:`file_batch_times`) and those times.  Per stream:
+    ``file_of_row`` the index of each row's file in ``paths`` / ``mtime_us``."""
+    batches = [file_batches(m, p, per_batch) for m, p in zip(mtime_us, paths)]
+    times = file_batch_times(batches, [np.asarray(m, dtype=np.int64) for m in mtime_us])
+    arrivals = [times[b[np.asarray(f, dtype=np.int64)]] if len(f) else np.empty(0, np.int64)
+                for b, f in zip(batches, file_of_row)]
+    return arrivals, times

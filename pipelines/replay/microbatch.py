@@ -51,24 +51,30 @@ class MicroBatches:
         batch: micro-batch of each tuple (int64, 0-based from the first arrival's).
         removal: batch at whose end each tuple leaves the state (see module doc).
         origin_us: start of batch 0 (a multiple of ``trigger_us``).
-        trigger_us: the micro-batch interval.
+        trigger_us: the micro-batch interval (``None`` with ``--trigger-files``).
         occupied: the batches that hold rows, increasing.
         watermark_ms: global watermark in force for each occupied batch (``wm[j]``).
         late_ms: watermark of its late filter (``wm[j - 1]``), per occupied batch.
         outer_side: the outer join's outer stream (0 left, 1 right), ``None`` for inner.
+        times_us: ``--trigger-files``: when each batch runs (the no-data batch
+            after the last included); rows arrive then (:func:`batch_of`).
     """
 
     batch: np.ndarray
     removal: np.ndarray
     origin_us: int
-    trigger_us: int
+    trigger_us: int | None
     occupied: np.ndarray
     watermark_ms: np.ndarray
     late_ms: np.ndarray
     outer_side: int | None = None
+    times_us: np.ndarray | None = None
 
     def end_us(self, batch: np.ndarray) -> np.ndarray:
-        """End of each given batch: when it is processed and its results emitted."""
+        """End of each given batch: when it is processed and its results emitted
+        (``--trigger-files``: ``times_us``, when the batch runs)."""
+        if self.times_us is not None:
+            return self.times_us[np.asarray(batch, dtype=np.int64)]
         return self.origin_us + (np.asarray(batch, dtype=np.int64) + 1) * self.trigger_us
 
     @property
@@ -90,6 +96,24 @@ def state_watermark_us(watermark_ms: np.ndarray, window_us: int) -> np.ndarray:
     return (_trunc_div(np.asarray(watermark_ms, dtype=np.int64) * MS - window_us, MS) - 1) * MS
 
 
+def batch_of(arrival: np.ndarray, policy) -> tuple[np.ndarray, int]:
+    """Each tuple's micro-batch (replay order, arrival non-decreasing) and the
+    trigger grid's first interval ``b0``: ``arrival // T - b0`` (rule 1); with
+    ``--trigger-files`` a tuple arrives exactly when its batch runs, so its batch
+    is the index of its arrival in ``batch_times_us`` (``b0 = 0``)."""
+    if policy.trigger_files is not None:
+        if policy.batch_times_us is None:
+            raise ValueError("spark-ss --trigger-files: batch_times_us is set once the files are listed")
+        times = np.asarray(policy.batch_times_us, dtype=np.int64)
+        batch = np.searchsorted(times, arrival).astype(np.int64)
+        if len(arrival) and not np.array_equal(times[np.minimum(batch, len(times) - 1)], arrival):
+            raise ValueError("spark-ss --trigger-files: a tuple's arrival is not the time of a batch")
+        return batch, 0
+    T = int(policy.trigger_us)
+    base = int(arrival[0]) // T if len(arrival) else 0
+    return arrival // T - base, base
+
+
 def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: int, windows,
                   policy) -> tuple[MicroBatches, np.ndarray]:
     """Batches, watermarks, late drops and state removals of a replay.
@@ -98,13 +122,13 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
     non-decreasing).  Returns the :class:`MicroBatches` and the ``dropped`` mask.
     """
     N = len(ts)
-    T = int(policy.trigger_us)
+    T = policy.trigger_us
+    times = None if policy.batch_times_us is None else np.asarray(policy.batch_times_us, dtype=np.int64)
     W = np.asarray(windows, dtype=np.int64)
     if N == 0:
         empty = np.empty(0, np.int64)
-        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.outer_side), np.zeros(0, bool)
-    base = int(arrival[0]) // T
-    batch = arrival // T - base
+        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.outer_side, times), np.zeros(0, bool)
+    batch, base = batch_of(arrival, policy)
     starts = np.flatnonzero(np.diff(batch, prepend=-1))        # first index of each occupied batch
     occupied = batch[starts]
     K = len(occupied)
@@ -149,8 +173,9 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
         first = np.maximum(first, pos[k_of[mine]])
         removal[mine] = np.where(first < len(ev_batch), ev_batch[np.minimum(first, len(ev_batch) - 1)], NEVER)
     removal[dropped] = batch[dropped]                           # never stored
-    return MicroBatches(batch=batch, removal=removal, origin_us=base * T, trigger_us=T, occupied=occupied,
-                        watermark_ms=current, late_ms=before, outer_side=policy.outer_side), dropped
+    return MicroBatches(batch=batch, removal=removal, origin_us=base * T if T else 0, trigger_us=T,
+                        occupied=occupied, watermark_ms=current, late_ms=before, outer_side=policy.outer_side,
+                        times_us=times), dropped
 
 
 def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
@@ -242,6 +267,7 @@ def settings_report(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n
     return {
         "watermark_us": list(policy.watermark),
         "trigger_us": mb.trigger_us,
+        **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
         "watermark_policy": policy.watermark_policy,
         "batch_origin_us": mb.origin_us,
         "batches": mb.batches,

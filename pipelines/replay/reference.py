@@ -404,9 +404,7 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
     """
     if len(streams) != 2:
         raise ValueError("spark-ss joins two streams")
-    MS = 1000
     T = policy.trigger_us
-    outer_side = policy.outer_side
     out = MicroBatchReference(truth=brute_force_truth(streams, windows, predicate))
     tuples = replay_order(streams)
     if not tuples:
@@ -415,6 +413,61 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
     by_batch: dict[int, list[RefTuple]] = {}
     for x in tuples:
         by_batch.setdefault(x.arrival // T - base, []).append(x)
+    return _micro_batch_loop(by_batch, lambda j: (base + j + 1) * T, lambda x: x.arrival, windows, policy,
+                             predicate, out)
+
+
+def replay_micro_batches_files(files: Sequence[Sequence[tuple[str, int, Sequence[RefTuple]]]],
+                               windows: Sequence[int], policy: PolicySpec,
+                               predicate: Predicate | None = None) -> MicroBatchReference:
+    """The same join with micro-batches cut by input files (``--trigger-files N``,
+    ``maxFilesPerTrigger``).  ``files``: per stream, its files as ``(path,
+    modification time µs, rows)``.  Each stream's files are taken in order of
+    modification time in whole ms, then path, ``N`` per batch; batch ``j`` runs at
+    ``P(j)``: the latest modification time of the files of batches ``0..j``, or
+    1 µs after ``P(j - 1)`` if that is later; the no-data batch after the last
+    at ``P(last) + 1 µs``.  A row arrives when its batch runs (its arrival
+    field is not read)."""
+    if len(files) != 2:
+        raise ValueError("spark-ss joins two streams")
+    N = policy.trigger_files
+    streams = [[x for _, _, rows in fs for x in rows] for fs in files]
+    out = MicroBatchReference(truth=brute_force_truth(streams, windows, predicate))
+    batch_of: dict[tuple[int, int], int] = {}
+    latest: dict[int, int] = {}
+    for fs in files:
+        for rank, (path, mtime, rows) in enumerate(sorted(fs, key=lambda f: (f[1] // 1000, f[0]))):
+            j = rank // N
+            latest[j] = max(latest.get(j, mtime), mtime)
+            for x in rows:
+                batch_of[(x.stream, x.row)] = j
+    if not latest:
+        return out
+    runs: list[int] = []
+    for j in range(max(latest) + 1):
+        at = max(latest[k] for k in range(j + 1))
+        runs.append(at if not runs else max(at, runs[-1] + 1))
+    runs.append(runs[-1] + 1)
+    by_batch: dict[int, list[RefTuple]] = {}
+    for s in streams:
+        for x in s:
+            by_batch.setdefault(batch_of[(x.stream, x.row)], []).append(x)
+    for j in by_batch:      # replay order inside a batch: stream, then row (they all arrive at P(j))
+        by_batch[j].sort(key=lambda x: (x.stream, x.row))
+    if not by_batch:
+        return out
+    return _micro_batch_loop(by_batch, lambda j: runs[j], lambda x: runs[batch_of[(x.stream, x.row)]], windows,
+                             policy, predicate, out)
+
+
+def _micro_batch_loop(by_batch: dict[int, list[RefTuple]], end_of, arrival_of, windows: Sequence[int],
+                      policy: PolicySpec, predicate: Predicate | None, out: MicroBatchReference
+                      ) -> MicroBatchReference:
+    """The per-batch loop of :func:`replay_micro_batches` over the rows of each
+    batch (``by_batch``); batch ``j`` emits at ``end_of(j)``, a row arrived at
+    ``arrival_of(row)``."""
+    MS = 1000
+    outer_side = policy.outer_side
     last = max(by_batch)
     own: list[int | None] = [None, None]        # each stream's watermark (ms); None: no rows yet
     global_wm = 0                               # the query's watermark (ms), never moves down
@@ -422,7 +475,7 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
     state: list[list[list]] = [[], []]          # per side: [row, matched]
     for j in range(last + 2):
         wm = global_wm
-        end = (base + j + 1) * T
+        end = end_of(j)
         rows = by_batch.get(j, [])
         live = []
         for x in rows:
@@ -440,14 +493,14 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
                     y = entry[0]
                     pair = (x, y) if side == 0 else (y, x)
                     if is_valid(pair, windows, predicate):
-                        out.emitted[_combo(pair)] = (j, end, end - max(x.arrival, y.arrival))
+                        out.emitted[_combo(pair)] = (j, end, end - max(arrival_of(x), arrival_of(y)))
                         entry[1] = matched = True
                 if side == 0 or x.ts > state_wm[side] or (outer_side == 1 and not matched):
                     state[side].append([x, matched])
         for side in (0, 1):
             for x, matched in state[side]:
                 if x.ts <= state_wm[side] and side == outer_side and not matched:
-                    out.outer[(x.stream, x.row)] = (j, end, end - x.arrival)
+                    out.outer[(x.stream, x.row)] = (j, end, end - arrival_of(x))
             state[side] = [e for e in state[side] if e[0].ts > state_wm[side]]
         if j > last:
             break                               # the no-data batch after the last: nothing more runs

@@ -6,6 +6,7 @@ nightly runs, more than two streams, outer joins of other policies)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from helpers.cli import run_cli
 from helpers.spark_ss import local_spark_ss
 
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.replay.reference import RefTuple
+from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches_files
 
 S = 1_000_000
 T0 = 1_700_000_000 * S
@@ -181,8 +182,68 @@ def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, ext
     (["--policy", "flink", "--watermark", "1s", "--join", "right"], "--join right: outer joins"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--join", "full"],
      "--join full: expected one of inner, left, right"),
+    (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--trigger-files", "2"], "not both"),
+    (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "0"], "--trigger-files 0: expected"),
+    (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2"], "drop the arrival column of left, right"),
+    (["--policy", "static", "--retention", "1s", "--trigger-files", "2"], "--trigger-files: a setting of --policy"),
 ])
 def test_bad_settings_are_one_line_exit_2(data: Path, tmp_path: Path, extra, needle) -> None:
     proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def write_file_streams(root: Path) -> list:
+    """Two streams as directories of Parquet files with set modification times (no
+    arrival column); returns them as the model takes them: per stream ``(path,
+    mtime µs, rows)``, rows numbered in path order as the loader reads them."""
+    rng = np.random.default_rng(9)
+    files = []
+    for i, name in enumerate(("left", "right")):
+        side = root / name
+        side.mkdir()
+        written = []
+        for k in range(6):
+            n = int(rng.integers(0, 12))
+            ts = (T0 + k * 5 * S + rng.integers(0, 30 * S, n)).tolist()
+            keys = rng.integers(0, 3, n).tolist()
+            path = side / f"part-{(5 - k) if i else k}.parquet"      # right: names against the time order
+            pl.DataFrame({"ts": ts, "key": keys}, schema={"ts": pl.Int64, "key": pl.Int64}).with_columns(
+                pl.col("ts").cast(pl.Datetime("us"))).write_parquet(path)
+            # whole seconds + 250 µs; files k = 2, 3 of one stream share a millisecond, so the path decides
+            mtime_ns = (1_700_000_100 + 10 * k - (k == 3) * 10) * 1_000_000_000 + 250_000
+            os.utime(path, ns=(mtime_ns, mtime_ns))
+            written.append((str(path), mtime_ns // 1000, ts, keys))
+        row, fs = 0, []
+        for path, mtime, ts, keys in sorted(written):
+            fs.append((path, mtime, [RefTuple(i, row + r, t, 0, (k,)) for r, (t, k) in enumerate(zip(ts, keys))]))
+            row += len(ts)
+        files.append(fs)
+    return files
+
+
+def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> None:
+    """--trigger-files 2: two files per stream per batch by modification time, then
+    path; rows arrive when their batch runs.  The run's rows, batches, drops and
+    emission times are the per-batch reference's, which cuts the files itself."""
+    files = write_file_streams(tmp_path)
+    out = tmp_path / "out"
+    run_cli(["run", "--stream", f"left={tmp_path / 'left'}", "--stream", f"right={tmp_path / 'right'}",
+             "--key", "key", "--window", "2s", "--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2",
+             "--join", "left", "--out", str(out)], tmp_path)
+    policy = PolicySpec("spark-ss", watermark=(S, S), trigger_files=2, watermark_policy="min", join="left")
+    ref = replay_micro_batches_files(files, (2 * S, 2 * S), policy)
+    results = pl.read_parquet(out / "results.parquet")
+    report = json.loads((out / "report.json").read_text())
+    pairs = results.filter(pl.col("right_row").is_not_null())
+    assert {(r["left_row"], r["right_row"], r["batch"], r["emit_us"]) for r in pairs.iter_rows(named=True)} == \
+        {(left, right, b, e) for (left, right), (b, e, _) in ref.emitted.items()}
+    padded = results.filter(pl.col("right_row").is_null())
+    assert {(r, b, e) for r, b, e in padded.select("left_row", "batch", "emit_us").rows()} == \
+        {(row, b, e) for (_, row), (b, e, _) in ref.outer.items()}
+    assert [s["dropped_late"] for s in report["streams"]] == [sum(1 for s, _ in ref.dropped if s == i) for i in (0, 1)]
+    assert report["policy_settings"]["trigger_files"] == 2 and report["policy_settings"]["trigger_us"] is None
+    assert report["policy_settings"]["batches"] == 3 and len(pairs) < report["truth_results"]
+    # a row arrives when its batch runs: the latest modification time of its batch's files (s 110, 120 -- two
+    # files -- and 150, + 250 µs)
+    assert set(results["left_arrival_us"].to_list()) == {(1_700_000_000 + t) * S + 250 for t in (110, 120, 150)}

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches
+from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches, replay_micro_batches_files
 
-from helpers.spark_ss import local_spark_ss, spark_problems
+from helpers.spark_ss import local_spark_ss, local_spark_ss_files, spark_file_problems, spark_problems
 
 MS = 1000
 S = 1_000_000
@@ -29,6 +29,23 @@ def test_columns_equal_reference(problem):
     streams, windows, policy = problem
     ref = replay_micro_batches(streams, windows, policy)
     fast = local_spark_ss(streams, windows, policy)
+    assert fast.truth == ref.truth
+    assert fast.emitted == ref.emitted
+    assert fast.outer == ref.outer
+    assert fast.dropped == ref.dropped
+    assert fast.state_rows == ref.state_rows
+    assert fast.watermarks == ref.watermarks
+
+
+@settings(max_examples=300, deadline=None)
+@given(spark_file_problems())
+def test_file_batches_equal_reference(problem):
+    """--trigger-files N: batches cut by files (modification time in ms, then path;
+    N per stream per batch), run at their files' times: the same as the per-batch
+    reference, which cuts the batches itself."""
+    files, windows, policy = problem
+    ref = replay_micro_batches_files(files, windows, policy)
+    fast = local_spark_ss_files(files, windows, policy)
     assert fast.truth == ref.truth
     assert fast.emitted == ref.emitted
     assert fast.outer == ref.outer
