@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-from helpers.spark_ss import local_spark_ss
+from helpers.spark_ss import local_spark_ss, local_spark_ss_files
 
 from streamjoin.pipelines.engines.spark.session import spark_session
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches
+from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches, replay_micro_batches_files
 
 MS = 1000
 S = 1_000_000
@@ -80,7 +81,7 @@ def write_batches(root: Path, streams, trigger_us: int) -> int:
     return batches
 
 
-def real_spark(spark, root: Path, windows, policy: PolicySpec) -> dict:
+def real_spark(spark, root: Path, windows, policy: PolicySpec, max_files: int = 1) -> dict:
     """Run the join (``policy.join``: inner, left or right outer) through Spark;
     ``emitted``: ``(batch id, left row, right row)``, ``None`` for a null-padded side."""
     from pyspark.sql import functions as F
@@ -88,7 +89,7 @@ def real_spark(spark, root: Path, windows, policy: PolicySpec) -> dict:
     spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", policy.watermark_policy)
 
     def side(i: int, p: str):
-        return (spark.readStream.schema("row BIGINT, key BIGINT, ts BIGINT").option("maxFilesPerTrigger", 1)
+        return (spark.readStream.schema("row BIGINT, key BIGINT, ts BIGINT").option("maxFilesPerTrigger", max_files)
                 .parquet(str(root / f"s{i}"))
                 .select(F.col("row").alias(f"{p}row"), F.col("key").alias(f"{p}key"),
                         F.expr("timestamp_micros(ts)").alias(f"{p}ts"))
@@ -206,3 +207,32 @@ def test_left_row_at_its_state_watermark_meets_the_right_row_of_its_batch(spark,
     assert real["emitted"] == {(b, left, right) for (left, right), (b, _, _) in ours.emitted.items()} \
         == {(0, 0, 0), (1, 1, 1)}
     assert real["progress"][1]["stateOperators"][0]["numRowsTotal"] == sum(ours.state_rows[1]) == 3
+
+
+def test_trigger_files_batches_as_spark_max_files_per_trigger(spark, tmp_path):
+    """--trigger-files 2 against maxFilesPerTrigger = 2 on the same files (one per
+    stream per second of arrival, modification times in that order): the same
+    rows with the same batch ids, drops and state rows per batch; a left outer
+    join, so the null-padded rows too."""
+    streams = disordered(31, 40, 8.0)
+    per_second = PolicySpec("spark-ss", watermark=(300 * MS, 300 * MS), trigger_us=S, watermark_policy="min",
+                            join="left")
+    write_batches(tmp_path, streams, S)
+    files = []
+    for i, s in enumerate(streams):
+        side = []
+        for f in sorted((tmp_path / f"s{i}").glob("*.parquet")):
+            rows = set(pl.read_parquet(f)["row"].to_list())
+            side.append((str(f), f.stat().st_mtime_ns // 1000, [t for t in s if t.row in rows]))
+        files.append(side)
+    policy = replace(per_second, trigger_us=None, trigger_files=2)
+    real = real_spark(spark, tmp_path, (800 * MS, 800 * MS), policy, max_files=2)
+    ours = local_spark_ss_files(files, (800 * MS, 800 * MS), policy)
+    rows = {(b, left, right) for (left, right), (b, _, _) in ours.emitted.items()}
+    rows |= {(b, row, None) for (_, row), (b, _, _) in ours.outer.items()}
+    assert real["emitted"] == rows and ours.outer and 0 < len(ours.emitted) < len(ours.truth)
+    batches = len(ours.state_rows)
+    ops = [real["progress"][j]["stateOperators"][0] for j in range(batches)]
+    assert [op["numRowsTotal"] for op in ops] == [left + right for left, right in ours.state_rows]
+    assert sum(op["numRowsDroppedByWatermark"] for op in ops) == len(ours.dropped) > 0
+    assert ours.emitted == replay_micro_batches_files(files, (800 * MS, 800 * MS), policy).emitted
