@@ -9,8 +9,9 @@ Families:
   pass a K-slack sort buffer, a synchronising merge, then an in-order window
   join; ``K_i`` sets how long the sort buffer waits.
 * **micro-batch** (``spark-ss``): an engine emulation (SPEC §4.4) -- Spark
-  Structured Streaming's stream-stream join, arrivals cut into micro-batches
-  by ``--trigger``, a global watermark from ``--watermark`` per stream
+  Structured Streaming's stream-stream join (inner or ``--join left|right``
+  outer), arrivals cut into micro-batches by ``--trigger`` (or input files by
+  ``--trigger-files``), a global watermark from ``--watermark`` per stream
   (:mod:`.spark_ss` states the rules and their sources).
 * **interval join** (``flink``): an engine emulation (SPEC §4.4) -- Flink's
   DataStream interval join, per-input bounded-out-of-orderness watermarks

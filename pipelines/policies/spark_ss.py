@@ -2,7 +2,8 @@
 
 Settings (validated here): ``--watermark DUR`` per stream (``withWatermark``
 delay, whole milliseconds, as Spark keeps it), ``--trigger DUR`` (the
-micro-batch interval of arrival time) and ``--watermark-policy min|max``
+micro-batch interval of arrival time) or ``--trigger-files N`` (N input files
+per stream per batch), ``--watermark-policy min|max``
 (``spark.sql.streaming.multipleWatermarkPolicy``) and ``--join
 inner|left|right`` (``df.join(other, cond, "left_outer")``).  Two streams: stream 0
 is the join's left side, stream 1 its right side, and the join condition is
@@ -14,7 +15,9 @@ The rules, each with the Spark source it comes from (the column form is
 says the same with examples):
 
 1. **Micro-batches** (``ProcessingTimeExecutor`` in TriggerExecutor.scala:
-   triggers fire at multiples of the interval).  Batch ``j`` holds the
+   triggers fire at multiples of the interval; with ``--trigger-files N``
+   instead, FileStreamSource.scala's ``maxFilesPerTrigger``:
+   :func:`file_batches`, :func:`file_batch_times`).  Batch ``j`` holds the
    arrivals in ``[(b0 + j) T, (b0 + j + 1) T)``, ``b0 = floor(first
    arrival / T)``; every interval from the first arrival's to the last is a
    batch, empty ones included.  A batch is processed, and its results
