@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from helpers.adapters import parquet_ref_streams
 from helpers.cli import run_cli
 from helpers.spark_ss import local_spark_ss
 
@@ -61,12 +62,7 @@ def test_run_writes_batches_drops_and_settings_equal_to_the_model(data: Path, tm
     report = json.loads((out / "report.json").read_text())
     results = pl.read_parquet(out / "results.parquet")
     # the same rows, batches and drops as the model on the same tuples (row numbers = file order)
-    frames = [pl.read_parquet(data / f"{s}.parquet").with_columns(pl.col("ts", "arrival").cast(pl.Int64))
-              for s in ("left", "right")]
-    streams = [[RefTuple(i, r, t, a, (k,)) for r, (t, a, k) in enumerate(f.select("ts", "arrival", "key").rows())]
-               for i, f in enumerate(frames)]
-    model = local_spark_ss(streams, (2 * S, 2 * S),
-                           PolicySpec("spark-ss", watermark=(S, 3 * S), trigger_us=5 * S, watermark_policy="max"))
+    model = model_of(data, PolicySpec("spark-ss", watermark=(S, 3 * S), trigger_us=5 * S, watermark_policy="max"))
     assert set(results.select("left_row", "right_row", "batch").rows()) == \
         {(left, right, b) for (left, right), (b, _, _) in model.emitted.items()}
     assert report["emitted_results"] == len(model.emitted) < report["truth_results"]
@@ -81,11 +77,7 @@ def test_run_writes_batches_drops_and_settings_equal_to_the_model(data: Path, tm
 
 
 def model_of(data: Path, policy: PolicySpec):
-    frames = [pl.read_parquet(data / f"{s}.parquet").with_columns(pl.col("ts", "arrival").cast(pl.Int64))
-              for s in ("left", "right")]
-    streams = [[RefTuple(i, r, t, a, (k,)) for r, (t, a, k) in enumerate(f.select("ts", "arrival", "key").rows())]
-               for i, f in enumerate(frames)]
-    return local_spark_ss(streams, (2 * S, 2 * S), policy)
+    return local_spark_ss(parquet_ref_streams(data), (2 * S, 2 * S), policy)
 
 
 @pytest.mark.parametrize("join", ["left", "right"])
