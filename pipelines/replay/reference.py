@@ -28,9 +28,10 @@ Semantics in brief (SPEC is authoritative)
   step with ``R(a) >= y.ts`` (or the end of input, where everything left is
   flushed).  Released tuples enter an in-order window join; after all
   releases of a step the join state drops tuples with ``x.ts + W_s < R(a)``.
-* **Micro-batch emulation** (``spark-ss``, :func:`replay_micro_batches`): a
-  loop over Spark Structured Streaming's micro-batches with explicit state
-  lists (docs/semantics.md, "spark-ss").
+* **Micro-batch emulation** (``spark-ss``, :func:`replay_micro_batches`;
+  batches cut by input files: :func:`replay_micro_batches_files`): a loop
+  over Spark Structured Streaming's micro-batches with explicit state lists
+  and matched flags, inner and outer joins (docs/semantics.md, "spark-ss").
 * **Interval-join emulation** (``flink``, :func:`replay_interval_join`): a
   loop over records and watermarks with explicit generators, per-input
   watermarks, buffers and cleanup timers (docs/semantics.md, "flink").
