@@ -99,6 +99,8 @@ BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="q
 TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
 WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
 WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
+TriggerFilesOpt = Annotated[Optional[int], typer.Option("--trigger-files", help="spark-ss: micro-batches of N input files per stream (maxFilesPerTrigger; files by modification time, then path; rows arrive when their batch runs), instead of --trigger DUR")]
+JoinOpt = Annotated[Optional[str], typer.Option("--join", help="spark-ss: inner | left | right; an outer join emits the side's unmatched rows null-padded when the watermark evicts them (default: inner)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
@@ -291,6 +293,8 @@ def run(
     trigger: TriggerOpt = None,
     watermark: WatermarkOpt = None,
     watermark_policy: WatermarkPolicyOpt = None,
+    join: JoinOpt = None,
+    trigger_files: TriggerFilesOpt = None,
     watermark_interval: WatermarkIntervalOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
@@ -333,7 +337,7 @@ def run(
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
         optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
-        watermark_interval=watermark_interval,
+        watermark_interval=watermark_interval, join=join, trigger_files=trigger_files,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

@@ -59,6 +59,16 @@ def latency_summary_of(latency: np.ndarray, mask: np.ndarray) -> dict[str, float
     return latency_summary(latency[mask])
 
 
+def outer_join_summary(outer, join: str, names: Sequence[str]) -> dict[str, Any]:
+    """``report.json`` ``outer_join`` of an outer join (``spark-ss --join left|right``):
+    the null-padded rows (``outer``: :class:`~streamjoin.pipelines.replay.microbatch.OuterRows`),
+    how many and their latency (emission at the end of the batch that evicts the row,
+    minus its arrival).  They are not results of the truth (the inner pairs), so
+    recall, ``emitted_results`` and ``latency_us`` leave them out."""
+    return {"join": join, "stream": names[outer.stream], "rows": int(len(outer.index)),
+            "latency_us": latency_summary(outer.latency_us)}
+
+
 def recall_of(emitted: int, truth: int) -> float:
     return 1.0 if truth == 0 else emitted / truth
 

@@ -31,9 +31,11 @@ is ``G(j) <= g*`` for some batch ``j`` and largest admissible watermark ``g*``
   ``wm[b_x - 1] = G(b_x - 2)``): ``1000 G < ts_x`` iff ``G <= c_x - 1``,
   ``c_x = ceil(ts_x / 1000)`` -- never for ``ts_x <= 0`` (Spark drops rows at
   or before the epoch whatever the delay);
-* the earlier member ``e`` (the left one on a tie; side ``s``) in state when
-  the later one probes (rules 5, 6): above side ``s``'s state watermark of
-  batch ``J = max(b_e, b_other - 1)``, which runs with ``G(J - 1)``:
+* members of different batches: the earlier member ``e`` (side ``s``) in
+  state when the later one probes (rules 5, 6): above side ``s``'s state
+  watermark of batch ``J = b_other - 1``, which runs with ``G(J - 1)``
+  (members of one batch always meet: every left row is stored before the
+  right rows probe):
   ``ts_e > 1000 (trunc((1000 G - W_s) / 1000) - 1)``.  With ``v = 1000 G -
   W_s`` that is ``trunc(v / 1000) <= c_e``; for ``c_e >= 1`` (a member at or
   before the epoch is late anyway) it is ``v <= 1000 c_e + 999`` (for
@@ -44,9 +46,12 @@ The pair's required delay is the largest of the three, and recall at ``D``
 is ``#{required <= D} / |truth|`` exactly: the curve over every delay, with
 no replay per candidate.  Worked example (W = 2 s both sides, 1 s
 batches): batch 0 sees both streams up to ``t0 + 20 s``, so ``F(0) = t0 +
-20 s``; a left row at ``t0 + 18 s - 1 ms`` arriving in batch 1 with its right
-partner is stored in batch 1 iff ``G(0) <= t0 + 18 s - 1 ms + 2 s - 1 ms``
-rounded as above, i.e. ``t0 + 20 s - 1 ms``: it needs ``D >= 1 ms``.
+20 s``; a left row at ``t0 + 18 s - 1 ms`` and its right partner 10 µs later,
+both in batch 1, need no delay (batch 1 filters with the watermark before
+batch 0, 0).  With the partner in batch 2 instead, the left row must survive
+batch 1's eviction, ``G(0) <= t0 + 20 s - 1 ms`` (``D >= 1 ms``), and the
+partner batch 2's late filter, ``G(0) <= ceil(ts_r / 1 ms) - 1 = t0 + 18 s - 1
+ms`` (``D >= 2001 ms``): it needs 2001 ms.
 
 Per-stream delays do not separate (``G`` takes the minimum or maximum over
 both streams' ``M_i - D_i``), so one delay serves both streams, as
@@ -65,6 +70,7 @@ from ..base.timeunits import GRID_STEPS_PER_RANGE, default_granularity, format_d
 from ..policies import PolicySpec
 from ..policies.spark_ss import MS
 from ..replay.candidates import Combos
+from ..replay.microbatch import batch_of
 from ..replay.progress import Replay
 from .metrics import fmt_recall
 from .tuning import (Curve, candidate_steps, curve_summary, evaluate, member_indexes, recommendation,
@@ -79,9 +85,12 @@ def _ceil_div(x: np.ndarray, d: int) -> np.ndarray:
     return -(-x // d)
 
 
-def frontier_ms(replay: Replay, trigger_us: int, watermark_policy: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per arrival index its batch; the occupied batches; ``F`` after each of them (ms, ``_LOW`` = -inf)."""
-    batch = replay.arrival // trigger_us - int(replay.arrival[0]) // trigger_us
+def frontier_ms(replay: Replay, trigger_us: int | None, watermark_policy: str,
+                batch: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per arrival index its batch (``batch`` if given: ``--trigger-files``); the
+    occupied batches; ``F`` after each of them (ms, ``_LOW`` = -inf)."""
+    if batch is None:
+        batch = replay.arrival // trigger_us - int(replay.arrival[0]) // trigger_us
     starts = np.flatnonzero(np.diff(batch, prepend=-1))
     ts_ms = replay.ts // MS
     per_stream = []
@@ -99,16 +108,17 @@ def _need(F: np.ndarray, gstar: np.ndarray) -> np.ndarray:
     return np.where(gstar < 0, UNREACHABLE, need)
 
 
-def required_watermark(replay: Replay, combos: Combos, windows: Sequence[int], trigger_us: int,
-                       watermark_policy: str, members: tuple[list[np.ndarray], np.ndarray] | None = None
-                       ) -> np.ndarray:
+def required_watermark(replay: Replay, combos: Combos, windows: Sequence[int], trigger_us: int | None,
+                       watermark_policy: str, members: tuple[list[np.ndarray], np.ndarray] | None = None,
+                       batch: np.ndarray | None = None) -> np.ndarray:
     """Least common ``withWatermark`` delay (µs, whole ms) at which each pair is emitted
-    (:data:`UNREACHABLE` if none); see the module doc."""
+    (:data:`UNREACHABLE` if none); see the module doc.  ``batch``: each arrival
+    index's micro-batch when not cut by ``trigger_us`` (``--trigger-files``)."""
     C = len(combos)
     if C == 0:
         return np.empty(0, np.int64)
     a, _ = members if members is not None else member_indexes(replay, combos)
-    batch, occupied, F_occ = frontier_ms(replay, int(trigger_us), watermark_policy)
+    batch, occupied, F_occ = frontier_ms(replay, trigger_us, watermark_policy, batch)
 
     def F_at(j: np.ndarray) -> np.ndarray:
         k = np.searchsorted(occupied, j, side="right") - 1
@@ -118,11 +128,12 @@ def required_watermark(replay: Replay, combos: Combos, windows: Sequence[int], t
     ts = [replay.ts[a[0]], replay.ts[a[1]]]
     c = [_ceil_div(t, MS) for t in ts]
     need = np.maximum(_need(F_at(b[0] - 2), c[0] - 1), _need(F_at(b[1] - 2), c[1] - 1))
-    left_first = b[0] <= b[1]
-    J = np.where(left_first, np.maximum(b[0], b[1] - 1), np.maximum(b[1], b[0] - 1))
+    left_first = b[0] < b[1]
+    J = np.maximum(b[0], b[1]) - 1
     c_e = np.where(left_first, c[0], c[1])
     W_e = np.where(left_first, int(windows[0]), int(windows[1]))
-    need = np.maximum(need, _need(F_at(J - 1), (MS * c_e + MS - 1 + W_e) // MS))   # c_e <= 0: late anyway
+    held = _need(F_at(J - 1), (MS * c_e + MS - 1 + W_e) // MS)    # c_e <= 0: late anyway
+    need = np.maximum(need, np.where(b[0] == b[1], 0, held))
     return np.where(need == UNREACHABLE, UNREACHABLE, need * MS)
 
 
@@ -144,9 +155,11 @@ def watermark_curve_only(replay: Replay, combos: Combos, windows: Sequence[int],
     over one common delay at the run's trigger and watermark policy, as
     :func:`~streamjoin.pipelines.analysis.tuning.curve_only` gives it for the other
     policies; targets no delay reaches map to None."""
-    values = required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members)
+    batch = batch_of(replay.arrival, policy)[0] if policy.trigger_files is not None else None
+    values = required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members, batch)
     out = curve_summary(watermark_curve(values, g), "spark-ss", q, targets)
     out.update(trigger_us=policy.trigger_us, watermark_policy=policy.watermark_policy,
+               **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
                unreachable_results=int(np.count_nonzero(values == UNREACHABLE)))
     return out
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError
-from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
+from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
                       parse_distance, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
@@ -61,7 +61,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # bad input (pipelines/io/load.py)
             "max_quarantine",
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
-            "watermark", "trigger", "watermark_policy",
+            "watermark", "trigger", "trigger_files", "watermark_policy", "join",
             # flink: Flink interval join emulation (pipelines/policies/flink.py)
             "watermark_interval")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
@@ -137,9 +137,13 @@ class RunConfig:
         d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
         # only recall-target policies have a target, only spark-ss the others
-        for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us"):
+        d["policy"].pop("batch_times_us", None)   # one per micro-batch: policy_settings has the count
+        for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us",
+                    "trigger_files"):
             if d["policy"].get(key) is None:
                 d["policy"].pop(key, None)
+        if d["policy"].get("join") == "inner":   # left out, so a nightly config hash stays what it was
+            d["policy"].pop("join")
         for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
             if stream.get("watermark_us") is None:
                 stream.pop("watermark_us", None)
@@ -173,6 +177,8 @@ class Flags:
     triggers: list[str] = field(default_factory=list)
     watermark: list[str] = field(default_factory=list)   # spark-ss: DUR or NAME=DUR
     watermark_policy: str | None = None                  # spark-ss: min | max
+    join: str | None = None                              # spark-ss: inner | left | right
+    trigger_files: int | None = None                     # spark-ss: N input files per micro-batch
     watermark_interval: str | None = None                # flink: DUR, 0 = per record
     distance: str | None = None
     where: str | None = None
@@ -305,17 +311,26 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
 
 
 def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], flags: Flags,
-                     run: dict[str, Any]) -> PolicySpec:
-    """``spark-ss``: watermark per stream, the micro-batch interval (``--trigger DUR``
-    or ``[run] trigger``) and the multiple-watermark policy."""
+                     run: dict[str, Any], join: str) -> PolicySpec:
+    """``spark-ss``: watermark per stream, the micro-batches (``--trigger DUR`` /
+    ``[run] trigger``, or ``--trigger-files N`` / ``[run] trigger_files``), the
+    multiple-watermark policy and the join type."""
     from ..policies.spark_ss import DEFAULT_WATERMARK_POLICY
 
     if len(batch_triggers) > 1:
         raise InputError(f"--trigger {batch_triggers[-1]}: one micro-batch interval, given {len(batch_triggers)}")
     raw = batch_triggers[0] if batch_triggers else run.get("trigger")
     trigger = _duration(raw, "trigger") if raw is not None else None
-    return PolicySpec(name="spark-ss", watermark=tuple(s.watermark_us for s in streams), trigger_us=trigger,
-                      watermark_policy=flags.watermark_policy or run.get("watermark_policy", DEFAULT_WATERMARK_POLICY))
+    files = flags.trigger_files if flags.trigger_files is not None else run.get("trigger_files")
+    policy = PolicySpec(name="spark-ss", watermark=tuple(s.watermark_us for s in streams), trigger_us=trigger,
+                        trigger_files=files, join=join,
+                        watermark_policy=flags.watermark_policy or run.get("watermark_policy",
+                                                                           DEFAULT_WATERMARK_POLICY))
+    given = [s.name for s in streams if s.arrival]
+    if files is not None and given:
+        raise InputError(f"--trigger-files: a row arrives when the micro-batch reading its file runs (files' "
+                         f"modification times); drop the arrival column of {', '.join(given)}")
+    return policy
 
 
 def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]) -> PolicySpec:
@@ -470,10 +485,22 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     # spark-ss's micro-batch interval shares --trigger with the controllers' KEY=VALUE thresholds
     batch_triggers = [t for t in flags.triggers if "=" not in t]
     flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
+    if policy_name != "spark-ss" and flags.trigger_files is not None:
+        raise InputError(f"--trigger-files: a setting of --policy spark-ss, not of {policy_name}")
     if policy_name != "flink" and (flags.watermark_interval is not None or "watermark_interval" in run):
         raise InputError(f"--watermark-interval: a setting of --policy flink, not of {policy_name}")
+    # --join / [run] join: outer joins are emulated by spark-ss only; tune-buffer counts inner pairs,
+    # which the join type does not change, so it tunes the inner join
+    join = flags.join or run.get("join", "inner")
+    if join not in JOIN_TYPES:
+        raise InputError(f"--join {join}: expected one of {', '.join(JOIN_TYPES)}")
+    if output_kind == "tune-buffer":
+        join = "inner"
+    if join != "inner" and policy_name not in OUTER_JOIN:
+        raise InputError(f"--join {join}: outer joins are emulated for --policy {', '.join(OUTER_JOIN)} only, "
+                         f"not {policy_name}")
     if policy_name == "spark-ss":
-        policy = _spark_ss_policy(resolved, batch_triggers, flags, run)
+        policy = _spark_ss_policy(resolved, batch_triggers, flags, run, join)
     elif policy_name == "flink" and not (flags.watermark_policy or batch_triggers):
         policy = _flink_policy(resolved, flags, run)
     else:

@@ -35,7 +35,7 @@ Guards against input that would load "successfully" into nonsense
 from __future__ import annotations
 
 import glob as globmod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config.settings import MAX_QUARANTINE, StreamConfig
+from ..policies import PolicySpec
+from ..policies.spark_ss import file_arrivals
 from ..base.errors import InputError, warn_once
 from ..base.timeunits import MAX_ABS_TS, TS_UNITS, UNIT_US, in_calendar_range
 from .columns import QUARANTINE_REASON, check_output_columns, payload_columns
@@ -70,6 +72,7 @@ class LoadedStream:
     files: list[Path]
     row_bytes: float          # Arrow bytes per row (memory estimates)
     vectors: np.ndarray | None = None  # (rows, d) float64 for the distance predicate
+    kept: np.ndarray | None = None     # rows read that were kept (not quarantined); None: all
 
     @property
     def name(self) -> str:
@@ -300,6 +303,7 @@ class Normalised:
     payload: pl.DataFrame
     quarantine: pl.DataFrame
     vectors: np.ndarray | None
+    kept: np.ndarray | None = None    # the rows kept, of the rows read (None: all)
 
 
 def stream_where(cfg: StreamConfig) -> str:
@@ -354,7 +358,8 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
                if cfg.vectors else None)
     payload = frame.select(payload_columns(cfg, frame.columns))
     return Normalised(ts=ts.to_numpy(), arrival=arrival.to_numpy(), keys=keys,
-                      payload=payload, quarantine=quarantine, vectors=vectors)
+                      payload=payload, quarantine=quarantine, vectors=vectors,
+                      kept=(~bad_mask).to_numpy() if quarantine.height else None)
 
 
 def reason_counts(quarantine: pl.DataFrame) -> dict[str, int]:
@@ -404,7 +409,33 @@ def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE
         files=files,
         vectors=part.vectors,
         row_bytes=row_bytes,
+        kept=part.kept,
     )
+
+
+def file_of_rows(stream: LoadedStream) -> np.ndarray:
+    """Index in ``stream.files`` of each row's file (rows are read in file order;
+    per-file row counts from the Parquet footers, quarantined rows left out)."""
+    counts = []
+    for f in stream.files:
+        try:
+            counts.append(pq.read_metadata(f).num_rows)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise unreadable_error(str(f), stream.name, exc) from None
+    index = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    return index if stream.kept is None else index[stream.kept]
+
+
+def with_file_batches(streams: list[LoadedStream], policy: PolicySpec) -> tuple[list[LoadedStream], PolicySpec]:
+    """``spark-ss --trigger-files N``: every row arrives when the micro-batch that
+    reads its file runs (:func:`~streamjoin.pipelines.policies.spark_ss.file_arrivals`:
+    files in order of modification time, then path, N per batch); the policy gets
+    the batches' times.  Returns the streams with those arrivals and the policy."""
+    mtimes = [[f.stat().st_mtime_ns // 1000 for f in s.files] for s in streams]
+    arrivals, times = file_arrivals([file_of_rows(s) for s in streams], mtimes,
+                                    [[str(f) for f in s.files] for s in streams], policy.trigger_files)
+    return ([replace(s, arrival=a) for s, a in zip(streams, arrivals)],
+            replace(policy, batch_times_us=tuple(int(t) for t in times)))
 
 
 def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 from ..analysis import metrics
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
-from ..io.load import LoadedStream, bad_arrivals_of, load_all
+from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import RESULTS_COMPRESSION, AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
@@ -83,10 +84,16 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     if cfg.period_us is None:  # a caller that did not resolve it (run_job does, before the join)
         cfg = with_period(cfg, 0 if first is None else last - first)
     names = [s.name for s in streams]
+    facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+                                 [s.ts for s in streams], outcome.replay, outcome.decisions)
+    outer = None
+    if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the null-padded rows
+        outer = metrics.outer_join_summary(em.outer, cfg.policy.join, names)
+        for i, f in enumerate(facts):
+            f["outer_rows"] = outer["rows"] if i == em.outer.stream else 0
     return report_build.report_body(
         cfg, command,
-        streams=metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
-                                     [s.ts for s in streams], outcome.replay, outcome.decisions),
+        streams=facts,
         truth=truth_n, emitted=emitted_n,
         duplicates=None,  # filled in by build_report
         latency=metrics.latency_summary_of(em.latency_us, em.emitted),
@@ -97,6 +104,7 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
                 "policy_settings": outcome.decisions.policy_settings},
         probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
+        sections={"outer_join": outer} if outer is not None else None,
     )
 
 
@@ -124,6 +132,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         streams = load_all(list(cfg.streams), cfg.max_quarantine)
         # checked with the inputs, so a bad --where fails before any work
         where_fn = where_of(cfg, streams)
+        if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
+            streams, policy = with_file_batches(streams, cfg.policy)
+            cfg = replace(cfg, policy=policy)
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
     with stages("join"):

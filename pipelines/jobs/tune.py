@@ -39,6 +39,9 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     if policy not in TUNE_POLICIES:
         raise InputError(f"--policy {policy}: tune-buffer tunes one of {', '.join(TUNE_POLICIES)}")
     spark_ss = cfg.policy if policy == "spark-ss" else None
+    if spark_ss is not None and spark_ss.trigger_files is not None:
+        raise InputError("tune-buffer --policy spark-ss cuts micro-batches by --trigger DUR only; "
+                         "[run] trigger_files is not tuned yet")
     if spark_ss is not None and per_period:
         raise InputError("--per-period: not available for --policy spark-ss yet (the overall delay only)")
     q = check_recall(q)

@@ -9,8 +9,9 @@ Families:
   pass a K-slack sort buffer, a synchronising merge, then an in-order window
   join; ``K_i`` sets how long the sort buffer waits.
 * **micro-batch** (``spark-ss``): an engine emulation (SPEC §4.4) -- Spark
-  Structured Streaming's stream-stream join, arrivals cut into micro-batches
-  by ``--trigger``, a global watermark from ``--watermark`` per stream
+  Structured Streaming's stream-stream join (inner or ``--join left|right``
+  outer), arrivals cut into micro-batches by ``--trigger`` (or input files by
+  ``--trigger-files``), a global watermark from ``--watermark`` per stream
   (:mod:`.spark_ss` states the rules and their sources).
 * **interval join** (``flink``): an engine emulation (SPEC §4.4) -- Flink's
   DataStream interval join, per-input bounded-out-of-orderness watermarks
@@ -51,6 +52,11 @@ ADAPTIVE = ("qjoin", "qkslack")
 
 POLICY_NAMES = tuple(FAMILY)
 
+#: ``--join`` values: inner, or the outer side of a left / right outer join
+JOIN_TYPES = ("inner", "left", "right")
+#: policies that emulate outer joins (null-padded rows emitted on state eviction)
+OUTER_JOIN = ("spark-ss",)
+
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -72,6 +78,15 @@ class PolicySpec:
         watermark_interval_us: how often the watermarks are emitted, of
             arrival time; 0 = after every record (``flink`` only, Flink's
             ``pipeline.auto-watermark-interval``).
+        trigger_files: ``spark-ss`` with micro-batches cut by input files:
+            this many files per stream per batch (``maxFilesPerTrigger``),
+            instead of ``trigger_us``.
+        batch_times_us: with ``trigger_files``, when each batch runs, the
+            no-data batch after the last included
+            (:func:`.spark_ss.file_batch_times`; set once the files are listed).
+        join: ``inner``, or ``left`` / ``right`` for an outer join whose
+            unmatched rows of that side are emitted null-padded (:data:`OUTER_JOIN`
+            policies only: ``spark-ss``).
     """
 
     name: str
@@ -82,10 +97,18 @@ class PolicySpec:
     trigger_us: int | None = None
     watermark_policy: str | None = None
     watermark_interval_us: int | None = None
+    join: str = "inner"
+    trigger_files: int | None = None
+    batch_times_us: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:
             raise InputError(f"unknown policy {self.name!r}: expected one of {', '.join(POLICY_NAMES)}")
+        if self.join not in JOIN_TYPES:
+            raise InputError(f"--join {self.join}: expected one of {', '.join(JOIN_TYPES)}")
+        if self.join != "inner" and self.name not in OUTER_JOIN:
+            raise InputError(f"--join {self.join}: outer joins are emulated for --policy "
+                             f"{', '.join(OUTER_JOIN)} only, not {self.name}")
         if self.name == "kslack" and self.k is None:
             raise InputError("policy kslack needs --k DURATION")
         if self.name == "static" and self.retention is None:
@@ -107,6 +130,11 @@ class PolicySpec:
     @property
     def family(self) -> str:
         return FAMILY[self.name]
+
+    @property
+    def outer_side(self) -> int | None:
+        """The stream whose unmatched rows an outer join emits (0 left, 1 right), or ``None``."""
+        return {"left": 0, "right": 1}.get(self.join)
 
     @property
     def adaptive(self) -> bool:

@@ -28,6 +28,9 @@ last-arriving member (largest arrival index ``a_y``):
       emit_time = end of batch max(b_0, b_1)
       latency   = emit_time - arrival[a_y]
 
+  and, in an outer join, the outer side's unmatched rows null-padded at the
+  end of the batch that evicts them (``Emission.outer``);
+
 * **interval-join family** (``flink``, two streams) -- emitted iff neither
   member was dropped as late and the earlier one was still buffered when the
   later one arrived (:mod:`~streamjoin.pipelines.replay.interval_join`)::
@@ -95,7 +98,8 @@ class Emission:
     only where ``emitted`` (computed for all rows to avoid copies;
     ``latency_us`` is a read-only broadcast 0 for the symmetric family).
     ``batch``: the micro-batch that emits each combination (micro-batch
-    family only, else ``None``).
+    family only, else ``None``).  ``outer``: an outer join's null-padded rows
+    (``spark-ss --join left|right``, else ``None``).
     """
 
     a: Sequence[np.ndarray]
@@ -104,6 +108,7 @@ class Emission:
     emit_us: np.ndarray
     latency_us: np.ndarray
     batch: np.ndarray | None = None
+    outer: microbatch.OuterRows | None = None
 
 
 class EmittedOnArrival(Emission):
@@ -137,8 +142,9 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     W = np.asarray(windows, dtype=np.int64)
     if not len(combos) and decisions.family in (MICROBATCH, INTERVAL_JOIN):
         empty = np.empty(0, np.int64)
+        outer = _outer_rows(replay, decisions, empty) if decisions.family == MICROBATCH else None
         return Emission(a=[empty] * replay.n, last=empty, emitted=np.empty(0, bool), emit_us=empty,
-                        latency_us=empty, batch=empty if decisions.family == MICROBATCH else None)
+                        latency_us=empty, batch=empty if decisions.family == MICROBATCH else None, outer=outer)
     if not len(combos):
         return _emission_columns(combos, replay, W, decisions)
     # a fixed retention's horizons are the (never decreasing) frontier shifted
@@ -332,8 +338,18 @@ def _emission_microbatch(combos: Combos, replay: Replay, decisions: Decisions, a
     mb = decisions.batches
     emitted, batch = microbatch.emitted_pairs(mb, decisions.dropped, a[0], a[1])
     emit_us = mb.end_us(batch)
+    outer = None if mb.outer_side is None else _outer_rows(replay, decisions, a[mb.outer_side][emitted])
     return Emission(a=a, last=arrivals.last, emitted=emitted, emit_us=emit_us,
-                    latency_us=emit_us - arrivals.arrival_us, batch=batch)
+                    latency_us=emit_us - arrivals.arrival_us, batch=batch, outer=outer)
+
+
+def _outer_rows(replay: Replay, decisions: Decisions, matched: np.ndarray) -> microbatch.OuterRows | None:
+    """An outer join's null-padded rows (``None`` for an inner join); ``matched``: the
+    arrival indexes of the outer side's members of the emitted pairs."""
+    mb = decisions.batches
+    if mb.outer_side is None:
+        return None
+    return microbatch.outer_rows(mb, decisions.dropped, replay.stream, replay.row, replay.arrival, matched)
 
 
 def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions) -> Emission:

@@ -7,8 +7,9 @@ every tuple at once.  Per tuple (arrival index ``a``):
 * ``batch[a]`` -- its micro-batch ``j`` (0 = the first arrival's interval);
 * ``dropped[a]`` -- late: ``ts <= wm[j - 1] * 1000``;
 * ``removal[a]`` -- the batch at whose end it leaves the join state
-  (``== batch`` when it was never stored; :data:`NEVER` if it is still held
-  after the last batch).
+  (``== batch`` when the state watermark of its own batch already reaches it;
+  :data:`NEVER` if it is still held after the no-data batch that follows the
+  last one).
 
 Only batches that hold rows are materialised (``occupied``): an empty batch
 changes no operator watermark, so its watermark is the next occupied batch's,
@@ -18,13 +19,16 @@ that watermark).  So a run costs O(rows), whatever the span / trigger.
 
 Emission of a valid pair ``(l, r)`` (left = stream 0) follows from these three
 columns (:func:`emitted_pairs`): neither member dropped, and the earlier member
-(the left one on a tie: left rows are stored before right rows probe) still in
-state when the later one probes::
+(the left one on a tie: every left row is stored before the right rows of its
+batch probe) still in state when the later one probes::
 
-    b_l <= b_r:  removal[l] >= max(b_r, b_l + 1)
+    b_l <= b_r:  removal[l] >= b_r
     b_l >  b_r:  removal[r] >= b_l
 
-emitted at the end of batch ``max(b_l, b_r)``.
+emitted at the end of batch ``max(b_l, b_r)``.  Outer joins (``--join
+left|right``, :func:`outer_rows`): a row of the outer side that is not dropped,
+is in no emitted pair and leaves the state (``removal != NEVER``) is emitted
+null-padded at the end of batch ``removal``.
 """
 
 from __future__ import annotations
@@ -47,22 +51,30 @@ class MicroBatches:
         batch: micro-batch of each tuple (int64, 0-based from the first arrival's).
         removal: batch at whose end each tuple leaves the state (see module doc).
         origin_us: start of batch 0 (a multiple of ``trigger_us``).
-        trigger_us: the micro-batch interval.
+        trigger_us: the micro-batch interval (``None`` with ``--trigger-files``).
         occupied: the batches that hold rows, increasing.
         watermark_ms: global watermark in force for each occupied batch (``wm[j]``).
         late_ms: watermark of its late filter (``wm[j - 1]``), per occupied batch.
+        outer_side: the outer join's outer stream (0 left, 1 right), ``None`` for inner.
+        times_us: ``--trigger-files``: when each batch runs (the no-data batch
+            after the last included); rows arrive then (:func:`batch_of`).
     """
 
     batch: np.ndarray
     removal: np.ndarray
     origin_us: int
-    trigger_us: int
+    trigger_us: int | None
     occupied: np.ndarray
     watermark_ms: np.ndarray
     late_ms: np.ndarray
+    outer_side: int | None = None
+    times_us: np.ndarray | None = None
 
     def end_us(self, batch: np.ndarray) -> np.ndarray:
-        """End of each given batch: when it is processed and its results emitted."""
+        """End of each given batch: when it is processed and its results emitted
+        (``--trigger-files``: ``times_us``, when the batch runs)."""
+        if self.times_us is not None:
+            return self.times_us[np.asarray(batch, dtype=np.int64)]
         return self.origin_us + (np.asarray(batch, dtype=np.int64) + 1) * self.trigger_us
 
     @property
@@ -84,6 +96,24 @@ def state_watermark_us(watermark_ms: np.ndarray, window_us: int) -> np.ndarray:
     return (_trunc_div(np.asarray(watermark_ms, dtype=np.int64) * MS - window_us, MS) - 1) * MS
 
 
+def batch_of(arrival: np.ndarray, policy) -> tuple[np.ndarray, int]:
+    """Each tuple's micro-batch (replay order, arrival non-decreasing) and the
+    trigger grid's first interval ``b0``: ``arrival // T - b0`` (rule 1); with
+    ``--trigger-files`` a tuple arrives exactly when its batch runs, so its batch
+    is the index of its arrival in ``batch_times_us`` (``b0 = 0``)."""
+    if policy.trigger_files is not None:
+        if policy.batch_times_us is None:
+            raise ValueError("spark-ss --trigger-files: batch_times_us is set once the files are listed")
+        times = np.asarray(policy.batch_times_us, dtype=np.int64)
+        batch = np.searchsorted(times, arrival).astype(np.int64)
+        if len(arrival) and not np.array_equal(times[np.minimum(batch, len(times) - 1)], arrival):
+            raise ValueError("spark-ss --trigger-files: a tuple's arrival is not the time of a batch")
+        return batch, 0
+    T = int(policy.trigger_us)
+    base = int(arrival[0]) // T if len(arrival) else 0
+    return arrival // T - base, base
+
+
 def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: int, windows,
                   policy) -> tuple[MicroBatches, np.ndarray]:
     """Batches, watermarks, late drops and state removals of a replay.
@@ -92,13 +122,13 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
     non-decreasing).  Returns the :class:`MicroBatches` and the ``dropped`` mask.
     """
     N = len(ts)
-    T = int(policy.trigger_us)
+    T = policy.trigger_us
+    times = None if policy.batch_times_us is None else np.asarray(policy.batch_times_us, dtype=np.int64)
     W = np.asarray(windows, dtype=np.int64)
     if N == 0:
         empty = np.empty(0, np.int64)
-        return MicroBatches(empty, empty, 0, T, empty, empty, empty), np.zeros(0, bool)
-    base = int(arrival[0]) // T
-    batch = arrival // T - base
+        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.outer_side, times), np.zeros(0, bool)
+    batch, base = batch_of(arrival, policy)
     starts = np.flatnonzero(np.diff(batch, prepend=-1))        # first index of each occupied batch
     occupied = batch[starts]
     K = len(occupied)
@@ -128,7 +158,8 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
     # watermark), then the empty batch after it, if any (the watermark it produced).
     gap = np.ones(K, bool)
     gap[:-1] = occupied[1:] > occupied[:-1] + 1
-    gap[-1] = False                                             # nothing runs after the last batch
+    # the last batch is followed by a no-data batch with the watermark it produced (Spark runs it
+    # when that watermark moved; otherwise it would evict nothing); nothing runs after it
     ev_batch = np.empty(K + int(gap.sum()), np.int64)
     ev_wm = np.empty_like(ev_batch)
     pos = np.arange(K) + np.concatenate([[0], np.cumsum(gap)[:-1]])   # event of occupied batch k
@@ -142,8 +173,9 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
         first = np.maximum(first, pos[k_of[mine]])
         removal[mine] = np.where(first < len(ev_batch), ev_batch[np.minimum(first, len(ev_batch) - 1)], NEVER)
     removal[dropped] = batch[dropped]                           # never stored
-    return MicroBatches(batch=batch, removal=removal, origin_us=base * T, trigger_us=T, occupied=occupied,
-                        watermark_ms=current, late_ms=before), dropped
+    return MicroBatches(batch=batch, removal=removal, origin_us=base * T if T else 0, trigger_us=T,
+                        occupied=occupied, watermark_ms=current, late_ms=before, outer_side=policy.outer_side,
+                        times_us=times), dropped
 
 
 def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
@@ -151,10 +183,47 @@ def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
     """For pairs given by their members' arrival indexes: (emitted mask, batch that emits them)."""
     bl, br = mb.batch[left], mb.batch[right]
     rl, rr = mb.removal[left], mb.removal[right]
-    emitted = np.where(bl <= br, rl >= np.maximum(br, bl + 1), rr >= bl)
+    emitted = np.where(bl <= br, rl >= br, rr >= bl)
     emitted &= ~dropped[left]
     emitted &= ~dropped[right]
     return emitted, np.maximum(bl, br)
+
+
+@dataclass
+class OuterRows:
+    """The null-padded rows of an outer join (one outer stream), in arrival order.
+
+    Attributes:
+        stream: the outer side (0 left, 1 right).
+        index: each row's arrival index.
+        row: each row's row number in its stream.
+        batch: the batch whose state eviction emits it (``removal``).
+        emit_us: the end of that batch.
+        latency_us: ``emit_us`` minus the row's arrival.
+    """
+
+    stream: int
+    index: np.ndarray
+    row: np.ndarray
+    batch: np.ndarray
+    emit_us: np.ndarray
+    latency_us: np.ndarray
+
+
+def outer_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, row: np.ndarray, arrival: np.ndarray,
+               matched: np.ndarray) -> OuterRows:
+    """The null-padded rows of ``mb.outer_side``: not dropped, in no emitted pair
+    (``matched``: arrival indexes of that side's members of the emitted pairs) and
+    evicted by a batch (``removal != NEVER``), each emitted at the end of batch
+    ``removal``."""
+    side = int(mb.outer_side)
+    out = (stream == side) & ~dropped & (mb.removal != NEVER)
+    out[np.asarray(matched, dtype=np.int64)] = False
+    index = np.flatnonzero(out)
+    batch = mb.removal[index]
+    emit_us = mb.end_us(batch)
+    return OuterRows(stream=side, index=index, row=row[index], batch=batch, emit_us=emit_us,
+                     latency_us=emit_us - arrival[index])
 
 
 def state_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int,
@@ -198,6 +267,7 @@ def settings_report(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n
     return {
         "watermark_us": list(policy.watermark),
         "trigger_us": mb.trigger_us,
+        **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
         "watermark_policy": policy.watermark_policy,
         "batch_origin_us": mb.origin_us,
         "batches": mb.batches,

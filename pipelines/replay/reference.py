@@ -28,9 +28,10 @@ Semantics in brief (SPEC is authoritative)
   step with ``R(a) >= y.ts`` (or the end of input, where everything left is
   flushed).  Released tuples enter an in-order window join; after all
   releases of a step the join state drops tuples with ``x.ts + W_s < R(a)``.
-* **Micro-batch emulation** (``spark-ss``, :func:`replay_micro_batches`): a
-  loop over Spark Structured Streaming's micro-batches with explicit state
-  lists (docs/semantics.md, "spark-ss").
+* **Micro-batch emulation** (``spark-ss``, :func:`replay_micro_batches`;
+  batches cut by input files: :func:`replay_micro_batches_files`): a loop
+  over Spark Structured Streaming's micro-batches with explicit state lists
+  and matched flags, inner and outer joins (docs/semantics.md, "spark-ss").
 * **Interval-join emulation** (``flink``, :func:`replay_interval_join`): a
   loop over records and watermarks with explicit generators, per-input
   watermarks, buffers and cleanup timers (docs/semantics.md, "flink").
@@ -363,6 +364,8 @@ class MicroBatchReference:
     Attributes:
         truth: every valid pair ``(left row, right row)``.
         emitted: pair -> ``(batch, emission_time_us, latency_us)``.
+        outer: outer joins: ``(stream, row)`` of each null-padded row ->
+            ``(batch, emission_time_us, latency_us)``.
         dropped: ``(stream, row)`` dropped as late by the watermark.
         state_rows: per batch ``0..last``, ``(left rows, right rows)`` in join
             state after the batch.
@@ -371,6 +374,7 @@ class MicroBatchReference:
 
     truth: set[tuple[int, int]] = field(default_factory=set)
     emitted: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
+    outer: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
     dropped: set[tuple[int, int]] = field(default_factory=set)
     state_rows: list[tuple[int, int]] = field(default_factory=list)
     watermarks: list[int] = field(default_factory=list)
@@ -384,20 +388,23 @@ def _toward_zero(value: int, divisor: int) -> int:
 
 def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], policy: PolicySpec,
                          predicate: Predicate | None = None) -> MicroBatchReference:
-    """Spark Structured Streaming's stream-stream inner join, one micro-batch at a time.
+    """Spark Structured Streaming's stream-stream join (inner, left or right outer:
+    ``policy.join``), one micro-batch at a time.
 
     Written from the rules of docs/semantics.md ("spark-ss"), with explicit
-    state lists: for every batch ``j`` (every trigger interval from the first
-    arrival's to the last's, empty ones too), drop the rows at or below the
-    previous batch's watermark; left rows probe the right state and are stored
-    unless at or below the left state watermark; right rows probe the left
-    state and are stored likewise; at the batch end evict state rows at or
-    below the state watermarks; then move each stream's watermark with the
+    state lists of ``[row, matched]``: for every batch ``j`` (every trigger
+    interval from the first arrival's to the last's, empty ones too, then one
+    more, the no-data batch after the last), drop the rows at or below the
+    previous batch's watermark; left rows probe the right state (marking what
+    they match) and are all stored, matched if they matched; right rows probe
+    the left state likewise and are stored unless at or below the right state
+    watermark -- or, in a right outer join, unmatched; at the batch end evict
+    state rows at or below the state watermarks, emitting the outer side's
+    unmatched ones null-padded; then move each stream's watermark with the
     batch's largest event time (ms) and the global one by the policy.
     """
     if len(streams) != 2:
         raise ValueError("spark-ss joins two streams")
-    MS = 1000
     T = policy.trigger_us
     out = MicroBatchReference(truth=brute_force_truth(streams, windows, predicate))
     tuples = replay_order(streams)
@@ -407,14 +414,69 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
     by_batch: dict[int, list[RefTuple]] = {}
     for x in tuples:
         by_batch.setdefault(x.arrival // T - base, []).append(x)
+    return _micro_batch_loop(by_batch, lambda j: (base + j + 1) * T, lambda x: x.arrival, windows, policy,
+                             predicate, out)
+
+
+def replay_micro_batches_files(files: Sequence[Sequence[tuple[str, int, Sequence[RefTuple]]]],
+                               windows: Sequence[int], policy: PolicySpec,
+                               predicate: Predicate | None = None) -> MicroBatchReference:
+    """The same join with micro-batches cut by input files (``--trigger-files N``,
+    ``maxFilesPerTrigger``).  ``files``: per stream, its files as ``(path,
+    modification time µs, rows)``.  Each stream's files are taken in order of
+    modification time in whole ms, then path, ``N`` per batch; batch ``j`` runs at
+    ``P(j)``: the latest modification time of the files of batches ``0..j``, or
+    1 µs after ``P(j - 1)`` if that is later; the no-data batch after the last
+    at ``P(last) + 1 µs``.  A row arrives when its batch runs (its arrival
+    field is not read)."""
+    if len(files) != 2:
+        raise ValueError("spark-ss joins two streams")
+    N = policy.trigger_files
+    streams = [[x for _, _, rows in fs for x in rows] for fs in files]
+    out = MicroBatchReference(truth=brute_force_truth(streams, windows, predicate))
+    batch_of: dict[tuple[int, int], int] = {}
+    latest: dict[int, int] = {}
+    for fs in files:
+        for rank, (path, mtime, rows) in enumerate(sorted(fs, key=lambda f: (f[1] // 1000, f[0]))):
+            j = rank // N
+            latest[j] = max(latest.get(j, mtime), mtime)
+            for x in rows:
+                batch_of[(x.stream, x.row)] = j
+    if not latest:
+        return out
+    runs: list[int] = []
+    for j in range(max(latest) + 1):
+        at = max(latest[k] for k in range(j + 1))
+        runs.append(at if not runs else max(at, runs[-1] + 1))
+    runs.append(runs[-1] + 1)
+    by_batch: dict[int, list[RefTuple]] = {}
+    for s in streams:
+        for x in s:
+            by_batch.setdefault(batch_of[(x.stream, x.row)], []).append(x)
+    for j in by_batch:      # replay order inside a batch: stream, then row (they all arrive at P(j))
+        by_batch[j].sort(key=lambda x: (x.stream, x.row))
+    if not by_batch:
+        return out
+    return _micro_batch_loop(by_batch, lambda j: runs[j], lambda x: runs[batch_of[(x.stream, x.row)]], windows,
+                             policy, predicate, out)
+
+
+def _micro_batch_loop(by_batch: dict[int, list[RefTuple]], end_of, arrival_of, windows: Sequence[int],
+                      policy: PolicySpec, predicate: Predicate | None, out: MicroBatchReference
+                      ) -> MicroBatchReference:
+    """The per-batch loop of :func:`replay_micro_batches` over the rows of each
+    batch (``by_batch``); batch ``j`` emits at ``end_of(j)``, a row arrived at
+    ``arrival_of(row)``."""
+    MS = 1000
+    outer_side = policy.outer_side
+    last = max(by_batch)
     own: list[int | None] = [None, None]        # each stream's watermark (ms); None: no rows yet
     global_wm = 0                               # the query's watermark (ms), never moves down
     previous_wm = 0                             # the watermark batch j - 1 ran with
-    state: list[list[RefTuple]] = [[], []]
-    for j in range(max(by_batch) + 1):
+    state: list[list[list]] = [[], []]          # per side: [row, matched]
+    for j in range(last + 2):
         wm = global_wm
-        out.watermarks.append(wm)
-        end = (base + j + 1) * T
+        end = end_of(j)
         rows = by_batch.get(j, [])
         live = []
         for x in rows:
@@ -427,14 +489,23 @@ def replay_micro_batches(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
             for x in live:
                 if x.stream != side:
                     continue
-                for y in state[1 - side]:
+                matched = False
+                for entry in state[1 - side]:
+                    y = entry[0]
                     pair = (x, y) if side == 0 else (y, x)
                     if is_valid(pair, windows, predicate):
-                        out.emitted[_combo(pair)] = (j, end, end - max(x.arrival, y.arrival))
-                if x.ts > state_wm[side]:
-                    state[side].append(x)
+                        out.emitted[_combo(pair)] = (j, end, end - max(arrival_of(x), arrival_of(y)))
+                        entry[1] = matched = True
+                if side == 0 or x.ts > state_wm[side] or (outer_side == 1 and not matched):
+                    state[side].append([x, matched])
         for side in (0, 1):
-            state[side] = [x for x in state[side] if x.ts > state_wm[side]]
+            for x, matched in state[side]:
+                if x.ts <= state_wm[side] and side == outer_side and not matched:
+                    out.outer[(x.stream, x.row)] = (j, end, end - arrival_of(x))
+            state[side] = [e for e in state[side] if e[0].ts > state_wm[side]]
+        if j > last:
+            break                               # the no-data batch after the last: nothing more runs
+        out.watermarks.append(wm)
         out.state_rows.append((len(state[0]), len(state[1])))
         for side in (0, 1):
             times = [x.ts // MS for x in rows if x.stream == side]   # every row counts, late ones too

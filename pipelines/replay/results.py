@@ -4,7 +4,8 @@ One row per emitted combination.  Columns, per stream ``s`` in stream order:
 ``s_date`` (nightly partitions only), ``s_row``, ``s_ts_us``,
 ``s_arrival_us`` and every payload column as ``s_<col>``; then ``emit_us``
 and ``latency_us``; with ``--policy spark-ss`` also ``batch``, the micro-batch
-(Spark's batch id) that emitted the row.  Rows are in results order: emission time, then the
+(Spark's batch id) that emitted the row.  An outer join's null-padded rows
+(``--join left|right``) carry nulls in the other stream's columns.  Rows are in results order: emission time, then the
 arrival index of the last member, then the members' rows
 (:func:`~streamjoin.pipelines.replay.emit.emission_order`).
 
@@ -13,7 +14,7 @@ Every writer of results builds its rows here:
 * :func:`results_frame` -- the rows of given combinations, put in results
   order (``streamjoin run`` in memory, either engine; a nightly day);
 * :func:`emitted_frame` -- :func:`results_frame` of the emitted combinations
-  of a replay's truth and emission;
+  of a replay's truth and emission, with an outer join's null-padded rows;
 * :func:`member_columns` and :func:`with_emission` -- the same columns,
   unordered, for the bounded-memory engine's chunks, which
   :func:`result_order` puts in results order.
@@ -70,14 +71,16 @@ def with_emission(members: pl.DataFrame, emit_us: np.ndarray, latency_us: np.nda
 
 def results_frame(streams: Sequence[MemberSource], rows: Sequence[np.ndarray], emit_us: np.ndarray,
                   last: np.ndarray, latency_us: np.ndarray, *, row_numbers: Sequence[np.ndarray] | None = None,
-                  dates: Sequence[np.ndarray] | None = None, batch: np.ndarray | None = None) -> pl.DataFrame:
+                  dates: Sequence[np.ndarray] | None = None, batch: np.ndarray | None = None,
+                  keep_last: bool = False) -> pl.DataFrame:
     """The results frame of the given combinations, in results order.
 
     ``rows[k]`` are the members' rows in ``streams[k]``; ``emit_us``,
     ``last`` (the last member's arrival index) and ``latency_us`` are per
     combination.  ``row_numbers[k]`` maps a row to the number written as
     ``<name>_row`` (default: the row itself); ``dates[k]`` gives each row's
-    ``<name>_date``; ``batch`` (spark-ss) each combination's micro-batch.
+    ``<name>_date``; ``batch`` (spark-ss) each combination's micro-batch;
+    ``keep_last`` adds :data:`LAST` (for :func:`result_order`).
     """
     order = emission_order(emit_us, last, rows)
     parts = []
@@ -86,17 +89,30 @@ def results_frame(streams: Sequence[MemberSource], rows: Sequence[np.ndarray], e
         row = idx if row_numbers is None else np.asarray(row_numbers[k][idx], dtype=np.int64)
         parts.append(member_columns(s.name, row, s.ts[idx], s.arrival[idx], take_rows(s.payload, idx),
                                     date=None if dates is None else dates[k][idx]))
-    frame = with_emission(pl.concat(parts, how="horizontal"), emit_us[order], latency_us[order])
+    frame = with_emission(pl.concat(parts, how="horizontal"), emit_us[order], latency_us[order],
+                          last[order] if keep_last else None)
     if batch is not None:   # spark-ss: the micro-batch (Spark's batch id) that emitted the row
         frame = frame.with_columns(pl.Series("batch", batch[order], dtype=pl.Int64))
     return frame
 
 
 def emitted_frame(combos: Combos, em: Emission, streams: Sequence[MemberSource]) -> pl.DataFrame:
-    """The results frame of a whole replay: every emitted combination of ``combos``."""
+    """The results frame of a whole replay: every emitted combination of ``combos``,
+    and an outer join's null-padded rows (``em.outer``), all in results order."""
     mask = em.emitted
-    return results_frame(streams, [r[mask] for r in combos.rows], em.emit_us[mask], em.last[mask],
-                         em.latency_us[mask], batch=None if em.batch is None else em.batch[mask])
+    outer = em.outer
+    frame = results_frame(streams, [r[mask] for r in combos.rows], em.emit_us[mask], em.last[mask],
+                          em.latency_us[mask], batch=None if em.batch is None else em.batch[mask],
+                          keep_last=outer is not None)
+    if outer is None:
+        return frame
+    s = streams[outer.stream]
+    padded = with_emission(member_columns(s.name, outer.row, s.ts[outer.row], s.arrival[outer.row],
+                                          take_rows(s.payload, outer.row)),
+                           outer.emit_us, outer.latency_us, outer.index)
+    padded = padded.with_columns(pl.Series("batch", outer.batch, dtype=pl.Int64))
+    # the other stream's columns: null, of the inner rows' types
+    return result_order(pl.concat([frame, padded], how="diagonal_relaxed"), [x.name for x in streams])
 
 
 def result_order(frame: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:

@@ -52,11 +52,21 @@ def _current_setting(policy: dict[str, Any]) -> int | None:
     return max(values) if values else None
 
 
+def _trigger_text(settings: dict[str, Any]) -> str:
+    """A spark-ss run's micro-batches as its option: ``--trigger 5s`` or ``--trigger-files 2``."""
+    if settings.get("trigger_files"):
+        return f"--trigger-files {settings['trigger_files']}"
+    return f"--trigger {format_duration(settings.get('trigger_us'))}"
+
+
 def _tune_hint(tuning: dict[str, Any], q: str) -> str:
     """Where the report's one-value curve comes from, and what tune-buffer adds."""
     policy = tuning.get("policy")
     if policy == "static":
         return f"one value for every stream; `streamjoin tune-buffer --recall {q}` finds per-stream values"
+    if policy == "spark-ss" and tuning.get("trigger_files"):
+        return ("one delay for both streams at these file micro-batches (--trigger-files "
+                f"{tuning['trigger_files']}; `streamjoin tune-buffer` cuts batches by --trigger DUR only)")
     if policy == "spark-ss":
         return (f"one delay for both streams at this trigger; `streamjoin tune-buffer --recall {q} --policy spark-ss "
                 f"--trigger {format_duration(tuning.get('trigger_us'))}` shows its memory and a PySpark snippet")
@@ -119,7 +129,7 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
     lat = report.get("latency_us") or {}
     if lat.get("p95") and name == "spark-ss":
         out.append(f"Latency p95 is {format_duration(lat['p95'])}: results wait for the end of their micro-batch "
-                   f"(--trigger {format_duration(policy.get('trigger_us'))}); a shorter trigger lowers it, the "
+                   f"({_trigger_text(policy)}); a shorter trigger lowers it, the "
                    f"watermark does not change it.")
     elif lat.get("p95"):
         out.append(f"Latency p95 is {format_duration(lat['p95'])}: a sorting policy holds results until its slack "
@@ -299,8 +309,8 @@ def render_report(report: dict[str, Any]) -> str:
                      "Exact: for every result, the smallest " if tuning.get("sample_every", 1) == 1 else
                      f"Estimated from one in every {tuning['sample_every']:,} results: for each, the smallest ") + _e(label) +
                  " at which it is emitted (SPEC §7" + (
-                     f"; one withWatermark delay for both streams at this run's trigger "
-                     f"{_e(format_duration(tuning.get('trigger_us')))} and watermark policy "
+                     f"; one withWatermark delay for both streams at this run's "
+                     f"{_e(_trigger_text(tuning))} and watermark policy "
                      f"{_e(tuning.get('watermark_policy'))}: recall only grows with it, docs/semantics.md"
                      if tuning["policy"] == "spark-ss" else "") +
                  "). `streamjoin tune-buffer` gives exact values and adds memory and latency per setting.</div>"]
@@ -309,6 +319,13 @@ def render_report(report: dict[str, Any]) -> str:
              s["expired_on_arrival"]] for s in report["streams"]]
     body += ["<h2>Streams</h2>", _table(["stream", "rows", "quarantined", "delay p50", "delay p95", "delay max",
                                           "dropped late", "expired on arrival"], rows)]
+    outer = report.get("outer_join")
+    if outer:   # spark-ss --join left|right: the null-padded rows, apart from recall
+        olat = outer["latency_us"]
+        body += [f"<p>{_e(outer['join'])} outer join: {outer['rows']:,} rows of {_e(outer['stream'])} had no "
+                 f"partner and were emitted null-padded when the watermark evicted them (latency p50 "
+                 f"{_e(format_duration(olat['p50']))}, p95 {_e(format_duration(olat['p95']))}, max "
+                 f"{_e(format_duration(olat['max']))}); recall counts the pairs only.</p>"]
     periods = report.get("periods", [])
     if periods:
         body += ["<h2>Periods</h2>",

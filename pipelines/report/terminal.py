@@ -52,6 +52,8 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
     ]
     if report.get("period_us"):
         lines.append(f"period: {_period_line(report)}")
+    if report.get("outer_join"):
+        lines.append(f"outer_rows: {_outer_line(report['outer_join'])}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -70,6 +72,13 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
     if report["outputs"].get("report_html"):
         lines.append(f"report_html: {report['outputs']['report_html']}")
     return lines
+
+
+def _outer_line(outer: dict[str, Any]) -> str:
+    """An outer join's null-padded rows: how many, of which stream, and their latency."""
+    lat = outer["latency_us"]
+    return (f"{outer['rows']:,} of {outer['stream']} ({outer['join']} outer join; not in recall), latency "
+            f"p50 {format_duration(lat['p50'])} p95 {format_duration(lat['p95'])} max {format_duration(lat['max'])}")
 
 
 def _period_line(report: dict[str, Any]) -> str:
@@ -167,6 +176,8 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
     ]
     if report.get("period_us"):
         head.append(["period", _period_line(report)])
+    if report.get("outer_join"):
+        head.append(["outer rows (null-padded)", _outer_line(report["outer_join"])])
     total = report["timings_s"].get("total")
     if total is not None:
         head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])

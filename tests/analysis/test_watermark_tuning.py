@@ -88,11 +88,19 @@ def test_required_delay_emits_and_one_ms_less_does_not(problem):
 
 def test_worked_example_of_the_module_doc():
     """W = 2 s, 1 s batches: batch 0 sees both streams at t0 + 20 s; a left row at
-    t0 + 18 s - 1 ms with its right partner in batch 1 needs a 1 ms delay."""
+    t0 + 18 s - 1 ms and its right partner (10 µs later) need no delay in one batch
+    (batch 1 filters with the watermark before batch 0, 0; members of one batch
+    always meet), and 2001 ms with the partner in batch 2 (its late filter runs with
+    G(0) = t0 + 20 s - D and must stay below it)."""
     old = T0 + 18 * S - MS
-    streams = [[RefTuple(0, 0, T0 + 20 * S, T0), RefTuple(0, 1, old, T0 + S + 1)],
-               [RefTuple(1, 0, T0 + 20 * S, T0 + 1), RefTuple(1, 1, old + 10, T0 + S + 2)]]
     policy = PolicySpec("spark-ss", watermark=(0, 0), trigger_us=S, watermark_policy="min")
-    need = required(streams, (2 * S, 2 * S), policy)
-    assert need[(1, 1)] == MS
+    for partner_arrival, want in ((T0 + S + 2, 0), (T0 + 2 * S + 2, 2001 * MS)):
+        streams = [[RefTuple(0, 0, T0 + 20 * S, T0), RefTuple(0, 1, old, T0 + S + 1)],
+                   [RefTuple(1, 0, T0 + 20 * S, T0 + 1), RefTuple(1, 1, old + 10, partner_arrival)]]
+        need = required(streams, (2 * S, 2 * S), policy)
+        assert need[(1, 1)] == want
+        for delay, emitted in ((want, True), (want - MS, False)):
+            if delay >= 0:
+                got = replay_micro_batches(streams, (2 * S, 2 * S), at(policy, (delay, delay))).emitted
+                assert ((1, 1) in got) == emitted
     assert need[(0, 0)] == 0

@@ -10,7 +10,8 @@ plus the band ``r_ts BETWEEN l_ts - W_r AND l_ts + W_l``, and a
 ``foreachBatch`` sink collects ``(batch id, left row, right row)``.
 
 Asserted equal to the local engine's ``spark-ss`` answer: the emitted pairs
-with their batch ids, ``numRowsDroppedByWatermark`` (per batch), and the join
+with their batch ids (for left / right outer joins also the null-padded rows,
+with theirs), ``numRowsDroppedByWatermark`` (per batch), and the join
 state rows ``numRowsTotal`` after every batch.  One ``local[2]`` session for
 the module; small inputs with heavy disorder.
 """
@@ -19,16 +20,17 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-from helpers.spark_ss import local_spark_ss
+from helpers.spark_ss import local_spark_ss, local_spark_ss_files
 
 from streamjoin.pipelines.engines.spark.session import spark_session
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches
+from streamjoin.pipelines.replay.reference import RefTuple, replay_micro_batches, replay_micro_batches_files
 
 MS = 1000
 S = 1_000_000
@@ -44,9 +46,9 @@ def spark():
         yield s
 
 
-def disordered(seed: int, rows: int, span_s: float) -> list[list[RefTuple]]:
-    """Two keyed streams over ``span_s`` seconds of event time: most rows a little
-    late, a fifth very late (up to half the span): heavy disorder."""
+def disordered(seed: int, rows: int, span_s: float, keys: int = 3) -> list[list[RefTuple]]:
+    """Two keyed streams (``keys`` keys) over ``span_s`` seconds of event time: most
+    rows a little late, a fifth very late (up to half the span): heavy disorder."""
     rng = np.random.default_rng(seed)
     streams = []
     for i in range(2):
@@ -54,7 +56,7 @@ def disordered(seed: int, rows: int, span_s: float) -> list[list[RefTuple]]:
         small = rng.integers(0, 300 * MS, rows)
         large = rng.integers(0, int(span_s * S / 2), rows)
         delay = np.where(rng.random(rows) < 0.2, large, small)
-        key = rng.integers(0, 3, rows)
+        key = rng.integers(0, keys, rows)
         streams.append([RefTuple(i, r, int(t), int(t + d), (int(k),))
                         for r, (t, d, k) in enumerate(zip(ts, delay, key))])
     return streams
@@ -79,13 +81,15 @@ def write_batches(root: Path, streams, trigger_us: int) -> int:
     return batches
 
 
-def real_spark(spark, root: Path, windows, policy: PolicySpec) -> dict:
+def real_spark(spark, root: Path, windows, policy: PolicySpec, max_files: int = 1) -> dict:
+    """Run the join (``policy.join``: inner, left or right outer) through Spark;
+    ``emitted``: ``(batch id, left row, right row)``, ``None`` for a null-padded side."""
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", policy.watermark_policy)
 
     def side(i: int, p: str):
-        return (spark.readStream.schema("row BIGINT, key BIGINT, ts BIGINT").option("maxFilesPerTrigger", 1)
+        return (spark.readStream.schema("row BIGINT, key BIGINT, ts BIGINT").option("maxFilesPerTrigger", max_files)
                 .parquet(str(root / f"s{i}"))
                 .select(F.col("row").alias(f"{p}row"), F.col("key").alias(f"{p}key"),
                         F.expr("timestamp_micros(ts)").alias(f"{p}ts"))
@@ -94,7 +98,8 @@ def real_spark(spark, root: Path, windows, policy: PolicySpec) -> dict:
     w_left, w_right = windows
     joined = side(0, "l_").join(side(1, "r_"), F.expr(
         f"l_key = r_key AND r_ts BETWEEN l_ts - INTERVAL {w_right} MICROSECONDS "
-        f"AND l_ts + INTERVAL {w_left} MICROSECONDS"))
+        f"AND l_ts + INTERVAL {w_left} MICROSECONDS"), {"inner": "inner", "left": "left_outer",
+                                                        "right": "right_outer"}[policy.join])
     got: list[tuple[int, int, int]] = []
 
     def collect(df, batch_id):
@@ -119,8 +124,42 @@ CASES = [
 @pytest.mark.parametrize("seed,rows,span,windows,watermark,trigger,wm_policy", CASES)
 def test_same_rows_drops_and_state_as_spark(spark, tmp_path, seed, rows, span, windows, watermark, trigger,
                                              wm_policy):
-    streams = disordered(seed, rows, span)
-    policy = PolicySpec("spark-ss", watermark=watermark, trigger_us=trigger, watermark_policy=wm_policy)
+    check_against_spark(spark, tmp_path, disordered(seed, rows, span),
+                        PolicySpec("spark-ss", watermark=watermark, trigger_us=trigger, watermark_policy=wm_policy),
+                        windows)
+
+
+OUTER_CASES = [
+    # seed, rows per stream, event span (s), windows (µs), watermark delays (µs), trigger (µs), policy, join;
+    # six keys: many unmatched rows.  Each case has a null-padded row evicted in its own batch and one
+    # evicted by the no-data batch after the last (asserted below).
+    (46, 30, 6.0, (400 * MS, 300 * MS), (200 * MS, 100 * MS), 1 * S, "min", "left"),
+    (38, 30, 6.0, (300 * MS, 200 * MS), (100 * MS, 0), 1 * S, "max", "right"),
+]
+
+
+@pytest.mark.parametrize("seed,rows,span,windows,watermark,trigger,wm_policy,join", OUTER_CASES)
+def test_outer_join_null_padded_rows_and_their_batches_as_spark(spark, tmp_path, seed, rows, span, windows,
+                                                                 watermark, trigger, wm_policy, join):
+    """Left / right outer: the pairs and the null-padded rows, each with the batch
+    id that emitted it (a null-padded row leaves with its state eviction; the
+    batch after the last one, a no-data batch, evicts too)."""
+    policy = PolicySpec("spark-ss", watermark=watermark, trigger_us=trigger, watermark_policy=wm_policy, join=join)
+    streams = disordered(seed, rows, span, keys=6)
+    ours = check_against_spark(spark, tmp_path, streams, policy, windows)
+    side = 0 if join == "left" else 1
+    assert ours.outer and {stream for stream, _ in ours.outer} == {side}
+    assert all(latency > 0 for _, _, latency in ours.outer.values())
+    first = streams_first(streams) // trigger
+    own = [b for (s, r), (b, _, _) in ours.outer.items() if b == streams[s][r].arrival // trigger - first]
+    last = max(t.arrival for s in streams for t in s) // trigger - first
+    assert own and any(b == last + 1 for b, _, _ in ours.outer.values())
+
+
+def check_against_spark(spark, tmp_path: Path, streams, policy: PolicySpec, windows):
+    """Asserts the local engine's answer is Spark's (emitted rows with their batch
+    ids, late drops and state rows per batch) and the reference's; returns it."""
+    trigger = policy.trigger_us
     batches = write_batches(tmp_path, streams, trigger)
     real = real_spark(spark, tmp_path, windows, policy)
     ours = local_spark_ss(streams, windows, policy)
@@ -133,8 +172,9 @@ def test_same_rows_drops_and_state_as_spark(spark, tmp_path, seed, rows, span, w
     assert all(not any(src["numInputRows"] for src in p["sources"]) for b, p in progress.items() if b >= batches)
     # the emitted pairs, row for row, with the batch that emitted them
     ours_rows = {(b, left, right) for (left, right), (b, _, _) in ours.emitted.items()}
-    assert real["emitted"] == ours_rows
     assert 0 < len(ours_rows) < len(ours.truth)                 # the case loses some pairs, and keeps some
+    ours_rows |= {(b, row, None) if stream == 0 else (b, None, row) for (stream, row), (b, _, _) in ours.outer.items()}
+    assert real["emitted"] == ours_rows
     # late drops and state rows after every batch
     ops = [progress[j]["stateOperators"][0] for j in range(batches)]
     dropped_per_batch = [0] * batches
@@ -143,8 +183,56 @@ def test_same_rows_drops_and_state_as_spark(spark, tmp_path, seed, rows, span, w
         dropped_per_batch[t.arrival // trigger - streams_first(streams) // trigger] += 1
     assert [op["numRowsDroppedByWatermark"] for op in ops] == dropped_per_batch
     assert [op["numRowsTotal"] for op in ops] == [left + right for left, right in ours.state_rows]
-    assert ours.emitted == replay_micro_batches(streams, windows, policy).emitted   # and the reference agrees
+    ref = replay_micro_batches(streams, windows, policy)       # and the reference agrees
+    assert (ours.emitted, ours.outer) == (ref.emitted, ref.outer)
+    return ours
 
 
 def streams_first(streams) -> int:
     return min(t.arrival for s in streams for t in s)
+
+
+def test_left_row_at_its_state_watermark_meets_the_right_row_of_its_batch(spark, tmp_path):
+    """Spark stores every left row before the right rows of its batch probe
+    (SPARK-49829): a left row exactly at its state watermark still joins the
+    right row of its batch, then leaves the state at the batch end."""
+    W = 2 * S
+    old = T0 + 20 * S - W - MS                      # batch 1's left state watermark, exactly
+    streams = [[RefTuple(0, 0, T0 + 20 * S, T0, (0,)), RefTuple(0, 1, old, T0 + S + 1, (0,))],
+               [RefTuple(1, 0, T0 + 20 * S, T0 + 1, (0,)), RefTuple(1, 1, old + 10, T0 + S + 2, (0,))]]
+    policy = PolicySpec("spark-ss", watermark=(0, 0), trigger_us=S, watermark_policy="min")
+    write_batches(tmp_path, streams, S)
+    real = real_spark(spark, tmp_path, (W, W), policy)
+    ours = local_spark_ss(streams, (W, W), policy)
+    assert real["emitted"] == {(b, left, right) for (left, right), (b, _, _) in ours.emitted.items()} \
+        == {(0, 0, 0), (1, 1, 1)}
+    assert real["progress"][1]["stateOperators"][0]["numRowsTotal"] == sum(ours.state_rows[1]) == 3
+
+
+def test_trigger_files_batches_as_spark_max_files_per_trigger(spark, tmp_path):
+    """--trigger-files 2 against maxFilesPerTrigger = 2 on the same files (one per
+    stream per second of arrival, modification times in that order): the same
+    rows with the same batch ids, drops and state rows per batch; a left outer
+    join, so the null-padded rows too."""
+    streams = disordered(31, 40, 8.0)
+    per_second = PolicySpec("spark-ss", watermark=(300 * MS, 300 * MS), trigger_us=S, watermark_policy="min",
+                            join="left")
+    write_batches(tmp_path, streams, S)
+    files = []
+    for i, s in enumerate(streams):
+        side = []
+        for f in sorted((tmp_path / f"s{i}").glob("*.parquet")):
+            rows = set(pl.read_parquet(f)["row"].to_list())
+            side.append((str(f), f.stat().st_mtime_ns // 1000, [t for t in s if t.row in rows]))
+        files.append(side)
+    policy = replace(per_second, trigger_us=None, trigger_files=2)
+    real = real_spark(spark, tmp_path, (800 * MS, 800 * MS), policy, max_files=2)
+    ours = local_spark_ss_files(files, (800 * MS, 800 * MS), policy)
+    rows = {(b, left, right) for (left, right), (b, _, _) in ours.emitted.items()}
+    rows |= {(b, row, None) for (_, row), (b, _, _) in ours.outer.items()}
+    assert real["emitted"] == rows and ours.outer and 0 < len(ours.emitted) < len(ours.truth)
+    batches = len(ours.state_rows)
+    ops = [real["progress"][j]["stateOperators"][0] for j in range(batches)]
+    assert [op["numRowsTotal"] for op in ops] == [left + right for left, right in ours.state_rows]
+    assert sum(op["numRowsDroppedByWatermark"] for op in ops) == len(ours.dropped) > 0
+    assert ours.emitted == replay_micro_batches_files(files, (800 * MS, 800 * MS), policy).emitted

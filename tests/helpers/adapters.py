@@ -12,6 +12,15 @@ from streamjoin.pipelines.policies import SORTING, PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple, ReferenceResult
 
 
+def parquet_ref_streams(data, names=("left", "right")) -> list[list[RefTuple]]:
+    """The CLI tests' Parquet streams (``ts``, ``arrival``, ``key`` columns) under
+    ``data`` as reference tuples, rows numbered in file order."""
+    frames = [pl.read_parquet(data / f"{s}.parquet").with_columns(pl.col("ts", "arrival").cast(pl.Int64))
+              for s in names]
+    return [[RefTuple(i, r, t, a, (k,)) for r, (t, a, k) in enumerate(f.select("ts", "arrival", "key").rows())]
+            for i, f in enumerate(frames)]
+
+
 def key_frames(streams: list[list[RefTuple]]) -> list[pl.DataFrame | None]:
     """Key columns ``__key0..`` per stream, one dtype across streams (inferred)."""
     width = max((len(t.key) for s in streams for t in s), default=0)
