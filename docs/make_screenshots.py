@@ -99,9 +99,9 @@ def make_clicks(out: Path, seed: int = 16) -> Path:
     return out / "clicks.toml"
 
 
-def _run(*args: str, quiet: bool = False) -> None:
+def _run(*args: str, quiet: bool = False, cwd: Path | None = None) -> None:
     print("$", " ".join(args), flush=True)
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None, cwd=cwd)
 
 
 def shoot(page: Path, png: Path, width: int, height: int) -> None:
@@ -111,21 +111,26 @@ def shoot(page: Path, png: Path, width: int, height: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
         _run(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
              f"--window-size={width},{height}", f"--screenshot={png}", page.as_uri(), quiet=True)
-    # palette PNG: a few hundred KB at most
-    from PIL import Image
-
+    # palette PNG: a few hundred KB at most (Pillow, when installed: not a streamjoin dependency)
+    try:
+        from PIL import Image
+    except ImportError:
+        return
     Image.open(png).convert("RGB").quantize(colors=128).save(png, optimize=True)
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        _run("streamjoin", "run", str(ROOT / "samples/sensors/sensors.toml"), "--policy", "kslack", "--k", "100ms",
-             "--recall", "0.95", "--no-results", "--out", str(tmp / "sensors"))
-        cfg = make_clicks(tmp / "clicks")
-        _run("streamjoin", "run", str(cfg), "--recall", "0.99", "--no-results", "--out", str(tmp / "3day"))
-        _run("streamjoin", "tune-buffer", str(cfg), "--recall", "0.99", "--policy", "kslack", "--per-period",
-             "--out", str(tmp / "tune"))
+        # relative paths from a work directory: the pages show the command line, and the
+        # screenshots should not show where they were made
+        shutil.copytree(ROOT / "samples/sensors", tmp / "samples/sensors")
+        _run("streamjoin", "run", "samples/sensors/sensors.toml", "--policy", "kslack", "--k", "100ms",
+             "--recall", "0.95", "--no-results", "--out", "sensors", cwd=tmp)
+        make_clicks(tmp / "clicks")
+        _run("streamjoin", "run", "clicks/clicks.toml", "--recall", "0.99", "--no-results", "--out", "3day", cwd=tmp)
+        _run("streamjoin", "tune-buffer", "clicks/clicks.toml", "--recall", "0.99", "--policy", "kslack",
+             "--per-period", "--out", "tune", cwd=tmp)
         for page, name in ((tmp / "sensors/report.html", "report-sensors"), (tmp / "3day/report.html", "report-3day"),
                            (tmp / "tune/tune.html", "tune")):
             shoot(page, DOCS / f"{name}.png", 1400, 2700)

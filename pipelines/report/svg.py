@@ -381,7 +381,7 @@ def _draw_marks(ax: Axes, sx, sy, box: tuple[float, float, float, float]) -> lis
             if x0 - 0.5 <= x <= x1 + 0.5:
                 out.append(f'<path d="M{x:.1f},{y0:.1f}L{x:.1f},{y1:.1f}" {_stroke(m)}/>')
         elif m.kind == "text":
-            out.append(_text((x0 + x1) / 2, (y0 + y1) / 2, m.text, size=13, color=m.color, baseline="middle"))
+            out.append(_text((x0 + x1) / 2, (y0 + y1) / 2, m.text, size=15, color=m.color, baseline="middle"))
     return out
 
 
@@ -394,7 +394,7 @@ def _legend(marks: list[Mark], left: float, top: float) -> tuple[list[str], int]
     for i, m in enumerate(marks):
         if i and i % per_row == 0:
             row, x = row + 1, left
-        y = top + row * 18
+        y = top + row * 20
         if m.kind in ("bars", "fill_step"):
             out.append(f'<rect x="{x:.1f}" y="{y - 5:.1f}" width="18" height="10" fill="{m.color}" '
                        f'fill-opacity="{m.alpha}"/>')
@@ -405,8 +405,8 @@ def _legend(marks: list[Mark], left: float, top: float) -> tuple[list[str], int]
             if m.marker:
                 out.append(_marker(m, x + 9, y))
         label = m.label or ""
-        out.append(_text(x + 24, y, label, size=11, anchor="start", baseline="middle"))
-        x += 24 + 6.3 * len(label) + 22
+        out.append(_text(x + 24, y, label, size=13, anchor="start", baseline="middle"))
+        x += 24 + 7.4 * len(label) + 22
     return out, row + 1
 
 
@@ -414,18 +414,18 @@ def _render(fig: Figure) -> str:
     panels = fig._panels
     ratios = list(fig.ratios or [1] * len(panels))
     twin = any(p.twin is not None for p in panels)
-    left, right = 78, (WIDTH - 82 if twin else WIDTH - 24)
+    left, right = 84, (WIDTH - 90 if twin else WIDTH - 24)
     legend_rows = max((_legend(p.legend_marks(), 0, 0)[1] for p in panels if p.legend), default=0)
-    top = (30 if fig.title else 12) + legend_rows * 18 + (6 if legend_rows else 0)
+    top = (34 if fig.title else 12) + legend_rows * 20 + (6 if legend_rows else 0)
     plot_h = fig.panel_height * (1.3 if len(panels) > 1 else 1.0)
     gap = 14
-    bottom_pad = 56
+    bottom_pad = 60
     height = int(top + plot_h + gap * (len(panels) - 1) + bottom_pad)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
            f'viewBox="0 0 {WIDTH} {height}" font-family="{FONT}">',
            f'<rect width="{WIDTH}" height="{height}" fill="white"/>']
     if fig.title:
-        out.append(_text(left, 18, fig.title, size=13, anchor="start", weight="600"))
+        out.append(_text(left, 20, fig.title, size=15, anchor="start", weight="600"))
     xlo, xhi = _shared_x(panels)
     xkind = next((p.xscale for p in panels if p.xscale == "log"), "linear")  # date: linear in epoch us
     y = top
@@ -439,7 +439,7 @@ def _render(fig: Figure) -> str:
         for v, s in ax.y_ticks():  # grid and y labels
             py = sy(v)
             out.append(f'<path d="M{left},{py:.1f}L{right},{py:.1f}" stroke="{GRID}" stroke-width="0.8"/>')
-            out.append(_text(left - 6, py, s, size=11, anchor="end", baseline="middle"))
+            out.append(_text(left - 6, py, s, size=13, anchor="end", baseline="middle"))
         xt = panels[-1].x_ticks((xlo, xhi))
         for v, _ in xt:
             px = sx(v)
@@ -457,13 +457,13 @@ def _render(fig: Figure) -> str:
             out += _draw_marks(ax.twin, sx, ty, box)
             out.append("</svg>")
             for v, s in ax.twin.y_ticks():
-                out.append(_text(right + 6, ty(v), s, size=11, anchor="start", baseline="middle"))
+                out.append(_text(right + 6, ty(v), s, size=13, anchor="start", baseline="middle"))
             out.append(f'<path d="M{right},{y:.1f}L{right},{y + h:.1f}" stroke="{AXIS}"/>')
-            out.append(_text(WIDTH - 14, y + h / 2, ax.twin.ylabel, size=11, rotate=True))
+            out.append(_text(WIDTH - 14, y + h / 2, ax.twin.ylabel, size=13, rotate=True))
         out.append(f'<path d="M{left},{y:.1f}L{left},{y + h:.1f}L{right},{y + h:.1f}" stroke="{AXIS}" fill="none"/>')
-        out.append(_text(18, y + h / 2, ax.ylabel, size=12 if h > 100 else 11, rotate=True))
+        out.append(_text(18, y + h / 2, ax.ylabel, size=14 if h > 100 else 13, rotate=True))
         if ax.legend:
-            out += _legend(ax.legend_marks(), left, top - legend_rows * 18 + 3)[0]
+            out += _legend(ax.legend_marks(), left, top - legend_rows * 20 + 3)[0]
         out.append("</g>")
         last = i == len(panels) - 1
         if last:
@@ -471,8 +471,8 @@ def _render(fig: Figure) -> str:
                 px = sx(v)
                 if not math.isnan(px):
                     out.append(f'<path d="M{px:.1f},{y + h:.1f}L{px:.1f},{y + h + 4:.1f}" stroke="{AXIS}"/>')
-                    out.append(_text(px, y + h + 18, s, size=11))
-            out.append(_text((left + right) / 2, y + h + 44, ax.xlabel, size=12))
+                    out.append(_text(px, y + h + 20, s, size=13))
+            out.append(_text((left + right) / 2, y + h + 46, ax.xlabel, size=14))
         y += h + gap
     out.append("</svg>")
     return "".join(out)
