@@ -83,6 +83,8 @@ class Controller:
 
     kind = ""
     value_key = ""
+    #: remember each period's need for the steady goal (Q plus its margin), not for Q itself
+    remember_margin = False
 
     def __init__(self, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None):
         self.r = replay
@@ -130,6 +132,7 @@ class Controller:
         self.period_kept: dict[int, float] = {}
         self.period_need: dict[int, np.ndarray] = {}   # per period: the latest-P solution at its end
         self.stalled: set[int] = set()                 # periods with a stalled stream (and the next)
+        self._memo: tuple[int, np.ndarray | None] | None = None   # (period, _remembered(period))
 
     # ------------------------------------------------------------------ events
 
@@ -205,11 +208,16 @@ class Controller:
             chosen.append(values)
             if k == 0:
                 estimate, considered = est, n_cand
-                # what a period like the latest P needed for Q itself, from the tuples it saw
-                # (the margin is this period's; a stall's expected backlog is not a need it had)
+                # what a period like the latest P needed, from the tuples it saw (a stall's
+                # expected backlog is not a need it had): for Q itself, or (remember_margin)
+                # for the steady goal, Q plus the period's sampling margin
                 seen = self._with_backlog(_slice(base, starts[0] - lo_all), ()) if backlog else st
-                need_q = (self._choose(seen, float(self.target.recall), ceiling, g)[0]
-                          if float(seen["w"].sum()) > 0 else np.zeros(self.n, np.int64))
+                aim_q = steady if self.remember_margin else float(self.target.recall)
+                if seen is st and aim == aim_q:
+                    need_q = values
+                else:
+                    need_q = (self._choose(seen, aim_q, ceiling, g)[0]
+                              if float(seen["w"].sum()) > 0 else np.zeros(self.n, np.int64))
                 self.period_need[period] = (need_q, float(st["w"].sum()))
         if backlog:   # a stall's burst is foreseen by the backlog model, not remembered as a need
             self.stalled.update((period, period + 1))
@@ -255,7 +263,16 @@ class Controller:
         percentile only: the backlog model foresees a stall when it happens,
         and one huge burst must not hold an hour of state for a week; stalls
         that recur (a feed that stalls every few minutes) still show in the
-        plain percentile."""
+        plain percentile.
+
+        Needs of completed periods are final, so the answer changes only when a
+        period ends: it is computed once per period (cached)."""
+        if self._memo is not None and self._memo[0] == period:
+            return self._memo[1]
+        self._memo = (period, self._remember(period))
+        return self._memo[1]
+
+    def _remember(self, period: int) -> np.ndarray | None:
         recent = [p for p in self.period_need if period - self.cfg.memory_periods <= p < period]
         if not recent:
             return None
@@ -426,19 +443,16 @@ class Controller:
         need = goal * total - 1e-9 * max(total, 1.0)
         if self.n == 2 and combine is None:
             # kept(k0, k1) = curves[0][k0] + curves[1][k1]; both nondecreasing
-            best = None
-            for k0 in range(len(cand[0])):
-                rest = need - curves[0][k0]
-                k1 = int(np.searchsorted(curves[1], rest, side="left"))
-                if k1 >= len(cand[1]):
-                    continue
-                c = cost[0] * cand[0][k0] + cost[1] * cand[1][k1]
-                if best is None or c < best[0]:
-                    best = (c, k0, k1)
-            if best is None:
+            # every k0 at once: the least feasible k1 by binary search, then the cheapest pair
+            # (the first of equal costs, as a walk over k0 keeping strict improvements would)
+            k1 = np.searchsorted(curves[1], need - curves[0], side="left")
+            ok = np.flatnonzero(k1 < len(cand[1]))
+            if not len(ok):
                 k = np.array([len(cand[0]) - 1, len(cand[1]) - 1])
             else:
-                k = np.array(best[1:])
+                c = cost[0] * cand[0][ok] + cost[1] * cand[1][k1[ok]]
+                k0 = int(ok[int(np.argmin(c))])
+                k = np.array([k0, int(k1[k0])])
             value = curves[0][k[0]] + curves[1][k[1]]
             return np.array([cand[i][k[i]] for i in range(2)], dtype=np.int64), value / total if total else 1.0
         k = np.array([len(c) - 1 for c in cand])
@@ -587,6 +601,11 @@ class QKSlackController(Controller):
 
     kind = "qkslack"
     value_key = "k_us"
+    # a period's need is remembered with its sampling margin: a K in force that meets a
+    # recurring period's need for Q itself (a Monday's batch) leaves that period below Q
+    # about half the time, and its product estimate from a sparse period's few productive
+    # tuples is the noisier one (measured on the corpus: docs/performance.md)
+    remember_margin = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -647,18 +666,17 @@ class QKSlackController(Controller):
 
     def _search_product(self, F, cand, cost, goal):
         """Two streams, ``F_0(K_0) * F_1(K_1) >= goal`` at the least ``sum_i cost_i K_i``."""
-        best = None
         need = goal - 1e-12
-        for k0 in range(len(cand[0])):
-            if F[0][k0] <= 0:
-                continue
-            k1 = int(np.searchsorted(F[1], need / F[0][k0], side="left"))
-            if k1 >= len(cand[1]):
-                continue
-            c = cost[0] * cand[0][k0] + cost[1] * cand[1][k1]
-            if best is None or c < best[0]:
-                best = (c, k0, k1)
-        k0, k1 = (best[1], best[2]) if best is not None else (len(cand[0]) - 1, len(cand[1]) - 1)
+        # every k0 at once (as in _search): the least feasible k1, then the first cheapest pair
+        pos = np.flatnonzero(F[0] > 0)
+        k1 = np.searchsorted(F[1], need / F[0][pos], side="left")
+        ok = k1 < len(cand[1])
+        pos, k1 = pos[ok], k1[ok]
+        if len(pos):
+            best = int(np.argmin(cost[0] * cand[0][pos] + cost[1] * cand[1][k1]))
+            k0, k1 = int(pos[best]), int(k1[best])
+        else:
+            k0, k1 = len(cand[0]) - 1, len(cand[1]) - 1
         return np.array([cand[0][k0], cand[1][k1]], dtype=np.int64), float(F[0][k0] * F[1][k1])
 
     def _commit(self, hi: int, t: int, st: dict) -> None:

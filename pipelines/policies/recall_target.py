@@ -177,14 +177,16 @@ def ramp_sums(start: np.ndarray, end: np.ndarray, weight: np.ndarray, d: np.ndar
     return out
 
 
+#: the quantile levels of :func:`candidates`: even, and denser in the top tail
+_LEVELS = np.unique(np.concatenate([np.linspace(0.0, 1.0, CANDIDATES // 2),
+                                    1.0 - np.geomspace(0.5, 1e-6, CANDIDATES // 2)]))
+
+
 def candidates(points: np.ndarray, ceiling: int, g: int) -> np.ndarray:
     """Sorted candidate settings: 0, ``points`` (all when few, else quantiles denser
     in the top tail) clipped to ``[0, ceiling]``, and ``ceiling``; rounded up to ``g``."""
     p = np.clip(np.asarray(points, dtype=np.int64), 0, max(int(ceiling), 0))
     if len(p) > CANDIDATES:
-        levels = np.unique(np.concatenate([
-            np.linspace(0.0, 1.0, CANDIDATES // 2),
-            1.0 - np.geomspace(0.5, 1e-6, CANDIDATES // 2)]))
-        p = np.quantile(p, levels, method="higher")
+        p = np.quantile(p, _LEVELS, method="higher")
     out = np.unique(ceil_to(np.concatenate([[0, max(int(ceiling), 0)], p]).astype(np.int64), g))
     return out
