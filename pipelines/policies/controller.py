@@ -495,6 +495,16 @@ def _runs(values: np.ndarray):
     return [(int(values[a]), int(a), int(z)) for a, z in zip(starts, stops)]
 
 
+def _model(st: dict, key, build):
+    """The goal-independent part of a search over statistics ``st`` (candidates and
+    curves), built once per statistics and ``key`` (the latest P is searched for the
+    steady goal and for Q: one model)."""
+    cached = st.get("_model")
+    if cached is None or cached[0] != key:
+        cached = st["_model"] = (key, build())
+    return cached[1]
+
+
 def _slice(st: dict, a: int) -> dict:
     """Per-tuple statistics from position ``a`` on (per-stream rows sliced along their last axis)."""
     return {k: (v[..., a:] if isinstance(v, np.ndarray) else v) for k, v in st.items()}
@@ -560,14 +570,7 @@ class QJoinController(Controller):
     def _choose(self, st, goal: float, ceiling: int, g: int):
         s, w = st["s"], st["w"]
         total = float(w.sum())
-        cand, curves = [], []
-        for j in range(self.n):
-            probe = s != j
-            pts = np.concatenate([st["end"][j][probe], st["start"][j][probe]])
-            c = candidates(pts, ceiling, g)
-            cand.append(c)
-            if self.n == 2:   # the kept weight of the tuples probing j, as a function of d_j
-                curves.append(ramp_sums(st["start"][j][probe], st["end"][j][probe], w[probe], c))
+        cand, curves = _model(st, (ceiling, g), lambda: self._curves(st, ceiling, g))
         cost = st["rate"]
         if self.n == 2:
             # kept = A_1(d_0) + A_0(d_1): stream 1's tuples probe stream 0 and vice versa
@@ -577,6 +580,20 @@ class QJoinController(Controller):
                 return float((w * self._share(st, np.array([cand[i][k[i]] for i in range(self.n)]))).sum())
             values, est = self._search([], cand, cost, total, goal, combine)
         return values, est, [int(len(c)) for c in cand]
+
+    def _curves(self, st, ceiling: int, g: int):
+        """Per stream, the candidate retentions and (two streams) the kept weight of
+        the tuples probing it at each: what a search for any goal reads."""
+        s, w = st["s"], st["w"]
+        cand, curves = [], []
+        for j in range(self.n):
+            probe = s != j
+            pts = np.concatenate([st["end"][j][probe], st["start"][j][probe]])
+            c = candidates(pts, ceiling, g)
+            cand.append(c)
+            if self.n == 2:   # the kept weight of the tuples probing j, as a function of d_j
+                curves.append(ramp_sums(st["start"][j][probe], st["end"][j][probe], w[probe], c))
+        return cand, curves
 
     def _commit(self, hi: int, t: int, st: dict) -> None:
         """Effective horizons for indexes [committed, hi) (statistics ``st``) and their
@@ -642,6 +659,20 @@ class QKSlackController(Controller):
 
     def _choose(self, st, goal: float, ceiling: int, g: int):
         s, w, need = st["s"], st["w"], st["need"]
+        cand, F = _model(st, (ceiling, g), lambda: self._survival(s, w, need, ceiling, g))
+        cost = st["rate"]
+        if self.n == 2:
+            # recall = F_0(K_0) * F_1(K_1): walk K_0, binary-search K_1 on log F (additive)
+            values, est = self._search_product(F, cand, cost, goal)
+        else:
+            def combine(k):
+                return float(np.prod([F[i][k[i]] for i in range(self.n)]))
+            values, est = self._search([], cand, cost, 1.0, goal, combine)
+        return values, est, [int(len(c)) for c in cand]
+
+    def _survival(self, s, w, need, ceiling: int, g: int):
+        """Per stream, the candidate slacks and the weighted share of its tuples that
+        survive each (``delay <= K``): what a search for any goal reads."""
         cand, F = [], []
         for i in range(self.n):
             m = s == i
@@ -654,15 +685,7 @@ class QKSlackController(Controller):
                 F.append(cw[np.searchsorted(need[m][order], c, side="right")] / tot)
             else:
                 F.append(np.ones(len(c)))
-        cost = st["rate"]
-        if self.n == 2:
-            # recall = F_0(K_0) * F_1(K_1): walk K_0, binary-search K_1 on log F (additive)
-            values, est = self._search_product(F, cand, cost, goal)
-        else:
-            def combine(k):
-                return float(np.prod([F[i][k[i]] for i in range(self.n)]))
-            values, est = self._search([], cand, cost, 1.0, goal, combine)
-        return values, est, [int(len(c)) for c in cand]
+        return cand, F
 
     def _search_product(self, F, cand, cost, goal):
         """Two streams, ``F_0(K_0) * F_1(K_1) >= goal`` at the least ``sum_i cost_i K_i``."""
