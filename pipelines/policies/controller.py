@@ -122,6 +122,7 @@ class Controller:
             pos_i = self._position(replay.ts[mine], None if self.key is None else self.key[mine])
             order = np.argsort(pos_i, kind="stable")
             self.by_ts.append((pos_i[order], self.arr_by_stream[i][order]))
+        self.ranges = [self._partner_ranges(j) for j in range(self.n)] if self.N else []
         # running maximum delay over all streams: MP-K-slack's bound (and the search ceiling)
         self.maxdelay = np.maximum.accumulate(replay.delay) if self.N else np.empty(0, np.int64)
         self.decision_times: list[int] = []
@@ -377,39 +378,57 @@ class Controller:
         selectivity of seed 002 (11)-(12) observed per key, not a constant;
         cost: its partners).
         """
-        b = self.cfg.basic_window_us
         out = np.zeros((self.n, len(idx)))
         if not len(idx):
             return out
-        ts_x = self.r.ts[idx]
-        if self.key is not None:
-            # per key, a basic window is too sparse (a feeder's alerts, once a day): count
-            # the same key's partners over the tuple's whole partner window instead
-            own_w = self.W[self.r.stream[idx]]
-            for j in range(self.n):
-                below = np.maximum(self.W[j], b)
-                above = np.maximum(own_w, b)
-                lo_pos = self._position(ts_x - below, self.key[idx])
-                hi_pos = self._position(ts_x + above, self.key[idx])
-                out[j] = self._arrived(j, t, lo_pos, hi_pos + 1) / (below + above + 1)
-            return out
-        bins, inv = np.unique((ts_x // b) * b, return_inverse=True)
         for j in range(self.n):
-            out[j] = self._arrived(j, t, bins, bins + b)[inv] / b
+            lo, count, last, span = self.ranges[j]
+            c = count[idx]
+            # only ranges with a partner still to arrive after t need reading (the recent tuples)
+            open_ = np.flatnonzero(last[idx] > t)
+            if len(open_):
+                sub = idx[open_]
+                n_sub = count[sub]
+                late = (gather_ranges(self.by_ts[j][1], lo[sub], n_sub) > t).astype(np.int64)
+                ends = np.cumsum(n_sub)
+                c_late = np.concatenate([[0], np.cumsum(late)])
+                c = c.copy()
+                c[open_] -= c_late[ends] - c_late[ends - n_sub]
+            out[j] = c / (span[idx] if isinstance(span, np.ndarray) else span)
         return out
 
-    def _arrived(self, j: int, t: int, lo_pos: np.ndarray, hi_pos: np.ndarray) -> np.ndarray:
-        """Tuples of stream ``j`` arrived by ``t`` with counter position in ``[lo, hi)``."""
+    def _partner_ranges(self, j: int):
+        """For every tuple, its counter range in stream ``j`` (module docstring of
+        :meth:`_density`): ``(first, count, latest arrival in it, width)``, once per
+        run, so that a decision reads only the ranges with a partner still to arrive.
+
+        Without keys: the basic window ``b`` of event time the tuple falls in;
+        with keys, per key, a basic window is too sparse (a feeder's alerts, once
+        a day): the same key's partners over the tuple's whole partner window
+        ``[ts - max(W_j, b), ts + max(W_own, b)]``.
+        """
+        b = self.cfg.basic_window_us
+        ts_x = self.r.ts
         pos_j, arr_j = self.by_ts[j]
+        if self.key is not None:
+            below = np.maximum(self.W[j], b)
+            above = np.maximum(self.W[self.r.stream], b)
+            lo_pos = self._position(ts_x - below, self.key)
+            hi_pos = self._position(ts_x + above, self.key) + 1
+            span = below + above + 1
+        else:
+            lo_pos = (ts_x // b) * b
+            hi_pos = lo_pos + b
+            span = b
         lo = np.searchsorted(pos_j, lo_pos, side="left")
-        hi = np.searchsorted(pos_j, hi_pos, side="left")
-        counts = hi - lo
-        if counts.sum():
-            late = (gather_ranges(arr_j, lo, counts) > t).astype(np.int64)
-            ends = np.cumsum(counts)
-            c_late = np.concatenate([[0], np.cumsum(late)])
-            counts = counts - (c_late[ends] - c_late[ends - counts])
-        return counts
+        count = np.searchsorted(pos_j, hi_pos, side="left") - lo
+        last = np.full(self.N, NEG_INF, dtype=np.int64)
+        full = np.flatnonzero(count > 0)
+        if len(full):
+            vals = gather_ranges(arr_j, lo[full], count[full])
+            starts = np.concatenate([[0], np.cumsum(count[full])[:-1]])
+            last[full] = np.maximum.reduceat(vals, starts)
+        return lo, count, last, span
 
     def _spans(self, idx: np.ndarray):
         """Per tuple and partner stream: owned partner-offset range ``[-W_j, U_j]`` (inclusive, us)."""
