@@ -21,8 +21,10 @@ Guarantees
 * **Cost bounded by the input**, never by the span, the period count or the
   granularity: decisions are taken only where they govern an arrival (at most
   one per gap between arrivals, at most one per arrival), each looks at the
-  tuples of its history window, and the candidate settings are a few hundred
-  quantiles of observed lags -- never a grid of ``max delay / g`` steps.
+  tuples of its history window (their partner-counter ranges are found once
+  per run; a decision reads only the ranges a partner may still arrive in),
+  and the candidate settings are a few hundred quantiles of observed lags --
+  never a grid of ``max delay / g`` steps.
 
 Settings and their defaults: :class:`~.recall_target.RecallTarget`; decision times
 (interval, rate, bad rows): :mod:`.triggers`; each controller's model: :mod:`.qjoin`
@@ -39,8 +41,8 @@ What a decision aims at
   the latest-``P`` solution at each period's end -- are remembered, and per
   stream the larger of their 95th percentile and their ``(1 + Q) / 2``
   quantile weighted by each period's expected results is kept in force
-  (each period's need is solved for ``Q`` itself; the margin is the current
-  period's; periods with a stalled stream count in the plain percentile
+  (qjoin solves each period's need for ``Q`` itself, qkslack for the steady
+  goal ``Q`` + margin: ``remember_margin``; periods with a stalled stream count in the plain percentile
   only: the backlog model covers a stall when it happens, and one huge burst
   must not weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
@@ -250,7 +252,7 @@ class Controller:
 
     def _remembered(self, period: int) -> np.ndarray | None:
         """Per stream, what the last ``memory_periods`` completed periods needed for
-        ``Q`` (the latest-P solution at each period's end): the larger of their 95th
+        ``Q`` (qkslack: for ``Q`` + margin; the latest-P solution at each period's end): the larger of their 95th
         percentile and their ``(1 + Q) / 2`` quantile weighted by each period's
         expected results.
 
