@@ -7,6 +7,9 @@
   a dense scan of every pair (hypothesis);
 * qkslack remembers each period's need for its steady goal (Q plus the
   period's margin), qjoin for Q itself;
+* the partner densities a decision reads (counter ranges found once per run)
+  equal a per-tuple count of the partners arrived by the decision time, with
+  and without keys (hypothesis);
 * the default settings follow the span (``Resolved``), and a year of sparse
   data costs decisions bounded by its arrivals, not its seconds.
 """
@@ -137,6 +140,44 @@ def test_qkslack_remembers_needs_for_the_steady_goal_qjoin_for_q():
     assert np.all(margin.period_need[p0][0] >= plain.period_need[p0][0])
     assert any(np.any(margin.period_need[p][0] > plain.period_need[p][0])
                for p in margin.period_need if p in plain.period_need)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.integers(0, 30), st.integers(0, 2)),
+                min_size=2, max_size=30),
+       st.integers(0, 100), st.integers(1, 7), st.integers(0, 9), st.integers(0, 9), st.booleans())
+def test_density_counts_the_partners_arrived_by_t(rows, t, b, w0, w1, keyed):
+    ts = [np.array([r[1] for r in rows if r[0] == i], dtype=np.int64) for i in range(2)]
+    arr = [np.array([r[1] + r[2] for r in rows if r[0] == i], dtype=np.int64) for i in range(2)]
+    key = [np.array([r[3] for r in rows if r[0] == i], dtype=np.int64) for i in range(2)]
+    if not all(len(x) for x in ts):
+        return
+    replay = build_replay(ts, arr)
+    W = np.array([w0, w1])
+    ctl = QJoinController(replay, W, RecallTarget(0.9, basic_window_us=b), keys=key if keyed else None)
+    idx = np.arange(replay.N)
+    k_all = np.empty(replay.N, dtype=np.int64)
+    for i, pos in enumerate(replay.index_of):
+        k_all[pos] = key[i]
+    # at t and at every arrival time (a partner arriving exactly at t has arrived)
+    for t in sorted({t, *replay.arrival.tolist()}):
+        _check_density(ctl, replay, idx, k_all, t, W, b, keyed)
+
+
+def _check_density(ctl, replay, idx, k_all, t, W, b, keyed):
+    got = ctl._density(t, idx)
+    for x in idx:
+        for j in range(2):
+            mine = (replay.stream == j) & (replay.arrival <= t)
+            if keyed:   # the same key's partners over the tuple's partner window
+                below, above = max(W[j], b), max(W[replay.stream[x]], b)
+                lo, hi = replay.ts[x] - below, replay.ts[x] + above
+                n = np.count_nonzero(mine & (k_all == k_all[x]) & (replay.ts >= lo) & (replay.ts <= hi))
+                want = n / (below + above + 1)
+            else:       # the basic window the tuple falls in
+                lo = (replay.ts[x] // b) * b
+                want = np.count_nonzero(mine & (replay.ts >= lo) & (replay.ts < lo + b)) / b
+            assert got[j, x] == want
 
 
 def test_defaults_follow_the_span():
