@@ -42,7 +42,7 @@ What a decision aims at
   stream the larger of their 95th percentile and their ``(1 + Q) / 2``
   quantile weighted by each period's expected results is kept in force
   (qjoin solves each period's need for ``Q`` itself, qkslack for the steady
-  goal ``Q`` + margin: ``remember_margin``; periods with a stalled stream count in the plain percentile
+  goal ``Q`` + margin, at most ``Q + 3 (1 - Q) / 4``: ``remember_margin``; periods with a stalled stream count in the plain percentile
   only: the backlog model covers a stall when it happens, and one huge burst
   must not weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
@@ -76,8 +76,8 @@ import numpy as np
 
 from ..base.sorting import gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
-from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, TAIL_SAMPLES, RecallTarget, Resolved, Schedule,
-                            candidates, ramp_sums)
+from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
+                            Schedule, candidates, ramp_sums)
 from .triggers import fired, probe_ticks
 
 class Controller:
@@ -213,9 +213,11 @@ class Controller:
                 estimate, considered = est, n_cand
                 # what a period like the latest P needed, from the tuples it saw (a stall's
                 # expected backlog is not a need it had): for Q itself, or (remember_margin)
-                # for the steady goal, Q plus the period's sampling margin
+                # for the steady goal, Q plus the period's sampling margin, spending at most
+                # REMEMBER_BUDGET of the loss budget 1 - Q on it (never "keep every lag")
                 seen = self._with_backlog(_slice(base, starts[0] - lo_all), ()) if backlog else st
-                aim_q = steady if self.remember_margin else float(self.target.recall)
+                q = float(self.target.recall)
+                aim_q = min(steady, q + REMEMBER_BUDGET * (1.0 - q)) if self.remember_margin else q
                 if seen is st and aim == aim_q:
                     need_q = values
                 else:
@@ -642,7 +644,9 @@ class QKSlackController(Controller):
     # a period's need is remembered with its sampling margin: a K in force that meets a
     # recurring period's need for Q itself (a Monday's batch) leaves that period below Q
     # about half the time, and its product estimate from a sparse period's few productive
-    # tuples is the noisier one (measured on the corpus: docs/performance.md)
+    # tuples is the noisier one; capped at Q + 3 (1 - Q) / 4 (REMEMBER_BUDGET), so that a
+    # period with few results is not solved for 1.0 -- every lag it saw -- which held
+    # flights' K at 14 h for Q = 0.99 (measured on the corpus: docs/performance.md)
     remember_margin = True
 
     def __init__(self, *args, **kwargs):

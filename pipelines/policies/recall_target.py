@@ -36,6 +36,10 @@ from .triggers import Triggers
 CANDIDATES = 256
 #: quantile of the remembered periods' needs kept in force (the promise is >= Q in 95 % of periods)
 MEMORY_QUANTILE = 0.95
+#: qkslack's remembered needs are solved for at most ``Q + REMEMBER_BUDGET (1 - Q)``: the
+#: period's margin may spend three quarters of its loss budget, never all of it (on the
+#: corpus, 1/2 left clicks at Q = 0.8 one period short of 95 %; 1 held flights' K at 14 h)
+REMEMBER_BUDGET = 0.75
 #: default memory: a week of periods (human rhythms are daily and weekly), at least 100
 WEEK_US = 7 * 86_400_000_000
 #: the statistics window holds at least this many tuples per unit of (1 - Q) (10 / (1 - Q)):

@@ -119,7 +119,7 @@ def test_two_stream_product_search_is_the_cheapest_feasible_pair(tuples, goal, c
 
 def test_qkslack_remembers_needs_for_the_steady_goal_qjoin_for_q():
     """Each period's remembered need is the latest-P solution for the goal the
-    policy holds it to: qkslack (steady = Q + margin) needs at least what qjoin's
+    policy holds it to: qkslack (steady = Q + margin, at most Q + 3 (1 - Q) / 4) needs at least what qjoin's
     rule (Q itself) gives on the same tuples, and strictly more somewhere."""
     rng = np.random.default_rng(3)
     span = 400_000_000
