@@ -77,7 +77,7 @@ import numpy as np
 from ..base.sorting import gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
 from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
-                            Schedule, candidates, ramp_sums)
+                            Schedule, candidates, ramp_sums, runs, search, search_product)
 from .triggers import fired, probe_ticks
 
 class Controller:
@@ -454,68 +454,11 @@ class Controller:
     def _rates(self, s: np.ndarray) -> np.ndarray:
         return np.bincount(s, minlength=self.n)[:self.n].astype(np.float64) / max(self.cfg.history_us, 1)
 
-    def _search(self, curves: list[np.ndarray], cand: list[np.ndarray], cost: np.ndarray, total: float,
-                goal: float, combine) -> tuple[np.ndarray, float]:
-        """Cheapest candidate vector (cost ``sum_i cost_i * value_i``) with ``combine(idx) >= goal * total``.
-
-        ``curves[i][k]``: the model's monotone quantity at ``cand[i][k]``;
-        two streams with an additive model (``combine is None``): exact, by
-        walking stream 0 and binary-searching stream 1; otherwise coordinate
-        descent to a Pareto-minimal vector.
-        """
-        need = goal * total - 1e-9 * max(total, 1.0)
-        if self.n == 2 and combine is None:
-            # kept(k0, k1) = curves[0][k0] + curves[1][k1]; both nondecreasing
-            # every k0 at once: the least feasible k1 by binary search, then the cheapest pair
-            # (the first of equal costs, as a walk over k0 keeping strict improvements would)
-            k1 = np.searchsorted(curves[1], need - curves[0], side="left")
-            ok = np.flatnonzero(k1 < len(cand[1]))
-            if not len(ok):
-                k = np.array([len(cand[0]) - 1, len(cand[1]) - 1])
-            else:
-                c = cost[0] * cand[0][ok] + cost[1] * cand[1][k1[ok]]
-                k0 = int(ok[int(np.argmin(c))])
-                k = np.array([k0, int(k1[k0])])
-            value = curves[0][k[0]] + curves[1][k[1]]
-            return np.array([cand[i][k[i]] for i in range(2)], dtype=np.int64), value / total if total else 1.0
-        k = np.array([len(c) - 1 for c in cand])
-        value = combine(k)
-        if value >= need:
-            for _ in range(2 * self.n):
-                moved = False
-                for i in np.argsort(-cost, kind="stable"):
-                    lo_k, hi_k = 0, int(k[i])      # smallest feasible index for stream i, others fixed
-                    while lo_k < hi_k:
-                        mid = (lo_k + hi_k) // 2
-                        trial = k.copy()
-                        trial[i] = mid
-                        if combine(trial) >= need:
-                            hi_k = mid
-                        else:
-                            lo_k = mid + 1
-                    if lo_k < k[i]:
-                        k[i] = lo_k
-                        moved = True
-                if not moved:
-                    break
-            value = combine(k)
-        return np.array([cand[i][k[i]] for i in range(self.n)], dtype=np.int64), value / total if total else 1.0
-
     def _accumulate(self, idx, w, kept) -> None:
         per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
-        for p, a, z in _runs(per):
+        for p, a, z in runs(per):
             self.period_w[p] = self.period_w.get(p, 0.0) + float(w[a:z].sum())
             self.period_kept[p] = self.period_kept.get(p, 0.0) + float(kept[a:z].sum())
-
-
-def _runs(values: np.ndarray):
-    """``(value, start, stop)`` of each run of equal values in a sorted array."""
-    if not len(values):
-        return []
-    cut = np.flatnonzero(np.diff(values)) + 1
-    starts = np.concatenate([[0], cut])
-    stops = np.concatenate([cut, [len(values)]])
-    return [(int(values[a]), int(a), int(z)) for a, z in zip(starts, stops)]
 
 
 def _model(st: dict, key, build):
@@ -597,11 +540,11 @@ class QJoinController(Controller):
         cost = st["rate"]
         if self.n == 2:
             # kept = A_1(d_0) + A_0(d_1): stream 1's tuples probe stream 0 and vice versa
-            values, est = self._search(curves, cand, cost, total, goal, None)
+            values, est = search(curves, cand, cost, total, goal, None)
         else:
             def combine(k):
                 return float((w * self._share(st, np.array([cand[i][k[i]] for i in range(self.n)]))).sum())
-            values, est = self._search([], cand, cost, total, goal, combine)
+            values, est = search([], cand, cost, total, goal, combine)
         return values, est, [int(len(c)) for c in cand]
 
     def _curves(self, st, ceiling: int, g: int):
@@ -688,11 +631,11 @@ class QKSlackController(Controller):
         cost = st["rate"]
         if self.n == 2:
             # recall = F_0(K_0) * F_1(K_1): walk K_0, binary-search K_1 on log F (additive)
-            values, est = self._search_product(F, cand, cost, goal)
+            values, est = search_product(F, cand, cost, goal)
         else:
             def combine(k):
                 return float(np.prod([F[i][k[i]] for i in range(self.n)]))
-            values, est = self._search([], cand, cost, 1.0, goal, combine)
+            values, est = search([], cand, cost, 1.0, goal, combine)
         return values, est, [int(len(c)) for c in cand]
 
     def _survival(self, s, w, need, ceiling: int, g: int):
@@ -712,21 +655,6 @@ class QKSlackController(Controller):
                 F.append(np.ones(len(c)))
         return cand, F
 
-    def _search_product(self, F, cand, cost, goal):
-        """Two streams, ``F_0(K_0) * F_1(K_1) >= goal`` at the least ``sum_i cost_i K_i``."""
-        need = goal - 1e-12
-        # every k0 at once (as in _search): the least feasible k1, then the first cheapest pair
-        pos = np.flatnonzero(F[0] > 0)
-        k1 = np.searchsorted(F[1], need / F[0][pos], side="left")
-        ok = k1 < len(cand[1])
-        pos, k1 = pos[ok], k1[ok]
-        if len(pos):
-            best = int(np.argmin(cost[0] * cand[0][pos] + cost[1] * cand[1][k1]))
-            k0, k1 = int(pos[best]), int(k1[best])
-        else:
-            k0, k1 = len(cand[0]) - 1, len(cand[1]) - 1
-        return np.array([cand[0][k0], cand[1][k1]], dtype=np.int64), float(F[0][k0] * F[1][k1])
-
     def _commit(self, hi: int, t: int, st: dict) -> None:
         """Release horizon and real drops for indexes [committed, hi) (statistics
         ``st``); per-period survival."""
@@ -744,7 +672,7 @@ class QKSlackController(Controller):
         s, w = st["s"], st["w"]
         # a result survives iff every member does: per stream survival, multiplied
         per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
-        for p, a, z in _runs(per):
+        for p, a, z in runs(per):
             share = 1.0
             sa, wa, da = s[a:z], w[a:z], dropped[a:z]
             for i in range(self.n):
