@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     before = load_before(args.before)
     versions = {"before": {c: getattr(before, c) for c in CLASSES},
                 "after": {c: getattr(current, c) for c in CLASSES}}
-    print(f"{'dataset':8} {'policy':8} {'Q':>4} {'before s':>9} {'after s':>8}  (medians of {args.runs} alternating runs)")
+    print(f"{'dataset':8} {'policy':8} {'Q':>4} {'before s':>9} {'after s':>8}  "
+          f"(medians of {args.runs} alternating runs)")
     for case in args.cases:
         name, policy, q = case.split(":")
         toml = Path(args.corpus) / name / "job.toml"

@@ -42,9 +42,10 @@ What a decision aims at
   stream the larger of their 95th percentile and their ``(1 + Q) / 2``
   quantile weighted by each period's expected results is kept in force
   (qjoin solves each period's need for ``Q`` itself, qkslack for the steady
-  goal ``Q`` + margin, at most ``Q + 3 (1 - Q) / 4``: ``remember_margin``; periods with a stalled stream count in the plain percentile
-  only: the backlog model covers a stall when it happens, and one huge burst
-  must not weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
+  goal ``Q`` + margin, at most ``Q + 3 (1 - Q) / 4``: ``remember_margin``;
+  periods with a stalled stream count in the plain percentile only: the
+  backlog model covers a stall when it happens, and one huge burst must not
+  weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
   the 95th percentile matches the promise (``Q`` in 95 % of periods).  The
   values in force are the element-wise maximum of the three.
@@ -254,9 +255,9 @@ class Controller:
 
     def _remembered(self, period: int) -> np.ndarray | None:
         """Per stream, what the last ``memory_periods`` completed periods needed for
-        ``Q`` (qkslack: for ``Q`` + margin; the latest-P solution at each period's end): the larger of their 95th
-        percentile and their ``(1 + Q) / 2`` quantile weighted by each period's
-        expected results.
+        ``Q`` (qkslack: for ``Q`` + margin; the latest-P solution at each
+        period's end): the larger of their 95th percentile and their
+        ``(1 + Q) / 2`` quantile weighted by each period's expected results.
 
         Purged state cannot come back, so a lag that recurs (a daily upload, a
         weekly batch) must be covered before it arrives, not after.  The plain
