@@ -21,8 +21,10 @@ Guarantees
 * **Cost bounded by the input**, never by the span, the period count or the
   granularity: decisions are taken only where they govern an arrival (at most
   one per gap between arrivals, at most one per arrival), each looks at the
-  tuples of its history window, and the candidate settings are a few hundred
-  quantiles of observed lags -- never a grid of ``max delay / g`` steps.
+  tuples of its history window (their partner-counter ranges are found once
+  per run; a decision reads only the ranges a partner may still arrive in),
+  and the candidate settings are a few hundred quantiles of observed lags --
+  never a grid of ``max delay / g`` steps.
 
 Settings and their defaults: :class:`~.recall_target.RecallTarget`; decision times
 (interval, rate, bad rows): :mod:`.triggers`; each controller's model: :mod:`.qjoin`
@@ -39,10 +41,11 @@ What a decision aims at
   the latest-``P`` solution at each period's end -- are remembered, and per
   stream the larger of their 95th percentile and their ``(1 + Q) / 2``
   quantile weighted by each period's expected results is kept in force
-  (each period's need is solved for ``Q`` itself; the margin is the current
-  period's; periods with a stalled stream count in the plain percentile
-  only: the backlog model covers a stall when it happens, and one huge burst
-  must not weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
+  (qjoin solves each period's need for ``Q`` itself, qkslack for the steady
+  goal ``Q`` + margin, at most ``Q + 3 (1 - Q) / 4``: ``remember_margin``;
+  periods with a stalled stream count in the plain percentile only: the
+  backlog model covers a stall when it happens, and one huge burst must not
+  weigh like a week of periods).  Purged state cannot come back, so a lag that recurs (a daily
   upload, a weekly batch, a nightly stall) must be covered before it arrives;
   the 95th percentile matches the promise (``Q`` in 95 % of periods).  The
   values in force are the element-wise maximum of the three.
@@ -74,8 +77,8 @@ import numpy as np
 
 from ..base.sorting import gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
-from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, TAIL_SAMPLES, RecallTarget, Resolved, Schedule,
-                            candidates, ramp_sums)
+from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
+                            Schedule, candidates, ramp_sums, runs, search, search_product)
 from .triggers import fired, probe_ticks
 
 class Controller:
@@ -83,6 +86,8 @@ class Controller:
 
     kind = ""
     value_key = ""
+    #: remember each period's need for the steady goal (Q plus its margin), not for Q itself
+    remember_margin = False
 
     def __init__(self, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None):
         self.r = replay
@@ -120,6 +125,7 @@ class Controller:
             pos_i = self._position(replay.ts[mine], None if self.key is None else self.key[mine])
             order = np.argsort(pos_i, kind="stable")
             self.by_ts.append((pos_i[order], self.arr_by_stream[i][order]))
+        self.ranges = [self._partner_ranges(j) for j in range(self.n)] if self.N else []
         # running maximum delay over all streams: MP-K-slack's bound (and the search ceiling)
         self.maxdelay = np.maximum.accumulate(replay.delay) if self.N else np.empty(0, np.int64)
         self.decision_times: list[int] = []
@@ -130,6 +136,7 @@ class Controller:
         self.period_kept: dict[int, float] = {}
         self.period_need: dict[int, np.ndarray] = {}   # per period: the latest-P solution at its end
         self.stalled: set[int] = set()                 # periods with a stalled stream (and the next)
+        self._memo: tuple[int, np.ndarray | None] | None = None   # (period, _remembered(period))
 
     # ------------------------------------------------------------------ events
 
@@ -205,11 +212,18 @@ class Controller:
             chosen.append(values)
             if k == 0:
                 estimate, considered = est, n_cand
-                # what a period like the latest P needed for Q itself, from the tuples it saw
-                # (the margin is this period's; a stall's expected backlog is not a need it had)
+                # what a period like the latest P needed, from the tuples it saw (a stall's
+                # expected backlog is not a need it had): for Q itself, or (remember_margin)
+                # for the steady goal, Q plus the period's sampling margin, spending at most
+                # REMEMBER_BUDGET of the loss budget 1 - Q on it (never "keep every lag")
                 seen = self._with_backlog(_slice(base, starts[0] - lo_all), ()) if backlog else st
-                need_q = (self._choose(seen, float(self.target.recall), ceiling, g)[0]
-                          if float(seen["w"].sum()) > 0 else np.zeros(self.n, np.int64))
+                q = float(self.target.recall)
+                aim_q = min(steady, q + REMEMBER_BUDGET * (1.0 - q)) if self.remember_margin else q
+                if seen is st and aim == aim_q:
+                    need_q = values
+                else:
+                    need_q = (self._choose(seen, aim_q, ceiling, g)[0]
+                              if float(seen["w"].sum()) > 0 else np.zeros(self.n, np.int64))
                 self.period_need[period] = (need_q, float(st["w"].sum()))
         if backlog:   # a stall's burst is foreseen by the backlog model, not remembered as a need
             self.stalled.update((period, period + 1))
@@ -241,9 +255,9 @@ class Controller:
 
     def _remembered(self, period: int) -> np.ndarray | None:
         """Per stream, what the last ``memory_periods`` completed periods needed for
-        ``Q`` (the latest-P solution at each period's end): the larger of their 95th
-        percentile and their ``(1 + Q) / 2`` quantile weighted by each period's
-        expected results.
+        ``Q`` (qkslack: for ``Q`` + margin; the latest-P solution at each
+        period's end): the larger of their 95th percentile and their
+        ``(1 + Q) / 2`` quantile weighted by each period's expected results.
 
         Purged state cannot come back, so a lag that recurs (a daily upload, a
         weekly batch) must be covered before it arrives, not after.  The plain
@@ -255,7 +269,16 @@ class Controller:
         percentile only: the backlog model foresees a stall when it happens,
         and one huge burst must not hold an hour of state for a week; stalls
         that recur (a feed that stalls every few minutes) still show in the
-        plain percentile."""
+        plain percentile.
+
+        Needs of completed periods are final, so the answer changes only when a
+        period ends: it is computed once per period (cached)."""
+        if self._memo is not None and self._memo[0] == period:
+            return self._memo[1]
+        self._memo = (period, self._remember(period))
+        return self._memo[1]
+
+    def _remember(self, period: int) -> np.ndarray | None:
         recent = [p for p in self.period_need if period - self.cfg.memory_periods <= p < period]
         if not recent:
             return None
@@ -360,39 +383,57 @@ class Controller:
         selectivity of seed 002 (11)-(12) observed per key, not a constant;
         cost: its partners).
         """
-        b = self.cfg.basic_window_us
         out = np.zeros((self.n, len(idx)))
         if not len(idx):
             return out
-        ts_x = self.r.ts[idx]
-        if self.key is not None:
-            # per key, a basic window is too sparse (a feeder's alerts, once a day): count
-            # the same key's partners over the tuple's whole partner window instead
-            own_w = self.W[self.r.stream[idx]]
-            for j in range(self.n):
-                below = np.maximum(self.W[j], b)
-                above = np.maximum(own_w, b)
-                lo_pos = self._position(ts_x - below, self.key[idx])
-                hi_pos = self._position(ts_x + above, self.key[idx])
-                out[j] = self._arrived(j, t, lo_pos, hi_pos + 1) / (below + above + 1)
-            return out
-        bins, inv = np.unique((ts_x // b) * b, return_inverse=True)
         for j in range(self.n):
-            out[j] = self._arrived(j, t, bins, bins + b)[inv] / b
+            lo, count, last, span = self.ranges[j]
+            c = count[idx]
+            # only ranges with a partner still to arrive after t need reading (the recent tuples)
+            open_ = np.flatnonzero(last[idx] > t)
+            if len(open_):
+                sub = idx[open_]
+                n_sub = count[sub]
+                late = (gather_ranges(self.by_ts[j][1], lo[sub], n_sub) > t).astype(np.int64)
+                ends = np.cumsum(n_sub)
+                c_late = np.concatenate([[0], np.cumsum(late)])
+                c = c.copy()
+                c[open_] -= c_late[ends] - c_late[ends - n_sub]
+            out[j] = c / (span[idx] if isinstance(span, np.ndarray) else span)
         return out
 
-    def _arrived(self, j: int, t: int, lo_pos: np.ndarray, hi_pos: np.ndarray) -> np.ndarray:
-        """Tuples of stream ``j`` arrived by ``t`` with counter position in ``[lo, hi)``."""
+    def _partner_ranges(self, j: int):
+        """For every tuple, its counter range in stream ``j`` (module docstring of
+        :meth:`_density`): ``(first, count, latest arrival in it, width)``, once per
+        run, so that a decision reads only the ranges with a partner still to arrive.
+
+        Without keys: the basic window ``b`` of event time the tuple falls in;
+        with keys, per key, a basic window is too sparse (a feeder's alerts, once
+        a day): the same key's partners over the tuple's whole partner window
+        ``[ts - max(W_j, b), ts + max(W_own, b)]``.
+        """
+        b = self.cfg.basic_window_us
+        ts_x = self.r.ts
         pos_j, arr_j = self.by_ts[j]
+        if self.key is not None:
+            below = np.maximum(self.W[j], b)
+            above = np.maximum(self.W[self.r.stream], b)
+            lo_pos = self._position(ts_x - below, self.key)
+            hi_pos = self._position(ts_x + above, self.key) + 1
+            span = below + above + 1
+        else:
+            lo_pos = (ts_x // b) * b
+            hi_pos = lo_pos + b
+            span = b
         lo = np.searchsorted(pos_j, lo_pos, side="left")
-        hi = np.searchsorted(pos_j, hi_pos, side="left")
-        counts = hi - lo
-        if counts.sum():
-            late = (gather_ranges(arr_j, lo, counts) > t).astype(np.int64)
-            ends = np.cumsum(counts)
-            c_late = np.concatenate([[0], np.cumsum(late)])
-            counts = counts - (c_late[ends] - c_late[ends - counts])
-        return counts
+        count = np.searchsorted(pos_j, hi_pos, side="left") - lo
+        last = np.full(self.N, NEG_INF, dtype=np.int64)
+        full = np.flatnonzero(count > 0)
+        if len(full):
+            vals = gather_ranges(arr_j, lo[full], count[full])
+            starts = np.concatenate([[0], np.cumsum(count[full])[:-1]])
+            last[full] = np.maximum.reduceat(vals, starts)
+        return lo, count, last, span
 
     def _spans(self, idx: np.ndarray):
         """Per tuple and partner stream: owned partner-offset range ``[-W_j, U_j]`` (inclusive, us)."""
@@ -414,71 +455,21 @@ class Controller:
     def _rates(self, s: np.ndarray) -> np.ndarray:
         return np.bincount(s, minlength=self.n)[:self.n].astype(np.float64) / max(self.cfg.history_us, 1)
 
-    def _search(self, curves: list[np.ndarray], cand: list[np.ndarray], cost: np.ndarray, total: float,
-                goal: float, combine) -> tuple[np.ndarray, float]:
-        """Cheapest candidate vector (cost ``sum_i cost_i * value_i``) with ``combine(idx) >= goal * total``.
-
-        ``curves[i][k]``: the model's monotone quantity at ``cand[i][k]``;
-        two streams with an additive model (``combine is None``): exact, by
-        walking stream 0 and binary-searching stream 1; otherwise coordinate
-        descent to a Pareto-minimal vector.
-        """
-        need = goal * total - 1e-9 * max(total, 1.0)
-        if self.n == 2 and combine is None:
-            # kept(k0, k1) = curves[0][k0] + curves[1][k1]; both nondecreasing
-            best = None
-            for k0 in range(len(cand[0])):
-                rest = need - curves[0][k0]
-                k1 = int(np.searchsorted(curves[1], rest, side="left"))
-                if k1 >= len(cand[1]):
-                    continue
-                c = cost[0] * cand[0][k0] + cost[1] * cand[1][k1]
-                if best is None or c < best[0]:
-                    best = (c, k0, k1)
-            if best is None:
-                k = np.array([len(cand[0]) - 1, len(cand[1]) - 1])
-            else:
-                k = np.array(best[1:])
-            value = curves[0][k[0]] + curves[1][k[1]]
-            return np.array([cand[i][k[i]] for i in range(2)], dtype=np.int64), value / total if total else 1.0
-        k = np.array([len(c) - 1 for c in cand])
-        value = combine(k)
-        if value >= need:
-            for _ in range(2 * self.n):
-                moved = False
-                for i in np.argsort(-cost, kind="stable"):
-                    lo_k, hi_k = 0, int(k[i])      # smallest feasible index for stream i, others fixed
-                    while lo_k < hi_k:
-                        mid = (lo_k + hi_k) // 2
-                        trial = k.copy()
-                        trial[i] = mid
-                        if combine(trial) >= need:
-                            hi_k = mid
-                        else:
-                            lo_k = mid + 1
-                    if lo_k < k[i]:
-                        k[i] = lo_k
-                        moved = True
-                if not moved:
-                    break
-            value = combine(k)
-        return np.array([cand[i][k[i]] for i in range(self.n)], dtype=np.int64), value / total if total else 1.0
-
     def _accumulate(self, idx, w, kept) -> None:
         per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
-        for p, a, z in _runs(per):
+        for p, a, z in runs(per):
             self.period_w[p] = self.period_w.get(p, 0.0) + float(w[a:z].sum())
             self.period_kept[p] = self.period_kept.get(p, 0.0) + float(kept[a:z].sum())
 
 
-def _runs(values: np.ndarray):
-    """``(value, start, stop)`` of each run of equal values in a sorted array."""
-    if not len(values):
-        return []
-    cut = np.flatnonzero(np.diff(values)) + 1
-    starts = np.concatenate([[0], cut])
-    stops = np.concatenate([cut, [len(values)]])
-    return [(int(values[a]), int(a), int(z)) for a, z in zip(starts, stops)]
+def _model(st: dict, key, build):
+    """The goal-independent part of a search over statistics ``st`` (candidates and
+    curves), built once per statistics and ``key`` (the latest P is searched for the
+    steady goal and for Q: one model)."""
+    cached = st.get("_model")
+    if cached is None or cached[0] != key:
+        cached = st["_model"] = (key, build())
+    return cached[1]
 
 
 def _slice(st: dict, a: int) -> dict:
@@ -546,6 +537,21 @@ class QJoinController(Controller):
     def _choose(self, st, goal: float, ceiling: int, g: int):
         s, w = st["s"], st["w"]
         total = float(w.sum())
+        cand, curves = _model(st, (ceiling, g), lambda: self._curves(st, ceiling, g))
+        cost = st["rate"]
+        if self.n == 2:
+            # kept = A_1(d_0) + A_0(d_1): stream 1's tuples probe stream 0 and vice versa
+            values, est = search(curves, cand, cost, total, goal, None)
+        else:
+            def combine(k):
+                return float((w * self._share(st, np.array([cand[i][k[i]] for i in range(self.n)]))).sum())
+            values, est = search([], cand, cost, total, goal, combine)
+        return values, est, [int(len(c)) for c in cand]
+
+    def _curves(self, st, ceiling: int, g: int):
+        """Per stream, the candidate retentions and (two streams) the kept weight of
+        the tuples probing it at each: what a search for any goal reads."""
+        s, w = st["s"], st["w"]
         cand, curves = [], []
         for j in range(self.n):
             probe = s != j
@@ -554,15 +560,7 @@ class QJoinController(Controller):
             cand.append(c)
             if self.n == 2:   # the kept weight of the tuples probing j, as a function of d_j
                 curves.append(ramp_sums(st["start"][j][probe], st["end"][j][probe], w[probe], c))
-        cost = st["rate"]
-        if self.n == 2:
-            # kept = A_1(d_0) + A_0(d_1): stream 1's tuples probe stream 0 and vice versa
-            values, est = self._search(curves, cand, cost, total, goal, None)
-        else:
-            def combine(k):
-                return float((w * self._share(st, np.array([cand[i][k[i]] for i in range(self.n)]))).sum())
-            values, est = self._search([], cand, cost, total, goal, combine)
-        return values, est, [int(len(c)) for c in cand]
+        return cand, curves
 
     def _commit(self, hi: int, t: int, st: dict) -> None:
         """Effective horizons for indexes [committed, hi) (statistics ``st``) and their
@@ -587,6 +585,13 @@ class QKSlackController(Controller):
 
     kind = "qkslack"
     value_key = "k_us"
+    # a period's need is remembered with its sampling margin: a K in force that meets a
+    # recurring period's need for Q itself (a Monday's batch) leaves that period below Q
+    # about half the time, and its product estimate from a sparse period's few productive
+    # tuples is the noisier one; capped at Q + 3 (1 - Q) / 4 (REMEMBER_BUDGET), so that a
+    # period with few results is not solved for 1.0 -- every lag it saw -- which held
+    # flights' K at 14 h for Q = 0.99 (measured on the corpus: docs/performance.md)
+    remember_margin = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -623,6 +628,20 @@ class QKSlackController(Controller):
 
     def _choose(self, st, goal: float, ceiling: int, g: int):
         s, w, need = st["s"], st["w"], st["need"]
+        cand, F = _model(st, (ceiling, g), lambda: self._survival(s, w, need, ceiling, g))
+        cost = st["rate"]
+        if self.n == 2:
+            # recall = F_0(K_0) * F_1(K_1): walk K_0, binary-search K_1 on log F (additive)
+            values, est = search_product(F, cand, cost, goal)
+        else:
+            def combine(k):
+                return float(np.prod([F[i][k[i]] for i in range(self.n)]))
+            values, est = search([], cand, cost, 1.0, goal, combine)
+        return values, est, [int(len(c)) for c in cand]
+
+    def _survival(self, s, w, need, ceiling: int, g: int):
+        """Per stream, the candidate slacks and the weighted share of its tuples that
+        survive each (``delay <= K``): what a search for any goal reads."""
         cand, F = [], []
         for i in range(self.n):
             m = s == i
@@ -635,31 +654,7 @@ class QKSlackController(Controller):
                 F.append(cw[np.searchsorted(need[m][order], c, side="right")] / tot)
             else:
                 F.append(np.ones(len(c)))
-        cost = st["rate"]
-        if self.n == 2:
-            # recall = F_0(K_0) * F_1(K_1): walk K_0, binary-search K_1 on log F (additive)
-            values, est = self._search_product(F, cand, cost, goal)
-        else:
-            def combine(k):
-                return float(np.prod([F[i][k[i]] for i in range(self.n)]))
-            values, est = self._search([], cand, cost, 1.0, goal, combine)
-        return values, est, [int(len(c)) for c in cand]
-
-    def _search_product(self, F, cand, cost, goal):
-        """Two streams, ``F_0(K_0) * F_1(K_1) >= goal`` at the least ``sum_i cost_i K_i``."""
-        best = None
-        need = goal - 1e-12
-        for k0 in range(len(cand[0])):
-            if F[0][k0] <= 0:
-                continue
-            k1 = int(np.searchsorted(F[1], need / F[0][k0], side="left"))
-            if k1 >= len(cand[1]):
-                continue
-            c = cost[0] * cand[0][k0] + cost[1] * cand[1][k1]
-            if best is None or c < best[0]:
-                best = (c, k0, k1)
-        k0, k1 = (best[1], best[2]) if best is not None else (len(cand[0]) - 1, len(cand[1]) - 1)
-        return np.array([cand[0][k0], cand[1][k1]], dtype=np.int64), float(F[0][k0] * F[1][k1])
+        return cand, F
 
     def _commit(self, hi: int, t: int, st: dict) -> None:
         """Release horizon and real drops for indexes [committed, hi) (statistics
@@ -678,7 +673,7 @@ class QKSlackController(Controller):
         s, w = st["s"], st["w"]
         # a result survives iff every member does: per stream survival, multiplied
         per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
-        for p, a, z in _runs(per):
+        for p, a, z in runs(per):
             share = 1.0
             sa, wa, da = s[a:z], w[a:z], dropped[a:z]
             for i in range(self.n):

@@ -5,7 +5,9 @@ for, and what its controller (:mod:`.controller`) returns.
 uses (defaults filled in from the span and windows); :class:`Schedule` the
 per-arrival values and the decision log.  :func:`ramp_sums` and
 :func:`candidates` are the model's two building blocks: the kept weight of a
-set of tuples under a setting, and the candidate settings.
+set of tuples under a setting, and the candidate settings; :func:`search`
+and :func:`search_product` find the cheapest candidate vector meeting a goal
+(qjoin's additive kept weight, qkslack's product of survival shares).
 
 Settings and their defaults (:class:`RecallTarget`)
 ---------------------------------------------------
@@ -36,6 +38,10 @@ from .triggers import Triggers
 CANDIDATES = 256
 #: quantile of the remembered periods' needs kept in force (the promise is >= Q in 95 % of periods)
 MEMORY_QUANTILE = 0.95
+#: qkslack's remembered needs are solved for at most ``Q + REMEMBER_BUDGET (1 - Q)``: the
+#: period's margin may spend three quarters of its loss budget, never all of it (on the
+#: corpus, 1/2 left clicks at Q = 0.8 one period short of 95 %; 1 held flights' K at 14 h)
+REMEMBER_BUDGET = 0.75
 #: default memory: a week of periods (human rhythms are daily and weekly), at least 100
 WEEK_US = 7 * 86_400_000_000
 #: the statistics window holds at least this many tuples per unit of (1 - Q) (10 / (1 - Q)):
@@ -177,14 +183,90 @@ def ramp_sums(start: np.ndarray, end: np.ndarray, weight: np.ndarray, d: np.ndar
     return out
 
 
+#: the quantile levels of :func:`candidates`: even, and denser in the top tail
+_LEVELS = np.unique(np.concatenate([np.linspace(0.0, 1.0, CANDIDATES // 2),
+                                    1.0 - np.geomspace(0.5, 1e-6, CANDIDATES // 2)]))
+
+
 def candidates(points: np.ndarray, ceiling: int, g: int) -> np.ndarray:
     """Sorted candidate settings: 0, ``points`` (all when few, else quantiles denser
     in the top tail) clipped to ``[0, ceiling]``, and ``ceiling``; rounded up to ``g``."""
     p = np.clip(np.asarray(points, dtype=np.int64), 0, max(int(ceiling), 0))
     if len(p) > CANDIDATES:
-        levels = np.unique(np.concatenate([
-            np.linspace(0.0, 1.0, CANDIDATES // 2),
-            1.0 - np.geomspace(0.5, 1e-6, CANDIDATES // 2)]))
-        p = np.quantile(p, levels, method="higher")
+        p = np.quantile(p, _LEVELS, method="higher")
     out = np.unique(ceil_to(np.concatenate([[0, max(int(ceiling), 0)], p]).astype(np.int64), g))
     return out
+
+
+def search(curves: list[np.ndarray], cand: list[np.ndarray], cost: np.ndarray, total: float,
+           goal: float, combine) -> tuple[np.ndarray, float]:
+    """Cheapest candidate vector (cost ``sum_i cost_i * value_i``) with ``combine(idx) >= goal * total``.
+
+    ``curves[i][k]``: the model's monotone quantity at ``cand[i][k]``;
+    two streams with an additive model (``combine is None``): exact, by
+    walking stream 0 and binary-searching stream 1; otherwise coordinate
+    descent to a Pareto-minimal vector.
+    """
+    need = goal * total - 1e-9 * max(total, 1.0)
+    if len(cand) == 2 and combine is None:
+        # kept(k0, k1) = curves[0][k0] + curves[1][k1]; both nondecreasing
+        # every k0 at once: the least feasible k1 by binary search, then the cheapest pair
+        # (the first of equal costs, as a walk over k0 keeping strict improvements would)
+        k1 = np.searchsorted(curves[1], need - curves[0], side="left")
+        ok = np.flatnonzero(k1 < len(cand[1]))
+        if not len(ok):
+            k = np.array([len(cand[0]) - 1, len(cand[1]) - 1])
+        else:
+            c = cost[0] * cand[0][ok] + cost[1] * cand[1][k1[ok]]
+            k0 = int(ok[int(np.argmin(c))])
+            k = np.array([k0, int(k1[k0])])
+        value = curves[0][k[0]] + curves[1][k[1]]
+        return np.array([cand[i][k[i]] for i in range(2)], dtype=np.int64), value / total if total else 1.0
+    k = np.array([len(c) - 1 for c in cand])
+    value = combine(k)
+    if value >= need:
+        for _ in range(2 * len(cand)):
+            moved = False
+            for i in np.argsort(-cost, kind="stable"):
+                lo_k, hi_k = 0, int(k[i])      # smallest feasible index for stream i, others fixed
+                while lo_k < hi_k:
+                    mid = (lo_k + hi_k) // 2
+                    trial = k.copy()
+                    trial[i] = mid
+                    if combine(trial) >= need:
+                        hi_k = mid
+                    else:
+                        lo_k = mid + 1
+                if lo_k < k[i]:
+                    k[i] = lo_k
+                    moved = True
+            if not moved:
+                break
+        value = combine(k)
+    return np.array([cand[i][k[i]] for i in range(len(cand))], dtype=np.int64), value / total if total else 1.0
+
+
+def search_product(F, cand, cost, goal):
+    """Two streams, ``F_0(K_0) * F_1(K_1) >= goal`` at the least ``sum_i cost_i K_i``."""
+    need = goal - 1e-12
+    # every k0 at once (as in search): the least feasible k1, then the first cheapest pair
+    pos = np.flatnonzero(F[0] > 0)
+    k1 = np.searchsorted(F[1], need / F[0][pos], side="left")
+    ok = k1 < len(cand[1])
+    pos, k1 = pos[ok], k1[ok]
+    if len(pos):
+        best = int(np.argmin(cost[0] * cand[0][pos] + cost[1] * cand[1][k1]))
+        k0, k1 = int(pos[best]), int(k1[best])
+    else:
+        k0, k1 = len(cand[0]) - 1, len(cand[1]) - 1
+    return np.array([cand[0][k0], cand[1][k1]], dtype=np.int64), float(F[0][k0] * F[1][k1])
+
+
+def runs(values: np.ndarray):
+    """``(value, start, stop)`` of each run of equal values in a sorted array."""
+    if not len(values):
+        return []
+    cut = np.flatnonzero(np.diff(values)) + 1
+    starts = np.concatenate([[0], cut])
+    stops = np.concatenate([cut, [len(values)]])
+    return [(int(values[a]), int(a), int(z)) for a, z in zip(starts, stops)]
