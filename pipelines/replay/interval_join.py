@@ -73,6 +73,26 @@ def _operator_watermark(M: np.ndarray, counted: np.ndarray, delays) -> np.ndarra
     return out
 
 
+def counted(replay, interval_us: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per arrival index, the last arrival index whose record the generators had
+    seen at their latest emission when the record is processed, and once it
+    (and what follows it at the same instant) is processed (rule 2; ``-1``: none).
+    Depends on the arrivals and the interval only, not on the delays."""
+    idx = np.arange(replay.N, dtype=np.int64)
+    if interval_us == 0:   # a watermark after every record
+        return idx - 1, idx
+    first = int(replay.arrival[0])   # ticks at first + k I: the records that arrived before the latest tick
+    tick = first + (replay.arrival - first) // interval_us * interval_us
+    c = np.searchsorted(replay.arrival, tick, side="left") - 1
+    return c, c
+
+
+def frontier(replay, counted_at: np.ndarray) -> np.ndarray:
+    """``min_i M_i(counted)``: the operator watermark plus ``D + 1 ms`` when every
+    stream has one delay ``D`` (``NEG_INF`` while it is ``Long.MIN_VALUE``)."""
+    return _operator_watermark(replay.M, counted_at, [-MS] * replay.n)
+
+
 def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     """Operator watermarks, late drops and buffer stays of a replay.
 
@@ -92,16 +112,9 @@ def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     if N == 0:
         empty = np.empty(0, np.int64)
         return Watermarks(empty, empty, empty, empty, interval), np.zeros(0, bool)
-    M = replay.M
-    if interval == 0:   # rule 2: a watermark after every record
-        before = _operator_watermark(M, idx - 1, policy.watermark)
-        after = _operator_watermark(M, idx, policy.watermark)
-    else:               # ticks at first + k I: the records that arrived before the latest tick
-        first = int(replay.arrival[0])
-        tick = first + (replay.arrival - first) // interval * interval
-        counted = np.searchsorted(replay.arrival, tick, side="left") - 1
-        before = _operator_watermark(M, counted, policy.watermark)
-        after = before
+    c_before, c_after = counted(replay, interval)
+    before = _operator_watermark(replay.M, c_before, policy.watermark)
+    after = before if interval else _operator_watermark(replay.M, c_after, policy.watermark)
     dropped = replay.ts < before                                   # rule 4
     threshold = np.maximum(replay.ts + W[replay.stream], before + 1)   # rule 6
     held_until = np.searchsorted(after, threshold, side="left")   # first a with after[a] >= threshold
