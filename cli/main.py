@@ -99,6 +99,7 @@ BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="q
 TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
 WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
 WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
+IdlenessOpt = Annotated[Optional[str], typer.Option("--idleness", help="flink: withIdleness timeout DUR of arrival time: an input with no records for that long leaves the operator's watermark minimum (needs --watermark-interval > 0; default: none)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
@@ -292,6 +293,7 @@ def run(
     watermark: WatermarkOpt = None,
     watermark_policy: WatermarkPolicyOpt = None,
     watermark_interval: WatermarkIntervalOpt = None,
+    idleness: IdlenessOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,
@@ -334,6 +336,7 @@ def run(
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
         optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
         watermark_interval=watermark_interval,
+        idleness=idleness,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -471,6 +474,7 @@ def tune_buffer(
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
     watermark_policy: WatermarkPolicyOpt = None,
     watermark_interval: WatermarkIntervalOpt = None,
+    idleness: IdlenessOpt = None,
     router: RUN_ONLY["router"] = None,
     k: RUN_ONLY["k"] = None,
     retention: RUN_ONLY["retention"] = None,
@@ -528,11 +532,13 @@ is what is tuned (whole milliseconds), and the output has a PySpark snippet.  Wi
         spark_flags = dict(policy="spark-ss", watermark=["0"], watermark_policy=watermark_policy,
                            triggers=[t for t in trigger or [] if "=" not in t]) if spark_ss else {"policy": "none"}
         if policy == "flink":   # likewise its watermark interval
-            spark_flags = dict(policy="flink", watermark=["0"], watermark_interval=watermark_interval)
+            spark_flags = dict(policy="flink", watermark=["0"], watermark_interval=watermark_interval,
+                               idleness=idleness)
         if watermark_policy is not None and not spark_ss:
             raise InputError(f"--watermark-policy: a setting of --policy spark-ss, not of {policy}")
-        if watermark_interval is not None and policy != "flink":
-            raise InputError(f"--watermark-interval: a setting of --policy flink, not of {policy}")
+        if (watermark_interval is not None or idleness is not None) and policy != "flink":
+            flag = "--watermark-interval" if watermark_interval is not None else "--idleness"
+            raise InputError(f"{flag}: a setting of --policy flink, not of {policy}")
         # run's options are checked as run checks them (a typo is an error), then left out
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], out=out, period=period, distance=distance, where=where,

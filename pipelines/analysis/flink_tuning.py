@@ -8,9 +8,12 @@ this module gives the required delay per pair and the words and snippets.
 
 **The operator watermark in ``D``.**  Which records the generators had seen
 when record ``a`` is processed (``c(a)``: ``a - 1`` per record, or the records
-before the latest tick) depends on the arrivals and the interval alone.  With
-``F(a) = min_i M_i(c(a))`` (the largest event time of each input up to
-``c(a)``; ``-inf`` until both have one), the operator watermark is::
+before the latest tick) depends on the arrivals and the interval alone; so do
+the idle flags of ``--idleness`` (activity, the idleness timer, and "the
+watermark rose", which compares ``M_i`` values).  With ``F(a) = min_i
+M_i(c(a))`` over the inputs not idle (the largest event time of each up to
+``c(a)``; ``-inf`` until they all have one; the running maximum of these
+minima with idleness), the operator watermark is::
 
     G(a) = F(a) - D - 1 ms            (-inf while F(a) = -inf)
 
@@ -51,22 +54,24 @@ from typing import Any
 import numpy as np
 
 from ..base.timeunits import NEG_INF, format_duration
+from ..policies import PolicySpec
 from ..policies.flink import MS
 from ..replay.candidates import Combos
-from ..replay.interval_join import counted, frontier
+from ..replay.interval_join import frontier
 from ..replay.progress import Replay
 from .delay_summary import recommendation_lines
 from .tuning import member_indexes, toml_duration
 
 
-def required_flink(replay: Replay, combos: Combos, windows: Sequence[int], interval_us: int,
+def required_flink(replay: Replay, combos: Combos, windows: Sequence[int], policy: PolicySpec,
                    members: tuple[list[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Least common ``forBoundedOutOfOrderness`` delay (µs, whole ms) at which each pair
-    is emitted; see the module doc."""
+    is emitted under ``policy``'s watermark interval and idleness (its delays are
+    not read); see the module doc."""
     if len(combos) == 0:
         return np.empty(0, np.int64)
     a, _ = members if members is not None else member_indexes(replay, combos)
-    F = frontier(replay, counted(replay, int(interval_us))[0])
+    F = frontier(replay, policy)
     known = F > NEG_INF
 
     def term(at: np.ndarray, bound: np.ndarray) -> np.ndarray:
@@ -89,7 +94,8 @@ def toml_snippet(t: dict[str, Any]) -> str:
     rec = t["recommendation"]
     return ("[run]\npolicy = \"flink\"\n"
             f"watermark = \"{toml_duration(rec['setting_us'])}\"   # every stream: recall >= {t['recall_target']}\n"
-            f"watermark_interval = \"{toml_duration(t['watermark_interval_us'])}\"\n")
+            f"watermark_interval = \"{toml_duration(t['watermark_interval_us'])}\"\n"
+            + (f"idleness = \"{toml_duration(t['idleness_us'])}\"\n" if t.get("idleness_us") else ""))
 
 
 def _key_selector(keys: Sequence[str]) -> str:
@@ -112,12 +118,15 @@ def flink_snippet(t: dict[str, Any], streams: Sequence[Any], windows: Sequence[i
         "// L, R: your record types; leftStream, rightStream: your DataStreams (left = the first stream)",
     ]
     if interval:
+        idleness = t.get("idleness_us")
+        idle = ("" if not idleness else f"\n        .withIdleness(Duration.ofMillis({idleness // MS}))"
+                if idleness % MS == 0 else f"\n        .withIdleness(Duration.ofNanos({idleness * 1000}))")
         lines += [
             f"env.getConfig().setAutoWatermarkInterval({interval // MS}L);   // pipeline.auto-watermark-interval",
             f"WatermarkStrategy<L> leftWm = WatermarkStrategy.<L>forBoundedOutOfOrderness(Duration.ofMillis({d}))",
-            f"        .withTimestampAssigner((r, previous) -> r.{left.ts});",
+            f"        .withTimestampAssigner((r, previous) -> r.{left.ts}){idle};",
             f"WatermarkStrategy<R> rightWm = WatermarkStrategy.<R>forBoundedOutOfOrderness(Duration.ofMillis({d}))",
-            f"        .withTimestampAssigner((r, previous) -> r.{right.ts});",
+            f"        .withTimestampAssigner((r, previous) -> r.{right.ts}){idle};",
         ]
     else:   # a watermark after every record: the same generator, asked to emit on each event
         lines += [
@@ -158,6 +167,8 @@ def summary_text(t: dict[str, Any]) -> list[str]:
     rec = t["recommendation"]
     interval = t["watermark_interval_us"]
     when = f"watermark interval {format_duration(interval)}" if interval else "a watermark after every record"
+    if t.get("idleness_us"):
+        when += f", idleness {format_duration(t['idleness_us'])}"
     lines, setting = recommendation_lines(t, f"forBoundedOutOfOrderness delay of flink ({when})")
     lines.append(f"Recall only grows with the delay (fewer late drops, later cleanup), so this is the least delay; "
                  f"the exact curve changes at {t['distinct_required_us']:,} delays.")

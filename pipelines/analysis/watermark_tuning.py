@@ -151,14 +151,14 @@ def required_delays(replay: Replay, combos: Combos, windows: Sequence[int], poli
     """Required common delay per pair under ``policy``'s engine (``spark-ss``: its
     trigger and watermark policy; ``flink``: its watermark interval)."""
     if policy.name == "flink":
-        return flink_tuning.required_flink(replay, combos, windows, policy.watermark_interval_us, members)
+        return flink_tuning.required_flink(replay, combos, windows, policy, members)
     return required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members)
 
 
 def engine_settings(policy: PolicySpec) -> dict[str, Any]:
     """The engine settings that stay fixed while the delay is tuned (``tune.json`` / ``report.json``)."""
     if policy.name == "flink":
-        return {"watermark_interval_us": policy.watermark_interval_us}
+        return {"watermark_interval_us": policy.watermark_interval_us, "idleness_us": policy.idleness_us}
     return {"trigger_us": policy.trigger_us, "watermark_policy": policy.watermark_policy}
 
 

@@ -63,7 +63,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "watermark_policy",
             # flink: Flink interval join emulation (pipelines/policies/flink.py)
-            "watermark_interval")
+            "watermark_interval", "idleness")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -137,7 +137,7 @@ class RunConfig:
         d.pop("period_source")  # reported beside the periods, not a setting
         d["policy"] = asdict(self.policy)
         # only recall-target policies have a target, only spark-ss the others
-        for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us"):
+        for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us", "idleness_us"):
             if d["policy"].get(key) is None:
                 d["policy"].pop(key, None)
         for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
@@ -174,6 +174,7 @@ class Flags:
     watermark: list[str] = field(default_factory=list)   # spark-ss: DUR or NAME=DUR
     watermark_policy: str | None = None                  # spark-ss: min | max
     watermark_interval: str | None = None                # flink: DUR, 0 = per record
+    idleness: str | None = None                          # flink: withIdleness timeout DUR
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -326,7 +327,10 @@ def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]
     check_windows([s.window_us for s in streams])
     raw = flags.watermark_interval if flags.watermark_interval is not None else run.get("watermark_interval")
     interval = _duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
-    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval)
+    raw = flags.idleness if flags.idleness is not None else run.get("idleness")
+    idleness = _duration(raw, "idleness") if raw is not None else None
+    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval,
+                      idleness_us=idleness)
 
 
 def engine_source(config_path: Path | None, flags: Flags) -> str:
@@ -472,6 +476,8 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
     if policy_name != "flink" and (flags.watermark_interval is not None or "watermark_interval" in run):
         raise InputError(f"--watermark-interval: a setting of --policy flink, not of {policy_name}")
+    if policy_name != "flink" and (flags.idleness is not None or "idleness" in run):
+        raise InputError(f"--idleness: a setting of --policy flink, not of {policy_name}")
     if policy_name == "spark-ss":
         policy = _spark_ss_policy(resolved, batch_triggers, flags, run)
     elif policy_name == "flink" and not (flags.watermark_policy or batch_triggers):

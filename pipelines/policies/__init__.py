@@ -72,6 +72,8 @@ class PolicySpec:
         watermark_interval_us: how often the watermarks are emitted, of
             arrival time; 0 = after every record (``flink`` only, Flink's
             ``pipeline.auto-watermark-interval``).
+        idleness_us: ``WatermarkStrategy.withIdleness`` timeout, of arrival
+            time; None = no idleness detection (``flink`` only).
     """
 
     name: str
@@ -82,6 +84,7 @@ class PolicySpec:
     trigger_us: int | None = None
     watermark_policy: str | None = None
     watermark_interval_us: int | None = None
+    idleness_us: int | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:

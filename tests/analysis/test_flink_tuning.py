@@ -36,7 +36,8 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 
 def at(policy: PolicySpec, watermark) -> PolicySpec:
-    return PolicySpec("flink", watermark=tuple(watermark), watermark_interval_us=policy.watermark_interval_us)
+    return PolicySpec("flink", watermark=tuple(watermark), watermark_interval_us=policy.watermark_interval_us,
+                      idleness_us=policy.idleness_us)
 
 
 def required(streams, windows, policy) -> dict[tuple[int, int], int]:
@@ -44,7 +45,7 @@ def required(streams, windows, policy) -> dict[tuple[int, int], int]:
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     arrival = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
     out = join(ts, arrival, key_frames(streams), windows, PolicySpec("none"))
-    values = required_flink(out.replay, out.combos, windows, policy.watermark_interval_us)
+    values = required_flink(out.replay, out.combos, windows, policy)
     return dict(zip(zip(*(r.tolist() for r in out.combos.rows)), values.tolist()))
 
 

@@ -206,3 +206,51 @@ def test_tune_buffer_flink_bad_options_are_one_line(data: Path, tmp_path: Path) 
         proc = run_cli(args + extra, tmp_path, ok=False)
         assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_idleness_flag_and_toml(data: Path, tmp_path: Path) -> None:
+    """--idleness (and [run] idleness) reach the policy: pairs and drops equal the model's
+    with withIdleness, which differ from those without it on this data."""
+    out = tmp_path / "out"
+    run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", "200ms", "--watermark-interval", "100ms",
+                                    "--idleness", "300ms"], tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    results = pl.read_parquet(out / "results.parquet")
+    model = model_of(data, PolicySpec("flink", watermark=(200 * MS,) * 2, watermark_interval_us=100 * MS,
+                                      idleness_us=300 * MS))
+    busy = model_of(data, PolicySpec("flink", watermark=(200 * MS,) * 2, watermark_interval_us=100 * MS))
+    assert set(results.select("left_row", "right_row").rows()) == set(model.emitted) != set(busy.emitted)
+    assert report["policy_settings"]["idleness_us"] == 300 * MS
+    assert report["policy_settings"]["dropped_late"] == len(model.dropped)
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(f"""
+[run]
+policy = "flink"
+watermark = "200ms"
+watermark_interval = "100ms"
+idleness = "300ms"
+out = "{tmp_path / 'toml'}"
+""" + "".join(f"""
+[[stream]]
+name = "{s}"
+path = "{data / (s + '.parquet')}"
+arrival = "arrival"
+keys = ["key"]
+window = "2s"
+""" for s in ("left", "right")))
+    run_cli(["run", str(cfg)], tmp_path)
+    toml_report = json.loads((tmp_path / "toml" / "report.json").read_text())
+    assert toml_report["emitted_results"] == report["emitted_results"]
+    assert toml_report["config"]["policy"]["idleness_us"] == 300 * MS
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--policy", "static", "--retention", "1s", "--idleness", "1s"], "--idleness: a setting of --policy flink"),
+    (["--policy", "flink", "--watermark", "1s", "--watermark-interval", "0", "--idleness", "1s"],
+     "--idleness needs --watermark-interval > 0"),
+    (["--policy", "flink", "--watermark", "1s", "--idleness", "0"], "--idleness must be > 0"),
+])
+def test_bad_idleness_is_one_line_exit_2(data: Path, tmp_path: Path, extra, needle) -> None:
+    proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
