@@ -81,6 +81,7 @@ def test_toml_settings(data: Path, tmp_path: Path) -> None:
 policy = "flink"
 watermark = "1s"
 watermark_interval = "1s"
+idleness = "300ms"
 out = "{tmp_path / 'out'}"
 
 [[stream]]
@@ -101,6 +102,7 @@ watermark = "3s"
     run_cli(["run", str(cfg)], tmp_path)
     settings = json.loads((tmp_path / "out" / "report.json").read_text())["policy_settings"]
     assert (settings["watermark_us"], settings["watermark_interval_us"]) == ([S, 3 * S], S)
+    assert settings["idleness_us"] == 300 * MS
 
 
 @pytest.mark.parametrize("extra,streams,needle", [
@@ -139,28 +141,31 @@ def test_bad_settings_are_one_line_exit_2(data: Path, tmp_path: Path, extra, nee
 # ---------------------------------------------------------------------------
 
 
-def run_recall(data: Path, tmp_path: Path, name: str, watermark_us: int, interval: str) -> float:
+def run_recall(data: Path, tmp_path: Path, name: str, watermark_us: int, interval: str, idle: list | None = None
+               ) -> float:
     out = tmp_path / name
     run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", f"{watermark_us // MS}ms",
-                                    "--watermark-interval", interval, "--no-results"], tmp_path)
+                                    "--watermark-interval", interval, "--no-results"] + (idle or []), tmp_path)
     return json.loads((out / "report.json").read_text())["recall"]
 
 
-@pytest.mark.parametrize("q,interval", [(0.9, "0"), (0.97, "500ms")])
+@pytest.mark.parametrize("q,interval,idle", [(0.9, "0", []), (0.97, "500ms", []),
+                                            (0.95, "100ms", ["--idleness", "300ms"])])
 def test_tune_buffer_recommendation_meets_the_target_and_1ms_less_does_not(data: Path, tmp_path: Path, q,
-                                                                         interval) -> None:
+                                                                         interval, idle) -> None:
     out = tmp_path / "tune"
     proc = run_cli(["tune-buffer"] + base_args(data, out)[1:] +
-                   ["--policy", "flink", "--watermark-interval", interval, "--recall", str(q)], tmp_path)
+                   ["--policy", "flink", "--watermark-interval", interval, "--recall", str(q)] + idle, tmp_path)
     t = json.loads((out / "tune.json").read_text())
     rec = t["recommendation"]
-    assert t["policy"] == "flink" and t["watermark_interval_us"] == (0 if interval == "0" else 500 * MS)
+    assert t["policy"] == "flink" and t["watermark_interval_us"] == {"0": 0, "500ms": 500 * MS, "100ms": 100 * MS}[interval]
+    assert t["idleness_us"] == (300 * MS if idle else None)
     assert t["config"]["policy"]["watermark_interval_us"] == t["watermark_interval_us"]
     assert rec["exact_us"] > 0 and rec["exact_us"] % MS == 0 and t["unreachable_results"] == 0
     # replayed by run: the exact minimum meets the target, 1 ms less does not; so does the grid value
-    assert run_recall(data, tmp_path, "exact", rec["exact_us"], interval) >= q
-    assert run_recall(data, tmp_path, "exact-1", rec["exact_us"] - MS, interval) < q
-    assert run_recall(data, tmp_path, "at", rec["setting_us"], interval) == rec["recall"] >= q
+    assert run_recall(data, tmp_path, "exact", rec["exact_us"], interval, idle) >= q
+    assert run_recall(data, tmp_path, "exact-1", rec["exact_us"] - MS, interval, idle) < q
+    assert run_recall(data, tmp_path, "at", rec["setting_us"], interval, idle) == rec["recall"] >= q
     # the curve equals the engine's recall at every replayed setting, and only grows
     curve = dict(zip(t["curve"]["setting_us"], t["curve"]["recall"]))
     shared = [c for c in t["candidates"] if c["setting_us"] in curve]
@@ -173,7 +178,8 @@ def test_tune_buffer_recommendation_meets_the_target_and_1ms_less_does_not(data:
     assert f"forBoundedOutOfOrderness(Duration.ofMillis({rec['setting_us'] // MS}))" in snippet or \
         f"new BoundedOutOfOrdernessWatermarks<>(Duration.ofMillis({rec['setting_us'] // MS}))" in snippet
     assert ".between(Duration.ofMillis(-2000), Duration.ofMillis(2000))" in snippet and "r -> r.key" in snippet
-    assert ("setAutoWatermarkInterval(500L)" in snippet) == (interval != "0")
+    assert ("setAutoWatermarkInterval(" in snippet) == (interval != "0")
+    assert (".withIdleness(Duration.ofMillis(300))" in snippet) == bool(idle)
     assert 'policy = "flink"' in t["toml"] and "watermark_interval" in t["toml"]
     assert "Flink job snippet:" in proc.stdout
     html = (out / "tune.html").read_text()
@@ -208,9 +214,9 @@ def test_tune_buffer_flink_bad_options_are_one_line(data: Path, tmp_path: Path) 
         assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_idleness_flag_and_toml(data: Path, tmp_path: Path) -> None:
-    """--idleness (and [run] idleness) reach the policy: pairs and drops equal the model's
-    with withIdleness, which differ from those without it on this data."""
+def test_idleness_flag(data: Path, tmp_path: Path) -> None:
+    """--idleness reaches the policy (TOML ``idleness``: test_toml_settings): pairs and
+    drops equal the model's with withIdleness, which differ from those without it here."""
     out = tmp_path / "out"
     run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", "200ms", "--watermark-interval", "100ms",
                                     "--idleness", "300ms"], tmp_path)
@@ -222,26 +228,6 @@ def test_idleness_flag_and_toml(data: Path, tmp_path: Path) -> None:
     assert set(results.select("left_row", "right_row").rows()) == set(model.emitted) != set(busy.emitted)
     assert report["policy_settings"]["idleness_us"] == 300 * MS
     assert report["policy_settings"]["dropped_late"] == len(model.dropped)
-    cfg = tmp_path / "job.toml"
-    cfg.write_text(f"""
-[run]
-policy = "flink"
-watermark = "200ms"
-watermark_interval = "100ms"
-idleness = "300ms"
-out = "{tmp_path / 'toml'}"
-""" + "".join(f"""
-[[stream]]
-name = "{s}"
-path = "{data / (s + '.parquet')}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-""" for s in ("left", "right")))
-    run_cli(["run", str(cfg)], tmp_path)
-    toml_report = json.loads((tmp_path / "toml" / "report.json").read_text())
-    assert toml_report["emitted_results"] == report["emitted_results"]
-    assert toml_report["config"]["policy"]["idleness_us"] == 300 * MS
 
 
 @pytest.mark.parametrize("extra,needle", [

@@ -159,26 +159,30 @@ def case(c: int):
                                         idleness_us=idleness)
 
 
-@pytest.fixture(scope="module")
-def flink_runs(tmp_path_factory):
-    """Compile the driver, then run every case REPEATS times in one JVM (one
-    mini-cluster job per run): {case index: [output lines of each run]}."""
-    root = tmp_path_factory.mktemp("flink")
+def run_cases(root: Path, main: str, sources: list[Path], cases: list[list[str]]) -> dict[int, list[list[str]]]:
+    """Compile the drivers, then run every case file (its lines) REPEATS times in one
+    JVM (one mini-cluster job per run): {case index: [output lines of each run]}."""
     classes = root / "classes"
-    subprocess.run(["javac", "-nowarn", "-cp", f"{LIB}/*", "-d", str(classes), str(DRIVER)], check=True,
+    subprocess.run(["javac", "-nowarn", "-cp", f"{LIB}/*", "-d", str(classes), *map(str, sources)], check=True,
                    capture_output=True)
     args = []
-    for c in range(len(CASES)):
+    for c, lines in enumerate(cases):
         path = root / f"case{c}.txt"
-        path.write_text("\n".join(case_lines(*case(c))) + "\n")
+        path.write_text("\n".join(lines) + "\n")
         for k in range(REPEATS):
             args += [str(path), str(root / f"out{c}-{k}.txt")]
     jvm = ["java", "--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED"]
-    done = subprocess.run(jvm + ["-cp", f"{classes}:{LIB}/*", "IntervalJoinReplay", *args], capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(jvm + ["-cp", f"{classes}:{LIB}/*", main, *args], capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     return {c: [(root / f"out{c}-{k}.txt").read_text().splitlines() for k in range(REPEATS)]
-            for c in range(len(CASES))}
+            for c in range(len(cases))}
+
+
+@pytest.fixture(scope="module")
+def flink_runs(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("flink"), "IntervalJoinReplay", [DRIVER],
+                     [case_lines(*case(c)) for c in range(len(CASES))])
 
 
 @pytest.mark.parametrize("c", range(len(CASES)))

@@ -16,17 +16,14 @@ as late.
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 from helpers.flink import local_flink
-from test_flink_real import LIB, DRIVER, MS, S, case_lines, disordered
+from test_flink_real import DRIVER, MS, REPEATS, S, case_lines, disordered, run_cases
 
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.sql_reference import replay_sql_interval_join
 
 SQL_DRIVER = DRIVER.parent / "SqlIntervalJoinReplay.java"
-REPEATS = 5
 CASES = [
     # seed, rows, span (s), windows (µs), out-of-orderness (µs), watermark interval (µs), grid (ms), join,
     # min cleanup interval (µs)
@@ -44,27 +41,19 @@ def case(c: int):
             PolicySpec("flink", watermark=watermark, watermark_interval_us=interval), join, cleanup)
 
 
+def sql_case_lines(c: int) -> list[str]:
+    """IntervalJoinReplay's case file, its first line followed by the join type and the
+    min cleanup interval (ms)."""
+    streams, windows, policy, join, cleanup = case(c)
+    lines = case_lines(streams, windows, policy)
+    lines[0] += f" {join} {cleanup // MS}"
+    return lines
+
+
 @pytest.fixture(scope="module")
 def sql_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("flink_sql")
-    classes = root / "classes"
-    subprocess.run(["javac", "-nowarn", "-cp", f"{LIB}/*", "-d", str(classes), str(DRIVER), str(SQL_DRIVER)],
-                   check=True, capture_output=True)
-    args = []
-    for c in range(len(CASES)):
-        streams, windows, policy, join, cleanup = case(c)
-        lines = case_lines(streams, windows, policy)
-        lines[0] += f" {join} {cleanup // MS}"
-        path = root / f"case{c}.txt"
-        path.write_text("\n".join(lines) + "\n")
-        for k in range(REPEATS):
-            args += [str(path), str(root / f"out{c}-{k}.txt")]
-    jvm = ["java", "--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED"]
-    done = subprocess.run(jvm + ["-cp", f"{classes}:{LIB}/*", "SqlIntervalJoinReplay", *args], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
-    return {c: [(root / f"out{c}-{k}.txt").read_text().splitlines() for k in range(REPEATS)]
-            for c in range(len(CASES))}
+    return run_cases(tmp_path_factory.mktemp("flink_sql"), "SqlIntervalJoinReplay", [DRIVER, SQL_DRIVER],
+                     [sql_case_lines(c) for c in range(len(CASES))])
 
 
 @pytest.mark.parametrize("c", range(len(CASES)))
