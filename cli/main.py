@@ -101,6 +101,7 @@ WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: with
 WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
 TriggerFilesOpt = Annotated[Optional[int], typer.Option("--trigger-files", help="spark-ss: micro-batches of N input files per stream (maxFilesPerTrigger; files by modification time, then path; rows arrive when their batch runs), instead of --trigger DUR; default: batches by --trigger")]
 JoinOpt = Annotated[Optional[str], typer.Option("--join", help="spark-ss: inner | left | right; an outer join emits the side's unmatched rows null-padded when the watermark evicts them (default: inner)")]
+IdlenessOpt = Annotated[Optional[str], typer.Option("--idleness", help="flink: withIdleness timeout DUR of arrival time: an input with no records for that long leaves the operator's watermark minimum (needs --watermark-interval > 0; default: none)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
@@ -296,6 +297,7 @@ def run(
     join: JoinOpt = None,
     trigger_files: TriggerFilesOpt = None,
     watermark_interval: WatermarkIntervalOpt = None,
+    idleness: IdlenessOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,
@@ -338,6 +340,7 @@ def run(
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
         optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
         watermark_interval=watermark_interval, join=join, trigger_files=trigger_files,
+        idleness=idleness,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -458,7 +461,7 @@ def tune_buffer(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K) | spark-ss (one withWatermark delay, for --trigger DUR); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K) | spark-ss (one withWatermark delay, for --trigger DUR) | flink (one forBoundedOutOfOrderness delay, for --watermark-interval DUR); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
     period: PeriodOpt = None,
@@ -474,6 +477,8 @@ def tune_buffer(
     out: Annotated[str, typer.Option("--out", help="output directory for tune.json + tune.html (replaced atomically)")] = "out/tune",
     json_summary: Annotated[bool, typer.Option("--json", help="print tune.json to stdout instead of a summary")] = False,
     watermark_policy: WatermarkPolicyOpt = None,
+    watermark_interval: WatermarkIntervalOpt = None,
+    idleness: IdlenessOpt = None,
     router: RUN_ONLY["router"] = None,
     k: RUN_ONLY["k"] = None,
     retention: RUN_ONLY["retention"] = None,
@@ -505,7 +510,8 @@ def tune_buffer(
 A run command line can be reused as it is: run's other options are accepted (last panel) and do not
 change the answer, and run's --policy tunes the fixed policy of its family.  With --policy spark-ss,
 --trigger DUR and --watermark-policy are the Spark job's settings and are used; the withWatermark delay
-is what is tuned (whole milliseconds), and the output has a PySpark snippet.
+is what is tuned (whole milliseconds), and the output has a PySpark snippet.  With --policy flink,
+--watermark-interval is the Flink job's setting; the out-of-orderness is tuned, with a Java snippet.
 
     --granularity: the largest 1-2-5 step (1us .. 500ms, then 1s 2s 5s 10s 20s 1min 2min 5min 10min 20min 1h) at most the largest required slack / 100; the exact minimum is exact whatever the grid.
     """
@@ -529,8 +535,14 @@ is what is tuned (whole milliseconds), and the output has a PySpark snippet.
         spark_ss = FIXED_POLICY_OF.get(policy) == "spark-ss"
         spark_flags = dict(policy="spark-ss", watermark=["0"], watermark_policy=watermark_policy,
                            triggers=[t for t in trigger or [] if "=" not in t]) if spark_ss else {"policy": "none"}
+        if policy == "flink":   # likewise its watermark interval
+            spark_flags = dict(policy="flink", watermark=["0"], watermark_interval=watermark_interval,
+                               idleness=idleness)
         if watermark_policy is not None and not spark_ss:
             raise InputError(f"--watermark-policy: a setting of --policy spark-ss, not of {policy}")
+        if (watermark_interval is not None or idleness is not None) and policy != "flink":
+            flag = "--watermark-interval" if watermark_interval is not None else "--idleness"
+            raise InputError(f"{flag}: a setting of --policy flink, not of {policy}")
         # run's options are checked as run checks them (a typo is an error), then left out
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], out=out, period=period, distance=distance, where=where,

@@ -92,12 +92,12 @@ from ..policies import SYMMETRIC, PolicySpec
 from ..replay.progress import Replay, decide, memory_per_stream
 from ..base.timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration, format_durations
 
-TUNE_POLICIES = ("static", "kslack", "spark-ss")
+TUNE_POLICIES = ("static", "kslack", "spark-ss", "flink")
 #: run's policies -> the fixed policy of the same family, whose setting tune-buffer tunes (SPEC §4.1, §4.2;
-#: spark-ss's withWatermark delay: :mod:`.watermark_tuning`)
+#: spark-ss's withWatermark delay and flink's out-of-orderness: :mod:`.watermark_tuning`)
 FIXED_POLICY_OF = {"static": "static", "qjoin": "static",
                    "none": "kslack", "kslack": "kslack", "mpkslack": "kslack", "qkslack": "kslack",
-                   "spark-ss": "spark-ss"}
+                   "spark-ss": "spark-ss", "flink": "flink"}
 #: grid cells above which the exact two-stream search is skipped
 MAX_GRID_CELLS = 40_000_000
 #: grid values per stream above which the exact search is skipped (memory per value costs a pass)

@@ -1,5 +1,9 @@
 """``tune-buffer --policy spark-ss``: the smallest ``withWatermark`` delay meeting a recall target.
 
+The search (grid, candidates, ``tune.json``: :func:`tune_watermark`) also serves
+``--policy flink``, whose required delay per pair and words are in
+:mod:`.flink_tuning`.
+
 The micro-batch rules are those of :mod:`streamjoin.pipelines.policies.spark_ss`
 (docs/semantics.md "spark-ss"); here one delay ``D`` (whole milliseconds)
 serves both streams, the trigger and the watermark policy are fixed.
@@ -61,21 +65,26 @@ both streams' ``M_i - D_i``), so one delay serves both streams, as
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..base.errors import InputError
-from ..base.timeunits import GRID_STEPS_PER_RANGE, default_granularity, format_duration, format_durations
+from ..base.timeunits import GRID_STEPS_PER_RANGE, default_granularity, format_duration
 from ..policies import PolicySpec
 from ..policies.spark_ss import MS
 from ..replay.candidates import Combos
 from ..replay.microbatch import batch_of
 from ..replay.progress import Replay
+from . import flink_tuning
 from .metrics import fmt_recall
+from .delay_summary import recommendation_lines
 from .tuning import (Curve, candidate_steps, curve_summary, evaluate, member_indexes, recommendation,
                      toml_duration)
 
+#: the engine emulations whose watermark delay tune-buffer tunes
+WATERMARK_POLICIES = ("spark-ss", "flink")
 #: required delay of a combination that no delay emits (a member at or before the epoch)
 UNREACHABLE = np.iinfo(np.int64).max
 _LOW = np.iinfo(np.int64).min
@@ -148,40 +157,60 @@ def watermark_curve(values: np.ndarray, g: int) -> Curve:
     return Curve(values[values != UNREACHABLE], g, total=len(values))
 
 
+def required_delays(replay: Replay, combos: Combos, windows: Sequence[int], policy: PolicySpec,
+                    members: tuple[list[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Required common delay per pair under ``policy``'s engine (``spark-ss``: its
+    trigger and watermark policy; ``flink``: its watermark interval)."""
+    if policy.name == "flink":
+        return flink_tuning.required_flink(replay, combos, windows, policy, members)
+    batch = batch_of(replay.arrival, policy)[0] if policy.trigger_files is not None else None
+    return required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members, batch)
+
+
+def engine_settings(policy: PolicySpec) -> dict[str, Any]:
+    """The engine settings that stay fixed while the delay is tuned (``tune.json`` / ``report.json``)."""
+    if policy.name == "flink":
+        return {"watermark_interval_us": policy.watermark_interval_us, "idleness_us": policy.idleness_us}
+    return {"trigger_us": policy.trigger_us, "watermark_policy": policy.watermark_policy,
+            **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {})}
+
+
 def watermark_curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: PolicySpec, g: int,
                          q: float | None, targets: Sequence[float] = (),
                          members: tuple[list[np.ndarray], np.ndarray] | None = None) -> dict[str, Any]:
-    """A ``spark-ss`` run's tuning curve (no replays; ``report.json`` ``tuning``): recall
-    over one common delay at the run's trigger and watermark policy, as
+    """A ``spark-ss`` / ``flink`` run's tuning curve (no replays; ``report.json`` ``tuning``):
+    recall over one common delay at the run's other engine settings, as
     :func:`~streamjoin.pipelines.analysis.tuning.curve_only` gives it for the other
     policies; targets no delay reaches map to None."""
-    batch = batch_of(replay.arrival, policy)[0] if policy.trigger_files is not None else None
-    values = required_watermark(replay, combos, windows, policy.trigger_us, policy.watermark_policy, members, batch)
-    out = curve_summary(watermark_curve(values, g), "spark-ss", q, targets)
-    out.update(trigger_us=policy.trigger_us, watermark_policy=policy.watermark_policy,
-               **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
-               unreachable_results=int(np.count_nonzero(values == UNREACHABLE)))
+    values = required_delays(replay, combos, windows, policy, members)
+    out = curve_summary(watermark_curve(values, g), policy.name, q, targets)
+    out.update(engine_settings(policy), unreachable_results=int(np.count_nonzero(values == UNREACHABLE)))
     return out
 
 
-def spark_ss_policy(delay_us: int, n: int, trigger_us: int, watermark_policy: str) -> PolicySpec:
-    return PolicySpec("spark-ss", watermark=(int(delay_us),) * n, trigger_us=int(trigger_us),
-                      watermark_policy=watermark_policy)
+def at_delay(policy: PolicySpec, delay_us: int, n: int) -> PolicySpec:
+    """``policy`` with one delay ``delay_us`` for every stream."""
+    return replace(policy, watermark=(int(delay_us),) * n)
+
+
+#: what each engine calls its delay, in the one-line errors
+_DELAY_NAME = {"spark-ss": "Spark watermark delays", "flink": "Flink's out-of-orderness delays"}
 
 
 def tune_watermark(replay: Replay, combos: Combos, windows: Sequence[int], streams: Sequence[Any], *, q: float,
-                   g: int | None, trigger_us: int, watermark_policy: str, period_us: int | None,
+                   g: int | None, policy: PolicySpec, period_us: int | None,
                    row_bytes: Sequence[float] | None = None, extra_condition: bool = False) -> dict[str, Any]:
-    """Everything ``tune-buffer --policy spark-ss`` reports (the body of ``tune.json``).
+    """Everything ``tune-buffer --policy spark-ss`` / ``--policy flink`` reports (the body of ``tune.json``).
 
-    ``streams``: the streams' configs (name, ts column, keys: the Spark snippet).
-    ``g`` None: the grid step follows the data, at least 1 ms (Spark keeps
-    delays in whole ms).  ``extra_condition``: the run has ``--where`` /
-    ``--distance`` (the snippet says to add it).
+    ``policy``: the engine's policy with its fixed settings (its delay is what
+    is tuned).  ``streams``: the streams' configs (name, ts column, keys: the
+    engine snippet).  ``g`` None: the grid step follows the data, at least 1 ms
+    (both engines keep delays in whole ms).  ``extra_condition``: the run has
+    ``--where`` / ``--distance`` (the snippet says to add it).
     """
     names = [s.name for s in streams]
     n, C = replay.n, len(combos)
-    values = required_watermark(replay, combos, windows, trigger_us, watermark_policy)
+    values = required_delays(replay, combos, windows, policy)
     reachable = values[values != UNREACHABLE]
     granularity_source = "user"
     if g is None:
@@ -190,17 +219,17 @@ def tune_watermark(replay: Replay, combos: Combos, windows: Sequence[int], strea
         granularity_source = (f"default: the largest 1-2-5 step <= largest required delay "
                               f"{format_duration(largest)} / {GRID_STEPS_PER_RANGE}, at least 1ms")
     elif g % MS:
-        raise InputError(f"--granularity {format_duration(g)}: Spark watermark delays are whole milliseconds; "
+        raise InputError(f"--granularity {format_duration(g)}: {_DELAY_NAME[policy.name]} are whole milliseconds; "
                          "give a multiple of 1ms")
     curve = watermark_curve(values, g)
-    if not curve.reaches(q):
+    if not curve.reaches(q):   # spark-ss only: every flink pair is reachable
         raise InputError(f"recall {q:g} is out of reach under spark-ss: {C - len(reachable):,} of {C:,} results have "
                          f"a member at or before the epoch (ts <= 0), which Spark drops as late whatever the "
                          f"watermark; the most any delay gives is {fmt_recall(len(reachable) / C, 6)}")
     step, rec = recommendation(curve, q, names, "one delay for every stream")
     candidates = []
     for s in candidate_steps(curve, [step]):
-        ev = evaluate(replay, combos, windows, spark_ss_policy(s * g, n, trigger_us, watermark_policy), row_bytes)
+        ev = evaluate(replay, combos, windows, at_delay(policy, s * g, n), row_bytes)
         ev["setting_us"] = int(s * g)
         candidates.append(ev)
     at_rec = next(c for c in candidates if c["setting_us"] == rec["setting_us"])
@@ -208,15 +237,14 @@ def tune_watermark(replay: Replay, combos: Combos, windows: Sequence[int], strea
     rec["latency_us"] = at_rec["latency_us"]
     s_list, r_list = curve.sampled([step, max(step - 1, 0)])
     out: dict[str, Any] = {
-        "policy": "spark-ss",
+        "policy": policy.name,
         "recall_target": q,
         "granularity_us": g,
         "granularity_source": granularity_source,
         "period_us": period_us,
         "truth_results": C,
         "streams": names,
-        "trigger_us": int(trigger_us),
-        "watermark_policy": watermark_policy,
+        **engine_settings(policy),
         "unreachable_results": int(C - len(reachable)),
         "distinct_required_us": int(len(np.unique(reachable))),
         "recommendation": rec,
@@ -225,6 +253,13 @@ def tune_watermark(replay: Replay, combos: Combos, windows: Sequence[int], strea
         "periods": None,
         "every_period": None,
     }
+    if policy.name == "flink":
+        out["toml"] = flink_tuning.toml_snippet(out)
+        out["snippet"] = {"language": "java",
+                          "text": flink_tuning.flink_snippet(out, streams, windows, extra_condition)}
+        out["frameworks"] = flink_tuning.frameworks_text(out)
+        out["summary"] = flink_tuning.summary_text(out)
+        return out
     out["toml"] = toml_snippet(out)
     out["snippet"] = {"language": "python", "text": spark_snippet(out, streams, windows, extra_condition)}
     out["frameworks"] = frameworks_text(out)
@@ -298,17 +333,9 @@ def frameworks_text(t: dict[str, Any]) -> list[str]:
 def summary_text(t: dict[str, Any]) -> list[str]:
     """What tune-buffer found for spark-ss, in sentences (terminal, cron output and tune.html)."""
     rec = t["recommendation"]
-    q = t["recall_target"]
-    exact, setting, below, grid = format_durations(
-        [rec["exact_us"], rec["setting_us"], rec["one_step_below_us"], t["granularity_us"]])
-    lines = [
-        f"The smallest withWatermark delay of spark-ss (trigger {format_duration(t['trigger_us'])}, watermark policy "
-        f"{t['watermark_policy']}) that reaches recall {q} is exactly {exact}; rounded up to the {grid} grid it is "
-        f"{setting}, which gives recall {fmt_recall(rec['recall'], 6)}.",
-    ]
-    if rec["one_step_below_us"] is not None:
-        lines.append(f"One grid step less, {below}, gives recall {fmt_recall(rec['recall_one_step_below'], 6)}: "
-                     "below the target.")
+    lines, setting = recommendation_lines(t, f"withWatermark delay of spark-ss (trigger "
+                                             f"{format_duration(t['trigger_us'])}, watermark policy "
+                                             f"{t['watermark_policy']})")
     lines.append(f"Recall only grows with the delay (fewer late drops, later eviction, the same batches), so this "
                  f"is the least delay; the exact curve changes at {t['distinct_required_us']:,} delays.")
     lines.append(f"Memory at {setting}: at most {rec['memory_tuples']['peak']:,} rows held (join state plus the "

@@ -63,7 +63,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "trigger_files", "watermark_policy", "join",
             # flink: Flink interval join emulation (pipelines/policies/flink.py)
-            "watermark_interval")
+            "watermark_interval", "idleness")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -139,7 +139,7 @@ class RunConfig:
         # only recall-target policies have a target, only spark-ss the others
         d["policy"].pop("batch_times_us", None)   # one per micro-batch: policy_settings has the count
         for key in ("target", "watermark", "trigger_us", "watermark_policy", "watermark_interval_us",
-                    "trigger_files"):
+                    "trigger_files", "idleness_us"):
             if d["policy"].get(key) is None:
                 d["policy"].pop(key, None)
         if d["policy"].get("join") == "inner":   # left out, so a nightly config hash stays what it was
@@ -180,6 +180,7 @@ class Flags:
     join: str | None = None                              # spark-ss: inner | left | right
     trigger_files: int | None = None                     # spark-ss: N input files per micro-batch
     watermark_interval: str | None = None                # flink: DUR, 0 = per record
+    idleness: str | None = None                          # flink: withIdleness timeout DUR
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -341,7 +342,10 @@ def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]
     check_windows([s.window_us for s in streams])
     raw = flags.watermark_interval if flags.watermark_interval is not None else run.get("watermark_interval")
     interval = _duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
-    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval)
+    raw = flags.idleness if flags.idleness is not None else run.get("idleness")
+    idleness = _duration(raw, "idleness") if raw is not None else None
+    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval,
+                      idleness_us=idleness)
 
 
 def engine_source(config_path: Path | None, flags: Flags) -> str:
@@ -499,6 +503,8 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if join != "inner" and policy_name not in OUTER_JOIN:
         raise InputError(f"--join {join}: outer joins are emulated for --policy {', '.join(OUTER_JOIN)} only, "
                          f"not {policy_name}")
+    if policy_name != "flink" and (flags.idleness is not None or "idleness" in run):
+        raise InputError(f"--idleness: a setting of --policy flink, not of {policy_name}")
     if policy_name == "spark-ss":
         policy = _spark_ss_policy(resolved, batch_triggers, flags, run, join)
     elif policy_name == "flink" and not (flags.watermark_policy or batch_triggers):

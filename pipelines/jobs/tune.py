@@ -1,6 +1,6 @@
 """``streamjoin tune-buffer``: load, replay once with no policy, tune
-(:mod:`~streamjoin.pipelines.analysis.tuning`; ``spark-ss``'s watermark delay:
-:mod:`~streamjoin.pipelines.analysis.watermark_tuning`), publish ``tune.json``
+(:mod:`~streamjoin.pipelines.analysis.tuning`; ``spark-ss``'s and ``flink``'s
+watermark delay: :mod:`~streamjoin.pipelines.analysis.watermark_tuning`), publish ``tune.json``
 and ``tune.html`` atomically."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from ..analysis.metrics import period_counts
 from ..analysis.tuning import TUNE_POLICIES, tune
-from ..analysis.watermark_tuning import tune_watermark
+from ..analysis.watermark_tuning import WATERMARK_POLICIES, engine_settings, tune_watermark
 from ..base.errors import InputError
 from ..base.timeunits import parse_duration
 from ..base.version import tool_version
@@ -33,17 +33,18 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
 
     ``cfg`` is a resolved :class:`~streamjoin.pipelines.config.settings.RunConfig`;
     its policy is ignored, except that ``spark-ss`` takes the trigger and the
-    watermark policy from it (the delay is what is tuned).  Bad options raise
+    watermark policy from it, ``flink`` the watermark interval (the delay is
+    what is tuned).  Bad options raise
     ``InputError`` before any work is done.
     """
     if policy not in TUNE_POLICIES:
         raise InputError(f"--policy {policy}: tune-buffer tunes one of {', '.join(TUNE_POLICIES)}")
-    spark_ss = cfg.policy if policy == "spark-ss" else None
-    if spark_ss is not None and spark_ss.trigger_files is not None:
+    engine = cfg.policy if policy in WATERMARK_POLICIES else None   # an engine emulation: its delay is tuned
+    if engine is not None and engine.name == "spark-ss" and engine.trigger_files is not None:
         raise InputError("tune-buffer --policy spark-ss cuts micro-batches by --trigger DUR only; "
                          "[run] trigger_files is not tuned yet")
-    if spark_ss is not None and per_period:
-        raise InputError("--per-period: not available for --policy spark-ss yet (the overall delay only)")
+    if engine is not None and per_period:
+        raise InputError(f"--per-period: not available for --policy {policy} yet (the overall delay only)")
     q = check_recall(q)
     if q is None:
         raise InputError("tune-buffer needs --recall Q (a recall target in (0, 1])")
@@ -64,9 +65,8 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
                    space=space_of(cfg, streams), where=where_fn)
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if spark_ss is not None:
-        result = tune_watermark(outcome.replay, outcome.combos, cfg.windows, cfg.streams, q=q, g=g,
-                                trigger_us=spark_ss.trigger_us, watermark_policy=spark_ss.watermark_policy,
+    if engine is not None:
+        result = tune_watermark(outcome.replay, outcome.combos, cfg.windows, cfg.streams, q=q, g=g, policy=engine,
                                 period_us=cfg.period_us, row_bytes=[s.row_bytes for s in streams],
                                 extra_condition=bool(cfg.where or cfg.distance))
     else:
@@ -79,8 +79,8 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
         result.update(period_counts(*arrival_span(streams), cfg.period_us, len(result["periods"])))
     config = cfg.to_dict()
     config["policy"] = {"name": policy}
-    if spark_ss is not None:
-        config["policy"].update(trigger_us=spark_ss.trigger_us, watermark_policy=spark_ss.watermark_policy)
+    if engine is not None:
+        config["policy"].update(engine_settings(engine))
     head = {"schema_version": 1, "kind": "tune-buffer", "tool_version": tool_version(), "command": command,
             "config": config}
     result = {**head, **result}

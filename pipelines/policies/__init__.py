@@ -87,6 +87,8 @@ class PolicySpec:
         join: ``inner``, or ``left`` / ``right`` for an outer join whose
             unmatched rows of that side are emitted null-padded (:data:`OUTER_JOIN`
             policies only: ``spark-ss``).
+        idleness_us: ``WatermarkStrategy.withIdleness`` timeout, of arrival
+            time; None = no idleness detection (``flink`` only).
     """
 
     name: str
@@ -100,6 +102,7 @@ class PolicySpec:
     join: str = "inner"
     trigger_files: int | None = None
     batch_times_us: tuple[int, ...] | None = None
+    idleness_us: int | None = None
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:

@@ -10,7 +10,7 @@ right one)::
         .process(...)
 
 Settings (validated here): ``--watermark DUR`` per stream (the out-of-orderness
-``D_i``, whole milliseconds) and ``--watermark-interval DUR`` (Flink's
+``D_i``, whole milliseconds), ``--idleness DUR`` (rule 8) and ``--watermark-interval DUR`` (Flink's
 ``pipeline.auto-watermark-interval``, default 200 ms, taken as arrival time in
 a replay; ``0`` = a watermark after every record).  Event times, windows and
 delays must be whole milliseconds: Flink's record timestamps, watermarks and
@@ -50,9 +50,16 @@ says the same with examples).  ``G`` is the join operator's watermark.
    -- so at the first advance after it was buffered (a record at ``ts = G``
    with ``W_i = 0`` stays until ``G`` moves).
 7. **Memory**: records in both buffers after each arrival index.
+8. **Idle inputs** (``--idleness T``, ``withIdleness``; WatermarksWithIdleness.java,
+   TimestampsAndWatermarksOperator.java ``WatermarkEmitter``,
+   CombinedWatermarkStatus.java): checked at the ticks only (so ``I > 0``); an
+   input with no record since tick ``k0`` is marked idle at tick ``k0 +
+   floor(T / I) + 2``, active again when it emits a higher watermark; ``G`` is
+   the minimum over the inputs not idle, the maximum when both are (the left
+   input's generator runs first at a tick).
 
-Not modelled: idle sources (``withIdleness``), watermark alignment, the Flink
-SQL interval join (``TimeIntervalJoin``), more than two streams.
+Not modelled: watermark alignment, the Flink SQL interval join
+(``TimeIntervalJoin``), more than two streams.
 """
 
 from __future__ import annotations
@@ -79,6 +86,14 @@ def check_settings(policy) -> None:
     interval = policy.watermark_interval_us
     if interval is None or interval < 0:
         raise InputError("--watermark-interval must be >= 0 (0: a watermark after every record)")
+    idleness = policy.idleness_us
+    if idleness is not None:
+        if idleness <= 0:
+            raise InputError("--idleness must be > 0 (withIdleness: idleTimeout must be greater than zero)")
+        if interval == 0:
+            raise InputError("--idleness needs --watermark-interval > 0: Flink checks idleness only at periodic "
+                             "watermark emissions (WatermarksWithIdleness.onPeriodicEmit), and there are none "
+                             "with a watermark after every record")
 
 
 def check_windows(windows) -> None:

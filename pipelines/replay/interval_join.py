@@ -9,7 +9,9 @@ before both inputs have emitted one).  Per record (arrival index ``a``):
   - 1 ms)`` over the records ``<= c`` that the generators had seen at their last
   emission (``c = a - 1`` with a watermark after every record; with
   ``--watermark-interval I``, the records that arrived before the latest tick
-  ``first + k I <= arrival[a]``);
+  ``first + k I <= arrival[a]``); with ``--idleness`` (rule 8) the running
+  maximum, over the ticks at which an input's status or watermark changes, of
+  the minimum over the inputs not idle;
 * ``after[a]`` -- ``G`` once record ``a`` and what follows it at the same
   instant are processed (``c = a`` per record; ``before[a]`` with ticks, since
   the next tick comes later);
@@ -73,6 +75,98 @@ def _operator_watermark(M: np.ndarray, counted: np.ndarray, delays) -> np.ndarra
     return out
 
 
+def counted(replay, interval_us: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per arrival index, the last arrival index whose record the generators had
+    seen at their latest emission when the record is processed, and once it
+    (and what follows it at the same instant) is processed (rule 2; ``-1``: none).
+    Depends on the arrivals and the interval only, not on the delays."""
+    idx = np.arange(replay.N, dtype=np.int64)
+    if interval_us == 0:   # a watermark after every record
+        return idx - 1, idx
+    first = int(replay.arrival[0])   # ticks at first + k I: the records that arrived before the latest tick
+    tick = first + (replay.arrival - first) // interval_us * interval_us
+    c = np.searchsorted(replay.arrival, tick, side="left") - 1
+    return c, c
+
+
+def _input_status(replay, i: int, tick_of: np.ndarray, last_tick: int, delay: int, per_idle: int):
+    """Input ``i`` under ``withIdleness`` (rule 8): its activity ticks with the watermark
+    emitted there, the ticks at which it is marked idle, and those at which a rising
+    watermark marks it active again."""
+    mine = np.flatnonzero(replay.stream == i)
+    seen_at = tick_of[mine] + 1                       # the first tick that counts each record
+    ends = np.flatnonzero(np.diff(seen_at, append=np.iinfo(np.int64).max))
+    act = seen_at[ends]
+    val = replay.M[i][mine[ends]] - delay - MS        # the generator's watermark at that tick
+    keep = act <= last_tick                           # ticks after the last record are never reached
+    act, val = act[keep], val[keep]
+    rises = val > np.concatenate([[NEG_INF], val[:-1]])
+    since = np.concatenate([[0], act])                # inactive from the tick after since + 1 ...
+    until = np.concatenate([act, [np.iinfo(np.int64).max]])
+    idle_at = since + per_idle                        # ... idle once that is > idleness ago
+    return act, val, idle_at[(idle_at < until) & (idle_at <= last_tick)], act[rises]
+
+
+def _input_state(status, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Input watermark (``NEG_INF`` before its first) and idle flag after the ticks ``ks``."""
+    act, val, idle_at, rise_at = status
+    j = np.searchsorted(act, ks, side="right") - 1
+    value = np.where(j >= 0, val[np.maximum(j, 0)] if len(val) else NEG_INF, NEG_INF)
+    i = np.searchsorted(idle_at, ks, side="right") - 1
+    r = np.searchsorted(rise_at, ks, side="right") - 1
+    last_idle = np.where(i >= 0, idle_at[np.maximum(i, 0)] if len(idle_at) else -1, -1)
+    last_rise = np.where(r >= 0, rise_at[np.maximum(r, 0)] if len(rise_at) else -1, -1)
+    return value, last_idle > last_rise
+
+
+def _combined(a, b) -> np.ndarray:
+    """CombinedWatermarkStatus: the smaller watermark of the inputs that are not idle;
+    when both are idle, the larger of the two."""
+    top = np.iinfo(np.int64).max
+    out = np.minimum(np.where(a[1], top, a[0]), np.where(b[1], top, b[0]))
+    return np.where(a[1] & b[1], np.maximum(a[0], b[0]), out)
+
+
+def _idle_operator_watermark(replay, interval: int, idleness: int, delays) -> np.ndarray:
+    """``G`` when each record is processed, with idle inputs left out of the minimum (rule 8).
+
+    Status and watermarks change only at ticks: an input's activity ticks (the
+    first tick after each of its records) and its idle ticks.  At such a tick
+    the left input's generator runs first, so ``G`` takes the larger of the
+    minimum after the left input's changes and after both."""
+    first = int(replay.arrival[0])
+    tick_of = (replay.arrival - first) // interval     # the latest tick at or before each arrival (0: none)
+    last_tick = int(tick_of[-1])
+    per_idle = idleness // interval + 2
+    status = [_input_status(replay, i, tick_of, last_tick, int(d), per_idle) for i, d in enumerate(delays)]
+    ticks = np.unique(np.concatenate([np.concatenate(s[0:3:2]) for s in status]))
+    left = _input_state(status[0], ticks)
+    G = np.maximum(_combined(left, _input_state(status[1], ticks - 1)),
+                   _combined(left, _input_state(status[1], ticks)))
+    G = np.maximum.accumulate(G) if len(G) else G
+    at = np.searchsorted(ticks, tick_of, side="right") - 1
+    return np.where(at >= 0, G[np.maximum(at, 0)] if len(G) else NEG_INF, NEG_INF)
+
+
+def operator_watermark(replay, policy, delays) -> tuple[np.ndarray, np.ndarray]:
+    """``G`` when each record is processed and right after it (rules 2, 3, 8)."""
+    interval = int(policy.watermark_interval_us)
+    if policy.idleness_us:
+        before = _idle_operator_watermark(replay, interval, int(policy.idleness_us), delays)
+        return before, before
+    c_before, c_after = counted(replay, interval)
+    before = _operator_watermark(replay.M, c_before, delays)
+    return before, (before if interval else _operator_watermark(replay.M, c_after, delays))
+
+
+def frontier(replay, policy) -> np.ndarray:
+    """``min_i M_i`` over the inputs that count when each record is processed: the
+    operator watermark plus ``D + 1 ms`` when every stream has one delay ``D``
+    (``NEG_INF`` while it is ``Long.MIN_VALUE``).  Idle flags and the records the
+    generators have seen do not depend on the delays."""
+    return operator_watermark(replay, policy, [-MS] * replay.n)[0]
+
+
 def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     """Operator watermarks, late drops and buffer stays of a replay.
 
@@ -92,16 +186,7 @@ def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     if N == 0:
         empty = np.empty(0, np.int64)
         return Watermarks(empty, empty, empty, empty, interval), np.zeros(0, bool)
-    M = replay.M
-    if interval == 0:   # rule 2: a watermark after every record
-        before = _operator_watermark(M, idx - 1, policy.watermark)
-        after = _operator_watermark(M, idx, policy.watermark)
-    else:               # ticks at first + k I: the records that arrived before the latest tick
-        first = int(replay.arrival[0])
-        tick = first + (replay.arrival - first) // interval * interval
-        counted = np.searchsorted(replay.arrival, tick, side="left") - 1
-        before = _operator_watermark(M, counted, policy.watermark)
-        after = before
+    before, after = operator_watermark(replay, policy, policy.watermark)
     dropped = replay.ts < before                                   # rule 4
     threshold = np.maximum(replay.ts + W[replay.stream], before + 1)   # rule 6
     held_until = np.searchsorted(after, threshold, side="left")   # first a with after[a] >= threshold
@@ -137,6 +222,7 @@ def settings_report(wm: Watermarks, dropped: np.ndarray, policy) -> dict:
     return {
         "watermark_us": list(policy.watermark),
         "watermark_interval_us": wm.interval_us,
+        "idleness_us": policy.idleness_us,
         "last_watermark_us": None if last <= NEG_INF else last,
         "dropped_late": int(np.count_nonzero(dropped)),
     }

@@ -558,29 +558,36 @@ def replay_interval_join(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
     ts + W_left]`` (left record) and registers a timer at ``ts + W_own``.
     Generators are asked after each record of their input
     (``watermark_interval_us == 0``) or, both, at every tick ``first + k I``
-    before the records arriving at or after it.
+    before the records arriving at or after it.  With ``idleness_us``
+    (``withIdleness``) each generator runs Flink's idleness timer at its ticks,
+    the emitter marks its input idle or active, and the operator's minimum
+    leaves idle inputs out.
     """
     if len(streams) != 2:
         raise ValueError("flink joins two streams")
     MS = 1000
     interval = policy.watermark_interval_us
+    idleness = policy.idleness_us
     out = IntervalJoinReference(truth=brute_force_truth(streams, windows, predicate))
     tuples = replay_order(streams)
     largest: list[float] = [NEG_INF, NEG_INF]       # each generator's max timestamp
-    emitted_wm: list[float] = [NEG_INF, NEG_INF]    # each input's last watermark
+    emitted_wm: list[float] = [NEG_INF, NEG_INF]    # each emitter's last watermark
+    emitter_idle = [False, False]                   # each emitter's status (WatermarkEmitter.idle)
+    input_idle = [False, False]                     # the operator's view of each input's status
+    # WatermarksWithIdleness / IdlenessTimer per generator
+    counter, last_counter = [0, 0], [0, 0]
+    inactive_since: list[int | None] = [None, None]
+    idle_now = [False, False]
     operator_wm: float = NEG_INF
     buffers: list[list[RefTuple]] = [[], []]
     timers: list[tuple[int, RefTuple]] = []         # (time, record)
 
-    def emit_watermark(side: int) -> None:
+    def combine() -> None:
+        """The operator's watermark: the minimum over the inputs that are not idle (the
+        maximum when both are), only up."""
         nonlocal operator_wm
-        if largest[side] == NEG_INF:
-            return
-        value = largest[side] - policy.watermark[side] - MS
-        if value <= emitted_wm[side]:
-            return                                  # the emitter passes on only increasing watermarks
-        emitted_wm[side] = value
-        combined = min(emitted_wm)
+        active = [emitted_wm[i] for i in (0, 1) if not input_idle[i]]
+        combined = min(active) if active else max(emitted_wm)
         if combined > operator_wm:
             operator_wm = combined
             for time, x in list(timers):
@@ -588,11 +595,43 @@ def replay_interval_join(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
                     timers.remove((time, x))
                     buffers[x.stream].remove(x)
 
+    def emit_watermark(side: int) -> None:
+        if largest[side] == NEG_INF:
+            return
+        value = largest[side] - policy.watermark[side] - MS
+        if value <= emitted_wm[side]:
+            return                                  # the emitter passes on only increasing watermarks
+        if emitter_idle[side]:                      # markActive: the status first, then the watermark
+            emitter_idle[side] = input_idle[side] = False
+            combine()
+        emitted_wm[side] = value
+        combine()
+
+    def periodic(side: int, now: int) -> None:
+        if idleness:
+            if counter[side] != last_counter[side]:
+                last_counter[side] = counter[side]
+                inactive_since[side] = None
+                idle = False
+            elif inactive_since[side] is None:
+                inactive_since[side] = now
+                idle = False
+            else:
+                idle = now - inactive_since[side] > idleness
+            if idle:
+                if not idle_now[side]:
+                    idle_now[side] = True
+                    if not emitter_idle[side]:      # markIdle
+                        emitter_idle[side] = input_idle[side] = True
+                        combine()
+                return
+        emit_watermark(side)
+
     next_tick = tuples[0].arrival + interval if tuples and interval else None
     for x in tuples:
         while next_tick is not None and next_tick <= x.arrival:
-            emit_watermark(0)
-            emit_watermark(1)
+            periodic(0, next_tick)
+            periodic(1, next_tick)
             next_tick += interval
         if x.ts < operator_wm:
             out.dropped.add((x.stream, x.row))
@@ -604,6 +643,8 @@ def replay_interval_join(streams: Sequence[Sequence[RefTuple]], windows: Sequenc
                     out.emitted[_combo(pair)] = (x.arrival, 0)
             timers.append((x.ts + windows[x.stream], x))
         largest[x.stream] = max(largest[x.stream], x.ts)
+        counter[x.stream] += 1
+        idle_now[x.stream] = False
         if not interval:
             emit_watermark(x.stream)
         out.buffered.append((len(buffers[0]), len(buffers[1])))

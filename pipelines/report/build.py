@@ -8,7 +8,7 @@ memory (:mod:`~streamjoin.pipelines.jobs.chunked`, from the engine's sums) --
 and :func:`finish` fills in its outputs and timings once they are written.
 :func:`extras` computes, from the replay, the downsampled memory series, the
 latency histogram of the emitted results and the tuning curve
-(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`; for ``spark-ss`` the
+(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`; for ``spark-ss`` and ``flink`` the
 curve over its watermark delay,
 :func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`), so that
 ``report.html`` can be rendered from ``report.json`` alone.
@@ -27,7 +27,7 @@ from ..analysis.tuning import curve_only
 from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
-from ..policies import MICROBATCH, SYMMETRIC
+from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
 from . import json as report_json
 
 #: memory series points kept in report.json (per-arrival memory is downsampled)
@@ -167,7 +167,7 @@ def extras(cfg, outcome) -> dict[str, Any]:
         # the sample's own members' arrival indexes (em.a[k][pick], without
         # gathering em.a for every combination)
         members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
-    if family == MICROBATCH:  # spark-ss: the curve over its withWatermark delay
+    if family in (MICROBATCH, INTERVAL_JOIN):  # spark-ss / flink: the curve over the watermark delay
         tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,
                                       cfg.recall_target, TUNING_TARGETS, members=members)
     else:

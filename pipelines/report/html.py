@@ -34,7 +34,9 @@ MAX_PERIOD_ROWS = 20
 
 
 #: the setting each tuned policy's curve is drawn over
-SETTING_LABEL = {"static": "retention", "kslack": "K", "spark-ss": "watermark"}
+SETTING_LABEL = {"static": "retention", "kslack": "K", "spark-ss": "watermark", "flink": "watermark"}
+#: the engine an emulating policy's snippet is written for
+ENGINE_OF = {"spark-ss": "Spark", "flink": "Flink"}
 
 
 def setting_label(policy: str | None) -> str:
@@ -43,7 +45,8 @@ def setting_label(policy: str | None) -> str:
 
 
 #: each tuned policy's setting in report.json's config.policy, and its flag
-SETTING_KEY = {"static": ("retention", "--retention"), "kslack": ("k", "--k"), "spark-ss": ("watermark", "--watermark")}
+SETTING_KEY = {"static": ("retention", "--retention"), "kslack": ("k", "--k"), "spark-ss": ("watermark", "--watermark"),
+               "flink": ("watermark", "--watermark")}
 
 
 def _current_setting(policy: dict[str, Any]) -> int | None:
@@ -70,6 +73,10 @@ def _tune_hint(tuning: dict[str, Any], q: str) -> str:
     if policy == "spark-ss":
         return (f"one delay for both streams at this trigger; `streamjoin tune-buffer --recall {q} --policy spark-ss "
                 f"--trigger {format_duration(tuning.get('trigger_us'))}` shows its memory and a PySpark snippet")
+    if policy == "flink":
+        return (f"one delay for both inputs at this watermark interval; `streamjoin tune-buffer --recall {q} --policy "
+                f"flink --watermark-interval {format_duration(tuning.get('watermark_interval_us'))}` shows its memory "
+                "and a Flink snippet")
     return f"one K for every stream; `streamjoin tune-buffer --recall {q} --policy kslack` shows its memory and latency"
 
 
@@ -116,7 +123,7 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
             out.append(msg)
         if low:
             worst = f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))})"
-            out.append(f"{worst}." if tuned_policy == "spark-ss" else  # tune-buffer --per-period: not for spark-ss yet
+            out.append(f"{worst}." if tuned_policy in ENGINE_OF else  # tune-buffer --per-period: not for them yet
                        f"{worst}; `streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that "
                        "meets it in every period.")
     else:
@@ -312,7 +319,10 @@ def render_report(report: dict[str, Any]) -> str:
                      f"; one withWatermark delay for both streams at this run's "
                      f"{_e(_trigger_text(tuning))} and watermark policy "
                      f"{_e(tuning.get('watermark_policy'))}: recall only grows with it, docs/semantics.md"
-                     if tuning["policy"] == "spark-ss" else "") +
+                     if tuning["policy"] == "spark-ss" else
+                     f"; one forBoundedOutOfOrderness delay for both inputs at this run's watermark interval "
+                     f"{_e(format_duration(tuning.get('watermark_interval_us')))}: recall only grows with it, "
+                     "docs/semantics.md" if tuning["policy"] == "flink" else "") +
                  "). `streamjoin tune-buffer` gives exact values and adds memory and latency per setting.</div>"]
     rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
              format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
@@ -354,7 +364,7 @@ def render_tune(t: dict[str, Any]) -> str:
         "</div>",
         "<h2>Summary</h2><div class=\"todo\"><ul>", *[f"<li>{_e(x)}</li>" for x in t["summary"]], "</ul></div>",
         "<h2>Paste into your config</h2>", f"<pre>{_e(t['toml'])}</pre>",
-        *([f"<h2>Paste into your Spark job</h2><pre>{_e(t['snippet']['text'])}</pre>"] if t.get("snippet") else []),
+        *([f"<h2>Paste into your {ENGINE_OF[t['policy']]} job</h2><pre>{_e(t['snippet']['text'])}</pre>"] if t.get("snippet") else []),
         "<h2>Curve</h2>",
         _img(plots.tuning_curve(t["curve"], target=t["recall_target"], label=label,
                                 marks={"recommended": rec["setting_us"]}, candidates=t["candidates"]), "tuning curve"),
@@ -374,7 +384,7 @@ def render_tune(t: dict[str, Any]) -> str:
                                 lambda p: [f"{p['truth']:,}", format_duration(p["exact_us"]),
                                            format_duration(p["setting_us"]), fmt_recall(p["recall_at_recommendation"])],
                                 "tune.json", t.get("time_origin"))]
-    engines = "Spark" if t["policy"] == "spark-ss" else "Spark and Flink"
+    engines = ENGINE_OF.get(t["policy"], "Spark and Flink")
     body += [f"<h2>What this means in {engines}</h2>", *[f"<p>{_e(x)}</p>" for x in t["frameworks"]]]
     return _page("streamjoin tune-buffer", body)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..analysis.metrics import fmt_recall
 from ..base.timeunits import format_duration, format_durations
-from .html import period_text, setting_label, worst_periods
+from .html import ENGINE_OF, period_text, setting_label, worst_periods
 
 
 def _fmt_rate(v):
@@ -232,7 +232,7 @@ def tune_lines(t: dict[str, Any]) -> list[str]:
     lines.append("config snippet:")
     lines += ["  " + x for x in t["toml"].rstrip("\n").split("\n")]
     if t.get("snippet"):
-        lines.append("Spark job snippet:")
+        lines.append(f"{ENGINE_OF[t['policy']]} job snippet:")
         lines += ["  " + x for x in t["snippet"]["text"].rstrip("\n").split("\n")]
     lines += t["frameworks"]
     lines.append(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
@@ -267,7 +267,7 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
     # Text: no markup, so "[run]" stays in the snippet
     console.print(Panel(Text(t["toml"].rstrip("\n")), title="paste into your config"))
     if t.get("snippet"):
-        console.print(Panel(Text(t["snippet"]["text"].rstrip("\n")), title="paste into your Spark job"))
+        console.print(Panel(Text(t["snippet"]["text"].rstrip("\n")), title=f"paste into your {ENGINE_OF[t['policy']]} job"))
     for x in t["frameworks"]:
         console.print(x)
     console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")

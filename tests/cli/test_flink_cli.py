@@ -13,7 +13,9 @@ import pytest
 from helpers.cli import run_cli
 from helpers.flink import local_flink
 
+from streamjoin.pipelines.base.timeunits import format_duration
 from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.report.html import what_to_do
 from streamjoin.pipelines.replay.reference import RefTuple
 
 MS = 1000
@@ -79,6 +81,7 @@ def test_toml_settings(data: Path, tmp_path: Path) -> None:
 policy = "flink"
 watermark = "1s"
 watermark_interval = "1s"
+idleness = "300ms"
 out = "{tmp_path / 'out'}"
 
 [[stream]]
@@ -99,6 +102,7 @@ watermark = "3s"
     run_cli(["run", str(cfg)], tmp_path)
     settings = json.loads((tmp_path / "out" / "report.json").read_text())["policy_settings"]
     assert (settings["watermark_us"], settings["watermark_interval_us"]) == ([S, 3 * S], S)
+    assert settings["idleness_us"] == 300 * MS
 
 
 @pytest.mark.parametrize("extra,streams,needle", [
@@ -127,6 +131,112 @@ def test_not_emulated_is_refused_in_one_line(data: Path, tmp_path: Path, extra, 
     (["--policy", "flink", "--watermark", "1s", "--watermark-interval", "soon"], "watermark_interval"),
 ])
 def test_bad_settings_are_one_line_exit_2(data: Path, tmp_path: Path, extra, needle) -> None:
+    proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------
+# tune-buffer --policy flink
+# ---------------------------------------------------------------------------
+
+
+def run_recall(data: Path, tmp_path: Path, name: str, watermark_us: int, interval: str, idle: list | None = None
+               ) -> float:
+    out = tmp_path / name
+    run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", f"{watermark_us // MS}ms",
+                                    "--watermark-interval", interval, "--no-results"] + (idle or []), tmp_path)
+    return json.loads((out / "report.json").read_text())["recall"]
+
+
+@pytest.mark.parametrize("q,interval,idle", [(0.9, "0", []), (0.97, "500ms", []),
+                                            (0.95, "100ms", ["--idleness", "300ms"])])
+def test_tune_buffer_recommendation_meets_the_target_and_1ms_less_does_not(data: Path, tmp_path: Path, q,
+                                                                         interval, idle) -> None:
+    out = tmp_path / "tune"
+    proc = run_cli(["tune-buffer"] + base_args(data, out)[1:] +
+                   ["--policy", "flink", "--watermark-interval", interval, "--recall", str(q)] + idle, tmp_path)
+    t = json.loads((out / "tune.json").read_text())
+    rec = t["recommendation"]
+    assert t["policy"] == "flink" and t["watermark_interval_us"] == {"0": 0, "500ms": 500 * MS, "100ms": 100 * MS}[interval]
+    assert t["idleness_us"] == (300 * MS if idle else None)
+    assert t["config"]["policy"]["watermark_interval_us"] == t["watermark_interval_us"]
+    assert rec["exact_us"] > 0 and rec["exact_us"] % MS == 0 and t["unreachable_results"] == 0
+    # replayed by run: the exact minimum meets the target, 1 ms less does not; so does the grid value
+    assert run_recall(data, tmp_path, "exact", rec["exact_us"], interval, idle) >= q
+    assert run_recall(data, tmp_path, "exact-1", rec["exact_us"] - MS, interval, idle) < q
+    assert run_recall(data, tmp_path, "at", rec["setting_us"], interval, idle) == rec["recall"] >= q
+    # the curve equals the engine's recall at every replayed setting, and only grows
+    curve = dict(zip(t["curve"]["setting_us"], t["curve"]["recall"]))
+    shared = [c for c in t["candidates"] if c["setting_us"] in curve]
+    assert len(shared) >= 3 and all(c["recall"] == curve[c["setting_us"]] for c in shared)
+    assert all(a <= b for a, b in zip(t["curve"]["recall"], t["curve"]["recall"][1:]))
+    assert all(c["latency_us"]["p95"] in (0, None) for c in t["candidates"])   # emitted on arrival
+    # paste-ready: Flink's own API with the chosen delay, bounds and interval; the TOML
+    snippet = t["snippet"]["text"]
+    assert t["snippet"]["language"] == "java"
+    assert f"forBoundedOutOfOrderness(Duration.ofMillis({rec['setting_us'] // MS}))" in snippet or \
+        f"new BoundedOutOfOrdernessWatermarks<>(Duration.ofMillis({rec['setting_us'] // MS}))" in snippet
+    assert ".between(Duration.ofMillis(-2000), Duration.ofMillis(2000))" in snippet and "r -> r.key" in snippet
+    assert ("setAutoWatermarkInterval(" in snippet) == (interval != "0")
+    assert (".withIdleness(Duration.ofMillis(300))" in snippet) == bool(idle)
+    assert 'policy = "flink"' in t["toml"] and "watermark_interval" in t["toml"]
+    assert "Flink job snippet:" in proc.stdout
+    html = (out / "tune.html").read_text()
+    assert "Paste into your Flink job" in html and "What this means in Flink" in html
+
+
+def test_run_report_has_the_flink_delay_curve(data: Path, tmp_path: Path) -> None:
+    """A flink run's report.json tuning is the curve over its own delay (not kslack's K):
+    at the run's delay the curve gives the run's recall."""
+    out = tmp_path / "out"
+    run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", "1s", "--watermark-interval", "0",
+                                    "--recall", "0.99"], tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    tuning = report["tuning"]
+    assert tuning["policy"] == "flink" and tuning["watermark_interval_us"] == 0
+    curve = dict(zip(tuning["curve"]["setting_us"], tuning["curve"]["recall"]))
+    assert curve[S] == report["recall"] < 0.99
+    need = tuning["setting_for_recall"]["0.99"]
+    todo = what_to_do(report)[0]
+    assert f"raise --watermark from 1s to {format_duration(need)}" in todo and "--policy flink" in todo
+    assert run_recall(data, tmp_path, "need", need, "0") >= 0.99 > run_recall(data, tmp_path, "less", need - 10 * MS, "0")
+
+
+def test_tune_buffer_flink_bad_options_are_one_line(data: Path, tmp_path: Path) -> None:
+    args = ["tune-buffer"] + base_args(data, tmp_path / "tune")[1:]
+    for extra, needle in ((["--policy", "flink", "--recall", "0.9", "--granularity", "1500us"], "whole milliseconds"),
+                          (["--policy", "kslack", "--recall", "0.9", "--watermark-interval", "0"],
+                           "--watermark-interval: a setting of --policy flink"),
+                          (["--policy", "flink", "--recall", "0.9", "--per-period"], "not available for --policy flink")):
+        proc = run_cli(args + extra, tmp_path, ok=False)
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_idleness_flag(data: Path, tmp_path: Path) -> None:
+    """--idleness reaches the policy (TOML ``idleness``: test_toml_settings): pairs and
+    drops equal the model's with withIdleness, which differ from those without it here."""
+    out = tmp_path / "out"
+    run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", "200ms", "--watermark-interval", "100ms",
+                                    "--idleness", "300ms"], tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    results = pl.read_parquet(out / "results.parquet")
+    model = model_of(data, PolicySpec("flink", watermark=(200 * MS,) * 2, watermark_interval_us=100 * MS,
+                                      idleness_us=300 * MS))
+    busy = model_of(data, PolicySpec("flink", watermark=(200 * MS,) * 2, watermark_interval_us=100 * MS))
+    assert set(results.select("left_row", "right_row").rows()) == set(model.emitted) != set(busy.emitted)
+    assert report["policy_settings"]["idleness_us"] == 300 * MS
+    assert report["policy_settings"]["dropped_late"] == len(model.dropped)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--policy", "static", "--retention", "1s", "--idleness", "1s"], "--idleness: a setting of --policy flink"),
+    (["--policy", "flink", "--watermark", "1s", "--watermark-interval", "0", "--idleness", "1s"],
+     "--idleness needs --watermark-interval > 0"),
+    (["--policy", "flink", "--watermark", "1s", "--idleness", "0"], "--idleness must be > 0"),
+])
+def test_bad_idleness_is_one_line_exit_2(data: Path, tmp_path: Path, extra, needle) -> None:
     proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -23,6 +23,12 @@ Flink's own periodic timer on processing time (``autoWatermarkInterval``
 200 ms of wall clock), which no two runs of a live job place alike -- the ticks
 stand in for it.
 
+With ``--idleness`` the driver wraps the generator in Flink's own
+``WatermarksWithIdleness`` whose clock is each tick's time (arrival time, as
+the emulation measures idleness), and sends every tick, the left generator's
+before the right one's; the cases silence one input, then the other, then
+both, so inputs go idle, come back, and are idle together.
+
 Asserted equal to the local engine's ``flink`` answer: the joined pairs, the
 arrival index at which each came out (the later member's: emitted on arrival),
 and the late records per side (Flink's late-data side outputs); and five runs
@@ -31,6 +37,7 @@ of the same job give the same lines in the same order.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -86,66 +93,101 @@ def disordered(seed: int, rows: int, span_s: float, grid_ms: int = 1) -> list[li
 
 
 def case_lines(streams, windows, policy: PolicySpec) -> list[str]:
-    """The driver's case file: bounds and delays (ms), then the elements in arrival
-    order, with a tick element before the first record at or after each
-    ``first + k I``."""
+    """The driver's case file: bounds and delays (ms) and the idleness (µs, 0 = none),
+    then the elements in arrival order, with the ticks ``first + k I`` before the first
+    record at or after them: the left generator's tick, then the right one's.  Without
+    idleness one tick per gap is enough (later ones change nothing); with it every tick
+    runs the idleness timer, so all are sent."""
     w_left, w_right = windows
-    lines = [f"{-w_right // MS} {w_left // MS} {policy.watermark[0] // MS} {policy.watermark[1] // MS}"]
+    lines = [f"{-w_right // MS} {w_left // MS} {policy.watermark[0] // MS} {policy.watermark[1] // MS} "
+             f"{policy.idleness_us or 0}"]
     order = replay_order(streams)
     interval = policy.watermark_interval_us
     next_tick = order[0].arrival + interval if interval else None
     for x in order:
-        if next_tick is not None and next_tick <= x.arrival:
-            lines.append("2 -1 0 0")                 # later ticks before this record change nothing
-            next_tick += (x.arrival - next_tick) // interval * interval + interval
+        while next_tick is not None and next_tick <= x.arrival:
+            lines += [f"2 -1 0 {next_tick}", f"3 -1 0 {next_tick}"]
+            if not policy.idleness_us:
+                next_tick += (x.arrival - next_tick) // interval * interval
+            next_tick += interval
         lines.append(f"{x.stream} {x.row} {x.key[0]} {x.ts // MS}")
     return lines
 
 
+def silenced(streams: list[list[RefTuple]], quiet: list[tuple[int, float, float]]) -> list[list[RefTuple]]:
+    """``streams`` without the rows of stream ``i`` arriving in ``[T0 + a s, T0 + b s)``
+    for each ``(i, a, b)`` in ``quiet`` (rows renumbered): silent spells for idleness."""
+    out = []
+    for i, rows in enumerate(streams):
+        keep = [x for x in rows if not any(j == i and T0 + a * S <= x.arrival < T0 + b * S for j, a, b in quiet)]
+        out.append([RefTuple(i, r, x.ts, x.arrival, x.key) for r, x in enumerate(keep)])
+    return out
+
+
 CASES = [
     # seed, rows per stream, event span (s), windows (µs), out-of-orderness (µs), watermark interval (µs),
-    # event-time grid (ms)
-    (21, 60, 8.0, (1 * S, 1 * S), (500 * MS, 500 * MS), 0, 1),
-    (22, 60, 8.0, (1500 * MS, 700 * MS), (0, 2 * S), 0, 1),
-    (23, 60, 8.0, (800 * MS, 0), (300 * MS, 0), 200 * MS, 1),
-    (24, 60, 6.0, (2 * S, 500 * MS), (1 * S, 100 * MS), 1 * S, 1),
+    # event-time grid (ms), idleness (µs) and silent spells (stream, from s, to s) or None
+    (21, 60, 8.0, (1 * S, 1 * S), (500 * MS, 500 * MS), 0, 1, None),
+    (22, 60, 8.0, (1500 * MS, 700 * MS), (0, 2 * S), 0, 1, None),
+    (23, 60, 8.0, (800 * MS, 0), (300 * MS, 0), 200 * MS, 1, None),
+    (24, 60, 6.0, (2 * S, 500 * MS), (1 * S, 100 * MS), 1 * S, 1, None),
     # a 50 ms grid and delays of 49 / 149 ms put watermarks (max - D - 1 ms) on the grid: records exactly
     # at the watermark (not late: late is ts < G) and, with W = 0, records buffered at ts = G that stay
     # until G next moves (seed 35: a pair depends on it) are frequent
-    (25, 60, 4.0, (100 * MS, 50 * MS), (49 * MS, 149 * MS), 0, 50),
-    (35, 60, 4.0, (0, 100 * MS), (149 * MS, 49 * MS), 150 * MS, 50),
-    (35, 60, 4.0, (0, 0), (49 * MS, 49 * MS), 0, 50),
+    (25, 60, 4.0, (100 * MS, 50 * MS), (49 * MS, 149 * MS), 0, 50, None),
+    (35, 60, 4.0, (0, 100 * MS), (149 * MS, 49 * MS), 150 * MS, 50, None),
+    (35, 60, 4.0, (0, 0), (49 * MS, 49 * MS), 0, 50, None),
+    # withIdleness: silent spells of one input, then of the other, then of both at once
+    (41, 80, 8.0, (1 * S, 1 * S), (300 * MS, 300 * MS), 200 * MS, 1,
+     (700 * MS, [(1, 2.0, 4.5), (0, 6.0, 8.0), (1, 9.0, 11.0)])),
+    (42, 80, 8.0, (500 * MS, 1500 * MS), (0, 500 * MS), 100 * MS, 1,
+     (250 * MS, [(0, 1.0, 3.0), (1, 1.5, 3.0), (1, 5.0, 7.0)])),
+    (43, 80, 6.0, (1 * S, 0), (100 * MS, 100 * MS), 300 * MS, 50,
+     (1 * S + 1, [(1, 0.0, 2.5), (0, 3.0, 5.5), (1, 6.0, 9.0)])),
 ]
+
+
+def case(c: int):
+    """Streams, windows and policy of ``CASES[c]``."""
+    seed, rows, span, windows, watermark, interval, grid, idle = CASES[c]
+    streams = disordered(seed, rows, span, grid)
+    idleness = None
+    if idle is not None:
+        idleness, quiet = idle
+        streams = silenced(streams, quiet)
+    return streams, windows, PolicySpec("flink", watermark=watermark, watermark_interval_us=interval,
+                                        idleness_us=idleness)
+
+
+def run_cases(root: Path, main: str, sources: list[Path], cases: list[list[str]]) -> dict[int, list[list[str]]]:
+    """Compile the drivers, then run every case file (its lines) REPEATS times in one
+    JVM (one mini-cluster job per run): {case index: [output lines of each run]}."""
+    classes = root / "classes"
+    subprocess.run(["javac", "-nowarn", "-cp", f"{LIB}/*", "-d", str(classes), *map(str, sources)], check=True,
+                   capture_output=True)
+    args = []
+    for c, lines in enumerate(cases):
+        path = root / f"case{c}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        for k in range(REPEATS):
+            args += [str(path), str(root / f"out{c}-{k}.txt")]
+    jvm = ["java", "--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED"]
+    done = subprocess.run(jvm + ["-cp", f"{classes}:{LIB}/*", main, *args], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    return {c: [(root / f"out{c}-{k}.txt").read_text().splitlines() for k in range(REPEATS)]
+            for c in range(len(cases))}
 
 
 @pytest.fixture(scope="module")
 def flink_runs(tmp_path_factory):
-    """Compile the driver, then run every case REPEATS times in one JVM (one
-    mini-cluster job per run): {case index: [output lines of each run]}."""
-    root = tmp_path_factory.mktemp("flink")
-    classes = root / "classes"
-    subprocess.run(["javac", "-nowarn", "-cp", f"{LIB}/*", "-d", str(classes), str(DRIVER)], check=True,
-                   capture_output=True)
-    args = []
-    for c, (seed, rows, span, windows, watermark, interval, grid) in enumerate(CASES):
-        policy = PolicySpec("flink", watermark=watermark, watermark_interval_us=interval)
-        case = root / f"case{c}.txt"
-        case.write_text("\n".join(case_lines(disordered(seed, rows, span, grid), windows, policy)) + "\n")
-        for k in range(REPEATS):
-            args += [str(case), str(root / f"out{c}-{k}.txt")]
-    jvm = ["java", "--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED"]
-    done = subprocess.run(jvm + ["-cp", f"{classes}:{LIB}/*", "IntervalJoinReplay", *args], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
-    return {c: [(root / f"out{c}-{k}.txt").read_text().splitlines() for k in range(REPEATS)]
-            for c in range(len(CASES))}
+    return run_cases(tmp_path_factory.mktemp("flink"), "IntervalJoinReplay", [DRIVER],
+                     [case_lines(*case(c)) for c in range(len(CASES))])
 
 
 @pytest.mark.parametrize("c", range(len(CASES)))
 def test_same_pairs_and_late_records_as_flink(flink_runs, c):
-    seed, rows, span, windows, watermark, interval, grid = CASES[c]
-    streams = disordered(seed, rows, span, grid)
-    policy = PolicySpec("flink", watermark=watermark, watermark_interval_us=interval)
+    streams, windows, policy = case(c)
     lines = flink_runs[c][0]
     pairs = {(int(f[1]), int(f[2])): int(f[3]) for f in (line.split() for line in lines) if f[0] == "P"}
     late = {(int(f[1]), int(f[2])) for f in (line.split() for line in lines) if f[0] == "L"}
@@ -157,6 +199,9 @@ def test_same_pairs_and_late_records_as_flink(flink_runs, c):
     assert pairs == {(left, right): max(index[0, left], index[1, right]) for left, right in ours.emitted}
     assert late == ours.dropped
     assert late and 0 < len(pairs) < len(ours.truth)            # the case drops rows and loses pairs
+    if policy.idleness_us:                                       # and idleness changes the answer
+        busy = local_flink(streams, windows, dataclasses.replace(policy, idleness_us=None))
+        assert (busy.dropped, set(busy.emitted)) != (ours.dropped, set(ours.emitted))
 
 
 @pytest.mark.parametrize("c", range(len(CASES)))

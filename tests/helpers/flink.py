@@ -18,16 +18,18 @@ MS = 1000
 
 
 @st.composite
-def flink_problems(draw, max_rows: int = 10):
+def flink_problems(draw, max_rows: int = 10, idle: bool = True):
     """Two streams with heavy disorder, event times in whole ms (Flink's unit),
     arrivals at any µs, windows and out-of-orderness in whole ms, watermarks per
-    record or periodic."""
+    record or periodic; with periodic ones, often an idleness timeout."""
     base = draw(st.sampled_from([0, 5_000_000, 1_700_000_000_000_000]))
     keyed = draw(st.booleans())
     streams = ref_streams(draw, 2, max_rows, keyed=keyed, unit=MS, base=base, jitter=999)
     windows = tuple(draw(st.integers(0, 12)) * MS for _ in range(2))
+    interval = draw(st.sampled_from([0, 0, 1, 500, 3 * MS, 7 * MS]))
+    idleness = draw(st.sampled_from([None, 1, 700, 2 * MS, 5 * MS, 20 * MS])) if interval and idle else None
     policy = PolicySpec("flink", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
-                        watermark_interval_us=draw(st.sampled_from([0, 0, 1, 500, 3 * MS, 7 * MS])))
+                        watermark_interval_us=interval, idleness_us=idleness)
     return streams, windows, policy
 
 

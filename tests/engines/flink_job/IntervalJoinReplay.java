@@ -3,17 +3,20 @@
 // file, in arrival order, deterministically.  Not part of streamjoin.
 //
 // Usage: IntervalJoinReplay CASE OUT [CASE OUT ...]
-// Case file (text): first line "lower upper delay0 delay1" (ms); then one line
-// per element in arrival order, "tag row key ts_ms": tag 0 = left record,
-// 1 = right record, 2 = a periodic-emission tick (both generators emit).
+// Case file (text): first line "lower upper delay0 delay1 idleness" (bounds and
+// delays in ms, idleness in us, 0 = none); then one line per element in arrival
+// order, "tag row key ts_ms": tag 0 = left record, 1 = right record, 2 / 3 = a
+// periodic-emission tick of the left / right generator (ts: the tick's time in
+// us, the idleness clock).
 // Output file: "P leftRow rightRow index" per joined pair (index: arrival index
 // of the record being processed when the pair came out) and "L side row" per
 // late record (Flink's sideOutputLeftLateData / sideOutputRightLateData).
 //
 // Determinism: parallelism 1, one source, buffer timeout 0, periodic emission
 // off (pipeline.auto-watermark-interval 0); each input's watermark generator
-// wraps Flink's BoundedOutOfOrdernessWatermarks and asks it to emit after each
-// of its records (tag 0/1) or at a tick (tag 2).  A gate after the source
+// wraps Flink's BoundedOutOfOrdernessWatermarks (inside Flink's
+// WatermarksWithIdleness when idleness > 0, its clock the tick's time) and asks
+// it to emit after each of its records (tag 0/1) or at its ticks (tag 2/3).  A gate after the source
 // releases the next element only once the join operator has processed every
 // record and watermark released before it (counters shared in this JVM), so
 // the join sees its two inputs in exactly the source's order.
@@ -30,6 +33,7 @@ import org.apache.flink.api.common.eventtime.Watermark;
 import org.apache.flink.api.common.eventtime.WatermarkGenerator;
 import org.apache.flink.api.common.eventtime.WatermarkOutput;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.eventtime.WatermarksWithIdleness;
 import org.apache.flink.api.common.functions.FilterFunction;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -44,7 +48,9 @@ import org.apache.flink.streaming.api.functions.co.ProcessJoinFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.streaming.api.operators.co.IntervalJoinOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
 import org.apache.flink.util.Collector;
+import org.apache.flink.util.clock.RelativeClock;
 import org.apache.flink.util.OutputTag;
 
 public class IntervalJoinReplay {
@@ -72,7 +78,7 @@ public class IntervalJoinReplay {
                 }
                 Thread.onSpinWait();
             }
-            if (e.f0 != 2) {
+            if (e.f0 < 2) {
                 RELEASED.incrementAndGet();
                 RECORDS.incrementAndGet();
             }
@@ -80,30 +86,49 @@ public class IntervalJoinReplay {
         }
     }
 
-    /** Flink's BoundedOutOfOrdernessWatermarks, asked to emit after each record (or at ticks). */
+    /** Flink's BoundedOutOfOrdernessWatermarks (with WatermarksWithIdleness), asked to emit after each
+     *  record or at ticks. */
     public static class Generator implements WatermarkGenerator<E> {
-        final BoundedOutOfOrdernessWatermarks<E> inner;
+        final WatermarkGenerator<E> inner;
+        long now;                     // the current tick's time (ns): the idleness clock
         long last = Long.MIN_VALUE;   // mirrors TimestampsAndWatermarksOperator's emitter: increasing only
+        boolean idle;                 // and its status
 
-        Generator(long delayMs) { inner = new BoundedOutOfOrdernessWatermarks<>(Duration.ofMillis(delayMs)); }
+        Generator(long delayMs, long idleUs) {
+            WatermarkGenerator<E> bounded = new BoundedOutOfOrdernessWatermarks<>(Duration.ofMillis(delayMs));
+            RelativeClock clock = new RelativeClock() {
+                public long relativeTimeMillis() { return now / 1_000_000L; }
+                public long relativeTimeNanos() { return now; }
+            };
+            inner = idleUs > 0 ? new WatermarksWithIdleness<>(bounded, Duration.ofNanos(idleUs * 1000L), clock) : bounded;
+        }
 
         public void onEvent(E e, long ts, WatermarkOutput out) {
-            if (e.f0 != 2) {
+            if (e.f0 < 2) {
                 inner.onEvent(e, ts, out);
+            } else {
+                now = e.f3 * 1000L;
             }
-            if (e.f0 != 2 && TICKS) {
+            if (e.f0 < 2 && TICKS) {
                 return;
             }
             inner.onPeriodicEmit(new WatermarkOutput() {
                 public void emitWatermark(Watermark w) {
                     if (w.getTimestamp() > last) {
                         last = w.getTimestamp();
+                        markActive();
                         RELEASED.incrementAndGet();
                     }
                     out.emitWatermark(w);
                 }
-                public void markIdle() { out.markIdle(); }
-                public void markActive() { out.markActive(); }
+                public void markIdle() {
+                    if (!idle) { idle = true; RELEASED.incrementAndGet(); }
+                    out.markIdle();
+                }
+                public void markActive() {
+                    if (idle) { idle = false; RELEASED.incrementAndGet(); }
+                    out.markActive();
+                }
             });
         }
 
@@ -128,6 +153,10 @@ public class IntervalJoinReplay {
             super.processWatermark2(m);
             if (m.getTimestamp() != Long.MAX_VALUE) PROCESSED.incrementAndGet();
         }
+        protected void processWatermarkStatus(WatermarkStatus status, int index) throws Exception {
+            super.processWatermarkStatus(status, index);
+            PROCESSED.incrementAndGet();
+        }
     }
 
     public static class Pairs extends ProcessJoinFunction<E, E, String> {
@@ -139,11 +168,11 @@ public class IntervalJoinReplay {
     public static class Side implements FilterFunction<E> {
         final int tag;
         Side(int tag) { this.tag = tag; }
-        public boolean filter(E e) { return e.f0 == tag || e.f0 == 2; }
+        public boolean filter(E e) { return e.f0 == tag || e.f0 == tag + 2; }
     }
 
     public static class NoTicks implements FilterFunction<E> {
-        public boolean filter(E e) { return e.f0 != 2; }
+        public boolean filter(E e) { return e.f0 < 2; }
     }
 
     public static class Key implements KeySelector<E, Long> {
@@ -159,12 +188,13 @@ public class IntervalJoinReplay {
         String[] head = lines.get(0).trim().split(" ");
         long lower = Long.parseLong(head[0]), upper = Long.parseLong(head[1]);
         long[] delay = {Long.parseLong(head[2]), Long.parseLong(head[3])};
+        long idleUs = head.length > 4 ? Long.parseLong(head[4]) : 0;
         List<E> elements = new ArrayList<>();
         TICKS = false;
         for (String line : lines.subList(1, lines.size())) {
             String[] f = line.trim().split(" ");
             elements.add(new E(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3])));
-            TICKS |= f[0].equals("2");
+            TICKS |= Integer.parseInt(f[0]) >= 2;
         }
         RELEASED.set(0); PROCESSED.set(0); RECORDS.set(0); OUT.clear();
 
@@ -176,8 +206,8 @@ public class IntervalJoinReplay {
         List<DataStream<E>> sides = new ArrayList<>();
         for (int i = 0; i < 2; i++) {
             final long d = delay[i];
-            WatermarkStrategy<E> strategy = WatermarkStrategy.<E>forGenerator(ctx -> new Generator(d))
-                    .withTimestampAssigner((e, previous) -> e.f0 == 2 ? Long.MIN_VALUE + 1 : e.f3);
+            WatermarkStrategy<E> strategy = WatermarkStrategy.<E>forGenerator(ctx -> new Generator(d, idleUs))
+                    .withTimestampAssigner((e, previous) -> e.f0 >= 2 ? Long.MIN_VALUE + 1 : e.f3);
             sides.add(gated.filter(new Side(i)).assignTimestampsAndWatermarks(strategy).filter(new NoTicks()));
         }
         OutputTag<E> lateLeft = new OutputTag<>("late-left", TYPE), lateRight = new OutputTag<>("late-right", TYPE);

@@ -1,0 +1,87 @@
+"""Flink SQL's row-time interval join against the per-event reference
+``replay/sql_reference.py``, row for row.
+
+The driver ``tests/engines/flink_job/SqlIntervalJoinReplay.java`` builds Flink's
+own ``RowTimeIntervalJoin`` inside a ``KeyedCoProcessOperatorWithWatermarkDelay``
+with the arguments the planner gives it (``StreamExecIntervalJoin``:
+``allowedLateness`` 0, the min cleanup interval, the join type) and feeds it
+through the same deterministic source, gate and watermark generators as the
+DataStream test (``test_flink_real.py``): five runs of each job are identical.
+Asserted equal to the reference: the joined pairs and the arrival index that
+emitted each, and, for LEFT / RIGHT / FULL joins, every null-padded row and
+the arrival index at which it came out.  And the SQL join is not the
+DataStream one: on the same records it joins rows the DataStream join drops
+as late.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers.flink import local_flink
+from test_flink_real import DRIVER, MS, REPEATS, S, case_lines, disordered, run_cases
+
+from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.replay.sql_reference import replay_sql_interval_join
+
+SQL_DRIVER = DRIVER.parent / "SqlIntervalJoinReplay.java"
+CASES = [
+    # seed, rows, span (s), windows (µs), out-of-orderness (µs), watermark interval (µs), grid (ms), join,
+    # min cleanup interval (µs)
+    (51, 60, 8.0, (1 * S, 1 * S), (300 * MS, 300 * MS), 0, 1, "INNER", 0),
+    (52, 60, 8.0, (1500 * MS, 500 * MS), (0, 1 * S), 200 * MS, 1, "LEFT", 0),
+    (53, 60, 6.0, (500 * MS, 1 * S), (100 * MS, 100 * MS), 0, 50, "RIGHT", 0),
+    (54, 60, 6.0, (1 * S, 0), (200 * MS, 0), 100 * MS, 50, "FULL", 300 * MS),
+    (55, 60, 4.0, (0, 0), (49 * MS, 49 * MS), 0, 50, "FULL", 0),
+]
+
+
+def case(c: int):
+    seed, rows, span, windows, watermark, interval, grid, join, cleanup = CASES[c]
+    return (disordered(seed, rows, span, grid), windows,
+            PolicySpec("flink", watermark=watermark, watermark_interval_us=interval), join, cleanup)
+
+
+def sql_case_lines(c: int) -> list[str]:
+    """IntervalJoinReplay's case file, its first line followed by the join type and the
+    min cleanup interval (ms)."""
+    streams, windows, policy, join, cleanup = case(c)
+    lines = case_lines(streams, windows, policy)
+    lines[0] += f" {join} {cleanup // MS}"
+    return lines
+
+
+@pytest.fixture(scope="module")
+def sql_runs(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("flink_sql"), "SqlIntervalJoinReplay", [DRIVER, SQL_DRIVER],
+                     [sql_case_lines(c) for c in range(len(CASES))])
+
+
+@pytest.mark.parametrize("c", range(len(CASES)))
+def test_same_pairs_and_padded_rows_as_flink_sql(sql_runs, c):
+    streams, windows, policy, join, cleanup = case(c)
+    fields = [line.split() for line in sql_runs[c][0]]
+    pairs = {(int(f[1]), int(f[2])): int(f[3]) for f in fields if f[0] == "P"}
+    padded = {((0 if f[0] == "LP" else 1), int(f[1])): int(f[2]) for f in fields if f[0] in ("LP", "RP")}
+    assert len(pairs) + len(padded) == len(fields)                       # nothing twice
+    ref = replay_sql_interval_join(streams, windows, policy.watermark, policy.watermark_interval_us,
+                                   join.lower(), cleanup)
+    assert pairs == ref.emitted
+    assert padded == ref.padded
+    assert 0 < len(pairs) < len(ref.truth)
+    assert bool(padded) == (join != "INNER")
+
+
+@pytest.mark.parametrize("c", range(len(CASES)))
+def test_five_runs_of_the_same_sql_job_are_identical(sql_runs, c):
+    runs = sql_runs[c]
+    assert all(run == runs[0] for run in runs[1:]) and runs[0]
+
+
+def test_sql_joins_rows_the_datastream_join_drops_as_late():
+    """Same records, same watermarks: SQL has no late-row drop, so some pairs the
+    DataStream interval join loses (a member late) come out of the SQL join."""
+    streams, windows, policy, _, _ = case(0)
+    datastream = local_flink(streams, windows, policy)
+    sql = replay_sql_interval_join(streams, windows, policy.watermark, policy.watermark_interval_us)
+    late_pairs = {p for p in datastream.truth if (0, p[0]) in datastream.dropped or (1, p[1]) in datastream.dropped}
+    assert set(sql.emitted) & late_pairs
