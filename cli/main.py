@@ -461,7 +461,7 @@ def tune_buffer(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="TOML config (optional; flags override it)")] = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1] (required)")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K) | spark-ss (one withWatermark delay, for --trigger DUR) | flink (one forBoundedOutOfOrderness delay, for --watermark-interval DUR); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
+    policy: Annotated[str, typer.Option("--policy", help="static (per-stream retention) | kslack (one K) | spark-ss (one withWatermark delay) | flink (one forBoundedOutOfOrderness delay); run's qjoin tunes static, its none / mpkslack / qkslack tune kslack")] = "static",
     per_period: Annotated[bool, typer.Option("--per-period", help="also meet the target in every --period")] = False,
     granularity: Annotated[Optional[str], typer.Option("--granularity", help="grid step of the settings, e.g. 10ms (default: from the data: the largest 1-2-5 step, 1us .. 1h, <= the largest required slack / 100, so 100-300 steps)")] = None,
     period: PeriodOpt = None,
