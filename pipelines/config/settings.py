@@ -46,7 +46,7 @@ DEFAULT_ENGINE = "spark"
 #: keys a config TOML may hold; anything else is a typo and is refused
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
 #: Extend these sets when a new setting is read from the TOML.
-TOML_TABLES = ("run", "stream")
+TOML_TABLES = ("run", "stream", "compare")   # [[compare]]: streamjoin compare (config/variants.py)
 RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window",
             # nightly runs (pipelines/nightly/backfill.py)
             "date", "from", "to", "lookback", "force", "fail_under_target", "log_format", "json",

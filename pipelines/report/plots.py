@@ -342,3 +342,63 @@ def latency_figure(candidates: list[dict[str, Any]], label: str) -> Figure:
 
 def latency_curve(candidates: list[dict[str, Any]], label: str) -> str:
     return _uri(latency_figure(candidates, label))
+
+
+#: groups of periods drawn at most by :func:`compare_recall` (consecutive periods are grouped beyond this)
+MAX_COMPARE_GROUPS = 300
+#: line colours of the compared policies, in order
+POLICY_COLOURS = (ACCENT, "#ea580c", SECOND, "#7c3aed", "#0891b2", "#be185d", "#4d7c0f", "#475569")
+
+
+def compare_plot_data(c: dict[str, Any], max_groups: int = MAX_COMPARE_GROUPS) -> dict[str, Any]:
+    """What :func:`compare_recall` draws, from compare.json: consecutive periods in groups
+    of ``k`` (at most ``max_groups`` over the span of the periods with results), per
+    policy recall = sum emitted / sum truth of each group; ``x`` its start, ``x_end`` its end."""
+    starts, truth = c["periods"]["start_us"], c["periods"]["truth"]
+    P = c["period_us"]
+    if not starts:
+        return {"empty": True, "k": 1, "x": [], "x_end": [], "recall": {}, "xlabel": "period start", "x_kind": "relative"}
+    index = np.array([(s - starts[0]) // P for s in starts], np.int64)
+    k = max(1, -(-(int(index[-1]) + 1) // max_groups))
+    group = index // k
+    keys, inverse = np.unique(group, return_inverse=True)
+    t = np.bincount(inverse, weights=np.asarray(truth, np.float64))
+    recall = {p["label"]: (np.bincount(inverse, weights=np.asarray(p["period_emitted"], np.float64)) / t).tolist()
+              for p in c["policies"]}
+    g_start = [starts[0] + int(g) * k * P for g in keys]
+    axis = _instant_axis(g_start + [s + k * P for s in g_start], c.get("time_origin"),
+                         (int(index[-1]) + 1) * P, "period start", "the first period with results")
+    n = len(g_start)
+    return {"empty": False, "k": k, "x": axis["x"][:n], "x_end": axis["x"][n:], "recall": recall,
+            "xlabel": axis["label"], "x_kind": axis["kind"]}
+
+
+def compare_figure(c: dict[str, Any]):
+    """Recall per period (or group of periods) of every compared policy, one line each, and the target."""
+    d = compare_plot_data(c)
+    fig, ax = _figure()
+    P = format_duration(c["period_us"])
+    per = f"{P} period" if d["k"] == 1 else f"group of {d['k']:,} {P} periods"
+    lows = [c["recall_target"]]
+    for i, (label, values) in enumerate(d["recall"].items()):
+        colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
+        xs = [v for a, b in zip(d["x"], d["x_end"]) for v in (a, b)]
+        ys = [v for r in values for v in (r, r)]
+        ax.plot(xs, ys, color=colour, linewidth=1.8, label=label if len(label) <= 48 else label[:45] + "...",
+                drawstyle="default")
+        lows += values
+    ax.axhline(c["recall_target"], color=TARGET, linestyle="--", linewidth=1.0, label=f"target {c['recall_target']:g}")
+    ax.set_ylim(max(0.0, min(lows) - 0.03), 1.01)
+    ax.set_ylabel("recall", fontsize=LABEL_SIZE)
+    ax.set_xlabel(d["xlabel"], fontsize=LABEL_SIZE)
+    if d["x_kind"] == "date":
+        _date_ticks(ax)
+    _legend(ax)
+    fig.suptitle(f"recall per {per}", fontsize=TITLE_SIZE, x=0.1, y=0.99, ha="left", va="top")
+    return fig
+
+
+def compare_recall(c: dict[str, Any]) -> str:
+    """:func:`compare_figure` as a ``data:`` URI."""
+    rows = -(-(len(c["policies"]) + 1) // 3) if len(c["policies"]) + 1 > 3 else 1
+    return _uri(compare_figure(c), top=0.86 - 0.06 * max(0, rows - 1))
