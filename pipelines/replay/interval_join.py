@@ -60,17 +60,35 @@ class Watermarks:
     interval_us: int
 
 
+def operator_watermark(M_at: np.ndarray, delays) -> np.ndarray:
+    """``min_i (M_i - D_i - 1 ms)`` for running maxima ``M_at`` of shape ``(n, C)``;
+    ``NEG_INF`` where a stream has no record yet (rules 2-3)."""
+    out = np.full(M_at.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
+    for i, d in enumerate(delays):
+        m = M_at[i]
+        np.minimum(out, np.where(m > NEG_INF, m - int(d) - MS, NEG_INF), out=out)
+    return out
+
+
 def _operator_watermark(M: np.ndarray, counted: np.ndarray, delays) -> np.ndarray:
-    """``min_i (M_i(counted) - D_i - 1 ms)``; ``NEG_INF`` where ``counted < 0``
-    or a stream has no record up to ``counted``."""
-    out = np.full(len(counted), np.iinfo(np.int64).max, dtype=np.int64)
+    """:func:`operator_watermark` of the records ``<= counted``; ``NEG_INF`` where ``counted < 0``."""
     seen = counted >= 0
     at = np.where(seen, counted, 0)
-    for i, d in enumerate(delays):
-        m = M[i][at]
-        wm = np.where((m > NEG_INF) & seen, m - int(d) - MS, NEG_INF)
-        np.minimum(out, wm, out=out)
-    return out
+    M_at = M[:, at]
+    M_at[:, ~seen] = NEG_INF
+    return operator_watermark(M_at, delays)
+
+
+def ticks(arrival: np.ndarray, first: int, interval: int) -> np.ndarray:
+    """The latest watermark tick ``first + k I <= arrival`` of each record (rule 2, periodic)."""
+    return first + (arrival - first) // interval * interval
+
+
+def record_facts(ts: np.ndarray, stream: np.ndarray, before: np.ndarray, windows) -> tuple[np.ndarray, np.ndarray]:
+    """``dropped`` (rule 4) and ``threshold`` (rule 6) of records given the watermark
+    ``before`` each is processed."""
+    W = np.asarray(windows, dtype=np.int64)
+    return ts < before, np.maximum(ts + W[stream], before + 1)
 
 
 def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
@@ -97,13 +115,11 @@ def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
         before = _operator_watermark(M, idx - 1, policy.watermark)
         after = _operator_watermark(M, idx, policy.watermark)
     else:               # ticks at first + k I: the records that arrived before the latest tick
-        first = int(replay.arrival[0])
-        tick = first + (replay.arrival - first) // interval * interval
+        tick = ticks(replay.arrival, int(replay.arrival[0]), interval)
         counted = np.searchsorted(replay.arrival, tick, side="left") - 1
         before = _operator_watermark(M, counted, policy.watermark)
         after = before
-    dropped = replay.ts < before                                   # rule 4
-    threshold = np.maximum(replay.ts + W[replay.stream], before + 1)   # rule 6
+    dropped, threshold = record_facts(replay.ts, replay.stream, before, W)   # rules 4, 6
     held_until = np.searchsorted(after, threshold, side="left")   # first a with after[a] >= threshold
     held_until = np.where(dropped, idx, np.maximum(held_until, idx))
     return Watermarks(before=before, after=after, threshold=threshold, held_until=held_until,
