@@ -379,6 +379,10 @@ class BoundedReplay:
             self.held_limit[i] = np.concatenate([limit_old[~done_old], limit[carry]])
             self.held_ts[i] = np.concatenate([ts_old[~done_old], s.ts[carry]])
             self.held_rel[i] = np.concatenate([rel_old[~done_old], s.rel[carry]])
+        self._account_memory(mem, A0, end_of_chunk)
+
+    def _account_memory(self, mem: np.ndarray, A0: int, end_of_chunk: int) -> None:
+        """Peak, sums and the series from the chunk's tuples held per stream after every index."""
         total = mem.sum(axis=0)
         if self.trace is not None:
             self.trace.append({"memory": mem.copy()})

@@ -91,6 +91,13 @@ def record_facts(ts: np.ndarray, stream: np.ndarray, before: np.ndarray, windows
     return ts < before, np.maximum(ts + W[stream], before + 1)
 
 
+def sub_ms_error(stream: int, row: int, ts: int, count: int) -> InputError:
+    """The one-line error for event times that are not whole milliseconds (the first in
+    replay order, and how many)."""
+    return InputError(f"policy flink: stream {stream} row {row} has ts {ts}us, not a whole millisecond "
+                      f"({count} such rows); Flink's record timestamps are milliseconds")
+
+
 def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     """Operator watermarks, late drops and buffer stays of a replay.
 
@@ -103,9 +110,7 @@ def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     odd = np.flatnonzero(replay.ts % MS)
     if len(odd):
         a = int(odd[0])
-        raise InputError(f"policy flink: stream {int(replay.stream[a])} row {int(replay.row[a])} has ts "
-                         f"{int(replay.ts[a])}us, not a whole millisecond ({len(odd)} such rows); "
-                         "Flink's record timestamps are milliseconds")
+        raise sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd))
     idx = np.arange(N, dtype=np.int64)
     if N == 0:
         empty = np.empty(0, np.int64)
@@ -149,10 +154,15 @@ def memory(wm: Watermarks, dropped: np.ndarray, stream: np.ndarray, n: int) -> n
 
 def settings_report(wm: Watermarks, dropped: np.ndarray, policy) -> dict:
     """``report.json`` ``policy_settings`` of a ``flink`` run."""
-    last = int(wm.after[-1]) if len(wm.after) else NEG_INF
+    return settings_of(policy, wm.interval_us, int(wm.after[-1]) if len(wm.after) else NEG_INF,
+                       int(np.count_nonzero(dropped)))
+
+
+def settings_of(policy, interval_us: int, last_watermark: int, dropped_late: int) -> dict:
+    """:func:`settings_report` from the last operator watermark and the late count."""
     return {
         "watermark_us": list(policy.watermark),
-        "watermark_interval_us": wm.interval_us,
-        "last_watermark_us": None if last <= NEG_INF else last,
-        "dropped_late": int(np.count_nonzero(dropped)),
+        "watermark_interval_us": interval_us,
+        "last_watermark_us": None if last_watermark <= NEG_INF else last_watermark,
+        "dropped_late": dropped_late,
     }

@@ -231,11 +231,17 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
 def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
                   right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For pairs given by their members' arrival indexes: (emitted mask, batch that emits them)."""
-    bl, br = mb.batch[left], mb.batch[right]
-    rl, rr = mb.removal[left], mb.removal[right]
+    return pair_emitted(mb.batch[left], mb.batch[right], mb.removal[left], mb.removal[right], dropped[left],
+                        dropped[right])
+
+
+def pair_emitted(bl: np.ndarray, br: np.ndarray, rl: np.ndarray, rr: np.ndarray, dl: np.ndarray,
+                 dr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(emitted mask, emitting batch) of pairs from their members' batches, removals and
+    late flags (left, right): see the module doc."""
     emitted = np.where(bl <= br, rl >= br, rr >= bl)
-    emitted &= ~dropped[left]
-    emitted &= ~dropped[right]
+    emitted &= ~dl
+    emitted &= ~dr
     return emitted, np.maximum(bl, br)
 
 
@@ -314,14 +320,20 @@ def memory(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int) ->
 def settings_report(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int, policy) -> dict:
     """``report.json`` ``policy_settings`` of a ``spark-ss`` run."""
     rows = state_rows(mb, dropped, stream, n, mb.occupied).sum(axis=0) if len(mb.occupied) else np.zeros(0)
+    return settings_of(policy, mb.trigger_us, mb.origin_us, mb.occupied, mb.watermark_ms, rows)
+
+
+def settings_of(policy, trigger_us: int, origin_us: int, occupied: np.ndarray, watermark_ms: np.ndarray,
+                rows: np.ndarray) -> dict:
+    """:func:`settings_report` from the batch facts and the state rows after each occupied batch."""
     return {
         "watermark_us": list(policy.watermark),
-        "trigger_us": mb.trigger_us,
+        "trigger_us": trigger_us,
         **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
         "watermark_policy": policy.watermark_policy,
-        "batch_origin_us": mb.origin_us,
-        "batches": mb.batches,
-        "batches_with_rows": int(len(mb.occupied)),
-        "last_batch_watermark_ms": int(mb.watermark_ms[-1]) if len(mb.watermark_ms) else 0,
+        "batch_origin_us": origin_us,
+        "batches": int(occupied[-1]) + 1 if len(occupied) else 0,
+        "batches_with_rows": int(len(occupied)),
+        "last_batch_watermark_ms": int(watermark_ms[-1]) if len(watermark_ms) else 0,
         "state_rows_peak": int(rows.max()) if len(rows) else 0,
     }

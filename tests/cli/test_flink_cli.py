@@ -1,6 +1,6 @@
 """``streamjoin run --policy flink``: flags, TOML, outputs (per-stream late drops,
 settings, latency 0) and the one-line refusals of what is not emulated
-(Spark engine, bounded engine, nightly runs, more than two streams, sub-ms times)."""
+(Spark engine, nightly runs, more than two streams, sub-ms times); --chunk-rows equals the in-memory run."""
 
 from __future__ import annotations
 
@@ -103,10 +103,10 @@ watermark = "3s"
 
 @pytest.mark.parametrize("extra,streams,needle", [
     (["--engine", "spark"], (), "--engine local only"),
-    (["--chunk-rows", "100"], (), "runs in memory"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--date", "2023-11-14"], (), "nightly runs"),
     ([], ("left", "fine"), "not a whole millisecond"),
+    (["--chunk-rows", "50"], ("left", "fine"), "not a whole millisecond"),
 ])
 def test_not_emulated_is_refused_in_one_line(data: Path, tmp_path: Path, extra, streams, needle) -> None:
     out = tmp_path / "out"
@@ -130,3 +130,21 @@ def test_bad_settings_are_one_line_exit_2(data: Path, tmp_path: Path, extra, nee
     proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> None:
+    """--chunk-rows: the bounded engine publishes the same results.parquet and report numbers
+    (drops, memory, latency, periods, policy_settings) as the in-memory engine."""
+    runs = {}
+    for label, extra in (("memory", ["--chunk-rows", "0"]), ("chunked", ["--chunk-rows", "50"])):
+        out = tmp_path / label
+        run_cli(base_args(data, out) + ["--policy", "flink", "--watermark", "1s"] + extra, tmp_path)
+        runs[label] = (json.loads((out / "report.json").read_text()), pl.read_parquet(out / "results.parquet"))
+    (want, want_rows), (got, got_rows) = runs["memory"], runs["chunked"]
+    assert got["bounded"]["chunks"] > 5 and "bounded" not in want
+    assert got_rows.equals(want_rows) and got_rows.height > 0
+    for key in ("truth_results", "emitted_results", "streams", "periods", "memory_tuples", "policy_settings"):
+        assert got[key] == want[key], key
+    assert {k: v for k, v in got["latency_us"].items() if k != "mean"} == \
+        {k: v for k, v in want["latency_us"].items() if k != "mean"}
+    assert sum(s["dropped_late"] for s in got["streams"]) > 0

@@ -1,7 +1,8 @@
 """``streamjoin run --policy spark-ss``: flags, TOML, outputs (``batch`` column,
 per-stream late drops, settings, an outer join's null-padded rows) and the
-one-line refusals of what is not emulated yet (Spark engine, bounded engine,
-nightly runs, more than two streams, outer joins of other policies)."""
+one-line refusals of what is not emulated yet (Spark engine, nightly runs,
+more than two streams, outer joins of other policies); --chunk-rows equals
+the in-memory run."""
 
 from __future__ import annotations
 
@@ -150,7 +151,6 @@ watermark = "3s"
 
 @pytest.mark.parametrize("extra,streams,needle", [
     (["--engine", "spark"], (), "--engine local only"),
-    (["--chunk-rows", "100"], (), "runs in memory"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--date", "2023-11-14"], (), "nightly runs"),
 ])
@@ -239,3 +239,21 @@ def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> Non
     # a row arrives when its batch runs: the latest modification time of its batch's files (s 110, 120 -- two
     # files -- and 150, + 250 µs)
     assert set(results["left_arrival_us"].to_list()) == {(1_700_000_000 + t) * S + 250 for t in (110, 120, 150)}
+
+
+def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> None:
+    """--chunk-rows: the bounded engine publishes the same results.parquet and report numbers
+    (drops, memory, latency, periods, policy_settings) as the in-memory engine."""
+    runs = {}
+    for label, extra in (("memory", ["--chunk-rows", "0"]), ("chunked", ["--chunk-rows", "50"])):
+        out = tmp_path / label
+        run_cli(base_args(data, out) + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s"] + extra, tmp_path)
+        runs[label] = (json.loads((out / "report.json").read_text()), pl.read_parquet(out / "results.parquet"))
+    (want, want_rows), (got, got_rows) = runs["memory"], runs["chunked"]
+    assert got["bounded"]["chunks"] > 5 and "bounded" not in want
+    assert got_rows.equals(want_rows) and got_rows.height > 0
+    for key in ("truth_results", "emitted_results", "streams", "periods", "memory_tuples", "policy_settings"):
+        assert got[key] == want[key], key
+    assert {k: v for k, v in got["latency_us"].items() if k != "mean"} == \
+        {k: v for k, v in want["latency_us"].items() if k != "mean"}
+    assert sum(s["dropped_late"] for s in got["streams"]) > 0
