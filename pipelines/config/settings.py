@@ -520,11 +520,8 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if policy_name in ("spark-ss", "flink") and engine == "spark":
-        if flags.engine or run.get("engine"):
-            raise InputError(f"--policy {policy_name} runs on --engine local only (the Spark engine does not "
-                             "emulate it yet)")
-        engine = "local"   # the default engine, not the user's choice
+    if policy_name in ("spark-ss", "flink") and engine == "spark" and not (flags.engine or run.get("engine")):
+        engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -554,6 +551,12 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     spark_settings = _spark_settings(flags, run)
     if router != "none" and engine != "spark":
         raise InputError(f"--router {router} needs --engine spark")
+    if router == "ctr" and policy_name in ("spark-ss", "flink"):
+        raise InputError(f"--router ctr: policy {policy_name} runs with --router none, atr or auto (= atr)")
+    if engine == "spark" and policy_name == "spark-ss" and (policy.outer_side is not None
+                                                            or policy.trigger_files is not None):
+        what = f"--join {policy.join}" if policy.outer_side is not None else "--trigger-files"
+        raise InputError(f"--engine spark: spark-ss with {what} runs on --engine local for now")
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")

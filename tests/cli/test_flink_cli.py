@@ -1,6 +1,6 @@
 """``streamjoin run --policy flink``: flags, TOML, outputs (per-stream late drops,
 settings, latency 0) and the one-line refusals of what is not emulated
-(Spark engine, nightly runs, more than two streams, sub-ms times); --chunk-rows equals the in-memory run."""
+(CTR routing, nightly runs, more than two streams, sub-ms times); --chunk-rows equals the in-memory run."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ watermark = "3s"
 
 
 @pytest.mark.parametrize("extra,streams,needle", [
-    (["--engine", "spark"], (), "--engine local only"),
+    (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--date", "2023-11-14"], (), "nightly runs"),
     ([], ("left", "fine"), "not a whole millisecond"),

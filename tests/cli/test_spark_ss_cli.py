@@ -1,6 +1,6 @@
 """``streamjoin run --policy spark-ss``: flags, TOML, outputs (``batch`` column,
 per-stream late drops, settings, an outer join's null-padded rows) and the
-one-line refusals of what is not emulated yet (Spark engine, nightly runs,
+one-line refusals of what is not emulated yet (CTR routing, nightly runs,
 more than two streams, outer joins of other policies); --chunk-rows equals
 the in-memory run."""
 
@@ -150,7 +150,7 @@ watermark = "3s"
 
 
 @pytest.mark.parametrize("extra,streams,needle", [
-    (["--engine", "spark"], (), "--engine local only"),
+    (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--date", "2023-11-14"], (), "nightly runs"),
 ])

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
 from ...config.options import HANDOFF_CONF_KEY
-from ...policies import PolicySpec
+from ...base.errors import InputError
+from ...policies import INTERVAL_JOIN, MICROBATCH, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
 from ...replay.probe_order import ProbeOrder, probe_order
@@ -64,6 +66,14 @@ def spark_join(
     or ``"inline"``; ``None`` reads the Spark conf ``spark.streamjoin.handoff``.
     """
     settings = settings or RouteSettings()
+    if policy.family in (MICROBATCH, INTERVAL_JOIN):
+        # the emulations' facts come from the driver's columns; the join runs none / ATR (CTR's
+        # partial combinations carry no per-member facts): auto is ATR
+        if settings.router == "ctr":
+            raise InputError(f"--router ctr: policy {policy.name} runs with --router none, atr or auto (= atr)")
+        if settings.router == "auto":
+            settings = replace(settings, router="atr")
+        progress = "driver"
     timings: dict[str, float] = {}
     n = len(ts)
     W = np.asarray(windows, dtype=INT)
