@@ -40,20 +40,8 @@ from ..io.chunks import read_chunks
 from ..policies import INTERVAL_JOIN, MICROBATCH
 from ..replay import interval_join, microbatch
 from ..replay.candidates import Combos
-from ..replay.progress import stream_running_max
 from ..replay.results import with_emission
-from .bounded import BoundedReplay, Slab
-
-
-def _replay_order(batches) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(stream, ts, arrival, order) of a chunk's tuples in replay order (stable on arrival:
-    the batches are in (stream, row) order)."""
-    sizes = [len(b) for b in batches]
-    stream = np.concatenate([np.full(s, i, dtype=np.int32) for i, s in enumerate(sizes)])
-    ts = np.concatenate([b.ts for b in batches])
-    arrival = np.concatenate([b.arrival for b in batches])
-    order = np.argsort(arrival, kind="stable")
-    return stream[order], ts[order], arrival[order], order
+from .bounded import BoundedReplay, Slab, replay_order_of
 
 
 def spark_batch_table(sv, policy) -> tuple[microbatch.BatchTable | None, int]:
@@ -67,7 +55,7 @@ def spark_batch_table(sv, policy) -> tuple[microbatch.BatchTable | None, int]:
     parts = []
     for chunk in read_chunks(sv, payload=False):
         if sum(len(b) for b in chunk.batches):
-            st, ts, arr, _ = _replay_order(chunk.batches)
+            st, ts, arr, _ = replay_order_of(chunk.batches)
             parts.append(microbatch.batch_maxima(st, ts, arr // int(policy.trigger_us) - base, n))
     return microbatch.batch_table(*microbatch.merge_maxima(parts), policy), base
 
@@ -79,7 +67,7 @@ def check_flink_times(sv) -> None:
     for chunk in read_chunks(sv, payload=False):
         if not sum(len(b) for b in chunk.batches):
             continue
-        st, ts, arr, order = _replay_order(chunk.batches)
+        st, ts, arr, order = replay_order_of(chunk.batches)
         odd = np.flatnonzero(ts % interval_join.MS)
         if len(odd) and first is None:
             rows = np.concatenate([b.row for b in chunk.batches])[order]
@@ -148,18 +136,8 @@ class EmulationReplay(BoundedReplay):
     def _replay(self, batches, C: int, j: int) -> None:
         n, W, A0 = self.n, self.W, self.A0
         t0 = time.perf_counter()
-        st, ts, arr, order = _replay_order(batches)
-        local = np.empty(C, dtype=np.int64)
-        local[order] = np.arange(C, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum([len(b) for b in batches])])
-        sel = [local[offsets[i]:offsets[i + 1]] for i in range(n)]
+        st, ts, arr, sel, M = self._chunk_order(batches, C)
         idx = np.arange(C)
-        if self.first_arrival is None:
-            self.first_arrival = int(arr[0])
-        self.last_arrival = int(arr[-1])
-        M = np.empty((n, C), dtype=np.int64)
-        for i in range(n):
-            stream_running_max(st, ts, i, out=M[i], carry=self.M[i])
         delay = M[st, idx] - ts
         if self.spark:
             batch = arr // self.T - self.base
