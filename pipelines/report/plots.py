@@ -24,6 +24,8 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..base.timeunits import format_duration
 from .svg import Axes, Figure
 
@@ -373,45 +375,37 @@ def compare_plot_data(c: dict[str, Any], max_groups: int = MAX_COMPARE_GROUPS) -
             "xlabel": axis["label"], "x_kind": axis["kind"]}
 
 
-def compare_legend_rows(labels: Sequence[str]) -> tuple[int, int]:
-    """(columns, rows) of the compare plot's legend: two columns when a label is long."""
-    ncol = 2 if max((len(x) for x in labels), default=0) > 28 else 3
-    return ncol, -(-len(labels) // ncol)
+#: legend labels longer than this are cut (the side-by-side table has them whole)
+LEGEND_LABEL = 34
 
 
-def compare_figure(c: dict[str, Any]):
+def compare_figure(c: dict[str, Any]) -> Figure:
     """Recall per period (or group of periods) of every compared policy, and the target.
 
     Each group is a short horizontal line at its recall (no line across a gap without
     results); the first policy's lines are the thickest and drawn first, so where
     policies agree every colour still shows."""
     d = compare_plot_data(c)
-    labels = [x if len(x) <= 60 else x[:57] + "..." for x in d["recall"]] + [f"target {c['recall_target']:g}"]
-    ncol, rows = compare_legend_rows(labels)
-    fig, ax = _figure()
-    fig.set_size_inches(WIDTH, HEIGHT + 0.25 * rows)
     P = format_duration(c["period_us"])
     per = f"{P} period" if d["k"] == 1 else f"group of {d['k']:,} {P} periods"
+    fig = Figure(title=f"recall per {per}")
+    ax = fig.axes[0]
     lows = [c["recall_target"]]
     count = len(d["recall"])
-    for i, (label, values) in enumerate(zip(labels, d["recall"].values())):
-        ax.hlines(values, d["x"], d["x_end"], colors=POLICY_COLOURS[i % len(POLICY_COLOURS)],
-                  linewidth=2.0 + 1.4 * (count - 1 - i), label=label, zorder=2 + i)
+    for i, (label, values) in enumerate(d["recall"].items()):
+        short = label if len(label) <= LEGEND_LABEL else label[:LEGEND_LABEL - 1] + "\u2026"
+        ax.add("segments", x=d["x"], x_end=d["x_end"], y=values, color=POLICY_COLOURS[i % len(POLICY_COLOURS)],
+               width=2.0 + 1.4 * (count - 1 - i), label=short)
         lows += values
-    ax.axhline(c["recall_target"], color=TARGET, linestyle="--", linewidth=1.0, label=labels[-1], zorder=1)
-    ax.set_ylim(max(0.0, min(lows) - 0.03), 1.01)
-    ax.set_ylabel("recall", fontsize=LABEL_SIZE)
-    ax.set_xlabel(d["xlabel"], fontsize=LABEL_SIZE)
-    if d["x_kind"] == "date":
-        _date_ticks(ax)
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=ncol, frameon=False, fontsize=LEGEND_SIZE,
-              borderaxespad=0.0, handlelength=1.6, columnspacing=1.2)
-    fig.suptitle(f"recall per {per}", fontsize=TITLE_SIZE, x=0.1, y=0.995, ha="left", va="top")
-    return fig, rows
+    ax.axhline(c["recall_target"], color=TARGET, style="--", width=1.0, label=f"target {c['recall_target']:g}")
+    ax.ylim = (max(0.0, min(lows) - 0.03), 1.01)
+    ax.legend = True
+    ax.ylabel = "recall"
+    ax.xlabel = d["xlabel"]
+    ax.xscale = "date" if d["x_kind"] == "date" else "linear"
+    return fig
 
 
 def compare_recall(c: dict[str, Any]) -> str:
     """:func:`compare_figure` as a ``data:`` URI."""
-    fig, rows = compare_figure(c)
-    height = fig.get_size_inches()[1]
-    return _uri(fig, top=1 - (0.35 + 0.25 * rows) / height)
+    return _uri(compare_figure(c))
