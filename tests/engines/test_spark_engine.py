@@ -173,9 +173,10 @@ def emulation_streams(seed: int):
     (23, PolicySpec("flink", watermark=(2000, 0), watermark_interval_us=3000), "atr", 3),
 ])
 def test_emulations_on_spark_equal_local(spark, seed, policy, router, partitions):
-    """spark-ss and flink on Spark: the members' facts from the driver, the join (and each
-    pair's emission test) in the tasks -- the same pairs, emission times, latencies, batch
-    ids, late drops and memory as the local engine."""
+    """spark-ss and flink on Spark: the members' facts (spark-ss: from the watermark scan on
+    Spark; flink: from the driver), the join (and each pair's emission test) in the tasks --
+    the same pairs, emission times, latencies, batch ids, late drops and policy_settings as
+    the local engine."""
     from helpers.flink import local_flink
     from helpers.spark_ss import local_spark_ss
 
@@ -183,7 +184,13 @@ def test_emulations_on_spark_equal_local(spark, seed, policy, router, partitions
     ref = (local_spark_ss if policy.name == "spark-ss" else local_flink)(streams, W, policy)
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
-    out = spark_join(ts, ar, key_frames(streams), W, policy, spark=spark, settings=RouteSettings(router, partitions, 7000))
+    # spark-ss: the watermark scan on Spark too (per-partition batch maxima; batches cut by partitions)
+    progress = "spark" if policy.name == "spark-ss" else "auto"
+    out = spark_join(ts, ar, key_frames(streams), W, policy, spark=spark, settings=RouteSettings(router, partitions, 7000),
+                     progress=progress)
+    assert out.routing["progress_pass"] == ("spark" if policy.name == "spark-ss" else "driver")
+    assert out.decisions.policy_settings == (local_engine_settings := _local_settings(streams, W, policy))
+    assert local_engine_settings["watermark_us"] == list(policy.watermark)
     rows = list(zip(*[r.tolist() for r in out.combos.rows]))
     assert len(rows) == len(set(rows)) and set(rows) == ref.truth
     em = out.emission
@@ -197,6 +204,14 @@ def test_emulations_on_spark_equal_local(spark, seed, policy, router, partitions
     order = list(zip(out.replay.stream.tolist(), out.replay.row.tolist()))
     assert {order[a] for a in np.flatnonzero(out.decisions.dropped)} == ref.dropped != set()
     assert out.routing["router"] == router
+
+
+def _local_settings(streams, W, policy) -> dict:
+    from streamjoin.pipelines.engines.local import join
+
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    return join(ts, ar, key_frames(streams), W, policy).decisions.policy_settings
 
 
 def test_cli_spark_ss_on_spark_equals_local_engine(tmp_path):
