@@ -10,14 +10,17 @@ examples; ``streamjoin compare`` reports them).  Checked in this order:
   it belongs to is lost.
 * ``batch`` (``spark-ss`` only) -- no member was dropped, but the member Spark
   processes first (the one in the earlier micro-batch; the left one when both
-  are in the same batch, since left rows probe and are stored before right
-  rows probe) was never put in the join state: when its batch ran, its event
-  time was at or below its side's state watermark, derived from the watermark
-  that the previous batch boundary produced (the late filter, one batch
-  behind, let it through).  So its partner, coming in the same or a later
-  batch, found nothing: a loss of processing arrivals a batch at a time.
+  are in the same batch) left the join state at the end of its own batch: its
+  batch's state watermark, set at the batch boundary, already reached it.  So
+  a partner in a later batch found nothing: a loss of processing arrivals a
+  batch at a time.  Under Spark's rules (every row of a batch is stored before
+  the other side probes; the state watermark is the band solved against the
+  watermark the next batch's late filter uses) such a partner is itself late,
+  so this count -- and ``evicted`` -- stay 0 for ``spark-ss``: its losses are
+  its late drops (property-tested).  The cause is kept so that the partition is
+  complete whatever the rules.
 * ``evicted`` -- no member was dropped, and (``spark-ss``) the first member
-  was stored, but some member had left the state (buffer) before the last one
+  stayed past its own batch, but some member had left the state (buffer) before the last one
   arrived and probed it: the symmetric family's horizon passed it, Spark's
   state watermark removed it at the end of an earlier batch, Flink's cleanup
   timer fired.
@@ -67,9 +70,9 @@ def loss_causes(members: list[np.ndarray], emitted: np.ndarray, decisions) -> np
         mb = decisions.batches
         left, right = members
         first = np.where(mb.batch[left] <= mb.batch[right], left, right)   # Spark processes it first
-        never_stored = mb.removal[first] == mb.batch[first]
-        out[rest & never_stored] = BATCH
-        out[rest & ~never_stored] = EVICTED
+        own_batch_only = mb.removal[first] == mb.batch[first]
+        out[rest & own_batch_only] = BATCH
+        out[rest & ~own_batch_only] = EVICTED
     elif family == INTERVAL_JOIN:
         out[rest] = EVICTED
     elif np.any(rest):   # sorting: only late members lose combinations (SPEC §4.2)

@@ -47,7 +47,8 @@ CAUSE_DEFINITIONS = {
     "evicted": "no member was late, but a member had left the join state before the last one arrived and "
                "probed it (symmetric horizon, Spark's state watermark at an earlier batch end, Flink's cleanup timer)",
     "batch": "spark-ss only: no member was late, but the member Spark processes first (earlier batch; the left "
-             "one in the same batch) was never stored: its batch's state watermark had already passed it",
+             "one in the same batch) left the state at the end of its own batch (its batch's state watermark "
+             "already reached it) before its partner's batch",
 }
 
 

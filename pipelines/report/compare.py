@@ -108,4 +108,4 @@ def summary_lines(c: dict[str, Any]) -> list[str]:
 #: what each cause means, in a few words (docs/semantics.md "Why results are lost" has the rules)
 CAUSE_WORDS = {"late": "with a member dropped as late",
                "evicted": "whose earlier member had left the state before its partner came",
-               "batch": "whose first member was never stored: its micro-batch's state watermark had passed it"}
+               "batch": "whose first member left the state at the end of its own micro-batch"}

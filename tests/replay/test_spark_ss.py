@@ -164,11 +164,11 @@ def test_pieces_cut_anywhere_give_the_whole_replays_facts(problem, cuts):
     pieces = [slice(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
     T = policy.trigger_us
     base = int(replay.arrival[0]) // T
-    parts = [microbatch.batch_maxima(replay.stream[p], replay.ts[p], replay.arrival[p], 2, base, T) for p in pieces]
-    table = microbatch.batch_table(*microbatch.merge_maxima(parts), policy, base)
-    facts = [microbatch.tuple_facts(table, replay.stream[p], replay.ts[p], replay.arrival[p], 2, windows)
-             for p in pieces]
-    assert np.array_equal(np.concatenate([f[0] for f in facts]), whole.batch)
-    assert np.array_equal(np.concatenate([f[1] for f in facts]), dropped)
-    assert np.array_equal(np.concatenate([f[2] for f in facts]), whole.removal)
+    batch = replay.arrival // T - base
+    parts = [microbatch.batch_maxima(replay.stream[p], replay.ts[p], batch[p], 2) for p in pieces]
+    table = microbatch.batch_table(*microbatch.merge_maxima(parts), policy)
+    facts = [microbatch.tuple_facts(table, replay.stream[p], replay.ts[p], batch[p], 2, windows) for p in pieces]
+    assert np.array_equal(batch, whole.batch)
+    assert np.array_equal(np.concatenate([f[0] for f in facts]), dropped)
+    assert np.array_equal(np.concatenate([f[1] for f in facts]), whole.removal)
     assert np.array_equal(table.current, whole.watermark_ms) and np.array_equal(table.occupied, whole.occupied)

@@ -178,14 +178,15 @@ def _spark_micro_batch_facts(spark, tab: dict, ts, arrival, W, policy: PolicySpe
     N, T = replay.N, int(policy.trigger_us)
     if N == 0:
         return sp.driver_facts(ts, arrival, W, policy)
-    g, table = spark_micro_batches(spark, tab, n, W, policy, P, int(replay.arrival[0]) // T)
+    base = int(replay.arrival[0]) // T
+    g, table = spark_micro_batches(spark, tab, n, W, policy, P, base)
     a = np.empty(len(g["row"]), INT)
     for k in range(n):
         mine = g["stream"] == k
         a[mine] = replay.index_of[k][g["row"][mine]]
     batch, dropped, removal = np.empty(N, INT), np.empty(N, bool), np.empty(N, INT)
     batch[a], dropped[a], removal[a] = g["batch"], g["dropped"], g["removal"]
-    mb = microbatch.MicroBatches(batch=batch, removal=removal, origin_us=table.origin_us, trigger_us=T,
+    mb = microbatch.MicroBatches(batch=batch, removal=removal, origin_us=base * T, trigger_us=T,
                                  occupied=table.occupied, watermark_ms=table.current, late_ms=table.before)
     dec = Decisions(family=MICROBATCH, dropped=dropped, batches=mb,
                     policy_settings=microbatch.settings_report(mb, dropped, replay.stream, n, policy))

@@ -154,7 +154,7 @@ def spark_micro_batches(spark, tab: dict, n: int, W, policy: PolicySpec, P: int,
         c = chunk(it)
         if c is None:
             return
-        occupied, mx = microbatch.batch_maxima(c["stream"], c["ts"], c["arrival"], n, base, T)
+        occupied, mx = microbatch.batch_maxima(c["stream"], c["ts"], c["arrival"] // T - base, n)
         p = TaskContext.get().partitionId()
         yield pa.RecordBatch.from_pydict({"p": np.full(len(occupied), p, INT), "batch": occupied.astype(INT),
                                           **{f"m{i}": mx[i].astype(INT) for i in range(n)}})
@@ -163,13 +163,14 @@ def spark_micro_batches(spark, tab: dict, n: int, W, policy: PolicySpec, P: int,
     got = numpy_columns(df.mapInArrow(summary, schema).toArrow())
     order = np.lexsort((got["batch"], got["p"]))            # partitions in replay order, batches within
     parts = [(got["batch"][order], np.vstack([got[f"m{i}"][order] for i in range(n)]))] if len(order) else []
-    table = microbatch.batch_table(*microbatch.merge_maxima(parts), policy, base)
+    table = microbatch.batch_table(*microbatch.merge_maxima(parts), policy)
 
     def facts(it):
         c = chunk(it)
         if c is None:
             return
-        batch, dropped, removal = microbatch.tuple_facts(table, c["stream"], c["ts"], c["arrival"], n, W)
+        batch = c["arrival"] // T - base
+        dropped, removal = microbatch.tuple_facts(table, c["stream"], c["ts"], batch, n, W)
         yield pa.RecordBatch.from_pydict({"stream": c["stream"].astype(np.int32), "row": c["row"].astype(INT),
                                           "batch": batch.astype(INT), "dropped": dropped, "removal": removal})
 
