@@ -643,6 +643,11 @@ def validate(
     raise typer.Exit(cli_validate(config, Flags(out=out), nightly))
 
 
+from .compare import compare as _compare  # noqa: E402  (it imports the options above)
+
+app.command("compare", cls=FlagCommand)(_compare)
+
+
 def _click_exception_type() -> type[BaseException]:
     try:  # recent typer vendors click
         from typer._click.exceptions import ClickException

@@ -7,7 +7,11 @@ Three pages, each at 1400 px and at a phone width (390 px), in headless Chromium
   (:func:`make_clicks`: epoch-millisecond integers, keyed by user, minutes of
   disorder, an outage with no data, so some periods fail and some are empty);
 * ``tune*.png``: ``streamjoin tune-buffer`` on the 3-day data;
-* ``report-3day-periods.png``: the 3-day page with its periods table opened.
+* ``report-3day-periods.png``: the 3-day page with its periods table opened;
+* ``compare*.png``: ``streamjoin compare`` on the 3-day data: the job (kslack), the ideal
+  operator, the tuned K, a Spark Structured Streaming and a Flink job with a 1-minute watermark.
+
+``python docs/make_screenshots.py compare`` makes only the ``compare*.png`` ones.
 
 Needs ``streamjoin`` and ``chromium`` on PATH.  Work files go to a temporary
 directory; only the PNGs are written to docs/.
@@ -119,9 +123,23 @@ def shoot(page: Path, png: Path, width: int, height: int) -> None:
     Image.open(png).convert("RGB").quantize(colors=128).save(png, optimize=True)
 
 
+def compare_pages(tmp: Path) -> None:
+    """``compare.png`` / ``compare-phone.png`` (the 3-day data in ``tmp / "clicks"``)."""
+    _run("streamjoin", "compare", "clicks/clicks.toml", "--recall", "0.99", "--out", "compare",
+         "--policy", "job", "--policy", "ideal", "--policy", "tuned",
+         "--policy", "spark-ss --watermark 1min --trigger 1min", "--policy", "flink --watermark 1min", cwd=tmp)
+    shoot(tmp / "compare/compare.html", DOCS / "compare.png", 1400, 1500)
+    shoot(tmp / "compare/compare.html", DOCS / "compare-phone.png", 390, 2400)
+
+
 def main() -> None:
+    only = sys.argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if only == ["compare"]:
+            make_clicks(tmp / "clicks")
+            compare_pages(tmp)
+            return
         # relative paths from a work directory: the pages show the command line, and the
         # screenshots should not show where they were made
         shutil.copytree(ROOT / "samples/sensors", tmp / "samples/sensors")
@@ -140,6 +158,7 @@ def main() -> None:
         opened.write_text((tmp / "3day/report.html").read_text().replace('<details class="periods">',
                                                                         '<details class="periods" open>'))
         shoot(opened, DOCS / "report-3day-periods.png", 1400, 4000)
+        compare_pages(tmp)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ DEFAULT_ENGINE = "spark"
 #: keys a config TOML may hold; anything else is a typo and is refused
 #: (a misspelt ``polcy = "static"`` must not silently run policy ``none``).
 #: Extend these sets when a new setting is read from the TOML.
-TOML_TABLES = ("run", "stream")
+TOML_TABLES = ("run", "stream", "compare")   # [[compare]]: streamjoin compare (config/variants.py)
 RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period", "k", "retention", "window",
             # nightly runs (pipelines/nightly/backfill.py)
             "date", "from", "to", "lookback", "force", "fail_under_target", "log_format", "json",
@@ -526,11 +526,8 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if policy_name in ("spark-ss", "flink") and engine == "spark":
-        if flags.engine or run.get("engine"):
-            raise InputError(f"--policy {policy_name} runs on --engine local only (the Spark engine does not "
-                             "emulate it yet)")
-        engine = "local"   # the default engine, not the user's choice
+    if policy_name in ("spark-ss", "flink") and engine == "spark" and not (flags.engine or run.get("engine")):
+        engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -560,6 +557,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     spark_settings = _spark_settings(flags, run)
     if router != "none" and engine != "spark":
         raise InputError(f"--router {router} needs --engine spark")
+    if router == "ctr" and policy_name in ("spark-ss", "flink"):
+        raise InputError(f"--router ctr: policy {policy_name} runs with --router none, atr or auto (= atr)")
+    if engine == "spark" and policy.in_memory_only is not None:
+        raise InputError(f"--engine spark: {policy_name} with {policy.in_memory_only} runs on --engine local for now")
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")

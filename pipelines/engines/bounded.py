@@ -157,6 +157,17 @@ class Accumulators:
         self.expired = [0] * self.n
 
 
+def replay_order_of(batches: list[Batch]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(stream, ts, arrival, order)`` of a chunk's tuples in replay order: the batches
+    are in (stream, row) order, so a stable sort on arrival gives it."""
+    sizes = [len(b) for b in batches]
+    stream = np.concatenate([np.full(s, i, dtype=np.int32) for i, s in enumerate(sizes)])
+    ts = np.concatenate([b.ts for b in batches])
+    arrival = np.concatenate([b.arrival for b in batches])
+    order = np.argsort(arrival, kind="stable")
+    return stream[order], ts[order], arrival[order], order
+
+
 def _bins(values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(values, minlength=size)[:size] if len(values) else np.zeros(size, np.int64)
 
@@ -242,29 +253,28 @@ class BoundedReplay:
         self.timings[name] += now - t0
         return now
 
-    def _replay(self, batches: list[Batch], C: int, j: int) -> None:
-        n, W, A0 = self.n, self.W, self.A0
-        t0 = time.perf_counter()
-        sizes = [len(b) for b in batches]
-        stream = np.concatenate([np.full(s, i, dtype=np.int32) for i, s in enumerate(sizes)])
-        ts_all = np.concatenate([b.ts for b in batches])
-        arr_all = np.concatenate([b.arrival for b in batches])
-        # batches are in (stream, row) order, so a stable sort on arrival gives the replay order
-        order = np.argsort(arr_all, kind="stable")
-        st, ts, arr = stream[order], ts_all[order], arr_all[order]
+    def _chunk_order(self, batches: list[Batch], C: int):
+        """The chunk in replay order: ``(stream, ts, arrival, sel, M)`` with ``sel[i]`` each
+        batch row's chunk-local index and ``M`` the running maxima continued from the
+        carried values (SPEC §2); notes the first and last arrival."""
+        st, ts, arr, order = replay_order_of(batches)
         local = np.empty(C, dtype=np.int64)
         local[order] = np.arange(C, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        sel = [local[offsets[i]:offsets[i + 1]] for i in range(n)]  # batch row -> chunk-local index
-        idx = np.arange(C)
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in batches])])
+        sel = [local[offsets[i]:offsets[i + 1]] for i in range(self.n)]  # batch row -> chunk-local index
         if self.first_arrival is None:
             self.first_arrival = int(arr[0])
         self.last_arrival = int(arr[-1])
-
-        # progress (SPEC §2), running maxima continued from the carried values
-        M = np.empty((n, C), dtype=np.int64)
-        for i in range(n):
+        M = np.empty((self.n, C), dtype=np.int64)
+        for i in range(self.n):
             stream_running_max(st, ts, i, out=M[i], carry=self.M[i])
+        return st, ts, arr, sel, M
+
+    def _replay(self, batches: list[Batch], C: int, j: int) -> None:
+        n, W, A0 = self.n, self.W, self.A0
+        t0 = time.perf_counter()
+        st, ts, arr, sel, M = self._chunk_order(batches, C)
+        idx = np.arange(C)
         T = M.min(axis=0)
         delay = M[st, idx] - ts
         self.M = M[:, -1].copy()
@@ -379,6 +389,10 @@ class BoundedReplay:
             self.held_limit[i] = np.concatenate([limit_old[~done_old], limit[carry]])
             self.held_ts[i] = np.concatenate([ts_old[~done_old], s.ts[carry]])
             self.held_rel[i] = np.concatenate([rel_old[~done_old], s.rel[carry]])
+        self._account_memory(mem, A0, end_of_chunk)
+
+    def _account_memory(self, mem: np.ndarray, A0: int, end_of_chunk: int) -> None:
+        """Peak, sums and the series from the chunk's tuples held per stream after every index."""
         total = mem.sum(axis=0)
         if self.trace is not None:
             self.trace.append({"memory": mem.copy()})

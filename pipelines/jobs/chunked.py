@@ -28,6 +28,7 @@ from ..analysis import metrics
 from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
 from ..engines.bounded import BoundedReplay
+from ..engines.bounded_emulation import bounded_replay
 from ..base.errors import InputError
 from ..io.load import count_rows
 from ..io.output import RESULTS_COMPRESSION, AtomicOutput
@@ -46,9 +47,12 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
     if cfg.chunk_rows == 0 or cfg.engine != "local":
         return None
-    if cfg.policy.name in ("spark-ss", "flink"):   # the bounded engine does not emulate them yet
+    p = cfg.policy
+    if p.in_memory_only is not None:
+        # the bounded engine emulates spark-ss's inner join on a trigger interval, flink without idleness
         if cfg.chunk_rows is not None:
-            raise InputError(f"--chunk-rows: policy {cfg.policy.name} runs in memory for now; use --chunk-rows 0")
+            raise InputError(f"--chunk-rows: {p.name} with {p.in_memory_only} runs in memory for now; "
+                             "use --chunk-rows 0")
         return None
     if cfg.chunk_rows is not None:
         if cfg.policy.adaptive:
@@ -146,7 +150,8 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
         outputs: dict[str, str] = {}
         writer = ResultsWriter(staging / "results.parquet", names) if cfg.write_results else None
         quarantine: dict[int, pq.ParquetWriter] = {}
-        engine = BoundedReplay(cfg, sv, writer.write if writer else None, row_bytes)
+        # spark-ss: a first pass over the time columns gives every micro-batch's watermark
+        engine = bounded_replay(cfg, sv, writer.write if writer else None, row_bytes)
         try:
             report = _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on_chunk)
         except BaseException:
@@ -219,7 +224,9 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
         cfg, command, streams=streams, truth=acc.truth, emitted=acc.emitted, duplicates=acc.duplicates,
         latency=latency, memory_tuples=mem_t, memory_bytes=mem_b, periods=_periods(engine, cfg),
         first=engine.first_arrival, last=engine.last_arrival,
-        policy={"policy_decisions": None},  # the recall-target policies run in memory
+        # the recall-target policies run in memory; the emulations report their settings
+        policy={"policy_decisions": None, **({"policy_settings": engine.policy_settings()}
+                                             if hasattr(engine, "policy_settings") else {})},
         probe_order=engine.probe_order.to_dict(names) if engine.probe_order else None,
         sections={
             "bounded": {

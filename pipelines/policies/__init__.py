@@ -143,6 +143,18 @@ class PolicySpec:
     def adaptive(self) -> bool:
         return self.name in ADAPTIVE
 
+    @property
+    def in_memory_only(self) -> str | None:
+        """The setting the bounded-memory and Spark engines do not emulate yet (as the
+        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``."""
+        if self.name == "spark-ss" and self.outer_side is not None:
+            return f"--join {self.join}"
+        if self.name == "spark-ss" and self.trigger_files is not None:
+            return "--trigger-files"
+        if self.name == "flink" and self.idleness_us:
+            return "--idleness"
+        return None
+
 
 def slack_matrix(replay, policy: PolicySpec):
     """``K_i(a)`` for a sorting-family policy: shape ``(n, N)`` or ``(n, 1)``."""

@@ -62,17 +62,42 @@ class Watermarks:
     interval_us: int
 
 
+def watermark_of_maxima(M_at: np.ndarray, delays) -> np.ndarray:
+    """``min_i (M_i - D_i - 1 ms)`` for running maxima ``M_at`` of shape ``(n, C)``;
+    ``NEG_INF`` where a stream has no record yet (rules 2-3)."""
+    out = np.full(M_at.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
+    for i, d in enumerate(delays):
+        m = M_at[i]
+        np.minimum(out, np.where(m > NEG_INF, m - int(d) - MS, NEG_INF), out=out)
+    return out
+
+
 def _operator_watermark(M: np.ndarray, counted: np.ndarray, delays) -> np.ndarray:
-    """``min_i (M_i(counted) - D_i - 1 ms)``; ``NEG_INF`` where ``counted < 0``
-    or a stream has no record up to ``counted``."""
-    out = np.full(len(counted), np.iinfo(np.int64).max, dtype=np.int64)
+    """:func:`watermark_of_maxima` of the records ``<= counted``; ``NEG_INF`` where ``counted < 0``."""
     seen = counted >= 0
     at = np.where(seen, counted, 0)
-    for i, d in enumerate(delays):
-        m = M[i][at]
-        wm = np.where((m > NEG_INF) & seen, m - int(d) - MS, NEG_INF)
-        np.minimum(out, wm, out=out)
-    return out
+    M_at = M[:, at]
+    M_at[:, ~seen] = NEG_INF
+    return watermark_of_maxima(M_at, delays)
+
+
+def ticks(arrival: np.ndarray, first: int, interval: int) -> np.ndarray:
+    """The latest watermark tick ``first + k I <= arrival`` of each record (rule 2, periodic)."""
+    return first + (arrival - first) // interval * interval
+
+
+def record_facts(ts: np.ndarray, stream: np.ndarray, before: np.ndarray, windows) -> tuple[np.ndarray, np.ndarray]:
+    """``dropped`` (rule 4) and ``threshold`` (rule 6) of records given the watermark
+    ``before`` each is processed."""
+    W = np.asarray(windows, dtype=np.int64)
+    return ts < before, np.maximum(ts + W[stream], before + 1)
+
+
+def sub_ms_error(stream: int, row: int, ts: int, count: int) -> InputError:
+    """The one-line error for event times that are not whole milliseconds (the first in
+    replay order, and how many)."""
+    return InputError(f"policy flink: stream {stream} row {row} has ts {ts}us, not a whole millisecond "
+                      f"({count} such rows); Flink's record timestamps are milliseconds")
 
 
 def counted(replay, interval_us: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,8 +109,7 @@ def counted(replay, interval_us: int) -> tuple[np.ndarray, np.ndarray]:
     if interval_us == 0:   # a watermark after every record
         return idx - 1, idx
     first = int(replay.arrival[0])   # ticks at first + k I: the records that arrived before the latest tick
-    tick = first + (replay.arrival - first) // interval_us * interval_us
-    c = np.searchsorted(replay.arrival, tick, side="left") - 1
+    c = np.searchsorted(replay.arrival, ticks(replay.arrival, first, interval_us), side="left") - 1
     return c, c
 
 
@@ -179,16 +203,13 @@ def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     odd = np.flatnonzero(replay.ts % MS)
     if len(odd):
         a = int(odd[0])
-        raise InputError(f"policy flink: stream {int(replay.stream[a])} row {int(replay.row[a])} has ts "
-                         f"{int(replay.ts[a])}us, not a whole millisecond ({len(odd)} such rows); "
-                         "Flink's record timestamps are milliseconds")
+        raise sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd))
     idx = np.arange(N, dtype=np.int64)
     if N == 0:
         empty = np.empty(0, np.int64)
         return Watermarks(empty, empty, empty, empty, interval), np.zeros(0, bool)
     before, after = operator_watermark(replay, policy, policy.watermark)
-    dropped = replay.ts < before                                   # rule 4
-    threshold = np.maximum(replay.ts + W[replay.stream], before + 1)   # rule 6
+    dropped, threshold = record_facts(replay.ts, replay.stream, before, W)   # rules 4, 6
     held_until = np.searchsorted(after, threshold, side="left")   # first a with after[a] >= threshold
     held_until = np.where(dropped, idx, np.maximum(held_until, idx))
     return Watermarks(before=before, after=after, threshold=threshold, held_until=held_until,
@@ -218,11 +239,16 @@ def memory(wm: Watermarks, dropped: np.ndarray, stream: np.ndarray, n: int) -> n
 
 def settings_report(wm: Watermarks, dropped: np.ndarray, policy) -> dict:
     """``report.json`` ``policy_settings`` of a ``flink`` run."""
-    last = int(wm.after[-1]) if len(wm.after) else NEG_INF
+    return settings_of(policy, wm.interval_us, int(wm.after[-1]) if len(wm.after) else NEG_INF,
+                       int(np.count_nonzero(dropped)))
+
+
+def settings_of(policy, interval_us: int, last_watermark: int, dropped_late: int) -> dict:
+    """:func:`settings_report` from the last operator watermark and the late count."""
     return {
         "watermark_us": list(policy.watermark),
-        "watermark_interval_us": wm.interval_us,
+        "watermark_interval_us": interval_us,
         "idleness_us": policy.idleness_us,
-        "last_watermark_us": None if last <= NEG_INF else last,
-        "dropped_late": int(np.count_nonzero(dropped)),
+        "last_watermark_us": None if last_watermark <= NEG_INF else last_watermark,
+        "dropped_late": dropped_late,
     }

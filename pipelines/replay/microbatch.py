@@ -114,46 +114,64 @@ def batch_of(arrival: np.ndarray, policy) -> tuple[np.ndarray, int]:
     return arrival // T - base, base
 
 
-def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: int, windows,
-                  policy) -> tuple[MicroBatches, np.ndarray]:
-    """Batches, watermarks, late drops and state removals of a replay.
+LOW = np.iinfo(np.int64).min
 
-    ``stream``, ``ts``, ``arrival``: the replay order's columns (arrival
-    non-decreasing).  Returns the :class:`MicroBatches` and the ``dropped`` mask.
-    """
-    N = len(ts)
-    T = policy.trigger_us
-    times = None if policy.batch_times_us is None else np.asarray(policy.batch_times_us, dtype=np.int64)
-    W = np.asarray(windows, dtype=np.int64)
-    if N == 0:
-        empty = np.empty(0, np.int64)
-        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.outer_side, times), np.zeros(0, bool)
-    batch, base = batch_of(arrival, policy)
-    starts = np.flatnonzero(np.diff(batch, prepend=-1))        # first index of each occupied batch
-    occupied = batch[starts]
-    K = len(occupied)
-    # rule 2: per occupied batch and stream, the max event time in ms (floor), every row counting
-    low = np.iinfo(np.int64).min
+
+def batch_maxima(stream: np.ndarray, ts: np.ndarray, batch: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 2's input, for some consecutive arrivals with their batches (:func:`batch_of`
+    of the whole replay): the occupied batches and, per stream, the largest event time in
+    ms of each (:data:`LOW` where the stream has no row in it), shape ``(n, K)``.  A replay
+    cut into pieces gives the same as a whole after :func:`merge_maxima`."""
+    starts = np.flatnonzero(np.diff(batch, prepend=-1))         # first index of each occupied batch
     ts_ms = ts // MS
+    mx = np.empty((n, len(starts)), np.int64)
+    for i in range(n):
+        mx[i] = np.maximum.reduceat(np.where(stream == i, ts_ms, LOW), starts) if len(starts) else LOW
+    return batch[starts], mx
+
+
+def merge_maxima(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`batch_maxima` of consecutive pieces of a replay, as of the whole (a batch
+    cut between two pieces is one batch: the larger maxima)."""
+    occupied = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
+    mx = np.concatenate([p[1] for p in parts], axis=1) if parts else np.empty((0, 0), np.int64)
+    if len(occupied) < 2:
+        return occupied, mx
+    starts = np.flatnonzero(np.diff(occupied, prepend=-1))
+    return occupied[starts], np.maximum.reduceat(mx, starts, axis=1)
+
+
+@dataclass
+class BatchTable:
+    """Per occupied batch: the watermarks (rules 2-3), and the eviction events (rule 5):
+    each occupied batch, then the empty batch after it if there is one (its eviction runs
+    with the watermark the occupied one produced; after the last batch, the no-data batch)."""
+
+    occupied: np.ndarray
+    current: np.ndarray      # wm[j] of each occupied batch
+    before: np.ndarray       # wm[j - 1]: its late filter
+    ev_batch: np.ndarray
+    ev_wm: np.ndarray
+    pos: np.ndarray          # event index of each occupied batch
+
+
+def batch_table(occupied: np.ndarray, mx: np.ndarray, policy) -> BatchTable:
+    """The watermarks and eviction events from the per-batch maxima (rules 2, 3, 5)."""
+    K = len(occupied)
     choose = np.minimum if policy.watermark_policy == "min" else np.maximum
     chosen = None
-    for i in range(n):
-        mx = np.maximum.reduceat(np.where(stream == i, ts_ms, low), starts)
-        seen = mx != low
-        own = np.where(seen, mx - policy.watermark[i] // MS, low)
+    for i in range(mx.shape[0]):
+        own = np.where(mx[i] != LOW, mx[i] - policy.watermark[i] // MS, LOW)
         np.maximum.accumulate(own, out=own)
-        own[own == low] = 0                                     # no rows yet: 0
+        own[own == LOW] = 0                                     # no rows yet: 0
         chosen = own if chosen is None else choose(chosen, own)
     # rule 3: the global watermark starts at 0 and only moves up; after batch k -> in force for k + 1
-    after = np.maximum.accumulate(np.maximum(chosen, 0))
-    current = np.concatenate([[0], after[:-1]])                 # wm of occupied batch k
+    after = np.maximum.accumulate(np.maximum(chosen, 0)) if K else np.empty(0, np.int64)
+    current = np.concatenate([[0], after[:-1]]).astype(np.int64) if K else np.empty(0, np.int64)
     # wm of the batch before: the previous occupied one's if adjacent, else an empty batch's (= current)
     before = current.copy()
     adjacent = np.flatnonzero(occupied[1:] == occupied[:-1] + 1) + 1
     before[adjacent] = current[adjacent - 1]
-    # rule 4: late rows
-    k_of = np.repeat(np.arange(K), np.diff(np.append(starts, N)))
-    dropped = ts <= before[k_of] * MS
     # rule 5: evictions at batch ends.  Events in batch order: each occupied batch (its own
     # watermark), then the empty batch after it, if any (the watermark it produced).
     gap = np.ones(K, bool)
@@ -162,30 +180,68 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
     # when that watermark moved; otherwise it would evict nothing); nothing runs after it
     ev_batch = np.empty(K + int(gap.sum()), np.int64)
     ev_wm = np.empty_like(ev_batch)
-    pos = np.arange(K) + np.concatenate([[0], np.cumsum(gap)[:-1]])   # event of occupied batch k
+    pos = (np.arange(K) + np.concatenate([[0], np.cumsum(gap)[:-1]])).astype(np.int64)   # event of occupied batch k
     ev_batch[pos], ev_wm[pos] = occupied, current
     ev_batch[pos[gap] + 1], ev_wm[pos[gap] + 1] = occupied[gap] + 1, after[gap]
-    removal = np.empty(N, np.int64)
+    return BatchTable(occupied=occupied, current=current, before=before, ev_batch=ev_batch, ev_wm=ev_wm, pos=pos)
+
+
+def tuple_facts(table: BatchTable, stream: np.ndarray, ts: np.ndarray, batch: np.ndarray, n: int,
+                windows) -> tuple[np.ndarray, np.ndarray]:
+    """``dropped`` (rule 4) and ``removal`` (rule 5) of any tuples of the replay whose
+    batches are in ``table``."""
+    W = np.asarray(windows, dtype=np.int64)
+    k_of = np.searchsorted(table.occupied, batch)
+    dropped = ts <= table.before[k_of] * MS
+    removal = np.empty(len(ts), np.int64)
+    E = len(table.ev_batch)
     for i in range(n):
         mine = stream == i
-        threshold = state_watermark_us(ev_wm, int(W[i]))         # non-decreasing
+        threshold = state_watermark_us(table.ev_wm, int(W[i]))   # non-decreasing
         first = np.searchsorted(threshold, ts[mine], side="left")   # first event with ts <= threshold
-        first = np.maximum(first, pos[k_of[mine]])
-        removal[mine] = np.where(first < len(ev_batch), ev_batch[np.minimum(first, len(ev_batch) - 1)], NEVER)
+        first = np.maximum(first, table.pos[k_of[mine]])
+        removal[mine] = np.where(first < E, table.ev_batch[np.minimum(first, E - 1)], NEVER)
     removal[dropped] = batch[dropped]                           # never stored
+    return dropped, removal
+
+
+def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: int, windows,
+                  policy) -> tuple[MicroBatches, np.ndarray]:
+    """Batches, watermarks, late drops and state removals of a replay.
+
+    ``stream``, ``ts``, ``arrival``: the replay order's columns (arrival
+    non-decreasing).  Returns the :class:`MicroBatches` and the ``dropped`` mask.
+    A replay in pieces (the bounded engine, Spark partitions) computes the same
+    from :func:`batch_maxima` of each piece, :func:`merge_maxima`,
+    :func:`batch_table` and then :func:`tuple_facts` of each piece.
+    """
+    T = policy.trigger_us
+    times = None if policy.batch_times_us is None else np.asarray(policy.batch_times_us, dtype=np.int64)
+    if len(ts) == 0:
+        empty = np.empty(0, np.int64)
+        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.outer_side, times), np.zeros(0, bool)
+    batch, base = batch_of(arrival, policy)
+    table = batch_table(*batch_maxima(stream, ts, batch, n), policy)
+    dropped, removal = tuple_facts(table, stream, ts, batch, n, windows)
     return MicroBatches(batch=batch, removal=removal, origin_us=base * T if T else 0, trigger_us=T,
-                        occupied=occupied, watermark_ms=current, late_ms=before, outer_side=policy.outer_side,
-                        times_us=times), dropped
+                        occupied=table.occupied, watermark_ms=table.current, late_ms=table.before,
+                        outer_side=policy.outer_side, times_us=times), dropped
 
 
 def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
                   right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For pairs given by their members' arrival indexes: (emitted mask, batch that emits them)."""
-    bl, br = mb.batch[left], mb.batch[right]
-    rl, rr = mb.removal[left], mb.removal[right]
+    return pair_emitted(mb.batch[left], mb.batch[right], mb.removal[left], mb.removal[right], dropped[left],
+                        dropped[right])
+
+
+def pair_emitted(bl: np.ndarray, br: np.ndarray, rl: np.ndarray, rr: np.ndarray, dl: np.ndarray,
+                 dr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(emitted mask, emitting batch) of pairs from their members' batches, removals and
+    late flags (left, right): see the module doc."""
     emitted = np.where(bl <= br, rl >= br, rr >= bl)
-    emitted &= ~dropped[left]
-    emitted &= ~dropped[right]
+    emitted &= ~dl
+    emitted &= ~dr
     return emitted, np.maximum(bl, br)
 
 
@@ -264,14 +320,20 @@ def memory(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int) ->
 def settings_report(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, n: int, policy) -> dict:
     """``report.json`` ``policy_settings`` of a ``spark-ss`` run."""
     rows = state_rows(mb, dropped, stream, n, mb.occupied).sum(axis=0) if len(mb.occupied) else np.zeros(0)
+    return settings_of(policy, mb.trigger_us, mb.origin_us, mb.occupied, mb.watermark_ms, rows)
+
+
+def settings_of(policy, trigger_us: int, origin_us: int, occupied: np.ndarray, watermark_ms: np.ndarray,
+                rows: np.ndarray) -> dict:
+    """:func:`settings_report` from the batch facts and the state rows after each occupied batch."""
     return {
         "watermark_us": list(policy.watermark),
-        "trigger_us": mb.trigger_us,
+        "trigger_us": trigger_us,
         **({"trigger_files": policy.trigger_files} if policy.trigger_files is not None else {}),
         "watermark_policy": policy.watermark_policy,
-        "batch_origin_us": mb.origin_us,
-        "batches": mb.batches,
-        "batches_with_rows": int(len(mb.occupied)),
-        "last_batch_watermark_ms": int(mb.watermark_ms[-1]) if len(mb.watermark_ms) else 0,
+        "batch_origin_us": origin_us,
+        "batches": int(occupied[-1]) + 1 if len(occupied) else 0,
+        "batches_with_rows": int(len(occupied)),
+        "last_batch_watermark_ms": int(watermark_ms[-1]) if len(watermark_ms) else 0,
         "state_rows_peak": int(rows.max()) if len(rows) else 0,
     }

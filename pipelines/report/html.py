@@ -427,3 +427,31 @@ def _rerender(directory: Path) -> Path:
         write_file_atomic(target, render_tune(t))
         return target
     raise InputError(f"{directory}: no report.json or tune.json (give a streamjoin --out directory)")
+
+
+# ---------------------------------------------------------------------------
+# compare.html
+# ---------------------------------------------------------------------------
+
+
+def render_compare(c: dict[str, Any]) -> str:
+    """The ``streamjoin compare`` page, from ``compare.json`` content: the side-by-side
+    table, what each policy loses and why, and recall per period of each policy."""
+    from . import compare, plots
+
+    body = [
+        f"<h1>streamjoin compare: {len(c['policies'])} policies, {c['truth_results']:,} results in truth</h1>",
+        f"<div class=\"sub\">{_e(c.get('command', ''))}</div>",
+        "<h2>Side by side</h2>", _table(compare.HEADERS, compare.table_rows(c)),
+        "<h2>What each policy loses, and why</h2><div class=\"todo\"><ul>",
+        *[f"<li>{_e(x)}</li>" for x in compare.summary_lines(c)], "</ul></div>",
+        "<h2>Recall per period</h2>",
+        _img(plots.compare_recall(c), "recall per period of each policy") if c["periods"]["start_us"] else
+        "<p>No results in truth: nothing to plot.</p>",
+        "<h2>The causes</h2><ul>", *[f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in c["causes"].items()], "</ul>",
+        "<h2>The policies</h2>",
+        _table(["policy", "as --policy", "dropped late (rows)"],
+               [[p["label"], p["text"], ", ".join(f"{k} {v:,}" for k, v in p["dropped_late"].items())]
+                for p in c["policies"]]),
+    ]
+    return _page("streamjoin compare", body)

@@ -24,6 +24,8 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..base.timeunits import format_duration
 from .svg import Axes, Figure
 
@@ -342,3 +344,68 @@ def latency_figure(candidates: list[dict[str, Any]], label: str) -> Figure:
 
 def latency_curve(candidates: list[dict[str, Any]], label: str) -> str:
     return _uri(latency_figure(candidates, label))
+
+
+#: groups of periods drawn at most by :func:`compare_recall` (consecutive periods are grouped beyond this)
+MAX_COMPARE_GROUPS = 300
+#: line colours of the compared policies, in order
+POLICY_COLOURS = (ACCENT, "#ea580c", SECOND, "#7c3aed", "#0891b2", "#be185d", "#4d7c0f", "#475569")
+
+
+def compare_plot_data(c: dict[str, Any], max_groups: int = MAX_COMPARE_GROUPS) -> dict[str, Any]:
+    """What :func:`compare_recall` draws, from compare.json: consecutive periods in groups
+    of ``k`` (at most ``max_groups`` over the span of the periods with results), per
+    policy recall = sum emitted / sum truth of each group; ``x`` its start, ``x_end`` its end."""
+    starts, truth = c["periods"]["start_us"], c["periods"]["truth"]
+    P = c["period_us"]
+    if not starts:
+        return {"empty": True, "k": 1, "x": [], "x_end": [], "recall": {}, "xlabel": "period start", "x_kind": "relative"}
+    index = np.array([(s - starts[0]) // P for s in starts], np.int64)
+    k = max(1, -(-(int(index[-1]) + 1) // max_groups))
+    group = index // k
+    keys, inverse = np.unique(group, return_inverse=True)
+    t = np.bincount(inverse, weights=np.asarray(truth, np.float64))
+    recall = {p["label"]: (np.bincount(inverse, weights=np.asarray(p["period_emitted"], np.float64)) / t).tolist()
+              for p in c["policies"]}
+    g_start = [starts[0] + int(g) * k * P for g in keys]
+    axis = _instant_axis(g_start + [s + k * P for s in g_start], c.get("time_origin"),
+                         (int(index[-1]) + 1) * P, "period start", "the first period with results")
+    n = len(g_start)
+    return {"empty": False, "k": k, "x": axis["x"][:n], "x_end": axis["x"][n:], "recall": recall,
+            "xlabel": axis["label"], "x_kind": axis["kind"]}
+
+
+#: legend labels longer than this are cut (the side-by-side table has them whole)
+LEGEND_LABEL = 34
+
+
+def compare_figure(c: dict[str, Any]) -> Figure:
+    """Recall per period (or group of periods) of every compared policy, and the target.
+
+    Each group is a short horizontal line at its recall (no line across a gap without
+    results); the first policy's lines are the thickest and drawn first, so where
+    policies agree every colour still shows."""
+    d = compare_plot_data(c)
+    P = format_duration(c["period_us"])
+    per = f"{P} period" if d["k"] == 1 else f"group of {d['k']:,} {P} periods"
+    fig = Figure(title=f"recall per {per}")
+    ax = fig.axes[0]
+    lows = [c["recall_target"]]
+    count = len(d["recall"])
+    for i, (label, values) in enumerate(d["recall"].items()):
+        short = label if len(label) <= LEGEND_LABEL else label[:LEGEND_LABEL - 1] + "\u2026"
+        ax.add("segments", x=d["x"], x_end=d["x_end"], y=values, color=POLICY_COLOURS[i % len(POLICY_COLOURS)],
+               width=2.0 + 1.4 * (count - 1 - i), label=short)
+        lows += values
+    ax.axhline(c["recall_target"], color=TARGET, style="--", width=1.0, label=f"target {c['recall_target']:g}")
+    ax.ylim = (max(0.0, min(lows) - 0.03), 1.01)
+    ax.legend = True
+    ax.ylabel = "recall"
+    ax.xlabel = d["xlabel"]
+    ax.xscale = "date" if d["x_kind"] == "date" else "linear"
+    return fig
+
+
+def compare_recall(c: dict[str, Any]) -> str:
+    """:func:`compare_figure` as a ``data:`` URI."""
+    return _uri(compare_figure(c))

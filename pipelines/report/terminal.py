@@ -271,3 +271,27 @@ def render_tune_rich(t: dict[str, Any], console) -> None:
     for x in t["frameworks"]:
         console.print(x)
     console.print(f"tune: {t['outputs']['tune']}  html: {t['outputs']['html']}")
+
+
+def compare_lines(c: dict[str, Any]) -> list[str]:
+    """``streamjoin compare`` for pipes and logs: one ``label: key value, ...`` line per policy,
+    then what each loses and why."""
+    from .compare import HEADERS, summary_lines, table_rows
+
+    out = [f"{r[0]}: " + ", ".join(f"{h} {v}" for h, v in zip(HEADERS[1:], r[1:])) for r in table_rows(c)]
+    out += summary_lines(c)
+    out.append(f"compare.json: {c['outputs']['compare']}")
+    out.append(f"compare.html: {c['outputs']['html']}")
+    return out
+
+
+def render_compare_rich(c: dict[str, Any], console) -> None:
+    """``streamjoin compare`` at a terminal: the side-by-side table (on its side when narrow), then the why."""
+    from .compare import HEADERS, summary_lines, table_rows
+
+    for table in fitted_tables("policies side by side", HEADERS, table_rows(c), console.width):
+        console.print(table)
+    for line in summary_lines(c):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"compare.json: {c['outputs']['compare']}", markup=False, highlight=False)
+    console.print(f"compare.html: {c['outputs']['html']}", markup=False, highlight=False)

@@ -1,6 +1,6 @@
 """``streamjoin run --policy flink``: flags, TOML, outputs (per-stream late drops,
 settings, latency 0) and the one-line refusals of what is not emulated
-(Spark engine, bounded engine, nightly runs, more than two streams, sub-ms times)."""
+(CTR routing, nightly runs, more than two streams, sub-ms times); --chunk-rows equals the in-memory run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import assert_chunked_run_equals_in_memory, run_cli
 from helpers.flink import local_flink
 
 from streamjoin.pipelines.base.timeunits import format_duration
@@ -106,11 +106,15 @@ watermark = "3s"
 
 
 @pytest.mark.parametrize("extra,streams,needle", [
-    (["--engine", "spark"], (), "--engine local only"),
-    (["--chunk-rows", "100"], (), "runs in memory"),
+    (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--date", "2023-11-14"], (), "nightly runs"),
     ([], ("left", "fine"), "not a whole millisecond"),
+    (["--chunk-rows", "50"], ("left", "fine"), "not a whole millisecond"),
+    (["--watermark-interval", "100ms", "--idleness", "1s", "--chunk-rows", "50"], (),
+     "flink with --idleness runs in memory for now"),
+    (["--watermark-interval", "100ms", "--idleness", "1s", "--engine", "spark"], (),
+     "flink with --idleness runs on --engine local for now"),
 ])
 def test_not_emulated_is_refused_in_one_line(data: Path, tmp_path: Path, extra, streams, needle) -> None:
     out = tmp_path / "out"
@@ -240,3 +244,9 @@ def test_bad_idleness_is_one_line_exit_2(data: Path, tmp_path: Path, extra, need
     proc = run_cli(base_args(data, tmp_path / "out") + extra, tmp_path, ok=False)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> None:
+    """--chunk-rows: the bounded engine publishes what the in-memory engine publishes."""
+    args = base_args(data, tmp_path / "unused") + ["--policy", "flink", "--watermark", "1s"]
+    assert_chunked_run_equals_in_memory(args[:args.index("--out")] + args[args.index("--out") + 2:], tmp_path)

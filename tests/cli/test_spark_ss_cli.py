@@ -1,7 +1,8 @@
 """``streamjoin run --policy spark-ss``: flags, TOML, outputs (``batch`` column,
 per-stream late drops, settings, an outer join's null-padded rows) and the
-one-line refusals of what is not emulated yet (Spark engine, bounded engine,
-nightly runs, more than two streams, outer joins of other policies)."""
+one-line refusals of what is not emulated yet (CTR routing, nightly runs,
+more than two streams, outer joins of other policies); --chunk-rows equals
+the in-memory run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers.adapters import parquet_ref_streams
-from helpers.cli import run_cli
+from helpers.cli import assert_chunked_run_equals_in_memory, run_cli
 from helpers.spark_ss import local_spark_ss
 
 from streamjoin.pipelines.policies import PolicySpec
@@ -149,8 +150,9 @@ watermark = "3s"
 
 
 @pytest.mark.parametrize("extra,streams,needle", [
-    (["--engine", "spark"], (), "--engine local only"),
-    (["--chunk-rows", "100"], (), "runs in memory"),
+    (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
+    (["--join", "left", "--engine", "spark"], (), "--join left runs on --engine local for now"),
+    (["--join", "right", "--chunk-rows", "50"], (), "--join right runs in memory for now"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--date", "2023-11-14"], (), "nightly runs"),
 ])
@@ -239,3 +241,9 @@ def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> Non
     # a row arrives when its batch runs: the latest modification time of its batch's files (s 110, 120 -- two
     # files -- and 150, + 250 µs)
     assert set(results["left_arrival_us"].to_list()) == {(1_700_000_000 + t) * S + 250 for t in (110, 120, 150)}
+
+
+def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> None:
+    """--chunk-rows: the bounded engine publishes what the in-memory engine publishes."""
+    args = base_args(data, tmp_path / "unused") + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s"]
+    assert_chunked_run_equals_in_memory(args[:args.index("--out")] + args[args.index("--out") + 2:], tmp_path)

@@ -150,3 +150,98 @@ def test_cli_ctr_on_local_cluster_equals_local_engine(tmp_path):
     assert rep["routing"]["router"] == "ctr" and rep["routing"]["partitions"] == 3
     assert rep["duplicates"] == 0
     assert rep["outputs"]["results"].endswith("results.parquet")
+
+
+def emulation_streams(seed: int):
+    """Two keyed streams on a millisecond scale with heavy disorder, and windows in ms."""
+    rng = np.random.default_rng(seed)
+    ms = 1000
+    streams = []
+    for i in range(2):
+        out = []
+        for r in range(int(rng.integers(20, 40))):
+            t = int(rng.integers(1, 80)) * ms
+            d = int(rng.integers(0, 3 * ms) if rng.random() < 0.7 else rng.integers(0, 40 * ms))
+            out.append(RefTuple(i, r, t, t + d, (int(rng.integers(0, 2)),)))
+        streams.append(out)
+    return streams, (5 * ms, 3 * ms)
+
+
+@pytest.mark.parametrize("seed,policy,router,partitions", [
+    (21, PolicySpec("spark-ss", watermark=(2000, 4000), trigger_us=7000, watermark_policy="min"), "none", 1),
+    (22, PolicySpec("spark-ss", watermark=(3000, 3000), trigger_us=5000, watermark_policy="max"), "atr", 3),
+    (23, PolicySpec("flink", watermark=(2000, 0), watermark_interval_us=3000), "atr", 3),
+])
+def test_emulations_on_spark_equal_local(spark, seed, policy, router, partitions):
+    """spark-ss and flink on Spark: the members' facts (spark-ss: from the watermark scan on
+    Spark; flink: from the driver), the join (and each pair's emission test) in the tasks --
+    the same pairs, emission times, latencies, batch ids, late drops and policy_settings as
+    the local engine."""
+    from helpers.flink import local_flink
+    from helpers.spark_ss import local_spark_ss
+
+    streams, W = emulation_streams(seed)
+    ref = (local_spark_ss if policy.name == "spark-ss" else local_flink)(streams, W, policy)
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    # spark-ss: the watermark scan on Spark too (per-partition batch maxima; batches cut by partitions)
+    progress = "spark" if policy.name == "spark-ss" else "auto"
+    out = spark_join(ts, ar, key_frames(streams), W, policy, spark=spark, settings=RouteSettings(router, partitions, 7000),
+                     progress=progress)
+    assert out.routing["progress_pass"] == ("spark" if policy.name == "spark-ss" else "driver")
+    assert out.decisions.policy_settings == (local_engine_settings := _local_settings(streams, W, policy))
+    assert local_engine_settings["watermark_us"] == list(policy.watermark)
+    rows = list(zip(*[r.tolist() for r in out.combos.rows]))
+    assert len(rows) == len(set(rows)) and set(rows) == ref.truth
+    em = out.emission
+    if policy.name == "spark-ss":
+        got = {c: (b, e, l) for c, m, b, e, l in zip(rows, em.emitted.tolist(), em.batch.tolist(),
+                                                      em.emit_us.tolist(), em.latency_us.tolist()) if m}
+    else:
+        got = {c: (e, l) for c, m, e, l in zip(rows, em.emitted.tolist(), em.emit_us.tolist(),
+                                                em.latency_us.tolist()) if m}
+    assert got == ref.emitted and 0 < len(got) < len(rows)
+    order = list(zip(out.replay.stream.tolist(), out.replay.row.tolist()))
+    assert {order[a] for a in np.flatnonzero(out.decisions.dropped)} == ref.dropped != set()
+    assert out.routing["router"] == router
+
+
+def _local_settings(streams, W, policy) -> dict:
+    from streamjoin.pipelines.engines.local import join
+
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    return join(ts, ar, key_frames(streams), W, policy).decisions.policy_settings
+
+
+def test_cli_spark_ss_on_spark_equals_local_engine(tmp_path):
+    """`streamjoin run --policy spark-ss --engine spark --router auto` (ATR for the emulations):
+    results.parquet byte for byte and the report's numbers (drops, memory, latency, periods,
+    policy_settings) as on the local engine."""
+    import json
+
+    rng = np.random.default_rng(24)
+    t0 = 1_700_000_000_000_000
+    paths = []
+    for name in ("left", "right"):
+        n = 300
+        ts = t0 + rng.integers(0, 60_000, n) * 1000
+        delay = np.where(rng.random(n) < 0.2, rng.integers(0, 20_000_000, n), rng.integers(0, 1_000_000, n))
+        path = tmp_path / f"{name}.parquet"
+        pl.DataFrame({"ts": ts, "arrival": ts + delay, "key": rng.integers(0, 4, n)}).write_parquet(path)
+        paths += ["--stream", f"{name}={path}"]
+    args = paths + ["--unit", "us", "--arrival", "arrival", "--key", "key", "--window", "2s", "--policy", "spark-ss",
+                    "--watermark", "1s", "--trigger", "5s"]
+    exe = str(Path(sys.executable).with_name("streamjoin"))
+    env = dict(os.environ, STREAMJOIN_ENGINE="local")
+    for engine, extra in (("local", []), ("spark", ["--router", "auto", "--partitions", "3", "--master", "local[2]"])):
+        proc = subprocess.run([exe, "run", *args, "--engine", engine, *extra, "--out", str(tmp_path / engine)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (tmp_path / "local" / "results.parquet").read_bytes(), (tmp_path / "spark" / "results.parquet").read_bytes()
+    assert a == b and pl.read_parquet(tmp_path / "local" / "results.parquet").height > 0
+    want, got = (json.loads((tmp_path / e / "report.json").read_text()) for e in ("local", "spark"))
+    for key in ("truth_results", "emitted_results", "streams", "periods", "memory_tuples", "latency_us",
+                "policy_settings", "tuning"):
+        assert got[key] == want[key], key
+    assert got["routing"]["router"] == "atr" and sum(s["dropped_late"] for s in got["streams"]) > 0

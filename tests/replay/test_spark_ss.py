@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.engines.local import join
@@ -141,3 +142,33 @@ def test_settings_are_checked_with_one_line_errors():
         PolicySpec("spark-ss", watermark=(0, 0, 0), trigger_us=S, watermark_policy="min")
     with pytest.raises(InputError, match="--watermark-policy"):
         PolicySpec("spark-ss", watermark=(0, 0), trigger_us=S, watermark_policy="median")
+
+
+@settings(max_examples=200, deadline=None)
+@given(spark_problems(max_rows=14), st.lists(st.integers(0, 28), max_size=4))
+def test_pieces_cut_anywhere_give_the_whole_replays_facts(problem, cuts):
+    """The bounded engine's chunks and the Spark pass's partitions: per-piece batch maxima
+    (a micro-batch may be cut between pieces), merged, the batch table, then per-piece tuple
+    facts -- the same batches, late drops and removals as the whole replay."""
+    from streamjoin.pipelines.replay import microbatch
+    from streamjoin.pipelines.replay.progress import build_replay
+
+    streams, windows, policy = problem
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    replay = build_replay(ts, ar)
+    if replay.N == 0:
+        return
+    whole, dropped = microbatch.micro_batches(replay.stream, replay.ts, replay.arrival, 2, windows, policy)
+    bounds = [0, *sorted(min(c, replay.N) for c in cuts), replay.N]
+    pieces = [slice(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    T = policy.trigger_us
+    base = int(replay.arrival[0]) // T
+    batch = replay.arrival // T - base
+    parts = [microbatch.batch_maxima(replay.stream[p], replay.ts[p], batch[p], 2) for p in pieces]
+    table = microbatch.batch_table(*microbatch.merge_maxima(parts), policy)
+    facts = [microbatch.tuple_facts(table, replay.stream[p], replay.ts[p], batch[p], 2, windows) for p in pieces]
+    assert np.array_equal(batch, whole.batch)
+    assert np.array_equal(np.concatenate([f[0] for f in facts]), dropped)
+    assert np.array_equal(np.concatenate([f[1] for f in facts]), whole.removal)
+    assert np.array_equal(table.current, whole.watermark_ms) and np.array_equal(table.occupied, whole.occupied)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...policies import SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
 from ...replay.candidates import Space
 from ...replay.partitioned_progress import Facts
 from .kernels import INT
@@ -82,6 +82,10 @@ def kernel_inputs(ts, ids, space: Space | None, dims: int, replay, dec, family: 
                 d[f"H{j}"] = dec.horizon_at(j, pos)
         else:
             d["dropped"] = dec.dropped[pos]
+        if family == MICROBATCH:       # spark-ss: batch and removal batch
+            d["b"], d["rm"] = dec.batches.batch[pos], dec.batches.removal[pos]
+        elif family == INTERVAL_JOIN:  # flink: watermark before the record, cleanup threshold
+            d["a"], d["bf"], d["th"] = pos, dec.watermarks.before[pos], dec.watermarks.threshold[pos]
         out.append(d)
     return out
 

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
 from ...config.options import HANDOFF_CONF_KEY
-from ...policies import PolicySpec
+from ...base.errors import InputError
+from ...policies import INTERVAL_JOIN, MICROBATCH, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
 from ...replay.probe_order import ProbeOrder, probe_order
@@ -38,7 +40,7 @@ from .routing import RouteSettings, make_route_plans
 from .plane import run_plane, spark_plane, ctr_spark
 from .outcome import SparkOutcome, outcome_from, post_filter, routing_report
 from .session import spark_session, warm_up
-from .progress import spark_progress
+from .progress import spark_micro_batches, spark_progress
 from .handoff import Handoff
 
 
@@ -54,7 +56,8 @@ def spark_join(
     :mod:`~streamjoin.pipelines.replay.partitioned_progress`), ``"driver"``
     (:mod:`~streamjoin.pipelines.replay.progress`) or ``"auto"``: the driver, unless
     ``progress_threshold`` is given and reached (adaptive policies always on
-    the driver).  The driver is the default because it has loaded the tuples
+    the driver; ``flink`` always on the driver; ``spark-ss``'s Spark pass is the watermark
+    scan of :func:`.progress.spark_micro_batches`).  The driver is the default because it has loaded the tuples
     and needs every tuple's facts for the report anyway: the partition-wise
     pass ships the tuples to Spark and the facts back (on the core benchmark,
     3M tuples: about 140 s against 0.4 s, docs/performance.md).
@@ -64,6 +67,15 @@ def spark_join(
     or ``"inline"``; ``None`` reads the Spark conf ``spark.streamjoin.handoff``.
     """
     settings = settings or RouteSettings()
+    if policy.family in (MICROBATCH, INTERVAL_JOIN):
+        # the emulations' facts come from the driver's columns; the join runs none / ATR (CTR's
+        # partial combinations carry no per-member facts): auto is ATR
+        if settings.router == "ctr":
+            raise InputError(f"--router ctr: policy {policy.name} runs with --router none, atr or auto (= atr)")
+        if settings.router == "auto":
+            settings = replace(settings, router="atr")
+        if policy.family == INTERVAL_JOIN:
+            progress = "driver"   # flink's watermark scan runs on the driver (not on Spark yet)
     timings: dict[str, float] = {}
     n = len(ts)
     W = np.asarray(windows, dtype=INT)
@@ -87,7 +99,9 @@ def spark_join(
     use_spark_progress = (plane == "spark" and not policy.adaptive
                           and (progress == "spark" or (progress == "auto" and progress_threshold is not None
                                                        and N >= progress_threshold)))
-    if use_spark_progress:
+    if use_spark_progress and policy.family == MICROBATCH:
+        f = _spark_micro_batch_facts(spark, tab(), ts, arrival, W, policy, max(settings.partitions, 1))
+    elif use_spark_progress:
         f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
     elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
         f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
@@ -151,6 +165,32 @@ def spark_join(
                              predicted.get(router) or 0.0, settings.weights, extra)
     out.routing = routing
     return out
+
+
+def _spark_micro_batch_facts(spark, tab: dict, ts, arrival, W, policy: PolicySpec, P: int) -> sp.Facts:
+    """``spark-ss``'s facts with the watermark scan on Spark (:func:`.progress.spark_micro_batches`);
+    the replay order, which the report needs anyway, on the driver."""
+    from ...replay import microbatch
+    from ...replay.progress import Decisions, build_replay
+
+    n = len(ts)
+    replay = build_replay(list(ts), list(arrival), keep_running_max=False)
+    N, T = replay.N, int(policy.trigger_us)
+    if N == 0:
+        return sp.driver_facts(ts, arrival, W, policy)
+    base = int(replay.arrival[0]) // T
+    g, table = spark_micro_batches(spark, tab, n, W, policy, P, base)
+    a = np.empty(len(g["row"]), INT)
+    for k in range(n):
+        mine = g["stream"] == k
+        a[mine] = replay.index_of[k][g["row"][mine]]
+    batch, dropped, removal = np.empty(N, INT), np.empty(N, bool), np.empty(N, INT)
+    batch[a], dropped[a], removal[a] = g["batch"], g["dropped"], g["removal"]
+    mb = microbatch.MicroBatches(batch=batch, removal=removal, origin_us=base * T, trigger_us=T,
+                                 occupied=table.occupied, watermark_ms=table.current, late_ms=table.before)
+    dec = Decisions(family=MICROBATCH, dropped=dropped, batches=mb,
+                    policy_settings=microbatch.settings_report(mb, dropped, replay.stream, n, policy))
+    return sp.facts_from_replay(replay, dec)
 
 
 def _timed(timings: dict, name: str, fn, *args):

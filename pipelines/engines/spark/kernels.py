@@ -14,7 +14,9 @@ same code runs in a Spark task and in-process (:func:`~.plane.run_plane`).
 Emission needs no global state inside a partition: for the symmetric family a
 combination is emitted iff every member ``x`` other than the last-arriving
 ``y`` has ``x.ts + W >= H_{s(x)}(a_y)`` (``y`` carries its ``H`` row); for the
-sorting family iff no member was dropped, at ``max(member rel_us)``.
+sorting family iff no member was dropped, at ``max(member rel_us)``; ``spark-ss``
+and ``flink`` from the members' own facts (batch and removal batch; watermark before
+and cleanup threshold), computed on the driver before the join.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import numpy as np
 import polars as pl
 
 from ...base.sorting import band_ranges, gather_ranges, range_blocks, stable_order
-from ...policies import SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
 from ...replay.candidates import Space, enumerate_truth
+from ...replay.microbatch import pair_emitted
 from ...route import ctr as ctr_mod
 
 
@@ -106,6 +109,15 @@ def join_streams(per: list[dict], n: int, W, family: str, keyed: bool, dims: int
                 for j in range(n):
                     if j != y:
                         emitted &= ~last_y | (te[j] + INT(W[j]) >= per[y][f"H{j}"][rows[y]])
+        elif family == MICROBATCH:   # spark-ss: the members' batches, removal batches, late flags
+            emitted = pair_emitted(*[per[k][c][rows[k]] for c in ("b", "rm") for k in range(2)],
+                                   *[per[k]["dropped"][rows[k]].astype(bool) for k in range(2)])[0]
+        elif family == INTERVAL_JOIN:   # flink: the later member probes before the earlier one's cleanup
+            a0, a1 = per[0]["a"][rows[0]], per[1]["a"][rows[1]]
+            earlier_th = np.where(a0 < a1, per[0]["th"][rows[0]], per[1]["th"][rows[1]])
+            later_bf = np.where(a0 < a1, per[1]["bf"][rows[1]], per[0]["bf"][rows[0]])
+            emitted = ~per[0]["dropped"][rows[0]].astype(bool) & ~per[1]["dropped"][rows[1]].astype(bool) \
+                & (later_bf < earlier_th)
         else:
             emitted = ~np.logical_or.reduce([per[k]["dropped"][rows[k]].astype(bool) for k in range(n)]) if m \
                 else np.ones(0, bool)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...policies import SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
 from ...replay.candidates import Combos, Space
 from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
 from ...replay.partitioned_progress import Facts
@@ -46,7 +46,8 @@ def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe
     emission time and latency from the facts, exactly as the local engine's
     :func:`~streamjoin.pipelines.replay.emit.emission` does: the last member is the
     one with the largest arrival index ``a``; symmetric: ``emit = arrival[last]``,
-    latency 0; sorting: ``emit = max(member rel_us)``, latency ``emit - arrival[last]``.
+    latency 0 (and ``flink``); sorting: ``emit = max(member rel_us)``, latency ``emit -
+    arrival[last]``; ``spark-ss``: the end of the later member's micro-batch.
     """
     sizes = [len(t) for t in ts]
     idx = np.int32 if max(sizes, default=0) < 2**31 else INT
@@ -58,7 +59,12 @@ def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe
                       latency_us=combos["latency_us"])
     else:
         last = last_arrivals(c, replay, with_arrival=False).last
-        if dec.family == SYMMETRIC:
+        if dec.family == MICROBATCH:   # spark-ss: at the end of the later member's batch
+            batch = np.maximum(dec.batches.batch[a[0]], dec.batches.batch[a[1]])
+            emit_us = dec.batches.end_us(batch)
+            em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=emit_us - replay.arrival[last],
+                          batch=batch)
+        elif dec.family in (SYMMETRIC, INTERVAL_JOIN):
             # emitted on arrival of the last member: the time is gathered if read, latency 0
             em = EmittedOnArrival(a, last, emitted, np.broadcast_to(np.zeros(1, dtype=INT), (len(last),)),
                                   replay.arrival)
@@ -89,7 +95,8 @@ def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_ke
     outcome.combos = c.filter(keep)
     em = outcome.emission
     outcome.emission = Emission(a=[x[keep] for x in em.a], last=em.last[keep], emitted=em.emitted[keep],
-                                emit_us=em.emit_us[keep], latency_us=em.latency_us[keep])
+                                emit_us=em.emit_us[keep], latency_us=em.latency_us[keep],
+                                batch=em.batch[keep] if em.batch is not None else None)
 
 
 def routing_report(router: str, partitions: int, res: PlaneResult, N: int, duration_s: float, predicted: float,

@@ -122,3 +122,58 @@ def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> s
     f["dropped"] = f["dropped"].astype(bool)
     f["expired"] = f["expired"].astype(bool)
     return sp.Facts(columns=f)
+
+
+def spark_micro_batches(spark, tab: dict, n: int, W, policy: PolicySpec, P: int, base: int):
+    """``spark-ss``'s watermark scan on Spark: the tuples range-partitioned in replay order;
+    each partition's summary is its occupied batches' largest event time per stream
+    (:func:`~streamjoin.pipelines.replay.microbatch.batch_maxima`, O(its batches) numbers);
+    the driver merges them in partition order (a batch cut between partitions is one) into
+    the batch table, which every partition then applies to its own tuples
+    (:func:`~streamjoin.pipelines.replay.microbatch.tuple_facts`).  Returns per tuple
+    ``stream``, ``row``, ``batch``, ``dropped``, ``removal`` and the table."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from ...replay import microbatch
+
+    T = int(policy.trigger_us)
+    cols = ("stream", "row", "ts", "arrival")
+    df = spark.createDataFrame(arrow_table({c: tab[c] for c in cols}))
+    df = df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
+    df = df.localCheckpoint(eager=True)
+
+    def chunk(it):
+        batches = list(it)
+        if not batches:
+            return None
+        t = pa.Table.from_batches(batches)
+        return {c: t.column(c).to_numpy() for c in cols}
+
+    def summary(it):
+        c = chunk(it)
+        if c is None:
+            return
+        occupied, mx = microbatch.batch_maxima(c["stream"], c["ts"], c["arrival"] // T - base, n)
+        p = TaskContext.get().partitionId()
+        yield pa.RecordBatch.from_pydict({"p": np.full(len(occupied), p, INT), "batch": occupied.astype(INT),
+                                          **{f"m{i}": mx[i].astype(INT) for i in range(n)}})
+
+    schema = ", ".join(["p bigint", "batch bigint"] + [f"m{i} bigint" for i in range(n)])
+    got = numpy_columns(df.mapInArrow(summary, schema).toArrow())
+    order = np.lexsort((got["batch"], got["p"]))            # partitions in replay order, batches within
+    parts = [(got["batch"][order], np.vstack([got[f"m{i}"][order] for i in range(n)]))] if len(order) else []
+    table = microbatch.batch_table(*microbatch.merge_maxima(parts), policy)
+
+    def facts(it):
+        c = chunk(it)
+        if c is None:
+            return
+        batch = c["arrival"] // T - base
+        dropped, removal = microbatch.tuple_facts(table, c["stream"], c["ts"], batch, n, W)
+        yield pa.RecordBatch.from_pydict({"stream": c["stream"].astype(np.int32), "row": c["row"].astype(INT),
+                                          "batch": batch.astype(INT), "dropped": dropped, "removal": removal})
+
+    f = numpy_columns(df.mapInArrow(facts, "stream int, row bigint, batch bigint, dropped boolean, removal bigint")
+                      .toArrow())
+    return f, table

@@ -1,0 +1,204 @@
+"""``streamjoin compare``: policies side by side.  Each row equals what ``run`` reports for
+that policy; the lost causes add up to truth - emitted; the default set is the job, the
+ideal operator with its delay and the tuned setting; ``[[compare]]`` tables and
+``--policy`` texts; bad variants are one line, exit 2; compare.html opens cleanly in
+headless Chromium."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from helpers.browser import CHROMIUM, chromium, probe
+from helpers.cli import run_cli
+
+from streamjoin.pipelines.report.compare import validate
+
+S = 1_000_000
+MS = 1000
+T0 = 1_700_000_000 * S
+
+JOB = """\
+[run]
+policy = "spark-ss"
+watermark = "2s"
+trigger = "5s"
+recall = 0.95
+out = "out"
+
+[[stream]]
+name = "left"
+path = "left.parquet"
+arrival = "arrival"
+window = "2s"
+keys = ["key"]
+
+[[stream]]
+name = "right"
+path = "right.parquet"
+arrival = "arrival"
+window = "2s"
+keys = ["key"]
+"""
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """Two keyed streams over 5 minutes, times in whole ms; most rows up to 1 s late,
+    a quarter up to 20 s late."""
+    root = tmp_path_factory.mktemp("compare")
+    rng = np.random.default_rng(18)
+    for name in ("left", "right"):
+        n = 500
+        ts = T0 + rng.integers(0, 300_000, n) * MS
+        delay = np.where(rng.random(n) < 0.25, rng.integers(0, 20 * S, n), rng.integers(0, S, n))
+        pl.DataFrame({"ts": ts, "arrival": ts + delay, "key": rng.integers(0, 3, n)}).with_columns(
+            pl.col("ts").cast(pl.Datetime("us")), pl.col("arrival").cast(pl.Datetime("us"))
+        ).write_parquet(root / f"{name}.parquet")
+    (root / "job.toml").write_text(JOB)
+    return root
+
+
+@pytest.fixture(scope="module")
+def default_set(data, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("default_set")
+    proc = run_cli(["compare", str(data / "job.toml"), "--out", str(tmp / "out")], tmp)
+    c = json.loads((tmp / "out" / "compare.json").read_text())
+    c["_stdout"], c["_dir"] = proc.stdout, tmp / "out"
+    return c
+
+
+def run_report(data: Path, tmp_path: Path, name: str, policy_args: list[str]) -> dict:
+    out = tmp_path / name
+    run_cli(["run", str(data / "job.toml"), "--engine", "local", *policy_args, "--out", str(out), "--no-results"],
+            tmp_path)
+    return json.loads((out / "report.json").read_text())
+
+
+def test_default_set_is_job_ideal_tuned_and_each_row_is_what_run_reports(default_set, data, tmp_path):
+    c = default_set
+    validate(c)
+    assert [p["role"] for p in c["policies"]] == ["job", "ideal", "tuned"]
+    job, ideal, tuned = c["policies"]
+    assert job["text"] == "spark-ss --watermark 2s --trigger 5s"
+    assert ideal["text"] == "static --retention 2s"          # the ideal operator with the job's delay
+    assert tuned["text"].startswith("spark-ss --watermark ") and tuned["text"].endswith("--trigger 5s")
+    assert c["recall_target"] == 0.95 and tuned["recall"] >= 0.95
+    for row, args in ((job, []), (ideal, ["--policy", "static", "--retention", "2s"])):
+        report = run_report(data, tmp_path, row["role"], args)
+        assert row["emitted_results"] == report["emitted_results"]
+        assert c["truth_results"] == report["truth_results"]
+        assert row["recall"] == report["recall"]
+        assert row["memory_tuples"]["peak"] == report["memory_tuples"]["peak"]
+        assert row["latency_us"]["p50"] == report["latency_us"]["p50"]
+        assert row["latency_us"]["p99"] == report["latency_us"]["p99"]
+        assert row["dropped_late"] == {s["name"]: s["dropped_late"] for s in report["streams"]}
+        met = sum(1 for p in report["periods"] if p["recall"] >= 0.95)
+        assert (row["periods_meeting_target"], row["periods_with_results"]) == (met, len(report["periods"]))
+    # the tuned delay is the least meeting the target: run at 1 ms less misses it
+    delay_ms = int(tuned["policy"]["watermark"][0]) // MS
+    if delay_ms:
+        below = run_report(data, tmp_path, "below", ["--watermark", f"{delay_ms - 1}ms"])
+        assert below["recall"] < 0.95
+
+
+def test_causes_add_up_and_say_why(default_set):
+    c = default_set
+    job, ideal, _ = c["policies"]
+    for p in c["policies"]:
+        assert sum(p["lost"].values()) == c["truth_results"] - p["emitted_results"]
+        assert sum(p["period_emitted"]) == p["emitted_results"]
+    assert sum(c["periods"]["truth"]) == c["truth_results"]
+    # a symmetric join drops nothing: everything it loses was evicted
+    assert ideal["lost"]["late"] == ideal["lost"]["batch"] == 0 and ideal["lost"]["evicted"] > 0
+    # spark-ss with a quarter of the rows up to 20 s late against a 2 s watermark drops rows
+    assert job["lost"]["late"] > 0 and sum(job["dropped_late"].values()) > 0
+    assert set(c["causes"]) == {"late", "evicted", "batch"}
+    lines = c["_stdout"].splitlines()
+    assert any(line.startswith("job: spark-ss --watermark 2s --trigger 5s: recall ") for line in lines)
+    assert any("dropped as late" in line for line in lines)
+
+
+def test_policy_texts_and_compare_tables(data, tmp_path):
+    out = tmp_path / "explicit"
+    run_cli(["compare", str(data / "job.toml"), "--out", str(out),
+             "--policy", "flink --watermark 2s --watermark-interval 0",
+             "--policy", "spark-ss --watermark left=1s --watermark right=3s --label narrow",
+             "--policy", "kslack --k 500ms", "--policy", "job"], tmp_path)
+    c = json.loads((out / "compare.json").read_text())
+    assert [p["label"] for p in c["policies"]] == [
+        "flink --watermark 2s --watermark-interval 0", "narrow", "kslack --k 500ms",
+        "job: spark-ss --watermark 2s --trigger 5s"]
+    assert c["policies"][1]["policy"]["watermark"] == [1 * S, 3 * S]
+    assert c["policies"][1]["policy"]["trigger_us"] == 5 * S          # inherited from the job
+    assert c["policies"][2]["lost"]["evicted"] == c["policies"][2]["lost"]["batch"] == 0
+    # [[compare]] tables in the config; --policy flags replace them
+    toml = data / "tables.toml"
+    toml.write_text(JOB + '\n[[compare]]\npolicy = "static"\nretention = {left = "1s", right = "4s"}\nlabel = "lopsided"\n'
+                    '\n[[compare]]\npolicy = "tuned"\n')
+    out2 = tmp_path / "tables"
+    run_cli(["compare", str(toml), "--out", str(out2)], tmp_path)
+    c2 = json.loads((out2 / "compare.json").read_text())
+    assert [p["label"] for p in c2["policies"]][0] == "lopsided"
+    assert c2["policies"][0]["policy"]["retention"] == [1 * S, 4 * S] and c2["policies"][1]["role"] == "tuned"
+    out3 = tmp_path / "flags_win"
+    run_cli(["compare", str(toml), "--out", str(out3), "--policy", "none"], tmp_path)
+    assert [p["text"] for p in json.loads((out3 / "compare.json").read_text())["policies"]] == ["none"]
+    # the run's own TOML still runs: [[compare]] is for compare
+    run_cli(["run", str(toml), "--engine", "local", "--no-results", "--out", str(tmp_path / "run")], tmp_path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "spark-sss --watermark 1s"], "unknown policy 'spark-sss'"),
+    (["--policy", "static --retention"], "--retention needs a value"),
+    (["--policy", "static --retention middle=1s"], "unknown stream name 'middle'"),
+    (["--policy", "static --watermark 1s"], "watermark is not a setting of static"),
+    (["--policy", "tuned --recall 0.9"], "tuned takes no settings"),
+    (["--policy", "job", "--policy", "job"], "--policy job is given twice"),
+    (["--policy", "static --retention 1parsec"], "bad retention '1parsec'"),
+])
+def test_bad_variants_are_one_line_exit_2(data, tmp_path, args, message):
+    proc = run_cli(["compare", str(data / "job.toml"), "--out", str(tmp_path / "bad"), *args], tmp_path, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert message in proc.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_spark_ss_variant_on_another_job_needs_a_trigger(data, tmp_path):
+    proc = run_cli(["compare", "--stream", f"left={data / 'left.parquet'}", "--stream", f"right={data / 'right.parquet'}",
+                    "--arrival", "arrival", "--window", "2s", "--policy", "spark-ss --watermark 1s",
+                    "--out", str(tmp_path / "x")], tmp_path, ok=False)
+    assert proc.returncode == 2 and "needs --trigger" in proc.stderr
+
+
+def test_compare_html_opens_in_headless_chromium(default_set, tmp_path):
+    assert CHROMIUM is not None, "headless Chromium is required: run `bash .ci/bootstrap --test` (installs Debian's chromium)"
+    page = default_set["_dir"] / "compare.html"
+    html = page.read_text()
+    for p in default_set["policies"]:
+        assert p["label"] in html
+    plain = chromium(page.as_uri(), tmp_path, "--dump-dom")
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert not [line for line in plain.stderr.splitlines() if "CONSOLE" in line]
+    facts = probe(page, tmp_path)
+    assert facts["errors"] == [] and facts["external"] == 0
+    assert facts["images"] == 1 and facts["decoded"] == 1, facts
+
+
+def test_plot_groups_long_spans():
+    """Over many periods the plot draws at most MAX_COMPARE_GROUPS groups, each group's recall
+    the sum of emitted over the sum of truth of its periods."""
+    from streamjoin.pipelines.report.plots import MAX_COMPARE_GROUPS, compare_plot_data
+
+    P = 60 * S
+    starts = [i * P for i in range(0, 3000, 2)]     # every other period has results
+    truth = [10] * len(starts)
+    c = {"period_us": P, "periods": {"start_us": starts, "truth": truth}, "time_origin": None,
+         "policies": [{"label": "a", "period_emitted": [10, 0] * (len(starts) // 2)}]}
+    d = compare_plot_data(c)
+    assert len(d["x"]) <= MAX_COMPARE_GROUPS and d["k"] == 10
+    assert d["recall"]["a"][0] == 0.6            # group of 10 periods: 5 with results, emitted 10,0,10,0,10 of 50
