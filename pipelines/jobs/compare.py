@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from ..analysis import metrics
 from ..analysis.losses import CAUSES, FAMILY_CAUSES, loss_causes, loss_counts
 from ..analysis.tuning import exact_quantile, member_indexes, needed_count, required_kslack, required_static_common
-from ..analysis.watermark_tuning import UNREACHABLE, required_watermark
+from ..analysis.watermark_tuning import UNREACHABLE, required_delays
 from ..base.errors import InputError
 from ..base.version import tool_version
 from ..config.variants import DEFAULT_ROLES, Variant, variant_policy
@@ -103,18 +104,15 @@ def tuned_policy(job: PolicySpec, replay, combos, windows, members, q: float) ->
     """The job's policy family at the least setting meeting recall ``q`` overall (SPEC §7, exact),
     or why there is none."""
     C = len(combos)
-    if job.name == "spark-ss":
-        values = required_watermark(replay, combos, windows, job.trigger_us, job.watermark_policy, members)
+    if job.name in ("spark-ss", "flink"):   # the delay, the engine's other settings kept
+        values = required_delays(replay, combos, windows, job, members)
         reachable = np.sort(values[values != UNREACHABLE])
         m = needed_count(C, q)
         if m > len(reachable):
-            return None, (f"tuned: recall {q:g} is out of reach under spark-ss ({C - len(reachable):,} results have "
+            return None, (f"tuned: recall {q:g} is out of reach under {job.name} ({C - len(reachable):,} results have "
                           "a member at or before the epoch, which Spark drops whatever the watermark)")
         delay = int(reachable[m - 1]) if m else 0
-        return PolicySpec("spark-ss", watermark=(delay,) * replay.n, trigger_us=job.trigger_us,
-                          watermark_policy=job.watermark_policy), None
-    if job.name == "flink":
-        return None, "tuned: tuning the Flink watermark is tune-buffer's work (not on this version)"
+        return replace(job, watermark=(delay,) * replay.n), None
     if job.family == SYMMETRIC:
         d = exact_quantile(required_static_common(replay, combos, windows, members), q) if C else 0
         return PolicySpec("static", retention=(d,) * replay.n), None
