@@ -1,6 +1,6 @@
 """``streamjoin compare``: parse, call :func:`~streamjoin.pipelines.jobs.compare.run_compare`, print.
 
-Registered on the ``streamjoin`` app by ``cli/main.py``."""
+Registered on the ``streamjoin`` app by ``cli/main.py``; options and failure handling from ``cli/common.py``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .main import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
-                   WhereOpt, WindowOpt, _fail, _interrupted, _reporting)
+from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
+                     WhereOpt, WindowOpt, fail, interrupted, reporting)
 from streamjoin.pipelines.base.errors import StreamjoinError
 
 
@@ -58,12 +58,12 @@ def compare(
         cfg = resolve(config, flags, output_kind="compare")
         result = run_compare(cfg, variants, command=command)
     except StreamjoinError as exc:
-        _reporting()
-        _fail(exc)
+        reporting()
+        fail(exc)
     except KeyboardInterrupt:
-        _reporting()
-        _interrupted()
-    _reporting()
+        reporting()
+        interrupted()
+    reporting()
     if json_summary:
         typer.echo(json.dumps(result, indent=2))
     elif sys.stdout.isatty():

@@ -19,7 +19,13 @@ from typer.core import TyperCommand, TyperGroup
 
 from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 
-Multi = Optional[list[str]]
+from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
+                     WhereOpt, WindowOpt)
+from .common import fail as _fail
+from .common import interrupted as _interrupted
+from .common import reporting as _reporting
+from .compare import compare as _compare
+
 
 #: what a user may type after a flag meaning "on" or "off" (``--no-results true``)
 BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
@@ -71,24 +77,11 @@ app = typer.Typer(
     cls=FlagGroup,
 )
 
-# stream options shared by every command that reads streams (run, tune-buffer)
-StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
-TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]
-ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")]
-KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL (default: none, no key)")]
-UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
-WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms, or NAME=DUR (required, here or in the config)")]
-
+# stream options shared by every command that reads streams: cli/common.py; nightly's own:
 OptionalStreamOpt = Annotated[Multi, typer.Option(
     "--optional-stream", help="nightly: NAME (repeatable) may have no partition on a day; that day replays it empty")]
-MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
-    "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
-                             "a stream with all rows quarantined is always an error")]
 
-# options of run that tune-buffer also takes (a run command line can be copied)
-PeriodOpt = Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")]
-DistanceOpt = Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance (default: none)")]
-WhereOpt = Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\" (default: none)")]
+# options of run that tune-buffer also takes (a run command line can be copied): cli/common.py
 
 # options of run that do not change tune-buffer's answer (see tune_buffer)
 RouterOpt = Annotated[Optional[str], typer.Option("--router", help="none | atr | ctr | auto: routing of the Spark engine, SPEC §6 (default: none)")]
@@ -168,40 +161,6 @@ def _options(
                                           callback=_print_version, is_eager=True)] = False,
 ) -> None:
     pass  # options of `streamjoin` itself; the work is in the commands
-
-
-def _fail(exc: StreamjoinError, log=None) -> None:
-    """One ``error:`` line on stderr (with ``--log-format json`` also the error and summary events), exit."""
-    if log is not None:
-        log.error(str(exc), exc.exit_code)
-        log.summary(exc.exit_code, status="failed")
-    else:
-        typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(exc.exit_code)
-
-
-def _interrupted(log=None) -> None:
-    """Ctrl-C / SIGTERM before anything was published: say so (one line; JSON events too), exit 130."""
-    from streamjoin.pipelines.base.errors import EXIT_INTERRUPTED
-
-    message = "interrupted; nothing was published"
-    if log is not None:
-        log.error(message, EXIT_INTERRUPTED)
-        log.summary(EXIT_INTERRUPTED, status="interrupted")
-    else:
-        typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_INTERRUPTED)
-
-
-def _reporting():
-    """The process's interrupt guard, switched to holding: the outcome is being reported.
-
-    (``main`` installs it; see ``pipelines/io/output.py``: published means done.)"""
-    from streamjoin.pipelines.io.output import install_interrupt_guard
-
-    guard = install_interrupt_guard()
-    guard.hold()
-    return guard
 
 
 def _stage_reporter(stages: tuple[str, ...], labels: dict[str, str] | None = None):
@@ -643,7 +602,6 @@ def validate(
     raise typer.Exit(cli_validate(config, Flags(out=out), nightly))
 
 
-from .compare import compare as _compare  # noqa: E402  (it imports the options above)
 
 app.command("compare", cls=FlagCommand)(_compare)
 

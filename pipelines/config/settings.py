@@ -489,6 +489,13 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     # spark-ss's micro-batch interval shares --trigger with the controllers' KEY=VALUE thresholds
     batch_triggers = [t for t in flags.triggers if "=" not in t]
     flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
+    if output_kind == "tune-buffer":
+        # a job's TOML written for an engine emulation: its engine keys change nothing a tuning of
+        # another policy family replays (tune-buffer accepts run's options, --help says so)
+        engine_keys = {"flink": ("watermark_interval", "idleness"),
+                       "spark-ss": ("trigger", "trigger_files", "watermark_policy")}
+        run = {key: v for key, v in run.items()
+               if not any(key in keys and name != policy_name for name, keys in engine_keys.items())}
     if policy_name != "spark-ss" and flags.trigger_files is not None:
         raise InputError(f"--trigger-files: a setting of --policy spark-ss, not of {policy_name}")
     if policy_name != "flink" and (flags.watermark_interval is not None or "watermark_interval" in run):

@@ -24,8 +24,9 @@ Three words stand for the default set (what a compare with no variants shows):
 meeting the recall target (:mod:`~streamjoin.pipelines.jobs.compare`).
 
 A setting a variant does not give is the job's: its streams' ``watermark`` /
-``retention`` / ``k`` (TOML or flags), and the trigger, watermark policy and
-watermark interval of the job's policy when it is ``spark-ss`` / ``flink``;
+``retention`` / ``k`` (TOML or flags), and the trigger, watermark policy, join
+type (``spark-ss``), watermark interval and idleness (``flink``) of the job's
+policy when the variant is of the same engine;
 ``--recall`` of ``qjoin`` / ``qkslack`` defaults to the job's recall target.
 """
 
@@ -201,11 +202,13 @@ def variant_policy(variant: Variant, job: PolicySpec, streams, recall_target: fl
                 raise InputError(f"--policy {variant.text!r}: policy spark-ss needs --trigger DURATION "
                                  "(the job is not a spark-ss job)")
             wm_policy = s.get("watermark_policy") or (job.watermark_policy if same else DEFAULT_WATERMARK_POLICY)
-            return PolicySpec("spark-ss", watermark=watermark, trigger_us=trigger, watermark_policy=str(wm_policy))
+            return PolicySpec("spark-ss", watermark=watermark, trigger_us=trigger, watermark_policy=str(wm_policy),
+                              join=job.join if same else "inner")
         from ..policies.flink import DEFAULT_WATERMARK_INTERVAL_US, check_windows
 
         check_windows([st.window_us for st in streams])
         interval = (_duration(s["watermark_interval"], "watermark_interval") if "watermark_interval" in s
                     else job.watermark_interval_us if job.name == "flink" else DEFAULT_WATERMARK_INTERVAL_US)
-        return PolicySpec("flink", watermark=watermark, watermark_interval_us=interval)
+        return PolicySpec("flink", watermark=watermark, watermark_interval_us=interval,
+                          idleness_us=job.idleness_us if job.name == "flink" else None)
     return PolicySpec(name)   # none, mpkslack: no settings

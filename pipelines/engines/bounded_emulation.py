@@ -35,6 +35,7 @@ import time
 import numpy as np
 import polars as pl
 
+from ..base.errors import InputError
 from ..base.timeunits import NEG_INF
 from ..io.chunks import read_chunks
 from ..policies import INTERVAL_JOIN, MICROBATCH
@@ -83,6 +84,8 @@ def bounded_replay(cfg, sv, sink, row_bytes: list[float]) -> BoundedReplay:
     ``flink`` (after ``spark-ss``'s first pass), else :class:`BoundedReplay`."""
     if cfg.policy.family not in (MICROBATCH, INTERVAL_JOIN):
         return BoundedReplay(cfg, sv, sink, row_bytes)
+    if cfg.policy.in_memory_only is not None:   # chunk_rows_for() refuses it first; this guards direct callers
+        raise InputError(f"--chunk-rows: {cfg.policy.name} with {cfg.policy.in_memory_only} runs in memory for now")
     if cfg.policy.family == INTERVAL_JOIN:
         check_flink_times(sv)
     table, base = spark_batch_table(sv, cfg.policy) if cfg.policy.family == MICROBATCH else (None, 0)

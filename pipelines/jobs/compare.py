@@ -84,6 +84,10 @@ def policy_text(policy: PolicySpec, names: list[str]) -> str:
         words += ["--watermark-policy", policy.watermark_policy]
     if policy.watermark_interval_us is not None:
         words += ["--watermark-interval", exact_text(policy.watermark_interval_us)]
+    if policy.idleness_us:
+        words += ["--idleness", exact_text(policy.idleness_us)]
+    if policy.join != "inner":
+        words += ["--join", policy.join]
     if policy.target is not None:
         words += ["--recall", f"{policy.target.recall:g}"]
     return " ".join(words)
@@ -163,6 +167,10 @@ def run_compare(cfg, variants: list[Variant], *, command: str = "compare") -> di
     ``cfg``: the job's resolved :class:`~streamjoin.pipelines.config.settings.RunConfig`
     (its policy is the ``job`` role); ``variants``: what to compare (empty: the default set).
     """
+    if cfg.policy.trigger_files is not None:
+        # its rows arrive when their file's batch runs: every other policy would replay other arrivals
+        raise InputError("compare: a spark-ss job with --trigger-files is not compared yet "
+                         "(its rows arrive with their micro-batch); give the job --trigger DUR")
     started = time.perf_counter()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """``report.html`` / ``tune.html``: self-contained pages people look at.
 
-One file, no external resources: the plots are PNGs embedded as base64
+One file, no external resources: the plots are SVGs embedded as base64
 ``data:`` URIs and the styles are inline, so the page can be mailed, archived
 or opened from a cron host's output directory.  ``report.html`` is rendered
 from ``report.json`` alone (the extra keys :func:`~streamjoin.pipelines.report.build.extras` adds hold the

@@ -132,6 +132,34 @@ def test_a_flink_job_gets_its_tuned_delay_at_its_interval(data, tmp_path):
         assert recall_at(delay_ms - 1) < 0.95
 
 
+def test_engine_settings_of_the_job_are_inherited_and_said(data, tmp_path):
+    """A same-engine variant keeps the job's join type (spark-ss) or idleness (flink), and the
+    row's text says so; a spark-ss job cut by --trigger-files is refused in one line."""
+    def job(policy_lines: str) -> Path:
+        path = tmp_path / f"job{len(list(tmp_path.glob('job*.toml')))}.toml"
+        path.write_text(JOB.replace('policy = "spark-ss"\nwatermark = "2s"\ntrigger = "5s"', policy_lines)
+                        .replace('path = "left.parquet"', f'path = "{data / "left.parquet"}"')
+                        .replace('path = "right.parquet"', f'path = "{data / "right.parquet"}"'))
+        return path
+
+    flink = job('policy = "flink"\nwatermark = "2s"\nwatermark_interval = "500ms"\nidleness = "3s"')
+    run_cli(["compare", str(flink), "--policy", "job", "--policy", "flink --watermark 1s", "--out",
+             str(tmp_path / "f")], tmp_path)
+    rows = json.loads((tmp_path / "f" / "compare.json").read_text())["policies"]
+    assert [r["policy"]["idleness_us"] for r in rows] == [3 * S, 3 * S]
+    assert all("--idleness 3s" in r["text"] for r in rows), [r["text"] for r in rows]
+    left = job('policy = "spark-ss"\nwatermark = "2s"\ntrigger = "5s"\njoin = "left"')
+    run_cli(["compare", str(left), "--policy", "job", "--policy", "spark-ss --watermark 1s", "--out",
+             str(tmp_path / "l")], tmp_path)
+    rows = json.loads((tmp_path / "l" / "compare.json").read_text())["policies"]
+    assert [r["policy"]["join"] for r in rows] == ["left", "left"] and all("--join left" in r["text"] for r in rows)
+    files = job('policy = "spark-ss"\nwatermark = "2s"\ntrigger_files = 1')
+    files.write_text(files.read_text().replace('arrival = "arrival"\n', ""))   # rows arrive with their batch
+    proc = run_cli(["compare", str(files), "--out", str(tmp_path / "t")], tmp_path, ok=False)
+    assert proc.returncode == 2 and "--trigger-files is not compared yet" in proc.stderr
+    assert len([x for x in proc.stderr.splitlines() if x.startswith("error:")]) == 1
+
+
 def test_causes_add_up_and_say_why(default_set):
     c = default_set
     job, ideal, _ = c["policies"]

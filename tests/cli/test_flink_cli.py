@@ -250,3 +250,37 @@ def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> Non
     """--chunk-rows: the bounded engine publishes what the in-memory engine publishes."""
     args = base_args(data, tmp_path / "unused") + ["--policy", "flink", "--watermark", "1s"]
     assert_chunked_run_equals_in_memory(args[:args.index("--out")] + args[args.index("--out") + 2:], tmp_path)
+
+
+def test_tune_buffer_of_another_policy_takes_a_flink_jobs_toml(data: Path, tmp_path: Path) -> None:
+    """tune-buffer accepts a run's config: a flink job's [run] watermark_interval and idleness
+    change nothing a kslack tuning replays (they were refused as settings of another policy)."""
+    job = tmp_path / "job.toml"
+    job.write_text(f"""[run]
+policy = "flink"
+watermark = "1s"
+watermark_interval = "100ms"
+idleness = "1s"
+
+[[stream]]
+name = "left"
+path = "{data / 'left.parquet'}"
+arrival = "arrival"
+window = "2s"
+keys = ["key"]
+
+[[stream]]
+name = "right"
+path = "{data / 'right.parquet'}"
+arrival = "arrival"
+window = "2s"
+keys = ["key"]
+""")
+    plain = tmp_path / "plain.toml"
+    plain.write_text(job.read_text().replace('watermark_interval = "100ms"\nidleness = "1s"\n', ""))
+    tuned = []
+    for cfg, name in ((job, "job"), (plain, "plain")):
+        run_cli(["tune-buffer", str(cfg), "--policy", "kslack", "--recall", "0.9", "--out", str(tmp_path / name)],
+                tmp_path)
+        tuned.append(json.loads((tmp_path / name / "tune.json").read_text())["recommendation"]["exact_us"])
+    assert tuned[0] == tuned[1] > 0

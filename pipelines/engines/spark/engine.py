@@ -67,6 +67,8 @@ def spark_join(
     or ``"inline"``; ``None`` reads the Spark conf ``spark.streamjoin.handoff``.
     """
     settings = settings or RouteSettings()
+    if policy.in_memory_only is not None:   # resolve() refuses it first; this guards direct callers
+        raise InputError(f"--engine spark: {policy.name} with {policy.in_memory_only} runs on --engine local for now")
     if policy.family in (MICROBATCH, INTERVAL_JOIN):
         # the emulations' facts come from the driver's columns; the join runs none / ATR (CTR's
         # partial combinations carry no per-member facts): auto is ATR

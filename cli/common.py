@@ -1,0 +1,61 @@
+"""What every ``streamjoin`` command shares: the input options and how a command fails.
+
+``cli/main.py`` (run, tune-buffer, ...) and ``cli/compare.py`` both import from
+here, so neither imports the other."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from streamjoin.pipelines.base.errors import StreamjoinError
+
+Multi = Optional[list[str]]
+
+StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
+TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]
+ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")]
+KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL (default: none, no key)")]
+UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
+WindowOpt = Annotated[Multi, typer.Option("--window", help="window W, e.g. 100ms, or NAME=DUR (required, here or in the config)")]
+MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
+    "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
+                             "a stream with all rows quarantined is always an error")]
+PeriodOpt = Annotated[Optional[str], typer.Option("--period", help="recall period length (default: from the replay span, <= 1000 periods: the smallest of 1s 10s 1min 10min 1h 1d 1w that gives at most 1,000; a nightly run: 10min)")]
+DistanceOpt = Annotated[Optional[str], typer.Option("--distance", help="COLS<=THRESHOLD, e.g. x,y<=1000: every pair of members within this Euclidean distance (default: none)")]
+WhereOpt = Annotated[Optional[str], typer.Option("--where", help="SQL predicate over prefixed columns, e.g. \"ball_z < 500\" (default: none)")]
+
+
+def fail(exc: StreamjoinError, log=None) -> None:
+    """One ``error:`` line on stderr (with ``--log-format json`` also the error and summary events), exit."""
+    if log is not None:
+        log.error(str(exc), exc.exit_code)
+        log.summary(exc.exit_code, status="failed")
+    else:
+        typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def interrupted(log=None) -> None:
+    """Ctrl-C / SIGTERM before anything was published: say so (one line; JSON events too), exit 130."""
+    from streamjoin.pipelines.base.errors import EXIT_INTERRUPTED
+
+    message = "interrupted; nothing was published"
+    if log is not None:
+        log.error(message, EXIT_INTERRUPTED)
+        log.summary(EXIT_INTERRUPTED, status="interrupted")
+    else:
+        typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def reporting():
+    """The process's interrupt guard, switched to holding: the outcome is being reported.
+
+    (``main`` installs it; see ``pipelines/io/output.py``: published means done.)"""
+    from streamjoin.pipelines.io.output import install_interrupt_guard
+
+    guard = install_interrupt_guard()
+    guard.hold()
+    return guard
