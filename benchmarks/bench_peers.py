@@ -470,8 +470,9 @@ def spark_join(spark, batches_dir: Path, expected: list[tuple[int, int]], W: int
     }
     if row:
         out["rows"] = set(got)
-        out["state_rows"] = [p["stateOperators"][0]["numRowsTotal"] if p["stateOperators"] else None
-                             for p in progress]
+        op = [p["stateOperators"][0] if p["stateOperators"] else {} for p in progress]
+        out["state_rows"] = [o.get("numRowsTotal") for o in op]
+        out["dropped_rows"] = [o.get("numRowsDroppedByWatermark") for o in op]
     return out
 
 

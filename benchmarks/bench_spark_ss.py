@@ -42,8 +42,10 @@ Asserted (a mismatch stops the benchmark): Spark processed batch j of both strea
 both streamjoin runs emit exactly Spark's rows (batch id, flight rid, weather rid) -- the same
 set, row for row, with the batch that emitted each; Spark's ``numRowsDroppedByWatermark``
 summed = streamjoin's ``dropped_late`` over both streams; Spark's peak ``numRowsTotal`` =
-streamjoin's ``state_rows_peak``.  (State rows after every batch, row for row, are asserted
-against real Spark by ``tests/engines/test_spark_ss_real.py``; the CLI reports only the peak.)
+streamjoin's ``state_rows_peak``; and per batch, Spark's ``numRowsTotal`` and
+``numRowsDroppedByWatermark`` = the state rows and late drops of streamjoin's local engine
+called in this process with the same settings (``per_batch``, untimed: the CLI reports only
+the totals and the peak).
 Medians are printed, with the Spark process / streamjoin process ratio.
 """
 
@@ -165,6 +167,27 @@ def run_ours(root: Path, config: str, args: list[str]) -> dict:
     return rep
 
 
+def per_batch(root: Path, delay_us: int, trigger_us: int) -> tuple[list[int], list[int]]:
+    """streamjoin's state rows and late drops after every batch of the ``--trigger`` run, from its
+    local engine in this process (untimed; the CLI reports only the peak and the totals)."""
+    import numpy as np
+    import polars as pl
+
+    from streamjoin.pipelines.engines.local import join
+    from streamjoin.pipelines.policies import PolicySpec
+    from streamjoin.pipelines.replay import microbatch
+
+    frames = [pl.read_parquet(root / f"{n}.parquet", columns=["origin", "ts", "arrival"]) for n in NAMES]
+    out = join([f["ts"].dt.epoch("us").to_numpy() for f in frames],
+               [f["arrival"].dt.epoch("us").to_numpy() for f in frames],
+               [f.select(pl.col("origin").alias("__key0")) for f in frames], [0, UNITS["h"]],
+               PolicySpec("spark-ss", watermark=(delay_us, delay_us), trigger_us=trigger_us, watermark_policy="min"))
+    mb, dropped = out.decisions.batches, out.decisions.dropped
+    state = microbatch.state_rows(mb, dropped, out.replay.stream, 2, np.arange(mb.batches)).sum(axis=0)
+    drops = np.bincount(mb.batch[dropped], minlength=mb.batches)
+    return state.tolist(), drops.tolist()
+
+
 def check(spark: dict, ours: dict, what: str) -> None:
     assert ours["rows"] == spark["rows"], (
         f"{what}: emitted rows differ: {len(ours['rows'] - spark['rows'])} only streamjoin's, "
@@ -205,9 +228,13 @@ def main() -> None:
             assert sp["data_triggers"] == nb
             check(sp, a, f"--watermark {d} --trigger {args.trigger}")
             check(sp, b, f"--watermark {d} --trigger-files 1")
+            state, drops = per_batch(root, us, trigger_us)
+            assert len(state) == nb and sp["state_rows"][:nb] == state, f"D={d}: state rows per batch differ"
+            assert sp["dropped_rows"][:nb] == drops, f"D={d}: late drops per batch differ"
             print(f"  round {rnd}{' (warm-up)' if rnd == 0 else ''} D={d}: Spark session {sp['session_s']:.2f} s "
                   f"query {sp['query_s']:.2f} s process {sp['process_s']:.2f} s; streamjoin --trigger "
-                  f"{a['wall_s']:.2f} s, --trigger-files {b['wall_s']:.2f} s; emitted {len(sp['rows'])} (identical)",
+                  f"{a['wall_s']:.2f} s, --trigger-files {b['wall_s']:.2f} s; emitted {len(sp['rows'])}; "
+                  "rows, drops and state per batch identical",
                   flush=True)
             if rnd:
                 runs[d]["spark"].append(sp)
@@ -223,7 +250,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d, _ in delays:
         sp, a, b = runs[d]["spark"], runs[d]["trigger"], runs[d]["files"]
-        s_sess, s_q, s_p = med(x["session_s"] for x in sp), med(x["query_s"] for x in sp), med(x["process_s"] for x in sp)
+        s_sess, s_q = med(x["session_s"] for x in sp), med(x["query_s"] for x in sp)
+        s_p = med(x["process_s"] for x in sp)
         o_a, o_b = med(x["wall_s"] for x in a), med(x["wall_s"] for x in b)
         print(f"| {d} | {s_sess:.2f} | {s_q:.2f} | {s_p:.2f} | {o_a:.2f} | {o_b:.2f} | {s_p / o_a:.0f}x | "
               f"{s_q / o_a:.0f}x | {a[0]['truth_results']} | {len(sp[0]['rows'])} | {sp[0]['dropped_late']} | "
