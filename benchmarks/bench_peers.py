@@ -291,14 +291,15 @@ ONCE_FORMS = ["duckdb-range-iejoin"]                      # ~1 min: run once
 SLOW_FORMS = ["duckdb-range", "polars-join_where"]       # minutes: only with --slow, once
 
 
-def run_streamjoin(config: Path, policy_args: list[str], *, results: bool = False) -> dict:
+def run_streamjoin(config: Path, policy_args: list[str], *, results: bool = False, out_dir: Path | None = None) -> dict:
     """bench_core's command as a fresh process: report.json plus wall, user and system CPU, peak RSS.
 
     (User and system time are kept apart: on this VM, system time is mostly first-touch page
-    faults, whose cost depends on the host -- see "Machine" in docs/performance.md.)
+    faults, whose cost depends on the host -- see "Machine" in docs/performance.md.)  ``out_dir``:
+    the run's ``--out`` (kept, e.g. for its results.parquet; a fresh temporary folder otherwise).
     """
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out"
+        out = out_dir or Path(tmp) / "out"
         with open(Path(tmp) / "stderr", "w+") as err:
             t = time.perf_counter()
             proc = subprocess.Popen([*streamjoin_cmd(), "run", str(config), "--engine", "local", "--router", "none",
@@ -362,28 +363,39 @@ def ensure_slice(config: Path, seconds: int, batch_us: int) -> tuple[Path, Path,
     t0 = min(int(f["arrival"].min()) for f in frames.values())
     cut = t0 + seconds * 1_000_000
     nb = -(-seconds * 1_000_000 // batch_us)
-    counts = {}
-    mbase = time.time() - 10 * nb
+    parts = {}
     for name, df in frames.items():
         part = df.filter(pl.col("arrival") < cut)
         part.write_parquet(root / f"{name}.parquet")                      # streamjoin's input: file order kept
-        ordered = part.sort("arrival", maintain_order=True).with_columns(
-            _b=((pl.col("arrival") - t0) // batch_us).cast(pl.Int64))
-        groups = {k[0]: g.drop("_b") for k, g in ordered.partition_by("_b", as_dict=True).items()}
-        (root / "batches" / name).mkdir()
-        counts[name] = []
-        for j in range(nb):
-            g = groups.get(j, ordered.drop("_b").clear())
-            f = root / "batches" / name / f"batch-{j:05d}.parquet"
-            g.write_parquet(f)
-            os.utime(f, (mbase + 10 * j, mbase + 10 * j))                 # FileStreamSource orders by mtime
-            counts[name].append(g.height)
-        assert sum(counts[name]) == part.height
+        parts[name] = part.with_columns(_b=((pl.col("arrival") - t0) // batch_us).cast(pl.Int64))
+    counts = write_batch_files(parts, root / "batches", nb)
     write_toml_streams(config, root / "slice.toml", {"left": "left.parquet", "right": "right.parquet"})
     batches = list(zip(counts["left"], counts["right"]))
     manifest.write_text(json.dumps({"t0_arrival_us": t0, "seconds": seconds, "batch_us": batch_us,
                                     "batches": batches, "source": source}))
     return root / "slice.toml", root / "batches", batches
+
+
+def write_batch_files(parts: dict, dest: Path, nb: int) -> dict[str, list[int]]:
+    """One Parquet file per stream per micro-batch, ``dest/<stream>/batch-<j>.parquet`` for j < ``nb``
+    (empty ones too), rows in arrival order, modification times in batch order (FileStreamSource
+    takes files by mtime).  ``parts``: stream name -> polars frame with each row's batch in ``_b``
+    (dropped from the files).  Returns the rows per batch of each stream."""
+    counts = {}
+    mbase = time.time() - 10 * nb
+    for name, part in parts.items():
+        ordered = part.sort("arrival", maintain_order=True)
+        groups = {k[0]: g.drop("_b") for k, g in ordered.partition_by("_b", as_dict=True).items()}
+        (dest / name).mkdir(parents=True)
+        counts[name] = []
+        for j in range(nb):
+            g = groups.get(j, ordered.drop("_b").clear())
+            f = dest / name / f"batch-{j:05d}.parquet"
+            g.write_parquet(f)
+            os.utime(f, (mbase + 10 * j, mbase + 10 * j))
+            counts[name].append(g.height)
+        assert sum(counts[name]) == part.height, f"{name}: rows outside batches 0..{nb - 1}"
+    return counts
 
 
 def spark_session():
@@ -401,26 +413,40 @@ def spark_session():
     return spark
 
 
-def spark_join(spark, batches_dir: Path, expected: list[tuple[int, int]], W: int, delay_us: int) -> dict:
+def spark_join(spark, batches_dir: Path, expected: list[tuple[int, int]], W: int, delay_us: int, *,
+               schema: str = "key BIGINT, ts BIGINT, arrival BIGINT, value DOUBLE", key: str = "key",
+               ts: str = "ts", windows: tuple[int, int] | None = None, names: tuple[str, str] = ("left", "right"),
+               row: str | None = None) -> dict:
+    """The stream-stream inner join with ``withWatermark(delay)`` on both sides through Spark, batch j =
+    file j of both streams (asserted).  ``ts``: int64 µs.  Band ``r.ts BETWEEN l.ts - W_r AND l.ts + W_l``,
+    ``windows = (W_l, W_r)`` (default ``(W, W)``).  ``row``: a row-id column; then a ``foreachBatch`` sink
+    collects ``rows`` = {(batch id, left row id, right row id)} instead of the ``noop`` sink."""
     from pyspark.sql import functions as F
 
     assert delay_us % 1000 == 0, "Spark watermark delays have millisecond granularity"
-    schema = "key BIGINT, ts BIGINT, arrival BIGINT, value DOUBLE"
+    w_left, w_right = windows or (W, W)
 
     def side(name: str, p: str):
+        extra = [F.col(row).alias(f"{p}row")] if row else []
         return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(batches_dir / name))
-                .select(F.col("key").alias(f"{p}key"), F.expr("timestamp_micros(ts)").alias(f"{p}ts"))
+                .select(*extra, F.col(key).alias(f"{p}key"), F.expr(f"timestamp_micros({ts})").alias(f"{p}ts"))
                 .withWatermark(f"{p}ts", f"{delay_us // 1000} milliseconds"))
 
-    joined = side("left", "l_").join(side("right", "r_"), F.expr(
-        f"l_key = r_key AND r_ts BETWEEN l_ts - INTERVAL {W} MICROSECONDS AND l_ts + INTERVAL {W} MICROSECONDS"))
+    joined = side(names[0], "l_").join(side(names[1], "r_"), F.expr(
+        f"l_key = r_key AND r_ts BETWEEN l_ts - INTERVAL {w_right} MICROSECONDS "
+        f"AND l_ts + INTERVAL {w_left} MICROSECONDS"))
     # not a TemporaryDirectory: Spark's state-store maintenance thread may still write snapshots
     # after the query has stopped; the whole checkpoints/ folder is removed after spark.stop()
     ckpt = PEERS / "checkpoints" / f"delay-{human_us(delay_us)}-{os.getpid()}"
     shutil.rmtree(ckpt, ignore_errors=True)
+    got: list[tuple[int, int, int]] = []
+
+    def collect(df, batch_id):
+        got.extend((batch_id, r["l_row"], r["r_row"]) for r in df.select("l_row", "r_row").collect())
+
     t = time.perf_counter()
-    q = (joined.writeStream.format("noop").option("checkpointLocation", str(ckpt))
-         .trigger(availableNow=True).start())
+    writer = joined.writeStream.foreachBatch(collect) if row else joined.writeStream.format("noop")
+    q = writer.option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
     q.awaitTermination()
     elapsed = time.perf_counter() - t
     progress = list(q.recentProgress)
@@ -429,18 +455,25 @@ def spark_join(spark, batches_dir: Path, expected: list[tuple[int, int]], W: int
     for p in progress:
         srcs = p["sources"]
         if any(s["startOffset"] != s["endOffset"] for s in srcs):
-            by = {("left" if "/left" in s["description"] else "right"): s["numInputRows"] for s in srcs}
-            seen.append((by["left"], by["right"]))
+            by = {(names[0] if s["description"].endswith(f"/{names[0]}]") else names[1]): s["numInputRows"]
+                  for s in srcs}
+            seen.append((by[names[0]], by[names[1]]))
     assert seen == [tuple(b) for b in expected], "Spark triggers did not process batch j of both streams together"
     states = [p["stateOperators"][0]["numRowsTotal"] for p in progress if p["stateOperators"]]
     dropped = sum(p["stateOperators"][0]["numRowsDroppedByWatermark"] for p in progress if p["stateOperators"])
-    return {
-        "emitted": sum(p["sink"]["numOutputRows"] for p in progress),
+    out = {
+        "emitted": len(got) if row else sum(p["sink"]["numOutputRows"] for p in progress),
         "state_peak": max(states), "state_mean": statistics.fmean(states),
         "dropped_late": dropped, "triggers": len(progress), "data_triggers": len(seen),
         "time_s": elapsed,
         "trigger_ms_median": statistics.median(p["durationMs"]["triggerExecution"] for p in progress),
     }
+    if row:
+        out["rows"] = set(got)
+        op = [p["stateOperators"][0] if p["stateOperators"] else {} for p in progress]
+        out["state_rows"] = [o.get("numRowsTotal") for o in op]
+        out["dropped_rows"] = [o.get("numRowsDroppedByWatermark") for o in op]
+    return out
 
 
 def slice_pairs(root: Path, W: int):
