@@ -13,7 +13,6 @@ tuned for the recall target (:mod:`~streamjoin.pipelines.config.variants`).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -29,16 +28,16 @@ from ..base.version import tool_version
 from ..config.variants import DEFAULT_ROLES, Variant, variant_policy
 from ..engines.local import join
 from ..io.load import bad_arrivals_of, load_all
-from ..io.output import AtomicOutput, locks_out
-from ..policies import SORTING, SYMMETRIC, PolicySpec
+from ..io.output import locks_out
+from ..policies import SYMMETRIC, PolicySpec
 from ..replay.candidates import key_ids
 from ..replay.emit import emission
 from ..replay.predicates import space_of, where_of
 from ..replay.progress import decide, memory_per_stream
 from ..report import compare as contract
 from ..report import html as report_html
-from ..report.json import calendar_origin, json_safe
-from .run import arrival_span, resolve_period
+from ..report.json import calendar_origin
+from .run import arrival_span, publish_json_and_html, resolve_period
 
 #: recall target of the tuned policy and of "periods meeting the target" when the job has none
 DEFAULT_RECALL = 0.99
@@ -233,16 +232,8 @@ def run_compare(cfg, variants: list[Variant], *, command: str = "compare") -> di
         "causes": {k: CAUSE_DEFINITIONS[k] for k in CAUSES},
         "notes": notes, "policies": rows,
     }
-    with AtomicOutput(cfg.out, "compare") as staging:
-        t0 = time.perf_counter()
-        (staging / "compare.html").write_text(report_html.render_compare(result), encoding="utf-8")
-        timings["html"] = time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - started
-        result["timings_s"] = timings
-        result["outputs"] = {"compare": str(cfg.out / "compare.json"), "html": str(cfg.out / "compare.html")}
-        contract.validate(result)
-        # compare.json last: its presence means the rest is complete
-        (staging / "compare.json").write_text(json.dumps(json_safe(result), indent=2) + "\n")
+    publish_json_and_html(cfg.out, "compare", "compare", result, report_html.render_compare, started=started,
+                          timings=timings, validate=contract.validate)
     return result
 
 

@@ -8,6 +8,7 @@ and plain log lines in cron.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -54,6 +55,23 @@ def arrival_span(streams: list[LoadedStream]) -> tuple[int | None, int | None]:
     if not nonempty:
         return None, None
     return min(int(a.min()) for a in nonempty), max(int(a.max()) for a in nonempty)
+
+
+def publish_json_and_html(out, kind: str, name: str, result: dict, html: str, *, started: float,
+                          timings: dict[str, float], validate=None) -> None:
+    """Publish ``NAME.html`` and ``NAME.json`` atomically under ``out`` (tune-buffer, compare):
+    the page first, then the JSON with the timings and outputs -- its presence means the
+    rest is complete.  ``html`` renders the page from ``result``; ``validate`` checks the JSON."""
+    with AtomicOutput(out, kind) as staging:
+        t0 = time.perf_counter()
+        (staging / f"{name}.html").write_text(html(result), encoding="utf-8")
+        timings["html"] = time.perf_counter() - t0
+        timings["total"] = time.perf_counter() - started
+        result["timings_s"] = timings
+        result["outputs"] = {name: str(out / f"{name}.json"), "html": str(out / f"{name}.html")}
+        if validate is not None:
+            validate(result)
+        (staging / f"{name}.json").write_text(json.dumps(report_json.json_safe(result), indent=2) + "\n")
 
 
 def resolve_period(cfg: RunConfig, streams: list[LoadedStream]) -> RunConfig:

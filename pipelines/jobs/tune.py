@@ -5,7 +5,6 @@ and ``tune.html`` atomically."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -18,12 +17,12 @@ from ..base.version import tool_version
 from ..config.settings import check_recall
 from ..engines.local import join
 from ..io.load import load_all
-from ..io.output import AtomicOutput, locks_out
+from ..io.output import locks_out
 from ..policies import PolicySpec
 from ..replay.predicates import space_of, where_of
 from ..report import html as report_html
-from ..report.json import calendar_origin, json_safe
-from .run import arrival_span, resolve_period
+from ..report.json import calendar_origin
+from .run import arrival_span, publish_json_and_html, resolve_period
 
 
 @locks_out("tune-buffer")  # the whole job holds the lock of --out (a second run exits 4)
@@ -84,13 +83,6 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     head = {"schema_version": 1, "kind": "tune-buffer", "tool_version": tool_version(), "command": command,
             "config": config}
     result = {**head, **result}
-    with AtomicOutput(cfg.out, "tune-buffer") as staging:
-        t0 = time.perf_counter()
-        (staging / "tune.html").write_text(report_html.render_tune(result), encoding="utf-8")
-        timings["html"] = time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - started
-        result["timings_s"] = timings
-        result["outputs"] = {"tune": str(cfg.out / "tune.json"), "html": str(cfg.out / "tune.html")}
-        # tune.json last: its presence means the rest is complete
-        (staging / "tune.json").write_text(json.dumps(json_safe(result), indent=2) + "\n")
+    publish_json_and_html(cfg.out, "tune-buffer", "tune", result, report_html.render_tune, started=started,
+                          timings=timings)
     return result
