@@ -3,7 +3,7 @@
 ``pipelines/`` is a stack of layers; a module may import from its own layer
 or from a layer below it, never from one above::
 
-    base -> policies -> config -> io -> replay -> analysis -> route
+    base -> policies -> config -> io -> replay -> capacity -> analysis -> route
          -> engines -> report -> jobs -> nightly -> tools        (cli/ on top)
 
 Every ``import`` statement counts, function-local ones included (a lazy
@@ -23,7 +23,7 @@ PIPELINES = ROOT / "pipelines"
 PKG = "streamjoin.pipelines"
 
 #: lowest first; a module may import its own layer or a lower one
-LAYERS = ("base", "policies", "config", "io", "replay", "analysis", "route", "engines", "report", "jobs",
+LAYERS = ("base", "policies", "config", "io", "replay", "capacity", "analysis", "route", "engines", "report", "jobs",
           "nightly", "tools")
 MAX_LINES = 700
 

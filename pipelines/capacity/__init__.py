@@ -1,0 +1,9 @@
+"""Finite machines (issue 20): what an online join with bounded CPU and memory does.
+
+The SPEC's operators (replay/) assume infinite capacity: a tuple is processed
+the instant it arrives and no buffer ever fills.  This layer models the
+machine under them -- processing queues, bounded buffers and load shedding
+(seeds 000, 002), flow control (seed 001) -- as pure column functions over the
+replay's arrival order.  It sits above ``replay`` (it may use its orders and
+facts) and below ``analysis`` (metrics report what capacity cost).
+"""
