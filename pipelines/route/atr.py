@@ -86,7 +86,8 @@ class AtrPlan:
     def to_dict(self) -> dict:
         return {"segments": int(len(self.start)), "segment_us_mean": float(np.mean(self.lengths)) if self.lengths else None,
                 "role_switches": self.switches, "adaptations": len(self.adaptations),
-                "masters": sorted({int(m) for m in self.master})}
+                "masters": sorted({int(m) for m in self.master}),
+                "segment_partitions": [int(p) for p in self.part]}
 
 
 def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weights=(1.0, 1.0, 1.0),

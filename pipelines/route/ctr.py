@@ -103,7 +103,8 @@ class CtrPlan:
 
     def to_dict(self) -> dict:
         return {"segment_us": int(self.T), "segments_per_stream": int(self.slots), "routing_table_peak": int(self.table_peak),
-                "probe_orders": [list(map(int, o)) for o in self.orders]}
+                "probe_orders": [list(map(int, o)) for o in self.orders],
+                "segment_hosts": [list(map(int, h)) for h in self.host]}
 
 
 def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, order: Sequence[int],
