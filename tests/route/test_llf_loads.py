@@ -17,7 +17,8 @@ from helpers.adapters import key_frames, local_engine
 from helpers.strategies import ref_streams
 
 from streamjoin.pipelines.engines.spark.engine import spark_join
-from streamjoin.pipelines.engines.spark.routing import RouteSettings
+from streamjoin.pipelines.engines.spark.routing import RouteSettings, make_route_plans
+from streamjoin.pipelines.replay.probe_order import probe_order
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.route import BIG, Capacity, atr, ctr, histogram, place
 
@@ -217,9 +218,8 @@ def test_measured_loads_equal_a_per_tuple_count(data, router, partitions, segmen
     out = spark_join(ts, ar, key_frames(streams), windows, PolicySpec("none"), plane="local", settings=settings_)
     if not any(len(t) for t in ts):
         return
-    hist = histogram(ts)
-    plan = (atr.plan(hist, windows, segment, partitions, weights, costs=costs) if router == "atr" else
-            ctr.plan(hist, windows, segment, partitions, [0, 1], weights, costs=costs))
+    probe = probe_order(ts, key_frames(streams), list(windows), None)   # as the engine plans
+    plan = make_route_plans(ts, list(windows), settings_, probe.order, probe.selectivity)[0][router][0]
     assert plan.to_dict() == {k: out.routing[router][k] for k in plan.to_dict()}   # the engine's plan
     stored, tuples_in, received = atr_reference(plan, ts, windows) if router == "atr" else ctr_reference(plan, ts)
     nonempty = [t for t in ts if len(t)]
