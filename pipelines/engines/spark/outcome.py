@@ -1,7 +1,8 @@
 """The Spark engine's outcome on the driver: the collected combinations turned
 into the local engine's :class:`~streamjoin.pipelines.engines.local.JoinOutcome`
 (:func:`outcome_from`), the driver-side predicates (:func:`post_filter`) and
-the ``routing`` section of ``report.json`` (:func:`routing_report`).
+the ``routing`` section of ``report.json`` (:func:`routing_report`, with each
+partition's measured cpu / mem / net from :func:`partition_use`).
 """
 
 from __future__ import annotations
@@ -121,15 +122,11 @@ def partition_use(router: str, plan, res: PlaneResult, ts, windows, span_us: flo
 
 
 def routing_report(router: str, partitions: int, res: PlaneResult, N: int, duration_s: float, predicted: float,
-                   weights, extra: dict, use: np.ndarray | None = None, capacity: Capacity | None = None,
+                   weights, extra: dict, use: np.ndarray, capacity: Capacity | None = None,
                    costs=DEFAULT_COSTS) -> dict:
     """``report.json``'s ``routing``: per partition the measured use of cpu, mem
     and net (``use``, :func:`partition_use`), each over its capacity (Phi), and
     the LLF load ``w = sum w_R Phi_R`` (weights normalised to sum 1)."""
-    P = max(res.stats) + 1 if res.stats else 1
-    if use is None:   # no tuples' times given: tuples received stand for all three
-        n_in = np.array([res.stats.get(p, {}).get("n_in", 0) for p in range(P)], float)
-        use = np.vstack([n_in, n_in, n_in])
     P = use.shape[1]
     cap = (capacity or Capacity()).of(use.sum(axis=1) / max(P, 1))
     loads = Loads(P, tuple(weights), cap, *use)
