@@ -32,7 +32,7 @@ from typing import Any
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
-                      parse_distance, parse_weights)
+                      parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -55,7 +55,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
             "interval", "granularity", "basic_window", "triggers",
             # Spark engine and routing (pipelines/engines/spark/, pipelines/route/)
-            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
+            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment", "partition_capacity",
             # bounded-memory local engine (pipelines/jobs/chunked.py)
             "chunk_rows",
             # bad input (pipelines/io/load.py)
@@ -120,6 +120,8 @@ class RunConfig:
     spark_conf: tuple[tuple[str, str], ...] = ()
     segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
     load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    # LLF capacity per partition of cpu, mem, net (None: the fair share), --partition-capacity
+    partition_capacity: tuple[float | None, float | None, float | None] = (None, None, None)
     adapt_segment: bool = False
     # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/jobs/chunked.py)
     chunk_rows: int | None = None
@@ -188,6 +190,7 @@ class Flags:
     spark_conf: list[str] = field(default_factory=list)   # KEY=VALUE
     segment: str | None = None
     load_weights: str | None = None
+    partition_capacity: str | None = None
     adapt_segment: bool = False
     chunk_rows: int | None = None
     max_quarantine: float | None = None
@@ -609,7 +612,8 @@ def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> Run
 
 
 def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
-    """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``, ``--adapt-segment``."""
+    """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``,
+    ``--partition-capacity``, ``--adapt-segment``."""
     out: dict[str, Any] = {}
     master = flags.master or run.get("master")
     if master is not None:
@@ -639,6 +643,9 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
     weights = flags.load_weights or run.get("load_weights")
     if weights is not None:
         out["load_weights"] = parse_weights(weights if isinstance(weights, str) else [float(x) for x in weights])
+    capacity = flags.partition_capacity or run.get("partition_capacity")
+    if capacity is not None:
+        out["partition_capacity"] = parse_partition_capacity(capacity)
     out["adapt_segment"] = bool(flags.adapt_segment or run.get("adapt_segment", False))
     return out
 

@@ -34,6 +34,21 @@ def target_line(report: dict[str, Any], fail_under_target: bool) -> str | None:
     return f"target: missed (recall {recall} < {target:g}); exit 0 (with --fail-under-target: exit 3)"
 
 
+ROUTING_COLUMNS = ["partition", "cpu /s", "Φ cpu", "mem", "Φ mem", "net /s", "Φ net", "load w"]
+
+
+def routing_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Per partition of a routed run: each resource's use and Φ = use / capacity, and
+    the LLF load (docs/semantics.md, "Load of a partition"); none for one machine."""
+    rows = []
+    for p in report["routing"].get("per_partition") or []:
+        if "phi_cpu" not in p:
+            continue
+        rows.append([str(p["partition"]), f"{p['cpu']:,.4g}", f"{p['phi_cpu']:.3f}", f"{p['mem']:,.4g}",
+                     f"{p['phi_mem']:.3f}", f"{p['net']:,.4g}", f"{p['phi_net']:.3f}", f"{p['load']:.3f}"])
+    return rows
+
+
 def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> list[str]:
     """Plain-text summary (cron logs, pipes): one fact per line."""
 
@@ -61,6 +76,9 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
             f"delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} max {format_duration(d['max'])} "
             f"dropped_late {s['dropped_late']} expired_on_arrival {s['expired_on_arrival']}"
         )
+    for row in routing_rows(report):
+        lines.append("partition " + row[0] + ": " + " ".join(f"{c.replace(' /s', '/s')} {v}"
+                                                           for c, v in zip(ROUTING_COLUMNS[1:], row[1:])))
     bounded = report.get("bounded")
     if bounded:
         lines.append(f"bounded memory: {bounded['chunks']} chunks of ~{bounded['chunk_rows']:,} tuples, "
@@ -191,6 +209,9 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
                      f"{s['dropped_late']:,}", f"{s['expired_on_arrival']:,}"])
     console.print(*fitted_tables("streams", ["stream", "rows", "quarantined", "rate", "delay p50", "delay p95",
                                              "delay max", "dropped late", "expired"], rows, width))
+    rows = routing_rows(report)
+    if rows:
+        console.print(*fitted_tables("partitions (use, Φ = use / capacity)", ROUTING_COLUMNS, rows, width))
     rows, hidden = worst_period_rows(report)
     if len(rows) > 1 or hidden:
         console.print(*fitted_tables("periods" if not hidden else "worst periods",
