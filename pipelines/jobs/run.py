@@ -157,8 +157,10 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             cfg = replace(cfg, policy=policy)
         # seed 001 flow control: the join sees each tuple when its unit admits it (capacity/flow.py)
         original, flow = streams, None
-        if cfg.flow_control is not None:
+        if cfg.flow_control is not None:   # timed apart too (timings_s.flow_control, part of load)
+            t0 = time.perf_counter()
             flow = delay_arrivals([s.arrival for s in streams], cfg.flow_control)
+            stages.timings["flow_control"] = time.perf_counter() - t0
             streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
