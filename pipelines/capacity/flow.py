@@ -176,17 +176,34 @@ def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequ
         ins.append(got)
         m += 1
     admitted = np.asarray(ins, dtype=np.int64).reshape(m, n)
-    out = []
-    for j in range(n):
-        cum = np.cumsum(admitted[:, j])
-        when = np.searchsorted(cum, np.arange(sizes[j]), side="right")   # the interval that admits FIFO tuple k
-        late = np.maximum(fifo[j], t0 + D * when.astype(np.int64))
-        delayed = np.empty(sizes[j], dtype=np.int64)
-        delayed[order[j]] = late
-        out.append(delayed)
+    out = [np.empty(s, dtype=np.int64) for s in sizes]
+    if min_flow:   # one FIFO: paced over the interval by all the units' admissions
+        late = paced(times[glob], admitted.sum(axis=1), t0, D)
+        placed = np.empty(N, dtype=np.int64)
+        placed[glob] = late
+        for j in range(n):
+            out[j][order[j]] = placed[offsets[j]:offsets[j + 1]]
+    else:          # a FIFO per unit
+        for j in range(n):
+            out[j][order[j]] = paced(fifo[j], admitted[:, j], t0, D)
     return FlowOutcome(out, t0, D, np.asarray(occ, dtype=np.float64).reshape(m + 1, n),
                        np.asarray(rates, dtype=np.float64).reshape(m, n),
                        np.asarray(procs, dtype=np.float64).reshape(m, n), admitted, c)
+
+
+def paced(arrival: np.ndarray, admitted: np.ndarray, t0: int, D: int) -> np.ndarray:
+    """When each tuple of a FIFO (``arrival`` in FIFO order) reaches the join, given how many it
+    admits per interval: the ``i``-th tuple admitted in interval ``m`` (0-based, of ``a_m``) that
+    waited (arrived before ``t_m``) leaves at ``t_m + floor(i·Δt / a_m)``, one that did not at its
+    arrival, and no tuple overtakes the one before it (running maximum)."""
+    if len(arrival) == 0:
+        return arrival.astype(np.int64)
+    cum = np.cumsum(admitted)
+    when = np.searchsorted(cum, np.arange(len(arrival)), side="right")   # the interval admitting each
+    start = t0 + D * when.astype(np.int64)
+    rank = np.arange(len(arrival), dtype=np.int64) - (cum[when] - admitted[when])
+    slot = start + rank * D // admitted[when]
+    return np.maximum.accumulate(np.where(arrival < start, slot, arrival))
 
 
 def end_to_end_latency(emit_us: np.ndarray, rows: Sequence[np.ndarray], original: Sequence[np.ndarray]) -> np.ndarray:

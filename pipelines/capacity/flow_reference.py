@@ -44,6 +44,7 @@ def reference_flow(arrivals: Sequence[Sequence[int]], fc: FlowControl,
     past_r = [[] for _ in range(n)]      # r_max,j(m)
     past_rho = [[] for _ in range(n)]    # ρ_j(m)
     rate, processing, admitted = [], [], []
+    last_out = {}   # per FIFO: when its last tuple left
     m = 0
     while waiting:
         start, end = t0 + m * dt, t0 + (m + 1) * dt
@@ -71,18 +72,34 @@ def reference_flow(arrivals: Sequence[Sequence[int]], fc: FlowControl,
         got = [0] * n
         still = []
         blocked = False
+        passed = []   # admitted this interval, in FIFO order
         for t, j, i in waiting:
             if t >= end or blocked:
                 still.append((t, j, i))
                 continue
             if got[j] < credit[j]:
                 got[j] += 1
-                delayed[j][i] = max(t, start)
+                passed.append((t, j, i))
             else:
                 still.append((t, j, i))
                 if fc.policy == "min-flow":
                     blocked = True   # head of line: nothing behind it moves this interval
         waiting = still
+        # pacing: the k-th tuple of a FIFO admitted this interval, if it waited, leaves at
+        # start + k*dt // (admitted by that FIFO); none overtakes the one before it in its FIFO
+        fifo_of = (lambda j: 0) if fc.policy == "min-flow" else (lambda j: j)
+        count = {}
+        for t, j, i in passed:
+            count[fifo_of(j)] = count.get(fifo_of(j), 0) + 1
+        seen = {}
+        for t, j, i in passed:
+            f = fifo_of(j)
+            k = seen.get(f, 0)
+            seen[f] = k + 1
+            when = start + k * dt // count[f] if t < start else t
+            when = max(when, last_out.get(f, when))
+            last_out[f] = when
+            delayed[j][i] = when
         for j in range(n):
             before = b[j] + got[j]
             done = min(rho_m[j], before)
