@@ -84,15 +84,36 @@ def print_flow_table(rows: list[dict], load: float) -> None:
               f"| {rep['timings_s'].get('flow_control', 0):.2f} | {rep['wall_s']:.2f} |")
 
 
+def flow_cost(config: Path, spec: str, runs: int, factor: float = 1.0) -> None:
+    """Whole-process wall time with and without flow control (capacity = ``factor`` x load),
+    alternating runs; medians, and the model's own time (``timings_s.flow_control``)."""
+    import statistics
+
+    load = load_per_s(config)
+    fc = f"buffer={max(1, round(2 * load * INTERVAL_MS / 1000))},rate={factor * load:.0f},interval={INTERVAL_MS}ms"
+    plain, flow = [], []
+    for _ in range(runs + 1):   # the first pair is a warm-up
+        plain.append(one_run(config, _policy_args(spec)))
+        flow.append(one_run(config, [*_policy_args(spec), "--flow-control", fc]))
+    plain, flow = plain[1:], flow[1:]
+    wp, wf = statistics.median(r["wall_s"] for r in plain), statistics.median(r["wall_s"] for r in flow)
+    model = statistics.median(r["timings_s"]["flow_control"] for r in flow)
+    print(f"\n{spec}, capacity {factor:g}x load, {runs} alternating runs each (medians): "
+          f"wall without {wp:.2f} s, with --flow-control {wf:.2f} s (ratio {wf / wp:.2f}); "
+          f"the model itself {model:.3f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=0.1, help="core data row-count multiplier (1.0: 2M + 1M tuples)")
     ap.add_argument("--policy", action="append", help="NAME[:SETTING], e.g. kslack:50ms, static:50ms, mpkslack "
                                                       "(default: kslack:50ms and static:50ms)")
+    ap.add_argument("--runs", type=int, default=5, help="alternating runs for the cost line")
     args = ap.parse_args()
     config = ensure_data(args.scale)
     policies = args.policy or ["kslack:50ms", "static:50ms"]
     print_flow_table(flow_control_rows(config, policies), load_per_s(config))
+    flow_cost(config, policies[0], args.runs)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,12 @@ Time is cut into control intervals ``[t_m, t_m + Δt)``, ``t_m = t_0 + m·Δt``
 4. processes ``p_j(m) = min(ρ_j(m), b_j(m) + in_j(m))`` and moves its buffer by
    seed equation 7: ``b_j(m+1) = b_j(m) + in_j(m) - p_j(m)`` (in ``[0, B]``).
 
-A tuple admitted in interval ``m`` arrives at the join at
-``max(its arrival, t_m)``: never earlier than it came, and unchanged when the
-credit was there on its arrival.  The interval loop (a loop over intervals,
-not tuples) counts admissions; which tuple gets which interval is then one
-``searchsorted`` per stream.  :mod:`.flow_reference` is the independent
+A tuple that finds credit on arrival reaches the join unchanged; one that
+waited leaves paced over the interval that admits it, in FIFO order
+(:func:`paced`): never earlier than it came, never before the tuple ahead of
+it.  The interval loop (a loop over intervals, not tuples) counts admissions;
+which tuple gets which interval and slot is then a ``searchsorted`` and a
+running maximum per FIFO.  :mod:`.flow_reference` is the independent
 per-tuple replay the tests compare this with.  Rules and sources:
 docs/semantics.md, "Flow control (seed 001)".
 """
