@@ -547,6 +547,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
     flow_raw = flags.flow_control if flags.flow_control is not None else run.get("flow_control")
     flow = parse_flow_control(flow_raw) if flow_raw is not None else None
+    if flow is not None and output_kind in ("tune-buffer", "compare"):
+        raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
+                         "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
     if flow is not None and engine == "spark":
         if flags.engine or run.get("engine"):
             raise InputError("--flow-control runs on --engine local for now")

@@ -191,3 +191,20 @@ def test_settings_parse_the_seed_names() -> None:
     assert fc == FlowControl(buffer=100, rate=2500.5, target=30.0, interval_us=5000, policy="min-flow",
                              lambdas=(0.5, 0.2), mus=(0.1,), surge=0.25, bucket=3.0)
     assert parse_flow_control("buffer=9,rate=1").b0 == 4.5   # default b0 = B / 2
+
+
+def test_toml_flow_control_flags_win_and_other_commands_refuse_it(tmp_path) -> None:
+    from streamjoin.pipelines.config.settings import Flags, resolve
+
+    toml = tmp_path / "job.toml"
+    toml.write_text('[run]\npolicy = "none"\nout = "o"\nflow_control = "buffer=10,rate=100,policy=min-flow"\n'
+                    '[[stream]]\nname = "a"\npath = "a.parquet"\nwindow = "1ms"\n'
+                    '[[stream]]\nname = "b"\npath = "b.parquet"\nwindow = "1ms"\n')
+    cfg = resolve(toml, Flags(out=str(tmp_path / "o1")))
+    assert cfg.flow_control == FlowControl(buffer=10, rate=100.0, policy="min-flow")
+    assert cfg.to_dict()["flow_control"]["target"] == 5.0
+    cfg = resolve(toml, Flags(out=str(tmp_path / "o2"), flow_control="buffer=20,rate=5"))
+    assert cfg.flow_control == FlowControl(buffer=20, rate=5.0)
+    for kind in ("tune-buffer", "compare"):
+        with pytest.raises(InputError, match=f"flow_control: {kind} replays"):
+            resolve(toml, Flags(out=str(tmp_path / f"o-{kind}")), output_kind=kind)
