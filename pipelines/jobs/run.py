@@ -182,6 +182,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         em = outcome.emission
         at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
         em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
+        if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the padded rows too
+            em.outer.latency_us = em.outer.emit_us - original[em.outer.stream].arrival[em.outer.row]
     with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
         # the HTML report's series (memory, latency histogram, tuning curve)
         # are independent of the metrics: compute them alongside

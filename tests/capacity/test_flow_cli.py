@@ -107,3 +107,18 @@ def test_flow_control_with_chunks_spark_or_nightly_is_refused(data: Path) -> Non
     for extra in (["--chunk-rows", "1000"], ["--engine", "spark"], ["--date", "2024-01-01"]):
         proc = run_cli(["run", *ARGS, *extra, "--flow-control", "buffer=10,rate=5", "--out", "bad"], data, ok=False)
         assert proc.returncode == 2 and "--flow-control" in proc.stderr
+
+
+def test_outer_join_padded_rows_count_latency_from_their_own_arrival(data: Path) -> None:
+    args = ["--stream", "a=a.parquet", "--stream", "b=b.parquet", "--arrival", "arrival", "--unit", "us",
+            "--key", "key", "--window", "5ms", "--policy", "spark-ss", "--watermark", "20ms", "--trigger", "100ms",
+            "--join", "left", "--engine", "local"]
+    run_cli(["run", *args, "--flow-control", "buffer=50,rate=2500", "--out", "outer"], data)
+    r = _report(data / "outer")
+    res = pl.read_parquet(data / "outer" / "results.parquet")
+    padded = res.filter(pl.col("b_row").is_null())
+    assert r["outer_join"]["rows"] == len(padded) > 0
+    assert (padded["latency_us"] == padded["emit_us"] - padded["a_arrival_us"]).all()
+    paired = res.filter(pl.col("b_row").is_not_null())
+    newest = np.maximum(paired["a_arrival_us"].to_numpy(), paired["b_arrival_us"].to_numpy())
+    assert (paired["latency_us"].to_numpy() == paired["emit_us"].to_numpy() - newest).all()
