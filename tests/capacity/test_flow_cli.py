@@ -56,10 +56,12 @@ def test_without_the_option_nothing_changes_and_ample_capacity_changes_nothing(d
 
 def test_flow_control_report_page_and_results(data: Path) -> None:
     # 2,500 tuples/s of service for ~3,500 tuples/s of input: back-pressure builds up
-    run_cli(["run", *ARGS, "--flow-control", "buffer=50,rate=2500,interval=5ms,policy=max-flow,lambda=0.5:0.1,mu=0.2",
-             "--out", "slow"], data)
+    proc = run_cli(["run", *ARGS, "--flow-control", "buffer=50,rate=2500,interval=5ms,policy=max-flow,lambda=0.5:0.1,"
+                    "mu=0.2", "--out", "slow"], data)
     r = _report(data / "slow")
     f = r["flow_control"]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("flow_control: "))
+    assert f"max-flow, {f['added_delay_us']['all']['delayed']:,} tuples delayed" in line
     assert f["settings"] == {"buffer": 50, "rate": 2500.0, "target": 25.0, "interval_us": 5000, "policy": "max-flow",
                              "lambdas": [0.5, 0.1], "mus": [0.2], "surge": 0.0, "bucket": 2.0}
     assert r["config"]["flow_control"] == f["settings"]
