@@ -108,6 +108,9 @@ def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequ
     t0 = min(int(f[0]) for f in fifo if len(f))
     last = max(int(f[-1]) for f in fifo if len(f))
     span = (last - t0) // D + 1           # intervals in which tuples arrive
+    if span > MAX_INTERVALS:
+        raise InputError(f"--flow-control interval={D}us: the arrivals span {span:,} control intervals, more than "
+                         f"{MAX_INTERVALS:,}; give interval= of at least {-(-(last - t0) // MAX_INTERVALS)}us")
     bounds = t0 + D * np.arange(1, span + 1, dtype=np.int64)
     arrived = [np.searchsorted(f, bounds, side="left").tolist() for f in fifo]   # arrived before t_{m+1}
     min_flow = fc.policy == "min-flow"

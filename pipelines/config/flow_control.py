@@ -26,6 +26,8 @@ POLICIES = ("max-flow", "min-flow")
 KEYS = ("buffer", "target", "rate", "interval", "policy", "lambda", "mu", "surge", "bucket")
 #: default control period Δt
 DEFAULT_INTERVAL_US = 10_000
+#: the longest control period (keeps the pacing arithmetic, slot = t_m + i·Δt / a_m, inside int64)
+MAX_INTERVAL_US = 86_400_000_000
 DEFAULT_LAMBDA = (0.5,)
 DEFAULT_BUCKET = 2.0
 
@@ -103,8 +105,8 @@ def parse_flow_control(text: Any) -> FlowControl:
         raise InputError(f"--flow-control {text!r}: target={raw['target']}: expected 0 <= b0 <= buffer ({buffer})")
     interval = parse_duration(raw["interval"], what="--flow-control interval") if "interval" in raw \
         else DEFAULT_INTERVAL_US
-    if interval <= 0:
-        raise InputError(f"--flow-control {text!r}: interval={raw['interval']}: expected a duration > 0")
+    if not 0 < interval <= MAX_INTERVAL_US:
+        raise InputError(f"--flow-control {text!r}: interval={raw['interval']}: expected a duration > 0 and <= 1d")
     policy = raw.get("policy", "max-flow")
     if policy not in POLICIES:
         raise InputError(f"--flow-control {text!r}: policy={policy}: expected one of {', '.join(POLICIES)}")

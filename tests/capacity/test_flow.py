@@ -178,6 +178,7 @@ def test_end_to_end_latency_counts_from_the_original_arrival() -> None:
     ("buffer=10,rate=5,interval=5", "interval"),
     ("buffer=10,rate=5,surge=1", "surge=1"),
     ("buffer=10,rate=5,rate=6", "given twice"),
+    ("buffer=10,rate=5,interval=2d", "interval=2d"),
 ])
 def test_bad_settings_are_one_line_input_errors(text, message) -> None:
     with pytest.raises(InputError) as exc:
@@ -208,3 +209,9 @@ def test_toml_flow_control_flags_win_and_other_commands_refuse_it(tmp_path) -> N
     for kind in ("tune-buffer", "compare"):
         with pytest.raises(InputError, match=f"flow_control: {kind} replays"):
             resolve(toml, Flags(out=str(tmp_path / f"o-{kind}")), output_kind=kind)
+
+
+def test_a_span_of_too_many_intervals_is_refused_before_any_work() -> None:
+    year = 365 * 86_400_000_000
+    with pytest.raises(InputError, match="give interval= of at least 6307200us"):
+        delay_arrivals([np.array([0, year], dtype=np.int64)], FlowControl(buffer=5, rate=10.0, interval_us=1000))
