@@ -31,6 +31,7 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
+from .flow_control import FlowControl, parse_flow_control
 from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
                       parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
@@ -63,7 +64,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "trigger_files", "watermark_policy", "join",
             # flink: Flink interval join emulation (pipelines/policies/flink.py)
-            "watermark_interval", "idleness")
+            "watermark_interval", "idleness",
+            # seed 001 flow control (pipelines/capacity/flow.py)
+            "flow_control")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -127,6 +130,8 @@ class RunConfig:
     chunk_rows: int | None = None
     # largest share of a stream's rows that may be quarantined (pipelines/io/load.py, check_quarantine)
     max_quarantine: float = MAX_QUARANTINE
+    # --flow-control: seed 001's back-pressure delays arrivals (pipelines/capacity/flow.py); None: off
+    flow_control: FlowControl | None = None
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -146,6 +151,10 @@ class RunConfig:
                 d["policy"].pop(key, None)
         if d["policy"].get("join") == "inner":   # left out, so a nightly config hash stays what it was
             d["policy"].pop("join")
+        if self.flow_control is None:   # off: left out, so the report is what it was
+            d.pop("flow_control")
+        else:
+            d["flow_control"] = self.flow_control.to_dict()
         for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
             if stream.get("watermark_us") is None:
                 stream.pop("watermark_us", None)
@@ -195,6 +204,7 @@ class Flags:
     chunk_rows: int | None = None
     max_quarantine: float | None = None
     optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
+    flow_control: str | None = None   # KEY=VALUE,... (pipelines/config/flow_control.py)
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -538,6 +548,15 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     if policy_name in ("spark-ss", "flink") and engine == "spark" and not (flags.engine or run.get("engine")):
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
+    flow_raw = flags.flow_control if flags.flow_control is not None else run.get("flow_control")
+    flow = parse_flow_control(flow_raw) if flow_raw is not None else None
+    if flow is not None and output_kind in ("tune-buffer", "compare"):
+        raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
+                         "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
+    if flow is not None and engine == "spark":
+        if flags.engine or run.get("engine"):
+            raise InputError("--flow-control runs on --engine local for now")
+        engine = "local"   # the default engine with flow control, not the user's choice
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -575,7 +594,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
+    if flow is not None and chunk_rows:
+        raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
     return RunConfig(
+        flow_control=flow,
         chunk_rows=chunk_rows,
         max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
         **spark_settings,

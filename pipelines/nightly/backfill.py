@@ -397,6 +397,9 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
             refused = nightly_refusal(cfg.policy)
             if refused:
                 raise InputError(refused)
+            if cfg.flow_control is not None:
+                raise InputError("--flow-control: nightly runs do not carry the units' buffers across days yet; "
+                                 "run the whole range without --date / --from")
             return body(cfg, log)
         except StreamjoinError as exc:
             guard.hold()

@@ -69,6 +69,8 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
         lines.append(f"period: {_period_line(report)}")
     if report.get("outer_join"):
         lines.append(f"outer_rows: {_outer_line(report['outer_join'])}")
+    if report.get("flow_control"):
+        lines.append(f"flow_control: {flow_line(report['flow_control'])}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -90,6 +92,15 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
     if report["outputs"].get("report_html"):
         lines.append(f"report_html: {report['outputs']['report_html']}")
     return lines
+
+
+def flow_line(flow: dict[str, Any]) -> str:
+    """``--flow-control``: the forwarding policy, tuples delayed and the delay back-pressure added."""
+    d = flow["added_delay_us"]["all"]
+    if d["max"] is None:
+        return f"{flow['settings']['policy']}, no tuples"
+    return (f"{flow['settings']['policy']}, {d['delayed']:,} tuples delayed, added delay p50 "
+            f"{format_duration(d['p50'])} p99 {format_duration(d['p99'])} max {format_duration(d['max'])}")
 
 
 def _outer_line(outer: dict[str, Any]) -> str:
@@ -196,6 +207,8 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
         head.append(["period", _period_line(report)])
     if report.get("outer_join"):
         head.append(["outer rows (null-padded)", _outer_line(report["outer_join"])])
+    if report.get("flow_control"):
+        head.append(["flow control (seed 001)", flow_line(report["flow_control"])])
     total = report["timings_s"].get("total")
     if total is not None:
         head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])
