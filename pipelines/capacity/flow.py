@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import InputError
-from ..config.flow_control import FlowControl
+from ..config.flow_control import MAX_DEFAULT_INTERVALS, FlowControl
 
 #: the interval loop refuses to run longer than this (choose a larger interval=)
 MAX_INTERVALS = 5_000_000
@@ -92,11 +92,18 @@ def default_shares(sizes: Sequence[int]) -> np.ndarray:
     return np.full(n, 1.0 / n) if total == 0 else np.asarray(sizes, dtype=np.float64) / total
 
 
+def span_of(arrivals: Sequence[np.ndarray]) -> int:
+    """Last arrival minus first, over every stream (0 without tuples): what a default Δt is chosen from."""
+    present = [np.asarray(a) for a in arrivals if len(a)]
+    return int(max(a.max() for a in present) - min(a.min() for a in present)) if present else 0
+
+
 def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequence[float] | None = None) -> FlowOutcome:
     """Run the flow-control model over per-stream arrivals (int64 µs, row order)."""
     n = len(arrivals)
     sizes = [len(a) for a in arrivals]
     N = sum(sizes)
+    fc = fc.for_span(span_of(arrivals))
     D = int(fc.interval_us)
     c = default_shares(sizes) if shares is None else np.asarray(shares, dtype=np.float64)
     if N == 0:
@@ -258,8 +265,12 @@ def flow_report(flow: FlowOutcome, fc: FlowControl, names: Sequence[str], origin
     added = [d - o for d, o in zip(flow.arrival, original)]
     M = flow.rate.shape[0]
     occ = flow.occupancy
+    settings = fc.to_dict()
+    settings["interval_us"] = flow.interval_us
     return {
-        "settings": fc.to_dict(),
+        "settings": settings,
+        "interval_source": "given" if fc.interval_us is not None else
+                           f"default: at most {MAX_DEFAULT_INTERVALS:,} intervals over the arrivals' span",
         "shares": {nm: float(s) for nm, s in zip(names, flow.shares)},
         "start_us": flow.start_us,
         "interval_us": flow.interval_us,

@@ -33,7 +33,7 @@ def reference_flow(arrivals: Sequence[Sequence[int]], fc: FlowControl,
         return {"arrival": [list(a) for a in arrivals], "occupancy": occupancy, "rate": [], "processing": [],
                 "admitted": []}
     t0 = waiting[0][0]
-    dt = fc.interval_us
+    dt = fc.for_span(waiting[-1][0] - t0).interval_us   # the given Δt, or the default for this span
     per_interval = fc.rate * dt / 1e6
     B, b0 = float(fc.buffer), float(fc.b0)
     bucket_cap = [fc.bucket * (s * per_interval) for s in shares]

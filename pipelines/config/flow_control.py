@@ -16,16 +16,20 @@ Every key, its default and its source: docs/semantics.md, "Flow control
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..base.errors import InputError
-from ..base.timeunits import parse_duration
+from ..base.timeunits import HUMAN_STEPS_US, parse_duration
 
 POLICIES = ("max-flow", "min-flow")
 KEYS = ("buffer", "target", "rate", "interval", "policy", "lambda", "mu", "surge", "bucket")
-#: default control period Δt
+#: the shortest default control period Δt (a longer span gets a longer one: :func:`default_interval`)
 DEFAULT_INTERVAL_US = 10_000
+#: a default Δt gives at most about this many control intervals over the arrivals' span
+MAX_DEFAULT_INTERVALS = 100_000
+#: the steps a default Δt is rounded to: 10ms, 100ms, then the human units of a default period
+INTERVAL_STEPS_US = (10_000, 100_000, *HUMAN_STEPS_US[:6])
 #: the longest control period (keeps the pacing arithmetic, slot = t_m + i·Δt / a_m, inside int64)
 MAX_INTERVAL_US = 86_400_000_000
 DEFAULT_LAMBDA = (0.5,)
@@ -39,12 +43,16 @@ class FlowControl:
     buffer: int                      # B: every unit's input buffer (tuples)
     rate: float                      # the node's service capacity (tuples/s), split among the units
     target: float | None = None      # b0 (None: B / 2)
-    interval_us: int = DEFAULT_INTERVAL_US   # Δt, the control period
+    interval_us: int | None = None   # Δt, the control period (None: :func:`default_interval` of the span)
     policy: str = "max-flow"
     lambdas: tuple[float, ...] = DEFAULT_LAMBDA   # λ_0..λ_K (equation 8)
     mus: tuple[float, ...] = ()                   # μ_1..μ_L (equation 8)
     surge: float = 0.0               # the seed's ρ: CPU share given to units above b0 (Fig. 12 step 1212)
     bucket: float = DEFAULT_BUCKET   # token cap, in intervals of a unit's share
+
+    def for_span(self, span_us: int) -> "FlowControl":
+        """These settings with Δt resolved: the given one, else :func:`default_interval` of ``span_us``."""
+        return self if self.interval_us is not None else replace(self, interval_us=default_interval(span_us))
 
     @property
     def b0(self) -> float:
@@ -55,6 +63,23 @@ class FlowControl:
         d["target"] = self.b0
         d["lambdas"], d["mus"] = list(self.lambdas), list(self.mus)
         return d
+
+
+def default_interval(span_us: int) -> int:
+    """The default control period for arrivals spanning ``span_us``: the smallest of
+    10ms, 100ms, 1s, 10s, 1min, 10min, 1h, 1d giving at most :data:`MAX_DEFAULT_INTERVALS`
+    intervals, so the interval loop's cost is bounded whatever the span (a span of
+    over ~270 years gets 1d and more intervals).
+
+    >>> default_interval(30 * 1_000_000)           # 30 s -> 10ms (3,000 intervals)
+    10000
+    >>> default_interval(365 * 86_400_000_000)     # a year -> 10min (52,560 intervals)
+    600000000
+    """
+    for step in INTERVAL_STEPS_US:
+        if max(int(span_us), 0) // step + 1 <= MAX_DEFAULT_INTERVALS:
+            return step
+    return INTERVAL_STEPS_US[-1]
 
 
 def _number(key: str, value: str, text: str, *, integer: bool = False) -> float:
@@ -103,9 +128,8 @@ def parse_flow_control(text: Any) -> FlowControl:
     target = _number("target", raw["target"], text) if "target" in raw else None
     if target is not None and not 0 <= target <= buffer:
         raise InputError(f"--flow-control {text!r}: target={raw['target']}: expected 0 <= b0 <= buffer ({buffer})")
-    interval = parse_duration(raw["interval"], what="--flow-control interval") if "interval" in raw \
-        else DEFAULT_INTERVAL_US
-    if not 0 < interval <= MAX_INTERVAL_US:
+    interval = parse_duration(raw["interval"], what="--flow-control interval") if "interval" in raw else None
+    if interval is not None and not 0 < interval <= MAX_INTERVAL_US:
         raise InputError(f"--flow-control {text!r}: interval={raw['interval']}: expected a duration > 0 and <= 1d")
     policy = raw.get("policy", "max-flow")
     if policy not in POLICIES:

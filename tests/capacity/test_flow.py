@@ -215,3 +215,27 @@ def test_a_span_of_too_many_intervals_is_refused_before_any_work() -> None:
     year = 365 * 86_400_000_000
     with pytest.raises(InputError, match="give interval= of at least 6307200us"):
         delay_arrivals([np.array([0, year], dtype=np.int64)], FlowControl(buffer=5, rate=10.0, interval_us=1000))
+
+
+def test_the_default_interval_follows_the_span_so_a_year_costs_what_its_tuples_cost() -> None:
+    """Without interval=, Δt is the smallest human step keeping <= 100,000 intervals: a year of
+    readings (200 per stream, one every ~44 h) runs at 10min (52,560 intervals over the span) --
+    no refusal, no 3e9-step loop -- and equals the reference with the same default; the report
+    says it was chosen."""
+    from streamjoin.pipelines.capacity.flow import flow_report
+
+    n, span = 200, 365 * 86_400_000_000
+    rng = np.random.default_rng(3)
+    arrivals = [np.sort(np.arange(n, dtype=np.int64) * (span // n) + rng.integers(0, span // n, n))
+                for _ in range(2)]
+    fc = FlowControl(buffer=3, rate=n / (span / 1e6))    # half the load of the two streams
+    out = delay_arrivals(arrivals, fc)
+    assert out.interval_us == 600_000_000
+    assert out.rate.shape[0] <= 2 * 52_561               # the span's intervals plus draining the backlog
+    ref = reference_flow(arrivals, fc)
+    assert [a.tolist() for a in out.arrival] == ref["arrival"]
+    assert any((d > a).any() for d, a in zip(out.arrival, arrivals)), "half the load must delay something"
+    report = flow_report(out, fc, ["a", "b"], arrivals)
+    assert report["settings"]["interval_us"] == 600_000_000 and report["interval_source"].startswith("default")
+    short = delay_arrivals([np.array([0, 30_000_000], dtype=np.int64)], FlowControl(buffer=3, rate=10.0))
+    assert short.interval_us == 10_000                   # 30 s: the 10ms of short replays
