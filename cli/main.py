@@ -105,6 +105,7 @@ LoadWeightsOpt = Annotated[Optional[str], typer.Option("--load-weights", help="L
 AdaptSegmentOpt = Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")]
 NoResultsOpt = Annotated[bool, typer.Option("--no-results", help="write the reports only")]
 ChunkRowsOpt = Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")]
+CapacityOpt = Annotated[Optional[str], typer.Option("--capacity", help="capacity model, local engine: KEY=VALUE,... with tuple=DUR (service per input tuple, required), result=DUR (per emitted result), cpu=F (0<F<=1), queue=N (per-stream queue cap), shed=drop-new|replace-oldest, state=N (join-state cap per stream, evict-oldest); default: infinite capacity")]
 FailUnderTargetOpt = Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")]
 
 #: tune-buffer's copies of the options above, shown in their own --help panel
@@ -271,6 +272,7 @@ def run(
     optional_stream: OptionalStreamOpt = None,
     distance: DistanceOpt = None,
     where: WhereOpt = None,
+    capacity: CapacityOpt = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
     date: DateOpt = None,
     from_: FromOpt = None,
@@ -299,7 +301,7 @@ def run(
         load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
         optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
         watermark_interval=watermark_interval, join=join, trigger_files=trigger_files,
-        idleness=idleness,
+        idleness=idleness, capacity=capacity,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

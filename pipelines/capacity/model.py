@@ -47,6 +47,7 @@ class CapacityOutcome:
     """What the capacity model changed, over the *full* replay's indexes.
 
     ``emission``: per truth combination (emitted, emission time, latency);
+    ``arrival_ns``: arrival times in ns from the first arrival (``origin_us``);
     ``memory``: join / sort state per stream after each arrival index (a shed
     arrival repeats the state before it); ``decisions``: the survivors'
     decisions spread over the full replay (``dropped`` / ``expired``; shed
@@ -61,6 +62,7 @@ class CapacityOutcome:
 
     spec: CapacitySpec
     origin_us: int
+    arrival_ns: np.ndarray
     emission: Emission
     memory: np.ndarray
     decisions: Decisions
@@ -138,7 +140,7 @@ def apply(spec: CapacitySpec, replay: Replay, decisions: Decisions, combos: Comb
     latency = emit_full - replay.arrival[plain.last] if C else np.empty(0, np.int64)
     em = Emission(a=plain.a, last=plain.last, emitted=emitted, emit_us=emit_full, latency_us=latency)
     return CapacityOutcome(
-        spec=spec, origin_us=origin, emission=em, memory=_repeat_shed(mem_s, keep),
+        spec=spec, origin_us=origin, arrival_ns=arrival_ns, emission=em, memory=_repeat_shed(mem_s, keep),
         decisions=_decisions_back(dec, keep, N), queue=q, occupancy=occ, evicted=evicted,
         plain_emitted=plain.emitted, plain_latency_us=plain.latency_us,
         uncapped_emitted=uncapped, uncapped_memory=uncapped_mem,

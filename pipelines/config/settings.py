@@ -63,7 +63,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "trigger_files", "watermark_policy", "join",
             # flink: Flink interval join emulation (pipelines/policies/flink.py)
-            "watermark_interval", "idleness")
+            "watermark_interval", "idleness",
+            # the capacity model (pipelines/capacity/, issue 20)
+            "capacity")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -125,6 +127,8 @@ class RunConfig:
     chunk_rows: int | None = None
     # largest share of a stream's rows that may be quarantined (pipelines/io/load.py, check_quarantine)
     max_quarantine: float = MAX_QUARANTINE
+    # --capacity KEY=VALUE,... as given (parsed by pipelines/capacity/spec.py; None: no capacity model)
+    capacity: str | None = None
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -135,6 +139,8 @@ class RunConfig:
         d = asdict(self)
         d["out"] = str(self.out)
         d.pop("period_source")  # reported beside the periods, not a setting
+        if d["capacity"] is None:   # left out, so a run without it reports (and hashes) what it did
+            d.pop("capacity")
         d["policy"] = asdict(self.policy)
         # only recall-target policies have a target, only spark-ss the others
         d["policy"].pop("batch_times_us", None)   # one per micro-batch: policy_settings has the count
@@ -191,6 +197,7 @@ class Flags:
     adapt_segment: bool = False
     chunk_rows: int | None = None
     max_quarantine: float | None = None
+    capacity: str | None = None                           # KEY=VALUE,... (pipelines/capacity/spec.py)
     optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
 
 
@@ -572,7 +579,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
+    capacity = _capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
+                                 policy_name, engine, chunk_rows)
     return RunConfig(
+        capacity=capacity,
         chunk_rows=chunk_rows,
         max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
         **spark_settings,
@@ -581,6 +591,24 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         recall_target=recall, period_us=period, period_source="user" if period is not None else None,
         distance=distance, where=where,
     )
+
+
+def _capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None) -> str | None:
+    """``--capacity`` / ``[run] capacity``: the text, checked against what runs it
+    (its keys are parsed by pipelines/capacity/spec.py when the job starts)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"--capacity {value!r}: expected a string KEY=VALUE,... (e.g. \"tuple=5us,queue=1000\")")
+    if engine != "local":
+        raise InputError(f"--capacity: the capacity model runs on --engine local only (one operator); "
+                         f"--engine {engine} does not model it yet")
+    if chunk_rows not in (None, 0):
+        raise InputError("--capacity: the capacity model replays in memory; use --chunk-rows 0")
+    if policy_name in ("spark-ss", "flink"):
+        raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
+                         "use none, kslack, mpkslack, qkslack, static or qjoin")
+    return value
 
 
 def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> RunConfig:

@@ -394,6 +394,9 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
             if cfg.policy.name in ("spark-ss", "flink"):
                 raise InputError(f"--policy {cfg.policy.name}: nightly runs do not carry its state across days yet; "
                                  "run the whole range without --date / --from")
+            if cfg.capacity is not None:
+                raise InputError("--capacity: nightly runs (--date / --from) do not model capacity yet; "
+                                 "run the whole range without --date / --from")
             return body(cfg, log)
         except StreamjoinError as exc:
             guard.hold()

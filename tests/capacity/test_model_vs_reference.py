@@ -16,8 +16,8 @@ from streamjoin.pipelines.capacity.spec import CapacitySpec
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple
-from tests.helpers.adapters import key_frames
-from tests.helpers.strategies import fixed_policy, ref_streams
+from helpers.adapters import key_frames
+from helpers.strategies import fixed_policy, ref_streams
 
 CAUSES = {0: "processed", DROPPED_NEW: "dropped-new", REPLACED: "replaced"}
 
