@@ -59,6 +59,8 @@ class CapacitySpec:
 
 
 def _service_ns(key: str, value: str) -> int:
+    if value.strip() in ("0", "0.0"):   # no unit needed for nothing (as parse_duration)
+        return 0
     m = _DUR.match(value)
     if not m or m.group(2) not in UNIT_US:
         raise InputError(f"--capacity {key}={value!r}: expected a duration with a unit, e.g. 5us, 800ns, 1.5ms")
