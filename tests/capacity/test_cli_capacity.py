@@ -131,3 +131,24 @@ def test_parse_capacity_values():
         CapacitySpec(tuple_ns=1500, result_ns=800, cpu=0.5, queue=7, shed="replace-oldest", state=9)
     with pytest.raises(InputError, match="at most 1h"):
         parse_capacity("tuple=2h")
+
+
+def test_qjoin_under_a_state_budget_says_when_the_budget_limits_recall(data: Path):
+    """Issue 20 item 5: a tiny budget, not the controller, caps recall; a budget
+    above every buffer changes nothing."""
+    qjoin = ["--policy", "qjoin", "--recall", "0.99", "--period", "200ms", "--interval", "100ms"]
+    base = [a for a in args(data, "tight") if a not in ("--policy", "static", "--retention", "30ms")]
+    run_cli([*base, *qjoin, "--capacity", "tuple=0,state=2"], data)
+    tight = report(data, "tight")["capacity"]
+    budget = tight["state_budget"]
+    assert budget["cap_tuples"] == 2 and max(budget["wanted_state_peak"].values()) > 2
+    assert budget["decisions"] >= 1 and 1 <= budget["decisions_wanting_more_state"] <= budget["decisions"]
+    assert budget["periods_limited_by_budget"] >= 1
+    assert tight["shed"]["state_evicted"] > 0 and tight["results_lost"]["state_eviction"] > 0
+    roomy_args = [a if a != str(data / "tight") else str(data / "roomy") for a in base]
+    run_cli([*roomy_args, *qjoin, "--capacity", "tuple=0,state=100000"], data)
+    roomy = report(data, "roomy")
+    budget = roomy["capacity"]["state_budget"]
+    assert budget["decisions_wanting_more_state"] == 0 and budget["periods_limited_by_budget"] == 0
+    assert roomy["capacity"]["shed"]["state_evicted"] == 0
+    assert roomy["recall"] == roomy["capacity"]["recall_without_capacity"]
