@@ -25,6 +25,7 @@ check of all of it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,19 +126,24 @@ def occupancy(q: QueueOutcome, stream: np.ndarray, n: int) -> np.ndarray:
 def bounded_queue(arrival_ns: np.ndarray, stream: np.ndarray, service_ns: np.ndarray, n: int, cap: int,
                   replace: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(finish_ns, cause, leave)`` of a per-stream bounded queue (compiled on first use)."""
-    return _compiled()(arrival_ns, stream, service_ns, n, cap, replace)
+    return compiled_kernel()(arrival_ns, stream, service_ns, n, cap, replace)
 
 
 _KERNEL = None
+_LOCK = threading.Lock()
 
 
-def _compiled():
+def compiled_kernel():
     """The numba kernel, compiled (and cached on disk) the first time a bounded queue runs."""
     global _KERNEL
-    if _KERNEL is None:
-        from numba import njit
+    with _LOCK:
+        if _KERNEL is None:
+            from numba import njit
 
-        _KERNEL = njit(cache=True, nogil=True)(_bounded_kernel)
+            kernel = njit(cache=True, nogil=True)(_bounded_kernel)
+            one = np.zeros(1, np.int64)
+            kernel(one, one, one, 1, 1, True)   # load the cached machine code now
+            _KERNEL = kernel
     return _KERNEL
 
 

@@ -23,6 +23,7 @@ order with a pointer over the tuples sorted by natural expiry
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,7 +34,7 @@ def evict_oldest(index_of: Sequence[np.ndarray], ends: Sequence[np.ndarray], cap
     """Per stream, in row order: the expiry indexes under the cap and whether
     the cap evicted the tuple.  ``index_of[i]``: arrival index of each row;
     ``ends[i]``: natural expiry index of each row."""
-    kernel = _compiled()
+    kernel = compiled_kernel()
     new_ends, evicted = [], []
     for pos, end in zip(index_of, ends):
         order = np.argsort(pos, kind="stable")          # insertion order
@@ -51,14 +52,20 @@ def evict_oldest(index_of: Sequence[np.ndarray], ends: Sequence[np.ndarray], cap
 
 
 _KERNEL = None
+_LOCK = threading.Lock()
 
 
-def _compiled():
+def compiled_kernel():
+    """The numba kernel, compiled (and cached on disk) the first time a state cap runs."""
     global _KERNEL
-    if _KERNEL is None:
-        from numba import njit
+    with _LOCK:
+        if _KERNEL is None:
+            from numba import njit
 
-        _KERNEL = njit(cache=True, nogil=True)(_evict_kernel)
+            kernel = njit(cache=True, nogil=True)(_evict_kernel)
+            one = np.zeros(1, np.int64)
+            kernel(one, one, one, 1)   # load the cached machine code now
+            _KERNEL = kernel
     return _KERNEL
 
 

@@ -149,6 +149,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     if capacity is not None and capacity.state is not None and cfg.policy.family != SYMMETRIC:
         raise InputError(f"--capacity state=N: the join-state cap (seed 002 step 3) is modelled for the symmetric "
                          f"policies static and qjoin; policy {cfg.policy.name} keeps a sort buffer")
+    if capacity is not None:
+        capacity_model.warm_up(capacity)   # numba loads while the input loads and the plain join runs
     from .chunked import chunk_rows_for, run_chunked_job
 
     chunk_rows = chunk_rows_for(cfg)
