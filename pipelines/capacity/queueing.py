@@ -25,12 +25,12 @@ check of all of it.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..base.errors import InputError
+from . import jit
 from .spec import CapacitySpec
 
 #: ``cause`` codes per arrival index
@@ -129,22 +129,10 @@ def bounded_queue(arrival_ns: np.ndarray, stream: np.ndarray, service_ns: np.nda
     return compiled_kernel()(arrival_ns, stream, service_ns, n, cap, replace)
 
 
-_KERNEL = None
-_LOCK = threading.Lock()
-
-
 def compiled_kernel():
-    """The numba kernel, compiled (and cached on disk) the first time a bounded queue runs."""
-    global _KERNEL
-    with _LOCK:
-        if _KERNEL is None:
-            from numba import njit
-
-            kernel = njit(cache=True, nogil=True)(_bounded_kernel)
-            one = np.zeros(1, np.int64)
-            kernel(one, one, one, 1, 1, True)   # load the cached machine code now
-            _KERNEL = kernel
-    return _KERNEL
+    """The bounded queue's kernel, compiled (and cached on disk) on first use."""
+    one = np.zeros(1, np.int64)
+    return jit.compiled(_bounded_kernel, one, one, one, 1, 1, True)
 
 
 def _bounded_kernel(arrival, stream, service, n, cap, replace):

@@ -23,10 +23,11 @@ order with a pointer over the tuples sorted by natural expiry
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
+
+from . import jit
 
 
 def evict_oldest(index_of: Sequence[np.ndarray], ends: Sequence[np.ndarray], cap: int
@@ -51,22 +52,10 @@ def evict_oldest(index_of: Sequence[np.ndarray], ends: Sequence[np.ndarray], cap
     return new_ends, evicted
 
 
-_KERNEL = None
-_LOCK = threading.Lock()
-
-
 def compiled_kernel():
-    """The numba kernel, compiled (and cached on disk) the first time a state cap runs."""
-    global _KERNEL
-    with _LOCK:
-        if _KERNEL is None:
-            from numba import njit
-
-            kernel = njit(cache=True, nogil=True)(_evict_kernel)
-            one = np.zeros(1, np.int64)
-            kernel(one, one, one, 1)   # load the cached machine code now
-            _KERNEL = kernel
-    return _KERNEL
+    """The state cap's kernel, compiled (and cached on disk) on first use."""
+    one = np.zeros(1, np.int64)
+    return jit.compiled(_evict_kernel, one, one, one, 1)
 
 
 def _evict_kernel(p, e, by_end, cap):
