@@ -119,6 +119,7 @@ def test_bad_capacity_options_are_one_line_errors(data: Path, option: str, messa
     (["--policy", "flink", "--watermark", "10ms", "--capacity", "tuple=5us"], "policy flink"),
     (["--engine", "spark", "--capacity", "tuple=5us"], "--engine local only"),
     (["--chunk-rows", "100", "--capacity", "tuple=5us"], "--chunk-rows 0"),
+    (["--date", "2024-01-02", "--capacity", "tuple=5us"], "nightly runs"),
 ])
 def test_capacity_refused_where_it_is_not_modelled(data: Path, extra, message):
     done = run_cli(args(data, "bad", *extra), data, ok=False)
