@@ -54,6 +54,8 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
         lines.append(f"period: {_period_line(report)}")
     if report.get("outer_join"):
         lines.append(f"outer_rows: {_outer_line(report['outer_join'])}")
+    if report.get("capacity"):
+        lines.append(f"capacity: {_capacity_line(report['capacity'])}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -72,6 +74,15 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
     if report["outputs"].get("report_html"):
         lines.append(f"report_html: {report['outputs']['report_html']}")
     return lines
+
+
+def _capacity_line(cap: dict[str, Any]) -> str:
+    """The capacity model in one line: shed tuples, queueing delay, recall lost to it."""
+    shed, q = cap["shed"], cap["queueing_delay_us"]
+    return (f"shed {shed['queue_drop_new'] + shed['queue_replaced']:,} from queues, {shed['state_evicted']:,} "
+            f"evicted from state; queueing p50 {format_duration(q['p50'])} p99 {format_duration(q['p99'])} "
+            f"max {format_duration(q['max'])}; recall {fmt_recall(cap['recall_without_capacity'])} without "
+            f"it, lost to capacity {cap['recall_lost_to_capacity']:.4f}")
 
 
 def _outer_line(outer: dict[str, Any]) -> str:
@@ -178,6 +189,8 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
         head.append(["period", _period_line(report)])
     if report.get("outer_join"):
         head.append(["outer rows (null-padded)", _outer_line(report["outer_join"])])
+    if report.get("capacity"):
+        head.append(["capacity (--capacity)", _capacity_line(report["capacity"])])
     total = report["timings_s"].get("total")
     if total is not None:
         head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])

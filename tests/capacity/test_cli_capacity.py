@@ -45,8 +45,11 @@ def report(data: Path, out: str) -> dict:
 
 
 def test_run_with_capacity_reports_the_capacity_object(data: Path):
-    run_cli(args(data, "cap", "--capacity", "tuple=4ms,result=1ms,queue=3,shed=replace-oldest,state=40"), data)
+    done = run_cli(args(data, "cap", "--capacity", "tuple=4ms,result=1ms,queue=3,shed=replace-oldest,state=40"),
+                   data)
     r = report(data, "cap")
+    line = [x for x in done.stdout.splitlines() if x.startswith("capacity: ")]
+    assert len(line) == 1 and f"shed {r['capacity']['shed']['queue_replaced']:,} from queues" in line[0]
     c = r["capacity"]
     assert c["settings"] == {"tuple_ns": 4_000_000, "result_ns": 1_000_000, "cpu": 1.0, "queue": 3,
                              "shed": "replace-oldest", "state": 40}
@@ -124,6 +127,18 @@ def test_bad_capacity_options_are_one_line_errors(data: Path, option: str, messa
 def test_capacity_refused_where_it_is_not_modelled(data: Path, extra, message):
     done = run_cli(args(data, "bad", *extra), data, ok=False)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_capacity_from_the_toml(data: Path):
+    (data / "job.toml").write_text(
+        '[run]\npolicy = "static"\nretention = "30ms"\nengine = "local"\nout = "toml"\n'
+        'capacity = "tuple=2ms,queue=2"\n'
+        + "".join(f'[[stream]]\nname = "{s}"\npath = "{s}.parquet"\nts = "ts"\narrival = "arrival"\n'
+                  f'unit = "us"\nwindow = "50ms"\nkeys = ["key"]\n' for s in ("left", "right")))
+    run_cli(["run", "job.toml"], data)
+    assert report(data, "toml")["capacity"]["settings"]["queue"] == 2
+    done = run_cli(["run", "job.toml", "--out", "t2", "--capacity", "tuple=2ms,queues=2"], data, ok=False)
+    assert done.returncode == 2 and "unknown key 'queues'" in done.stderr
 
 
 def test_parse_capacity_values():
