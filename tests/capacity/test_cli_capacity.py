@@ -69,6 +69,11 @@ def test_run_with_capacity_reports_the_capacity_object(data: Path):
     assert len(c["occupancy_series"]["peak"]) == c["occupancy_series"]["points"] > 0
     assert sum(c["queueing_histogram"]["counts"]) == c["processed"]
     assert r["config"]["capacity"] == "tuple=4ms,result=1ms,queue=3,shed=replace-oldest,state=40"
+    results = pl.read_parquet(data / "cap" / "results.parquet")
+    assert results.height == r["emitted_results"]
+    last_arrival = pl.max_horizontal("left_arrival_us", "right_arrival_us")
+    assert (results["latency_us"] == results["emit_us"] - results.select(last_arrival).to_series()).all()
+    assert results["latency_us"].min() >= 4000   # every result waited for at least one service time
     html = (data / "cap" / "report.html").read_text()
     assert "Queueing delay" in html and "Queue occupancy" in html
 
