@@ -1,6 +1,7 @@
 """The capacity model's queue and state cap (issue 20 items 1, 2): what it costs.
 
     python benchmarks/bench_capacity_queue.py [--runs 5] [--config samples/sensors/sensors.toml]
+    python benchmarks/bench_capacity_queue.py --sweep     # recall / latency / shed vs CPU share
 
 1. Whole process: ``streamjoin run CONFIG --engine local --no-results`` with and
    without ``--capacity`` (runs alternate: plain, capacity, capacity, plain, ...),
@@ -79,12 +80,44 @@ def kernels(config: Path) -> dict[str, float]:
     return out
 
 
+#: the sweep: 350us + 25us per result is about half of one operator on samples/sensors;
+#: CPU shares from 1 (capacity 2x the load) to 0.25 (0.5x)
+SWEEP_BASE = "tuple=350us,result=25us"
+SWEEP_CPU = (1.0, 0.667, 0.5, 0.333, 0.25)
+SWEEP_QUEUES = ("", ",queue=1000,shed=drop-new", ",queue=1000,shed=replace-oldest")
+
+
+def sweep(config: Path) -> None:
+    """One run per CPU share and queue mode: offered load, recall, latency, shed tuples (a markdown table)."""
+    print("| cpu | offered load | queue | recall | lost to capacity | latency p50 | latency p99 | "
+          "queueing p99 | shed |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for cpu in SWEEP_CPU:
+            for queue in SWEEP_QUEUES:
+                option = f"{SWEEP_BASE},cpu={cpu}{queue}"
+                done = subprocess.run([sys.executable, "-m", "streamjoin.cli.main", "run", str(config), "--engine",
+                                       "local", "--no-results", "--json", "--out", str(Path(tmp) / "o"),
+                                       "--capacity", option], check=True, capture_output=True, cwd=config.parent)
+                r = json.loads(done.stdout)
+                c = r["capacity"]
+                shed = c["shed"]["queue_drop_new"] + c["shed"]["queue_replaced"]
+                print(f"| {cpu} | {c['offered_load']:.2f} | {queue.split('shed=')[-1] or 'unbounded'} | "
+                      f"{r['recall']:.4f} | {c['recall_lost_to_capacity']:.4f} | {r['latency_us']['p50'] / 1000:.1f} ms | "
+                      f"{r['latency_us']['p99'] / 1000:.1f} ms | {c['queueing_delay_us']['p99'] / 1000:.1f} ms | "
+                      f"{shed:,} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--config", type=Path, default=ROOT / "samples" / "sensors" / "sensors.toml")
+    ap.add_argument("--sweep", action="store_true", help="recall / latency / shed tuples against the CPU share")
     a = ap.parse_args()
     config = a.config.resolve()
+    if a.sweep:
+        sweep(config)
+        return
     k = kernels(config)
     print(f"kernels over N={k['N']:,} arrivals: bounded queue numba {k['bounded_numba_s']:.4f} s, "
           f"plain Python {k['bounded_python_s']:.3f} s, Lindley numpy {k['lindley_numpy_s']:.4f} s")
