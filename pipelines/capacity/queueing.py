@@ -72,6 +72,9 @@ def service_times(spec: CapacitySpec, results: np.ndarray) -> np.ndarray:
     """``s_a = ceil((tuple + result * results[a]) / cpu)`` ns per arrival index
     (``results[a]``: results the processing of tuple ``a`` emits)."""
     work = spec.tuple_ns + spec.result_ns * np.asarray(results, dtype=np.int64)
+    if float(work.sum(dtype=np.float64)) / spec.cpu > MAX_SPAN_US * 1000 / 2:   # finish times stay inside int64
+        raise InputError(f"--capacity {spec.text()}: the replay's total service time exceeds what the model "
+                         f"handles (about 73 years); use shorter service times or a larger cpu share")
     if spec.cpu == 1.0:
         return work.astype(np.int64, copy=False)
     return np.ceil(work / spec.cpu).astype(np.int64)

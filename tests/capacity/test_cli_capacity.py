@@ -154,6 +154,13 @@ def test_parse_capacity_values():
         parse_capacity("tuple=2h")
 
 
+def test_a_service_total_beyond_int64_is_refused():
+    from streamjoin.pipelines.capacity.queueing import service_times
+    with pytest.raises(InputError, match="total service time"):
+        service_times(parse_capacity("tuple=1h,cpu=0.000001"), np.zeros(10_000, np.int64))
+    assert service_times(parse_capacity("tuple=1h"), np.zeros(1000, np.int64))[0] == 3_600 * 10**9
+
+
 def test_qjoin_under_a_state_budget_says_when_the_budget_limits_recall(data: Path):
     """Issue 20 item 5: a tiny budget, not the controller, caps recall; a budget
     above every buffer changes nothing."""
