@@ -107,6 +107,7 @@ AdaptSegmentOpt = Annotated[bool, typer.Option("--adapt-segment", help="ATR: ada
 NoResultsOpt = Annotated[bool, typer.Option("--no-results", help="write the reports only")]
 FlowControlOpt = Annotated[Optional[str], typer.Option("--flow-control", help="seed 001 flow control: back-pressure delays arrivals (KEY=VALUE,...: buffer=TUPLES and rate=TUPLES/s required; target=b0 (default buffer/2), interval=DUR (10ms), policy=max-flow|min-flow, lambda=L0:L1:.., mu=M1:.., surge=F, bucket=F; docs/semantics.md); default: off")]
 ChunkRowsOpt = Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")]
+CapacityOpt = Annotated[Optional[str], typer.Option("--capacity", help="capacity model, local engine: KEY=VALUE,... with tuple=DUR (service per input tuple, required), result=DUR (per emitted result), cpu=F (0<F<=1), queue=N (per-stream queue cap), shed=drop-new|replace-oldest, state=N (join-state cap per stream, evict-oldest); default: infinite capacity")]
 FailUnderTargetOpt = Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")]
 
 #: tune-buffer's copies of the options above, shown in their own --help panel
@@ -275,6 +276,7 @@ def run(
     distance: DistanceOpt = None,
     where: WhereOpt = None,
     flow_control: FlowControlOpt = None,
+    capacity: CapacityOpt = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
     date: DateOpt = None,
     from_: FromOpt = None,
@@ -303,7 +305,7 @@ def run(
         load_weights=load_weights, partition_capacity=partition_capacity, adapt_segment=adapt_segment,
         chunk_rows=chunk_rows, max_quarantine=max_quarantine, optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
         watermark_interval=watermark_interval, join=join, trigger_files=trigger_files,
-        idleness=idleness, flow_control=flow_control,
+        idleness=idleness, flow_control=flow_control, capacity=capacity,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

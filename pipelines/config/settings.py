@@ -66,7 +66,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # flink: Flink interval join emulation (pipelines/policies/flink.py)
             "watermark_interval", "idleness",
             # seed 001 flow control (pipelines/capacity/flow.py)
-            "flow_control")
+            "flow_control",
+            # the capacity model (pipelines/capacity/, issue 20)
+            "capacity")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -132,6 +134,8 @@ class RunConfig:
     max_quarantine: float = MAX_QUARANTINE
     # --flow-control: seed 001's back-pressure delays arrivals (pipelines/capacity/flow.py); None: off
     flow_control: FlowControl | None = None
+    # --capacity KEY=VALUE,... as given (parsed by pipelines/capacity/spec.py; None: no capacity model)
+    capacity: str | None = None
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -142,6 +146,8 @@ class RunConfig:
         d = asdict(self)
         d["out"] = str(self.out)
         d.pop("period_source")  # reported beside the periods, not a setting
+        if d["capacity"] is None:   # left out, so a run without it reports (and hashes) what it did
+            d.pop("capacity")
         d["policy"] = asdict(self.policy)
         # only recall-target policies have a target, only spark-ss the others
         d["policy"].pop("batch_times_us", None)   # one per micro-batch: policy_settings has the count
@@ -203,6 +209,7 @@ class Flags:
     adapt_segment: bool = False
     chunk_rows: int | None = None
     max_quarantine: float | None = None
+    capacity: str | None = None                           # KEY=VALUE,... (pipelines/capacity/spec.py)
     optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
     flow_control: str | None = None   # KEY=VALUE,... (pipelines/config/flow_control.py)
 
@@ -596,8 +603,14 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
     if flow is not None and chunk_rows:
         raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
+    capacity = _capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
+                                 policy_name, engine, chunk_rows)
+    if flow is not None and capacity is not None:
+        raise InputError("--capacity with --flow-control: the processing queue and seed 001's flow control are "
+                         "not modelled together yet; give one of them")
     return RunConfig(
         flow_control=flow,
+        capacity=capacity,
         chunk_rows=chunk_rows,
         max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
         **spark_settings,
@@ -606,6 +619,24 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         recall_target=recall, period_us=period, period_source="user" if period is not None else None,
         distance=distance, where=where,
     )
+
+
+def _capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None) -> str | None:
+    """``--capacity`` / ``[run] capacity``: the text, checked against what runs it
+    (its keys are parsed by pipelines/capacity/spec.py when the job starts)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"--capacity {value!r}: expected a string KEY=VALUE,... (e.g. \"tuple=5us,queue=1000\")")
+    if engine != "local":
+        raise InputError(f"--capacity: the capacity model runs on --engine local only (one operator); "
+                         f"--engine {engine} does not model it yet")
+    if chunk_rows not in (None, 0):
+        raise InputError("--capacity: the capacity model replays in memory; use --chunk-rows 0")
+    if policy_name in ("spark-ss", "flink"):
+        raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
+                         "use none, kslack, mpkslack, qkslack, static or qjoin")
+    return value
 
 
 def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> RunConfig:

@@ -20,8 +20,13 @@ import numpy as np
 
 from ..analysis import metrics
 from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
+from ..analysis.capacity import capacity_section, queueing_delay_us
+from ..base.errors import InputError
+from ..capacity import model as capacity_model
+from ..capacity.spec import parse_capacity
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
+from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import RESULTS_COMPRESSION, AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
@@ -141,6 +146,12 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     """
     stages = _Stages(on_stage)
     started = time.perf_counter()
+    capacity = parse_capacity(cfg.capacity)   # a bad --capacity fails before any work
+    if capacity is not None and capacity.state is not None and cfg.policy.family != SYMMETRIC:
+        raise InputError(f"--capacity state=N: the join-state cap (seed 002 step 3) is modelled for the symmetric "
+                         f"policies static and qjoin; policy {cfg.policy.name} keeps a sort buffer")
+    if capacity is not None:
+        capacity_model.warm_up(capacity)   # numba loads while the input loads and the plain join runs
     from .chunked import chunk_rows_for, run_chunked_job
 
     # flow control replays in memory (settings.resolve refuses --chunk-rows N with it)
@@ -171,12 +182,19 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
                                    bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None)
         else:
+            keys = [s.keys if s.keys.width else None for s in streams]
+            bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
             outcome = join(
-                [s.ts for s in streams], [s.arrival for s in streams],
-                [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
-                space=space_of(cfg, streams), where=where_fn,
-                bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+                [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
+                space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad,
             )
+            if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
+                t0 = time.perf_counter()
+                cap = capacity_model.apply(capacity, outcome.replay, outcome.decisions, outcome.combos,
+                                           outcome.emission, outcome.memory, cfg.windows, cfg.policy,
+                                           keys=keys, bad_arrivals=bad)
+                outcome = replace(outcome, emission=cap.emission, memory=cap.memory, decisions=cap.decisions)
+                outcome.timings_s["capacity"] = time.perf_counter() - t0
     at_join = None
     if flow is not None:   # latency from each member's own arrival: the wait upstream counts
         em = outcome.emission
@@ -193,6 +211,11 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         if flow is not None:
             report["flow_control"] = flow_report(flow, cfg.flow_control,
                                                  [s.name for s in streams], [s.arrival for s in original], at_join)
+        if capacity is not None:
+            report["capacity"] = capacity_section(cap, [s.name for s in streams], outcome.replay,
+                                                  period_us=cfg.period_us, target=cfg.recall_target)
+            report["capacity"].update(report_build.capacity_series(cap.occupancy, outcome.replay.arrival,
+                                                                   queueing_delay_us(cap)))
     with AtomicOutput(cfg.out) as staging:
         outputs: dict[str, str] = {}
         with stages("write"):

@@ -400,6 +400,9 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
             if cfg.flow_control is not None:
                 raise InputError("--flow-control: nightly runs do not carry the units' buffers across days yet; "
                                  "run the whole range without --date / --from")
+            if cfg.capacity is not None:
+                raise InputError("--capacity: nightly runs (--date / --from) do not model capacity yet; "
+                                 "run the whole range without --date / --from")
             return body(cfg, log)
         except StreamjoinError as exc:
             guard.hold()

@@ -303,6 +303,8 @@ def render_report(report: dict[str, Any]) -> str:
                  "last member arrived (latency 0: the symmetric join emits on arrival).</p>"]
     elif hist is not None:
         body += ["<h2>Latency</h2>", _img(plots.latency_distribution(hist, lat), "latency distribution")]
+    if report.get("capacity"):
+        body += _capacity_section(report["capacity"], report.get("time_origin"))
     tuning = report.get("tuning")
     if tuning and tuning.get("curve"):
         label = setting_label(tuning["policy"])
@@ -370,6 +372,38 @@ def flow_section(report: dict[str, Any]) -> list[str]:
             f"<div class=\"sub\">Each point covers about {n:,.0f} control intervals: the line is the mean "
             "occupancy, the shaded area the peak; the lower panel is the rate r_max each unit admits "
             "(seed 001 equation 8).</div>"]
+def _capacity_section(cap: dict[str, Any], time_origin: str | None) -> list[str]:
+    """The capacity model (issue 20): what it shed and lost, queueing delay, queue occupancy."""
+    from . import plots   # lazily, as render_report does
+
+    shed = cap["shed"]
+    load = cap.get("offered_load")
+    lines = [
+        f"Offered load {load:.3g} of one operator" if load is not None else "Offered load: -",
+        f"{cap['processed']:,} tuples processed; shed: {shed['queue_drop_new']:,} dropped on arrival (queue full), "
+        f"{shed['queue_replaced']:,} replaced in the queue, {shed['state_evicted']:,} evicted from join state",
+        f"recall without the capacity model {fmt_recall(cap['recall_without_capacity'])} "
+        f"(lost to disorder {cap['recall_lost_to_disorder']:.4f}); lost to capacity "
+        f"{cap['recall_lost_to_capacity']:.4f}, gained {cap['recall_gained_under_capacity']:.4f}",
+    ]
+    budget = cap.get("state_budget")
+    if budget and budget.get("periods_limited_by_budget") is not None:
+        lines.append(f"state budget {budget['cap_tuples']:,} tuples: {budget['periods_limited_by_budget']} periods "
+                     f"missed the target because of the budget, {budget['periods_missed_by_controller']} "
+                     "would have missed it without the budget")
+    if budget and budget.get("decisions") is not None:
+        lines.append(f"{budget['decisions_wanting_more_state']} of {budget['decisions']} controller decisions wanted "
+                     "more state than the budget")
+    body = ["<h2>Capacity</h2><ul>", *[f"<li>{_e(x)}</li>" for x in lines], "</ul>"]
+    q = cap["queueing_delay_us"]
+    if q.get("max"):
+        body += ["<h3>Queueing delay</h3>",
+                 _img(plots.queueing_distribution(cap["queueing_histogram"], q), "queueing delay per tuple")]
+    else:
+        body += ["<h3>Queueing delay</h3><p>No tuple waited: each found the operator idle.</p>"]
+    body += ["<h3>Queue occupancy</h3>",
+             _img(plots.occupancy_over_time(cap["occupancy_series"], time_origin), "queue occupancy over time")]
+    return body
 
 
 def render_tune(t: dict[str, Any]) -> str:

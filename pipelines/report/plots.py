@@ -194,16 +194,17 @@ def _instant_series_axis(ax: Axes, us: Sequence[float], origin: str | None, what
     return axis["x"]
 
 
-def memory_figure(series: dict[str, Any], time_origin: str | None = None) -> Figure:
+def memory_figure(series: dict[str, Any], time_origin: str | None = None, *, what: str = "held") -> Figure:
+    """Tuples ``what`` (held in state; queued: the capacity model's occupancy) over arrival time."""
     fig = Figure()
     ax = fig.axes[0]
     t = series.get("arrival_us") or []  # at most MAX_SERIES_POINTS buckets (report/html.py)
     xs = _instant_series_axis(ax, t, time_origin, "arrival time", "the first arrival")
     if t:
-        ax.add("fill_step", x=xs, y=series["peak"], color=ACCENT, alpha=0.25, label="most held at once")
-        ax.step(xs, series["mean"], color=ACCENT, width=1.0, label="average held")
+        ax.add("fill_step", x=xs, y=series["peak"], color=ACCENT, alpha=0.25, label=f"most {what} at once")
+        ax.step(xs, series["mean"], color=ACCENT, width=1.0, label=f"average {what}")
         ax.legend = True
-    ax.ylabel = "tuples held"
+    ax.ylabel = f"tuples {what}"
     ax.ytick_format = _compact
     return fig
 
@@ -245,6 +246,20 @@ def latency_figure_of(hist: dict[str, Any], summary: dict[str, Any]) -> Figure:
 
 def latency_distribution(hist: dict[str, Any], summary: dict[str, Any]) -> str:
     return _uri(latency_figure_of(hist, summary))
+
+
+def occupancy_over_time(series: dict[str, Any], time_origin: str | None = None) -> str:
+    """The capacity model's queue occupancy (report.json ``capacity.occupancy_series``)."""
+    return _uri(memory_figure(series, time_origin, what="queued"))
+
+
+def queueing_distribution(hist: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The capacity model's queueing delay per processed tuple (``capacity.queueing_histogram``)."""
+    fig = latency_figure_of(hist, summary)
+    ax = fig.axes[0]
+    ax.xlabel = ax.xlabel.replace("latency of a result", "queueing delay of a tuple")
+    ax.ylabel = "tuples"
+    return _uri(fig)
 
 
 #: a setting axis is logarithmic when its positive settings span at least this ratio

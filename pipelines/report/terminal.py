@@ -71,6 +71,8 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
         lines.append(f"outer_rows: {_outer_line(report['outer_join'])}")
     if report.get("flow_control"):
         lines.append(f"flow_control: {flow_line(report['flow_control'])}")
+    if report.get("capacity"):
+        lines.append(f"capacity: {_capacity_line(report['capacity'])}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -101,6 +103,13 @@ def flow_line(flow: dict[str, Any]) -> str:
         return f"{flow['settings']['policy']}, no tuples"
     return (f"{flow['settings']['policy']}, {d['delayed']:,} tuples delayed, added delay p50 "
             f"{format_duration(d['p50'])} p99 {format_duration(d['p99'])} max {format_duration(d['max'])}")
+def _capacity_line(cap: dict[str, Any]) -> str:
+    """The capacity model in one line: shed tuples, queueing delay, recall lost to it."""
+    shed, q = cap["shed"], cap["queueing_delay_us"]
+    return (f"shed {shed['queue_drop_new'] + shed['queue_replaced']:,} from queues, {shed['state_evicted']:,} "
+            f"evicted from state; queueing p50 {format_duration(q['p50'])} p99 {format_duration(q['p99'])} "
+            f"max {format_duration(q['max'])}; recall {fmt_recall(cap['recall_without_capacity'])} without "
+            f"it, lost to capacity {cap['recall_lost_to_capacity']:.4f}")
 
 
 def _outer_line(outer: dict[str, Any]) -> str:
@@ -209,6 +218,8 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
         head.append(["outer rows (null-padded)", _outer_line(report["outer_join"])])
     if report.get("flow_control"):
         head.append(["flow control (seed 001)", flow_line(report["flow_control"])])
+    if report.get("capacity"):
+        head.append(["capacity (--capacity)", _capacity_line(report["capacity"])])
     total = report["timings_s"].get("total")
     if total is not None:
         head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])
