@@ -9,5 +9,6 @@ queue, state cap), which run as compiled loops (:mod:`.jit`).  It sits above
 ``replay`` (it may use its orders and facts) and below ``analysis`` (metrics
 report what capacity cost).  ``run --capacity``: :mod:`.spec` (settings),
 :mod:`.queueing`, :mod:`.shedding`, :mod:`.model`; :mod:`.reference` is the
-per-arrival check.
+per-arrival check.  ``run --flow-control``: :mod:`.flow` (seed 001; settings in
+``config/flow_control.py``), checked by :mod:`.flow_reference`.
 """

@@ -31,7 +31,8 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
-from .flow_control import FlowControl, parse_flow_control
+from .flow_control import FlowControl
+from .machine import capacity_setting, flow_control_setting
 from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
                       parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
@@ -555,15 +556,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     if policy_name in ("spark-ss", "flink") and engine == "spark" and not (flags.engine or run.get("engine")):
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
-    flow_raw = flags.flow_control if flags.flow_control is not None else run.get("flow_control")
-    flow = parse_flow_control(flow_raw) if flow_raw is not None else None
-    if flow is not None and output_kind in ("tune-buffer", "compare"):
-        raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
-                         "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
-    if flow is not None and engine == "spark":
-        if flags.engine or run.get("engine"):
-            raise InputError("--flow-control runs on --engine local for now")
-        engine = "local"   # the default engine with flow control, not the user's choice
+    flow, engine = flow_control_setting(flags.flow_control if flags.flow_control is not None
+                                        else run.get("flow_control"), output_kind, engine,
+                                        engine_given=bool(flags.engine or run.get("engine")))
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -603,7 +598,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
     if flow is not None and chunk_rows:
         raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
-    capacity = _capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
+    capacity = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
                                  policy_name, engine, chunk_rows)
     if flow is not None and capacity is not None:
         raise InputError("--capacity with --flow-control: the processing queue and seed 001's flow control are "
@@ -619,24 +614,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         recall_target=recall, period_us=period, period_source="user" if period is not None else None,
         distance=distance, where=where,
     )
-
-
-def _capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None) -> str | None:
-    """``--capacity`` / ``[run] capacity``: the text, checked against what runs it
-    (its keys are parsed by pipelines/capacity/spec.py when the job starts)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InputError(f"--capacity {value!r}: expected a string KEY=VALUE,... (e.g. \"tuple=5us,queue=1000\")")
-    if engine != "local":
-        raise InputError(f"--capacity: the capacity model runs on --engine local only (one operator); "
-                         f"--engine {engine} does not model it yet")
-    if chunk_rows not in (None, 0):
-        raise InputError("--capacity: the capacity model replays in memory; use --chunk-rows 0")
-    if policy_name in ("spark-ss", "flink"):
-        raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
-                         "use none, kslack, mpkslack, qkslack, static or qjoin")
-    return value
 
 
 def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> RunConfig:
