@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import fail, interrupted, reporting
-from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
+from .common import outcome_of
+from streamjoin.pipelines.base.errors import EXIT_FAILURE
 
 
 def _progress():
@@ -56,26 +56,18 @@ def calibrate(
     from streamjoin.pipelines.tools.generate import generate
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    progress = None
-    try:
+
+    def job():
         settings = CalibrateSettings(out=Path(out), engine=engine, policy=policy or DEFAULT_POLICY, runs=runs,
                                      scale=scale)
         check_settings(settings)   # a bad option fails before the progress bar starts
         progress, on_run = _progress()
-        if progress is not None:
-            progress.start()
-        try:
-            result = run_calibrate(settings, generate=generate, command=command, on_run=on_run)
-        finally:
-            if progress is not None:
-                progress.stop()
-    except StreamjoinError as exc:
-        reporting()
-        fail(exc)
-    except KeyboardInterrupt:
-        reporting()
-        interrupted()
-    reporting()
+        if progress is None:
+            return run_calibrate(settings, generate=generate, command=command, on_run=on_run)
+        with progress:
+            return run_calibrate(settings, generate=generate, command=command, on_run=on_run)
+
+    result = outcome_of(job)
     if json_summary:
         typer.echo(json.dumps(result, indent=2))
     else:
