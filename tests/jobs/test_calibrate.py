@@ -34,9 +34,12 @@ def test_calibrate_writes_calibrate_json_and_prints_the_capacity_line(tmp_path):
         assert i["tuples"] > 0 and 0 < i["results"] <= i["truth_results"]
         assert len(i["times_s"]) == RUNS and all(t > 0 for t in i["times_s"])
         assert min(i["times_s"]) <= i["median_s"] <= max(i["times_s"])
-    # sizes vary the tuples, widths the results per tuple
+    # sizes vary the tuples, widths the results per tuple: at each size, more results per wider window
     assert len({i["tuples"] for i in inputs}) == len(SCALES)
-    assert len({round(i["results"] / i["tuples"], 3) for i in inputs}) == len(inputs)
+    for n in {i["tuples"] for i in inputs}:
+        by_width = sorted((i["window_us"], i["results"]) for i in inputs if i["tuples"] == n)
+        assert [w for w, _ in by_width] == sorted(WINDOWS_US)
+        assert all(a[1] < b[1] for a, b in zip(by_width, by_width[1:])), by_width
     f = c["fit"]
     assert f["tuple_ns"] > 0   # time grows with the input, however noisy the machine
     assert len(f["residual_s"]) == len(inputs) and f["residual_rms_s"] >= 0
