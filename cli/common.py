@@ -50,6 +50,22 @@ def interrupted(log=None) -> None:
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
+def outcome_of(job):
+    """``job()``'s result; a :class:`StreamjoinError` or an interrupt before it publishes is
+    one line and an exit (:func:`fail`, :func:`interrupted`).  Interrupts are held from then on
+    (:func:`reporting`): what was published is reported."""
+    try:
+        result = job()
+    except StreamjoinError as exc:
+        reporting()
+        fail(exc)
+    except KeyboardInterrupt:
+        reporting()
+        interrupted()
+    reporting()
+    return result
+
+
 def reporting():
     """The process's interrupt guard, switched to holding: the outcome is being reported.
 

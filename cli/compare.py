@@ -13,8 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
-                     WhereOpt, WindowOpt, fail, interrupted, reporting)
-from streamjoin.pipelines.base.errors import StreamjoinError
+                     WhereOpt, WindowOpt, outcome_of)
 
 
 def compare(
@@ -46,7 +45,8 @@ def compare(
     from streamjoin.pipelines.report.terminal import compare_lines, render_compare_rich
 
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    try:
+
+    def job():
         variants = [parse_policy_text(p) for p in policy or []]
         if not variants and config is not None:
             variants = compare_tables(read_toml(config), config)
@@ -56,14 +56,9 @@ def compare(
                       window=window or [], out=out, period=period, distance=distance, where=where, recall=recall,
                       max_quarantine=max_quarantine, engine="local", router="none")
         cfg = resolve(config, flags, output_kind="compare")
-        result = run_compare(cfg, variants, command=command)
-    except StreamjoinError as exc:
-        reporting()
-        fail(exc)
-    except KeyboardInterrupt:
-        reporting()
-        interrupted()
-    reporting()
+        return run_compare(cfg, variants, command=command)
+
+    result = outcome_of(job)
     if json_summary:
         typer.echo(json.dumps(result, indent=2))
     elif sys.stdout.isatty():

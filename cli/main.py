@@ -24,6 +24,7 @@ from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, P
 from .common import fail as _fail
 from .common import interrupted as _interrupted
 from .common import reporting as _reporting
+from .calibrate import calibrate as _calibrate
 from .compare import compare as _compare
 
 
@@ -612,6 +613,7 @@ def validate(
 
 
 app.command("compare", cls=FlagCommand)(_compare)
+app.command("calibrate", cls=FlagCommand)(_calibrate)
 
 
 def _click_exception_type() -> type[BaseException]:

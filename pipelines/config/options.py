@@ -92,7 +92,8 @@ HANDOFF_MODES = ("auto", "files", "inline")
 #: per kind of output (the command that writes it), the file that marks such a
 #: directory, written last; its presence makes the directory safe to replace
 #: by the same command -- and only by it
-MARKERS = {"run": "report.json", "tune-buffer": "tune.json", "compare": "compare.json"}
+MARKERS = {"run": "report.json", "tune-buffer": "tune.json", "compare": "compare.json",
+           "calibrate": "calibrate.json"}
 
 
 def check_target(out: Path, kind: str = "run") -> None:
