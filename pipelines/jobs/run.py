@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..analysis import metrics
+from ..analysis import summary as result_summary
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
@@ -94,6 +95,32 @@ def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outc
     return report
 
 
+def build_summary_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome) -> dict[str, Any]:
+    """:func:`build_report` of a Spark run whose results stayed on the executors
+    (``outcome.summary``, merged from the tasks' summaries: the same numbers)."""
+    sm = outcome.summary
+    arrival = outcome.replay.arrival
+    first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
+    mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
+    names = [s.name for s in streams]
+    emitted = sm.periods[1::2]
+    truth = sm.periods[0::2] + emitted
+    return report_build.report_body(
+        cfg, command,
+        streams=metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+                                     [s.ts for s in streams], outcome.replay, outcome.decisions),
+        truth=sm.truth, emitted=sm.emitted, duplicates=sm.duplicates,
+        latency=result_summary.latency_summary(*sm.latency),
+        memory_tuples=mem_t, memory_bytes=mem_b,
+        periods=(metrics.period_entries(first, cfg.period_us, outcome.period_ids, truth, emitted, cfg.recall_target)
+                 if first is not None else []),
+        first=first, last=last,
+        policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
+                "policy_settings": outcome.decisions.policy_settings},
+        probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
+    )
+
+
 def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str, Any]:
     em = outcome.emission
     mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
@@ -155,34 +182,46 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             cfg = replace(cfg, policy=policy)
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
-    with stages("join"):
-        if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
-            from ..engines.spark.engine import join_for_job
+    # results made on the executors (Spark, spark.streamjoin.results): the tasks write
+    # results.parquet/ into the staging directory, so it exists before the join
+    executors = False
+    if cfg.engine == "spark":
+        from ..engines.spark.engine import join_for_job, results_path
 
-            outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
-                                   bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None)
-        else:
-            outcome = join(
-                [s.ts for s in streams], [s.arrival for s in streams],
-                [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
-                space=space_of(cfg, streams), where=where_fn,
-                bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
-            )
-    with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
-        # the HTML report's series (memory, latency histogram, tuning curve)
-        # are independent of the metrics: compute them alongside
-        extras = pool.submit(report_build.extras, cfg, outcome)
-        report = build_report(cfg, command, streams, outcome)
-        report.update(extras.result())
-    with AtomicOutput(cfg.out) as staging:
+        executors = results_path(cfg) == "executors"
+    with ExitStack() as publish:
+        early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
+        with stages("join"):
+            if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
+                outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
+                                       bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+                                       results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None)
+            else:
+                outcome = join(
+                    [s.ts for s in streams], [s.arrival for s in streams],
+                    [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
+                    space=space_of(cfg, streams), where=where_fn,
+                    bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+                )
+        with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
+            # the HTML report's series (memory, latency histogram, tuning curve)
+            # are independent of the metrics: compute them alongside
+            if executors:
+                extras = pool.submit(report_build.extras_of_summary, cfg, outcome)
+                report = build_summary_report(cfg, command, streams, outcome)
+            else:
+                extras = pool.submit(report_build.extras, cfg, outcome)
+                report = build_report(cfg, command, streams, outcome)
+            report.update(extras.result())
+        staging = early if early is not None else publish.enter_context(AtomicOutput(cfg.out))
         outputs: dict[str, str] = {}
         with stages("write"):
-            if cfg.write_results:
-                # both engines: the combinations are on the driver, and so is --out
-                # (the staging directory is renamed into place there); one file,
-                # the same bytes from either engine
+            if cfg.write_results and not executors:
+                # the combinations are on the driver, and so is --out (the staging
+                # directory is renamed into place there); one file, the same bytes
+                # from either engine
                 emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
-            if cfg.write_results:
+            if cfg.write_results:   # on the executors: a directory of part files, written by the tasks
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:
                 if s.quarantine.height:
