@@ -13,7 +13,7 @@ truth, emitted         two counts                                  sums
 periods                :func:`.metrics.period_code_counts`         sum (one array per period)
 latency_us             value counts of the emitted latencies       :func:`latency_summary`
 latency_histogram      (the same value counts)                     report/build.py
-tuning curve           value counts of the required slacks         :class:`.tuning.CountedCurve`
+tuning curve           value counts of the required slacks         :class:`CountedCurve`
 duplicates             duplicates among the task's own results     sum (see below)
 =====================  ==========================================  ===========================
 
@@ -39,6 +39,7 @@ import numpy as np
 
 from ..replay.duplicates import count_duplicates
 from .metrics import period_code_counts
+from .tuning import Curve, grid_index, needed_count
 
 
 @dataclass
@@ -111,3 +112,28 @@ def latency_summary(values: np.ndarray, counts: np.ndarray) -> dict[str, float |
     for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)):
         out[name] = nearest_rank_of_counts(values, cum, q)
     return out
+
+
+class CountedCurve(Curve):
+    """:class:`Curve` from value counts (``values`` ascending and distinct, ``counts``
+    how many combinations require each): the same answers as ``Curve(np.repeat(values,
+    counts), g)`` without the array of every combination (the Spark engine's tasks
+    count their combinations' required slacks, here)."""
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray, g: int):
+        self.g = int(g)
+        self.values = np.asarray(values, dtype=np.int64)
+        self.cum = np.cumsum(np.asarray(counts, dtype=np.int64))
+        self.C = int(self.cum[-1]) if len(self.cum) else 0
+        self.top = int(grid_index(self.values[-1:], g)[0]) if len(self.values) else 0
+
+    def count(self, steps) -> np.ndarray:
+        at = np.searchsorted(self.values, np.asarray(steps, dtype=np.int64) * self.g, side="right")
+        return np.where(at > 0, self.cum[np.maximum(at - 1, 0)] if len(self.cum) else 0, 0)
+
+    def reaches(self, q: float) -> bool:
+        return needed_count(self.C, q) <= self.C
+
+    def value_for(self, q: float) -> int:
+        m = needed_count(self.C, q)
+        return int(self.values[np.searchsorted(self.cum, m, side="left")]) if m else 0

@@ -139,23 +139,18 @@ def required_static_common(replay: Replay, combos: Combos, windows: Sequence[int
 
     ``max_k (T(a_y) - x_k.ts - W_k)`` over the non-last members is
     ``T(a_y) - min_k (x_k.ts + W_k)``, so one running minimum suffices.
-    ``members`` may pass ``(a, last)`` already known (the engine's emission).
-    """
+    ``members`` may pass ``(a, last)`` already known (the engine's emission).  """
     a, last = members if members is not None else member_indexes(replay, combos)
-    if not len(combos):
-        return np.empty(0, np.int64)
-    return static_need([combos.ts(k) for k in range(replay.n)], a, last, replay.T[last], windows)
+    ts = [combos.ts(k) for k in range(replay.n)]
+    return static_need(ts, a, last, replay.T[last], windows) if len(combos) else np.empty(0, np.int64)
 
 
 def static_need(ts: Sequence[np.ndarray], a: Sequence[np.ndarray], last: np.ndarray, T_last: np.ndarray,
                 windows: Sequence[int]) -> np.ndarray:
-    """:func:`required_static_common` on columns: per combination its members'
-    ``ts`` and arrival indexes ``a``, the last member's index ``last`` and
-    ``T_last = T(a_y)`` (a Spark task has these for its combinations)."""
-    W = np.asarray(windows, dtype=np.int64)
+    """:func:`required_static_common` on columns (``T_last = T(a_y)``): a Spark task's combinations."""
     lowest = np.full(len(last), np.iinfo(np.int64).max, dtype=np.int64)
     for k in range(len(ts)):
-        reach = np.asarray(ts[k], dtype=np.int64) + W[k]
+        reach = np.asarray(ts[k], dtype=np.int64) + int(windows[k])
         reach[a[k] == last] = np.iinfo(np.int64).max  # the last member needs nothing
         np.minimum(lowest, reach, out=lowest)
     need = np.asarray(T_last, dtype=np.int64) - lowest  # overflows to negative only where every member is last (n == 1)
@@ -472,31 +467,6 @@ def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: s
     values = (required_static_common(replay, combos, windows, members) if policy == "static"
               else required_kslack(replay, combos))
     return curve_summary(Curve(values, g), policy, q, targets)
-
-
-class CountedCurve(Curve):
-    """:class:`Curve` from value counts (``values`` ascending and distinct, ``counts``
-    how many combinations require each): the same answers as ``Curve(np.repeat(values,
-    counts), g)`` without the array of every combination (the Spark engine's tasks
-    count their combinations' required slacks, :mod:`.summary`)."""
-
-    def __init__(self, values: np.ndarray, counts: np.ndarray, g: int):
-        self.g = int(g)
-        self.values = np.asarray(values, dtype=np.int64)
-        self.cum = np.cumsum(np.asarray(counts, dtype=np.int64))
-        self.C = int(self.cum[-1]) if len(self.cum) else 0
-        self.top = int(grid_index(self.values[-1:], g)[0]) if len(self.values) else 0
-
-    def count(self, steps) -> np.ndarray:
-        at = np.searchsorted(self.values, np.asarray(steps, dtype=np.int64) * self.g, side="right")
-        return np.where(at > 0, self.cum[np.maximum(at - 1, 0)] if len(self.cum) else 0, 0)
-
-    def reaches(self, q: float) -> bool:
-        return needed_count(self.C, q) <= self.C
-
-    def value_for(self, q: float) -> int:
-        m = needed_count(self.C, q)
-        return int(self.values[np.searchsorted(self.cum, m, side="left")]) if m else 0
 
 
 def curve_summary(curve: Curve, policy: str, q: float | None, targets: Sequence[float] = ()) -> dict[str, Any]:

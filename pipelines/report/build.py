@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..analysis import metrics
-from ..analysis.tuning import CountedCurve, curve_only, curve_summary
+from ..analysis.summary import CountedCurve
+from ..analysis.tuning import curve_only, curve_summary
 from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig

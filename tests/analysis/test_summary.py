@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from streamjoin.pipelines.analysis import metrics
 from streamjoin.pipelines.analysis import summary as sm
-from streamjoin.pipelines.analysis.tuning import CountedCurve, Curve, curve_summary
+from streamjoin.pipelines.analysis.summary import CountedCurve
+from streamjoin.pipelines.analysis.tuning import Curve, curve_summary
 from streamjoin.pipelines.replay.duplicates import count_duplicates
 from streamjoin.pipelines.report.build import latency_histogram, latency_histogram_of_counts
 
