@@ -1,22 +1,33 @@
 """The Spark engine: the same answer as the local engine, spread over partitions.
 
-:func:`spark_join` runs one replay and join::
+:func:`spark_join` runs one replay and join; what the driver holds at each
+stage (N input tuples, C combinations, P partitions)::
 
-    tuples on the driver (loaded by io/load.py)
-      -> key ids, probe order (replay/probe_order.py)
-      -> progress facts: on the driver (replay/partitioned_progress.driver_facts),
-         or with progress="spark" the partition-wise pass on Spark (.progress)
-      -> memory per arrival, on a driver thread while the join runs
-      -> routing plan (driver, .routing): none | atr | ctr (auto: least predicted overhead)
+    tuples on the driver (loaded by io/load.py)                       O(N)
+      -> key ids, probe order (replay/probe_order.py)                  O(N)
+      -> progress facts: on the driver (replay/partitioned_progress.driver_facts;
+         what the CLI uses), or with progress="spark" the partition-wise
+         pass on Spark (.progress)                                     O(N)
+      -> memory per arrival, on a driver thread while the join runs    O(N x streams)
+      -> routing plan (driver, .routing): none | atr | ctr (auto: least
+         predicted overhead); each partition's tuples gathered on the
+         driver and handed to its task (.handoff)                      O(N x replication)
       -> data plane (.plane): none / atr as one job of per-partition tasks,
-         ctr as hops of partial combinations; records through the hand-off
-      -> combinations collected on the driver -> SparkOutcome (.outcome),
-         --where (and distance, for CTR) applied on the driver
+         ctr as hops of partial combinations
+      -> results="driver": combinations collected -> SparkOutcome (.outcome),
+         --where (and distance, for CTR) applied on the driver;
+         the job writes results.parquet there                          O(C)
+         results="executors" (none / atr): each task writes its results as a
+         Parquet part file and returns a summary (.sink) -> SummaryOutcome,
+         the merged summaries                                          O(P + periods + distinct values)
 
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
 SparkSession, warms the workers up and joins; the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
-``results.parquet`` is written on the driver, as the local engine writes it.
+:func:`results_path` picks the results path (``spark.streamjoin.results``:
+``auto`` = executors on a non-local master).  Not yet distributed: reading
+and validating the inputs, the progress facts, the memory series and the
+routing of tuples (docs/semantics.md, "Results on the executors").
 """
 
 from __future__ import annotations
