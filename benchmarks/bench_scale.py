@@ -105,10 +105,12 @@ def _tree(pid: int) -> list[tuple[int, str]]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
+        kids = []
+        for task in Path(f"/proc/{p}/task").glob("*"):   # children of every thread (the JVM forks off its main one)
+            try:
+                kids += (task / "children").read_text().split()
+            except OSError:
+                pass
         for k in map(int, kids):
             try:
                 name = Path(f"/proc/{k}/comm").read_text().strip()

@@ -94,6 +94,21 @@ def test_executors_equal_the_local_engine(spark, tmp_path, n, policy, router, pa
     assert_same_run(tmp_path / "dr", tmp_path / "ex", dr, ex)
 
 
+def test_executors_with_inline_handoff_equal_the_local_engine(spark, tmp_path):
+    """Inline hand-off (what a cluster master uses): each task's tuples, payload
+    included, travel through Spark itself; the results still never come back."""
+    cfg = write_inputs(tmp_path, 3, seed=41)
+    policy = {"policy": "kslack", "k": ["10ms"]}
+    local = run(cfg, tmp_path / "local", engine="local", **policy)
+    spark.conf.set("spark.streamjoin.handoff", "inline")
+    try:
+        ex = run(cfg, tmp_path / "ex", engine="spark", router="atr", partitions=3, spark_conf=[EXECUTORS], **policy)
+    finally:
+        spark.conf.unset("spark.streamjoin.handoff")
+    assert ex["routing"]["handoff"] == "inline" and ex["routing"]["results"] == "executors"
+    assert_same_run(tmp_path / "local", tmp_path / "ex", local, ex)
+
+
 def test_results_directory_reads_in_polars_duckdb_and_spark(spark, tmp_path):
     import duckdb
 
