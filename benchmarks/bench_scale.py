@@ -23,7 +23,7 @@ above 6M input rows (``--chunk-rows`` default); ``--in-memory`` also runs
     streamjoin run <data>/bench.toml --engine spark --master local[2] --router atr \
         --policy mpkslack [--no-results] --spark-conf spark.streamjoin.results=driver|executors
 
-once per results path, and samples every process's peak RSS (``VmHWM`` in
+alternating the results paths (``--runs`` rounds, medians), and samples every process's peak RSS (``VmHWM`` in
 ``/proc/PID/status``, read every 0.2 s): the driver's Python process, the JVM
 it starts (in local mode the tasks' JVM side runs there too) and the largest
 Python worker.  JVM heap use is not read separately (the JVM's RSS bounds it).
@@ -149,16 +149,27 @@ def spark_run(config: Path, results: str, write: bool) -> dict:
             **{f"{k}_gb": v / 1024 ** 2 for k, v in peak.items()}, "timings": report["timings_s"]}
 
 
-def spark_main(sizes: list[float], with_results: bool) -> None:
+def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
+    """Both results paths alternating, ``runs`` rounds; medians of wall time and of each peak."""
+    import statistics
+
     configs = {m: ensure_data(m) for m in sizes}
     rows = []
     for m in sizes:
         for write in ([False, True] if with_results else [False]):
-            for results in ("driver", "executors"):   # alternating, one run each
-                r = spark_run(configs[m], results, write)
-                rows.append((m, results, write, r))
-                print(f"  {m:g}M {results} {'results' if write else '--no-results'}: {r['wall_s']:.1f}s, "
-                      f"driver {r['driver_gb']:.2f} GB", file=sys.stderr)
+            got: dict[str, list[dict]] = {"driver": [], "executors": []}
+            for _ in range(runs):
+                for results in ("driver", "executors"):   # alternating
+                    r = spark_run(configs[m], results, write)
+                    got[results].append(r)
+                    print(f"  {m:g}M {results} {'results' if write else '--no-results'}: {r['wall_s']:.1f}s, "
+                          f"driver {r['driver_gb']:.2f} GB", file=sys.stderr)
+            for results, rs in got.items():
+                med = dict(rs[0])
+                for k in ("wall_s", "driver_gb", "jvm_gb", "worker_gb"):
+                    med[k] = statistics.median(r[k] for r in rs)
+                med["timings"] = {k: statistics.median(r["timings"][k] for r in rs) for k in rs[0]["timings"]}
+                rows.append((m, results, write, med))
     print()
     print("| input tuples | results | path | wall s | driver Python peak RSS GB | JVM peak RSS GB | "
           "largest worker GB | truth | emitted |")
@@ -179,11 +190,12 @@ def main() -> None:
     ap.add_argument("--sizes", type=float, nargs="+", default=[20, 40], help="millions of input tuples")
     ap.add_argument("--engine", choices=["local", "spark"], default="local",
                     help="spark: local[2], ATR, mpkslack, both results paths (issue 19)")
+    ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
     args = ap.parse_args()
     if args.engine == "spark":
-        return spark_main(args.sizes, args.results)
+        return spark_main(args.sizes, args.results, args.runs)
     modes = [("bounded, --no-results", ["--no-results"])]
     if args.results:
         modes.append(("bounded, results written", []))

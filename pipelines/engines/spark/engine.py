@@ -176,7 +176,8 @@ def spark_join(
         if plane == "spark" and router != "ctr":
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
             if sink is not None:
-                per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family)
+                per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family,
+                                       write=results_dir is not None)
             res = spark_plane(spark, per, n, W, policy.family, router, route_plan, keyed, kdims, threshold, hand,
                               sink=sink)
             del per

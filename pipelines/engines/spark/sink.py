@@ -127,10 +127,11 @@ def unsupported(router: str, family: str, where) -> str | None:
     return None
 
 
-def add_sink_columns(per: list[dict], arrival, payloads, replay, dec, f, family: str) -> list[dict]:
+def add_sink_columns(per: list[dict], arrival, payloads, replay, dec, f, family: str,
+                     write: bool = True) -> list[dict]:
     """The per-stream columns :meth:`Sink.finish` reads, beside the kernel's
     (:func:`~.columns.kernel_inputs`): arrival index ``a``, ``arrival``, the
-    payload, and per family the tuning facts (symmetric: the frontier ``T``
+    payload (``write``: results are written), and per family the tuning facts (symmetric: the frontier ``T``
     at the tuple's arrival; sorting: its release time ``rel_us`` and required
     ``K``, :func:`~streamjoin.pipelines.analysis.tuning.required_k_per_tuple`)."""
     kneed = required_k_per_tuple(replay) if family != SYMMETRIC else None
@@ -143,5 +144,6 @@ def add_sink_columns(per: list[dict], arrival, payloads, replay, dec, f, family:
             d["T"] = replay.T[pos]
         else:
             d["rel_us"], d["kneed"] = rel_us[pos], kneed[pos]
-        d["payload"] = payloads[k]
+        if write:
+            d["payload"] = payloads[k]
     return per
