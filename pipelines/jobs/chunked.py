@@ -45,7 +45,7 @@ DEFAULT_CHUNK_ROWS = 1_000_000
 
 def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
-    if cfg.chunk_rows == 0 or cfg.engine != "local":
+    if cfg.chunk_rows == 0 or cfg.engine != "local" or cfg.capacity is not None:  # --capacity: in memory
         return None
     p = cfg.policy
     if p.in_memory_only is not None:

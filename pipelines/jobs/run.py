@@ -20,8 +20,14 @@ import numpy as np
 
 from ..analysis import metrics
 from ..analysis import summary as result_summary
+from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
+from ..analysis.capacity import capacity_section, queueing_delay_us
+from ..base.errors import InputError
+from ..capacity import model as capacity_model
+from ..capacity.spec import parse_capacity
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
+from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import RESULTS_COMPRESSION, AtomicOutput, locks_out
 from ..replay.duplicates import count_duplicates
@@ -167,9 +173,16 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     """
     stages = _Stages(on_stage)
     started = time.perf_counter()
+    capacity = parse_capacity(cfg.capacity)   # a bad --capacity fails before any work
+    if capacity is not None and capacity.state is not None and cfg.policy.family != SYMMETRIC:
+        raise InputError(f"--capacity state=N: the join-state cap (seed 002 step 3) is modelled for the symmetric "
+                         f"policies static and qjoin; policy {cfg.policy.name} keeps a sort buffer")
+    if capacity is not None:
+        capacity_model.warm_up(capacity)   # numba loads while the input loads and the plain join runs
     from .chunked import chunk_rows_for, run_chunked_job
 
-    chunk_rows = chunk_rows_for(cfg)
+    # flow control replays in memory (settings.resolve refuses --chunk-rows N with it)
+    chunk_rows = chunk_rows_for(cfg) if cfg.flow_control is None else None
     if chunk_rows is not None:  # bounded memory: the replay in arrival-time chunks
         return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
                                on_chunk=on_chunk)
@@ -180,6 +193,13 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
             streams, policy = with_file_batches(streams, cfg.policy)
             cfg = replace(cfg, policy=policy)
+        # seed 001 flow control: the join sees each tuple when its unit admits it (capacity/flow.py)
+        original, flow = streams, None
+        if cfg.flow_control is not None:   # timed apart too (timings_s.flow_control, part of load)
+            t0 = time.perf_counter()
+            flow = delay_arrivals([s.arrival for s in streams], cfg.flow_control)
+            stages.timings["flow_control"] = time.perf_counter() - t0
+            streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
     # results made on the executors (Spark, spark.streamjoin.results): the tasks write
@@ -195,14 +215,29 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
                 outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
                                        bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
-                                       results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None)
+                                       results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None,
+                                       results="executors" if executors else "driver")
             else:
+                keys = [s.keys if s.keys.width else None for s in streams]
+                bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
                 outcome = join(
-                    [s.ts for s in streams], [s.arrival for s in streams],
-                    [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
-                    space=space_of(cfg, streams), where=where_fn,
-                    bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+                    [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
+                    space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad,
                 )
+                if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
+                    t0 = time.perf_counter()
+                    cap = capacity_model.apply(capacity, outcome.replay, outcome.decisions, outcome.combos,
+                                               outcome.emission, outcome.memory, cfg.windows, cfg.policy,
+                                               keys=keys, bad_arrivals=bad)
+                    outcome = replace(outcome, emission=cap.emission, memory=cap.memory, decisions=cap.decisions)
+                    outcome.timings_s["capacity"] = time.perf_counter() - t0
+        at_join = None
+        if flow is not None:   # latency from each member's own arrival: the wait upstream counts
+            em = outcome.emission
+            at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
+            em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
+            if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the padded rows too
+                em.outer.latency_us = em.outer.emit_us - original[em.outer.stream].arrival[em.outer.row]
         with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
             # the HTML report's series (memory, latency histogram, tuning curve)
             # are independent of the metrics: compute them alongside
@@ -213,6 +248,14 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 extras = pool.submit(report_build.extras, cfg, outcome)
                 report = build_report(cfg, command, streams, outcome)
             report.update(extras.result())
+            if flow is not None:
+                report["flow_control"] = flow_report(flow, cfg.flow_control,
+                                                     [s.name for s in streams], [s.arrival for s in original], at_join)
+            if capacity is not None:
+                report["capacity"] = capacity_section(cap, [s.name for s in streams], outcome.replay,
+                                                      period_us=cfg.period_us, target=cfg.recall_target)
+                report["capacity"].update(report_build.capacity_series(cap.occupancy, outcome.replay.arrival,
+                                                                       queueing_delay_us(cap)))
         staging = early if early is not None else publish.enter_context(AtomicOutput(cfg.out))
         outputs: dict[str, str] = {}
         with stages("write"):
@@ -220,7 +263,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 # the combinations are on the driver, and so is --out (the staging
                 # directory is renamed into place there); one file, the same bytes
                 # from either engine
-                emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
+                emitted_frame(outcome.combos, outcome.emission, original).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
             if cfg.write_results:   # on the executors: a directory of part files, written by the tasks
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:

@@ -133,6 +133,13 @@ def memory_series(memory: np.ndarray, arrival: np.ndarray, points: int = MAX_SER
     }
 
 
+def capacity_series(occupancy: np.ndarray, arrival: np.ndarray, queueing_us: np.ndarray) -> dict[str, Any]:
+    """The capacity model's series for ``report.html``: queued tuples after each
+    arrival (downsampled as :func:`memory_series`) and the queueing-delay histogram."""
+    return {"occupancy_series": memory_series(occupancy, arrival),
+            "queueing_histogram": latency_histogram(queueing_us)}
+
+
 def latency_histogram(latency: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:
     if len(latency) == 0:
         return {"edges_us": [], "counts": []}

@@ -303,6 +303,8 @@ def render_report(report: dict[str, Any]) -> str:
                  "last member arrived (latency 0: the symmetric join emits on arrival).</p>"]
     elif hist is not None:
         body += ["<h2>Latency</h2>", _img(plots.latency_distribution(hist, lat), "latency distribution")]
+    if report.get("capacity"):
+        body += _capacity_section(report["capacity"], report.get("time_origin"))
     tuning = report.get("tuning")
     if tuning and tuning.get("curve"):
         label = setting_label(tuning["policy"])
@@ -336,6 +338,7 @@ def render_report(report: dict[str, Any]) -> str:
                  f"partner and were emitted null-padded when the watermark evicted them (latency p50 "
                  f"{_e(format_duration(olat['p50']))}, p95 {_e(format_duration(olat['p95']))}, max "
                  f"{_e(format_duration(olat['max']))}); recall counts the pairs only.</p>"]
+    body += flow_section(report)
     periods = report.get("periods", [])
     if periods:
         body += ["<h2>Periods</h2>",
@@ -344,6 +347,63 @@ def render_report(report: dict[str, Any]) -> str:
                                            "-" if p["target"] is None else f"{p['target']:g}"],
                                 "report.json", report.get("time_origin"))]
     return _page("streamjoin report", body)
+
+
+def flow_section(report: dict[str, Any]) -> list[str]:
+    """The "Flow control" part of the run page (``--flow-control``; nothing without it):
+    the added delay per stream, then buffer occupancy and the control law's rate over time."""
+    from . import plots
+
+    flow = report.get("flow_control")
+    if not flow:
+        return []
+    st = flow["settings"]
+    rows = [[name, f"{d['delayed']:,}", format_duration(d["p50"]), format_duration(d["p99"]),
+             format_duration(d["max"]), f"{flow['occupancy'][name]['peak']:,.1f}"]
+            for name, d in flow["added_delay_us"]["streams"].items() if d["max"] is not None]
+    n = flow["series"]["intervals_per_point"]
+    return ["<h2>Flow control (seed 001)</h2>",
+            f"<p>{_e(st['policy'])}: one unit per stream, buffer B = {st['buffer']:,} tuples, target b0 = "
+            f"{st['target']:g}, service rate {st['rate']:,.0f} tuples/s shared by the units, control every "
+            f"{_e(format_duration(st['interval_us']))}. Back-pressure delays arrivals (nothing is dropped); "
+            "latency above counts from each tuple's own arrival.</p>",
+            _table(["stream", "tuples delayed", "added delay p50", "p99", "max", "buffer peak"], rows),
+            _img(plots.flow_over_time(flow, report.get("time_origin")), "buffer occupancy over time"),
+            f"<div class=\"sub\">Each point covers about {n:,.0f} control intervals: the line is the mean "
+            "occupancy, the shaded area the peak; the lower panel is the rate r_max each unit admits "
+            "(seed 001 equation 8).</div>"]
+def _capacity_section(cap: dict[str, Any], time_origin: str | None) -> list[str]:
+    """The capacity model (issue 20): what it shed and lost, queueing delay, queue occupancy."""
+    from . import plots   # lazily, as render_report does
+
+    shed = cap["shed"]
+    load = cap.get("offered_load")
+    lines = [
+        f"Offered load {load:.3g} of one operator" if load is not None else "Offered load: -",
+        f"{cap['processed']:,} tuples processed; shed: {shed['queue_drop_new']:,} dropped on arrival (queue full), "
+        f"{shed['queue_replaced']:,} replaced in the queue, {shed['state_evicted']:,} evicted from join state",
+        f"recall without the capacity model {fmt_recall(cap['recall_without_capacity'])} "
+        f"(lost to disorder {cap['recall_lost_to_disorder']:.4f}); lost to capacity "
+        f"{cap['recall_lost_to_capacity']:.4f}, gained {cap['recall_gained_under_capacity']:.4f}",
+    ]
+    budget = cap.get("state_budget")
+    if budget and budget.get("periods_limited_by_budget") is not None:
+        lines.append(f"state budget {budget['cap_tuples']:,} tuples: {budget['periods_limited_by_budget']} periods "
+                     f"missed the target because of the budget, {budget['periods_missed_by_controller']} "
+                     "would have missed it without the budget")
+    if budget and budget.get("decisions") is not None:
+        lines.append(f"{budget['decisions_wanting_more_state']} of {budget['decisions']} controller decisions wanted "
+                     "more state than the budget")
+    body = ["<h2>Capacity</h2><ul>", *[f"<li>{_e(x)}</li>" for x in lines], "</ul>"]
+    q = cap["queueing_delay_us"]
+    if q.get("max"):
+        body += ["<h3>Queueing delay</h3>",
+                 _img(plots.queueing_distribution(cap["queueing_histogram"], q), "queueing delay per tuple")]
+    else:
+        body += ["<h3>Queueing delay</h3><p>No tuple waited: each found the operator idle.</p>"]
+    body += ["<h3>Queue occupancy</h3>",
+             _img(plots.occupancy_over_time(cap["occupancy_series"], time_origin), "queue occupancy over time")]
+    return body
 
 
 def render_tune(t: dict[str, Any]) -> str:

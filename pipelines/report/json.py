@@ -2,7 +2,8 @@
 
 Keys listed in the SPEC keep their meaning forever; extra keys are allowed.
 One such extra key is ``time_origin`` (:func:`calendar_origin`): what replay
-time 0 is, so that pages can show calendar dates.
+time 0 is, so that pages can show calendar dates; another is ``capacity``
+(``run --capacity``, issue 20: :data:`CAPACITY_KEYS`), checked when present.
 :func:`validate` checks a report against that contract and is used by the
 tests and before publishing.
 """
@@ -51,7 +52,16 @@ def calendar_origin(first_us: int | None, last_us: int | None) -> str | None:
     return EPOCH if in_calendar_range(first_us, last_us) else None
 
 
+#: ``capacity`` (extra key, issue 20; present only with ``run --capacity``): its keys, and
+#: per stream in ``shed.per_stream`` the causes.  Added in schema_version 1 without a
+#: version bump: a report without the capacity model has no ``capacity`` key at all.
+CAPACITY_KEYS = ("settings", "offered_load", "processed", "shed", "queueing_delay_us", "occupancy_tuples",
+                 "recall_without_capacity", "recall_lost_to_disorder", "recall_lost_to_capacity",
+                 "recall_gained_under_capacity", "results_lost", "occupancy_series", "queueing_histogram")
+SHED_CAUSES = ("queue_drop_new", "queue_replaced", "state_evicted")
 ROUTING_KEYS = ("router", "partitions", "replication_factor", "overhead_measured", "overhead_predicted", "load_imbalance")
+#: a routed run's ``routing.per_partition`` entries (docs/semantics.md, "Load of a partition")
+PARTITION_KEYS = ("partition", "cpu", "mem", "net", "phi_cpu", "phi_mem", "phi_net", "load")
 
 
 def validate(report: dict[str, Any]) -> None:
@@ -87,6 +97,32 @@ def validate(report: dict[str, Any]) -> None:
     for k in ROUTING_KEYS:
         if k not in report["routing"]:
             raise ValueError(f"report.json: routing missing {k!r}")
+    for p in report["routing"].get("per_partition", []):
+        for k in PARTITION_KEYS:
+            if k not in p:
+                raise ValueError(f"report.json: routing.per_partition entry missing {k!r}")
+            if k != "partition" and not isinstance(p[k], (int, float)):
+                raise ValueError(f"report.json: routing.per_partition {k!r} should be a number")
+    if "capacity" in report:
+        _validate_capacity(report["capacity"], len(report["streams"]))
+
+
+def _validate_capacity(cap: Any, streams: int) -> None:
+    if not isinstance(cap, dict):
+        raise ValueError("report.json: 'capacity' should be dict")
+    for k in CAPACITY_KEYS:
+        if k not in cap:
+            raise ValueError(f"report.json: capacity missing {k!r}")
+    per_stream = cap["shed"].get("per_stream", [])
+    if len(per_stream) != streams:
+        raise ValueError("report.json: capacity.shed.per_stream needs one entry per stream")
+    for entry in [cap["shed"], *per_stream]:
+        for k in SHED_CAUSES:
+            if not isinstance(entry.get(k), int):
+                raise ValueError(f"report.json: capacity.shed entry missing {k!r}")
+    for k in ("mean", "p50", "p95", "p99", "max"):
+        if k not in cap["queueing_delay_us"]:
+            raise ValueError(f"report.json: capacity.queueing_delay_us missing {k!r}")
 
 
 def json_safe(value: Any) -> Any:

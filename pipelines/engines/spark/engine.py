@@ -51,9 +51,10 @@ from ...replay.probe_order import ProbeOrder, probe_order
 from ...replay.progress import memory_per_stream
 from .kernels import INT
 from .columns import tuple_table, attach_facts, kernel_inputs
+from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import run_plane, spark_plane, ctr_spark
-from .outcome import SparkOutcome, SummaryOutcome, outcome_from, post_filter, routing_report
+from .outcome import SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter, routing_report
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
 from .session import spark_session, warm_up
 from .progress import spark_micro_batches, spark_progress
@@ -214,8 +215,13 @@ def spark_join(
     if router == "ctr":
         extra["ctr"] = route_plan.to_dict()
         extra["theorem_d"] = {"O_ctr": route_plans["ctr"][1], "O_star_ctr": route_plans["ctr"][2]}
+    if route_plan is not None:
+        extra["estimated_per_partition"] = route_plan.estimated.table()   # the planner's view (histogram)
+    span_us = duration_s * 1e6
+    use = partition_use(router, route_plan, res, ts, W.tolist(), span_us, settings.costs)
     routing = routing_report(router, settings.partitions if router != "none" else 1, res, N, duration_s,
-                             predicted.get(router) or 0.0, settings.weights, extra)
+                             predicted.get(router) or 0.0, settings.weights, extra, use, settings.capacity,
+                             settings.costs)
     out.routing = routing
     return out
 
@@ -256,19 +262,26 @@ def _timed(timings: dict, name: str, fn, *args):
 def results_path(cfg) -> str:
     """Where ``streamjoin run --engine spark`` makes its results: ``"executors"`` or
     ``"driver"`` (:func:`~streamjoin.pipelines.config.options.results_mode`).  Where the
-    executors cannot (:func:`.sink.unsupported`), ``auto`` falls back to the driver;
-    an explicit ``executors`` is refused by :func:`spark_join`."""
+    executors cannot (:func:`.sink.unsupported`, flow control, capacity), ``auto``
+    falls back to the driver and an explicit ``executors`` is refused (one line)."""
     mode = results_mode(cfg.master, cfg.spark_conf)
-    explicit = dict(cfg.spark_conf).get(RESULTS_CONF_KEY, "auto") != "auto"
-    if mode == "executors" and not explicit and unsupported(cfg.router, cfg.policy.family, cfg.where) is not None:
-        return "driver"
-    return mode
+    if mode != "executors":
+        return mode
+    why = unsupported(cfg.router, cfg.policy.family, cfg.where)
+    if why is None and (cfg.flow_control is not None or cfg.capacity is not None):
+        why = "--flow-control or --capacity (they rework latencies from every combination)"
+    if why is None:
+        return mode
+    if dict(cfg.spark_conf).get(RESULTS_CONF_KEY, "auto") != "auto":
+        raise InputError(f"{RESULTS_CONF_KEY}=executors: not with {why} yet; use {RESULTS_CONF_KEY}=driver")
+    return "driver"
 
 
-def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None) -> SparkOutcome | SummaryOutcome:
+def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
+                 results: str = "driver") -> SparkOutcome | SummaryOutcome:
     """``streamjoin run --engine spark``: open the run's SparkSession and join; the
     session stays open until the job is written, :meth:`SparkOutcome.close` stops it.
-    With :func:`results_path` ``"executors"`` the tasks write ``results.parquet/``
+    With ``results="executors"`` (:func:`results_path`) the tasks write ``results.parquet/``
     into ``results_dir`` (the run's staging directory's; None: ``--no-results``)."""
     from contextlib import ExitStack
 
@@ -284,11 +297,12 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None) 
         if partitions is None:
             partitions = max(1, int(spark.sparkContext.defaultParallelism))
         settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
-                                 weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment)
+                                 weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment,
+                                 capacity=Capacity(*cfg.partition_capacity))
         out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
                          [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
                          space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark,
-                         results=results_path(cfg), results_dir=results_dir, period_us=cfg.period_us,
+                         results=results, results_dir=results_dir, period_us=cfg.period_us,
                          names=[s.name for s in streams], payloads=[s.payload for s in streams])
     except BaseException:
         stack.close()

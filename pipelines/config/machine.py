@@ -1,0 +1,48 @@
+"""Settings of the finite-machine models (issue 20), checked against what runs them.
+
+``--capacity`` (the processing queue, bounded queues and state cap of
+``pipelines/capacity/``; its keys are parsed by ``capacity/spec.py`` when the
+job starts) and ``--flow-control`` (seed 001; parsed by
+:mod:`.flow_control`): which engines, policies and commands model them, and
+the one-line errors for the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base.errors import InputError
+from .flow_control import FlowControl, parse_flow_control
+
+
+def flow_control_setting(value: Any, output_kind: str, engine: str, *,
+                         engine_given: bool) -> tuple[FlowControl | None, str]:
+    """``--flow-control`` / ``[run] flow_control``: the parsed settings and the engine that
+    runs them (the local engine, unless the user chose another: then a one-line error)."""
+    flow = parse_flow_control(value) if value is not None else None
+    if flow is not None and output_kind in ("tune-buffer", "compare"):
+        raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
+                         "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
+    if flow is not None and engine == "spark":
+        if engine_given:
+            raise InputError("--flow-control runs on --engine local for now")
+        engine = "local"   # the default engine with flow control, not the user's choice
+    return flow, engine
+
+
+def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None) -> str | None:
+    """``--capacity`` / ``[run] capacity``: the text, checked against what runs it
+    (its keys are parsed by pipelines/capacity/spec.py when the job starts)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"--capacity {value!r}: expected a string KEY=VALUE,... (e.g. \"tuple=5us,queue=1000\")")
+    if engine != "local":
+        raise InputError(f"--capacity: the capacity model runs on --engine local only (one operator); "
+                         f"--engine {engine} does not model it yet")
+    if chunk_rows not in (None, 0):
+        raise InputError("--capacity: the capacity model replays in memory; use --chunk-rows 0")
+    if policy_name in ("spark-ss", "flink"):
+        raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
+                         "use none, kslack, mpkslack, qkslack, static or qjoin")
+    return value
