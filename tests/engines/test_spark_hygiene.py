@@ -82,3 +82,18 @@ def test_pyspark_python_is_set_only_for_local_masters(monkeypatch, master, expec
     import os
 
     assert os.environ.get("PYSPARK_PYTHON") == (sys.executable if expected else None)
+
+
+
+def test_capacity_keeps_results_on_the_driver_or_refuses_explicit_executors(tmp_path):
+    """A guard: --capacity (like --flow-control) is refused with --engine spark when the
+    configuration is resolved; should that change, results stay on the driver."""
+    from dataclasses import replace
+
+    from streamjoin.pipelines.engines.spark.engine import results_path
+
+    cfg = replace(_resolve(tmp_path, engine="spark", master="spark://host:7077"), capacity="tuple=4ms")
+    assert results_path(cfg) == "driver"
+    cfg = replace(cfg, spark_conf=(("spark.streamjoin.results", "executors"),))
+    with pytest.raises(InputError, match="results=executors: not with --flow-control or --capacity"):
+        results_path(cfg)
