@@ -1,6 +1,7 @@
 """Bounded memory (issue 7): 20M and 40M input tuples on one machine, peak RSS.
 
     python benchmarks/bench_scale.py [--sizes 20 40] [--results]
+    python benchmarks/bench_scale.py --engine spark --sizes 1.5 3 [--results]
 
 Generates the core benchmark's streams at a constant rate (the ``bench`` set:
 two keyed streams, 2:1 rows, 278 keys, W = 100 ms, ~2.7 valid pairs per input
@@ -16,6 +17,16 @@ peak RSS (``Maximum resident set size``), chunks, the state held between
 chunks and the results.  The bounded-memory engine is chosen automatically
 above 6M input rows (``--chunk-rows`` default); ``--in-memory`` also runs
 ``--chunk-rows 0`` for comparison (it needs memory proportional to the input).
+
+``--engine spark`` (issue 19) runs instead, on ``local[2]``::
+
+    streamjoin run <data>/bench.toml --engine spark --master local[2] --router atr \
+        --policy mpkslack [--no-results] --spark-conf spark.streamjoin.results=driver|executors
+
+alternating the results paths (``--runs`` rounds, medians), and samples every process's peak RSS (``VmHWM`` in
+``/proc/PID/status``, read every 0.2 s): the driver's Python process, the JVM
+it starts (in local mode the tasks' JVM side runs there too) and the largest
+Python worker.  JVM heap use is not read separately (the JVM's RSS bounds it).
 """
 
 from __future__ import annotations
@@ -39,9 +50,9 @@ def streamjoin_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "streamjoin.cli.main"]
 
 
-def ensure_data(millions: int) -> Path:
+def ensure_data(millions: float) -> Path:
     """``millions`` M tuples at the core benchmark's rate (3M per 300 s)."""
-    out = DATA / f"scale{millions}"
+    out = DATA / f"scale{millions:g}"
     config = out / "bench.toml"
     if not (config.exists() and (out / ".complete").exists()):
         shutil.rmtree(out, ignore_errors=True)
@@ -78,12 +89,113 @@ def timed_run(config: Path, extra: list[str]) -> dict:
     }
 
 
+def _hwm_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tree(pid: int) -> list[tuple[int, str]]:
+    """``(pid, command name)`` of every descendant of ``pid``."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = []
+        for task in Path(f"/proc/{p}/task").glob("*"):   # children of every thread (the JVM forks off its main one)
+            try:
+                kids += (task / "children").read_text().split()
+            except OSError:
+                pass
+        for k in map(int, kids):
+            try:
+                name = Path(f"/proc/{k}/comm").read_text().strip()
+            except OSError:
+                continue
+            out.append((k, name))
+            todo.append(k)
+    return out
+
+
+def spark_run(config: Path, results: str, write: bool) -> dict:
+    """One ``--engine spark`` run with the peak RSS of the driver's Python process,
+    its JVM and the largest Python worker, sampled from /proc."""
+    with tempfile.TemporaryDirectory(dir=DATA) as tmp:
+        out = Path(tmp) / "out"
+        cmd = [*streamjoin_cmd(), "run", str(config), "--engine", "spark", "--master", "local[2]",
+               "--router", "atr", "--policy", "mpkslack", "--spark-conf", f"spark.streamjoin.results={results}",
+               *([] if write else ["--no-results"]), "--out", str(out)]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        peak = {"driver": 0, "jvm": 0, "worker": 0}
+        while proc.poll() is None:
+            peak["driver"] = max(peak["driver"], _hwm_kb(proc.pid))
+            for pid, name in _tree(proc.pid):
+                kind = "jvm" if name == "java" else "worker" if name.startswith("python") else None
+                if kind:
+                    peak[kind] = max(peak[kind], _hwm_kb(pid))
+            time.sleep(0.2)
+        err = proc.stderr.read()
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"run failed ({proc.returncode}):\n{err[-3000:]}")
+        report = json.loads((out / "report.json").read_text())
+    rows = sum(s["rows"] for s in report["streams"])
+    return {"rows": rows, "wall_s": wall, "truth": report["truth_results"], "emitted": report["emitted_results"],
+            **{f"{k}_gb": v / 1024 ** 2 for k, v in peak.items()}, "timings": report["timings_s"]}
+
+
+def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
+    """Both results paths alternating, ``runs`` rounds; medians of wall time and of each peak."""
+    import statistics
+
+    configs = {m: ensure_data(m) for m in sizes}
+    rows = []
+    for m in sizes:
+        for write in ([False, True] if with_results else [False]):
+            got: dict[str, list[dict]] = {"driver": [], "executors": []}
+            for _ in range(runs):
+                for results in ("driver", "executors"):   # alternating
+                    r = spark_run(configs[m], results, write)
+                    got[results].append(r)
+                    print(f"  {m:g}M {results} {'results' if write else '--no-results'}: {r['wall_s']:.1f}s, "
+                          f"driver {r['driver_gb']:.2f} GB", file=sys.stderr)
+            for results, rs in got.items():
+                med = dict(rs[0])
+                for k in ("wall_s", "driver_gb", "jvm_gb", "worker_gb"):
+                    med[k] = statistics.median(r[k] for r in rs)
+                med["timings"] = {k: statistics.median(r["timings"][k] for r in rs) for k in rs[0]["timings"]}
+                rows.append((m, results, write, med))
+    print()
+    print("| input tuples | results | path | wall s | driver Python peak RSS GB | JVM peak RSS GB | "
+          "largest worker GB | truth | emitted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, results, write, r in rows:
+        print(f"| {r['rows']:,} | {'written' if write else 'no'} | {results} | {r['wall_s']:.1f} | "
+              f"{r['driver_gb']:.2f} | {r['jvm_gb']:.2f} | {r['worker_gb']:.2f} | {r['truth']:,} | {r['emitted']:,} |")
+    print("\nstage timings (s) of each run:")
+    keys = ["load", "join", "join.progress", "join.route_plan", "join.join", "join.collect", "metrics", "write", "total"]
+    for m, results, write, r in rows:
+        t = r["timings"]
+        print(f"  {m:g}M {results} {'results' if write else '--no-results'}: "
+              + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[20, 40], help="millions of input tuples")
+    ap.add_argument("--sizes", type=float, nargs="+", default=[20, 40], help="millions of input tuples")
+    ap.add_argument("--engine", choices=["local", "spark"], default="local",
+                    help="spark: local[2], ATR, mpkslack, both results paths (issue 19)")
+    ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
     args = ap.parse_args()
+    if args.engine == "spark":
+        return spark_main(args.sizes, args.results, args.runs)
     modes = [("bounded, --no-results", ["--no-results"])]
     if args.results:
         modes.append(("bounded, results written", []))
@@ -95,7 +207,7 @@ def main() -> None:
         for label, extra in modes:
             r = timed_run(configs[m], extra)
             rows.append((m, label, r))
-            print(f"  {m}M {label}: {r['wall_s']:.1f}s, peak RSS {r['rss_gb']:.2f} GB", file=sys.stderr)
+            print(f"  {m:g}M {label}: {r['wall_s']:.1f}s, peak RSS {r['rss_gb']:.2f} GB", file=sys.stderr)
     print()
     print("| input tuples | mode | wall s | tuples/s | peak RSS GB | chunks | state peak | truth | emitted | results MB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -116,7 +228,7 @@ def main() -> None:
         t = r["timings"]
         keys = ["load", "join", "join.progress", "join.memory", "join.candidates", "join.emit", "join.results",
                 "metrics", "write", "total"]
-        print(f"  {m}M {label}: " + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
+        print(f"  {m:g}M {label}: " + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
 
 
 if __name__ == "__main__":

@@ -91,8 +91,19 @@ def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, per
     # upper bounds at or below the index of its last member.  One binary
     # search per result over the occupied periods' bounds, then one count of
     # (period, emitted) codes -- no table the size of the input or the span.
-    U = len(ids)
-    N = len(arrival)
+    both = period_code_counts(last, emitted_mask, upper)
+    emitted = both[1::2]
+    truth = both[0::2] + emitted
+    return period_entries(start, period_us, ids, truth, emitted, target)
+
+
+def period_code_counts(last: np.ndarray, emitted_mask: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Per occupied period ``u`` (bounds ``upper``, :func:`occupied_periods`): the
+    results not emitted at ``2u`` and the emitted ones at ``2u + 1``, by the
+    arrival index ``last`` of their last member.  Counts add up: a Spark task
+    counts its own results, the driver sums the tasks' arrays."""
+    U = len(upper)
+    N = int(upper[-1]) if U else 0
     upper = upper.astype(last.dtype if last.dtype.kind == "i" and N < 2**31 else np.int64)
     both = np.zeros(2 * U, dtype=np.int64)
     for c0 in range(0, len(last), BLOCK):  # a block at a time: small temporaries
@@ -100,9 +111,7 @@ def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, per
         code <<= 1
         code |= emitted_mask[c0:c0 + BLOCK]
         both += np.bincount(code, minlength=2 * U)[:2 * U]
-    emitted = both[1::2]
-    truth = both[0::2] + emitted
-    return period_entries(start, period_us, ids, truth, emitted, target)
+    return both
 
 
 def occupied_periods(arrival: np.ndarray, start: int, period_us: int) -> tuple[np.ndarray, np.ndarray]:

@@ -139,18 +139,21 @@ def required_static_common(replay: Replay, combos: Combos, windows: Sequence[int
 
     ``max_k (T(a_y) - x_k.ts - W_k)`` over the non-last members is
     ``T(a_y) - min_k (x_k.ts + W_k)``, so one running minimum suffices.
-    ``members`` may pass ``(a, last)`` already known (the engine's emission).
-    """
-    W = np.asarray(windows, dtype=np.int64)
+    ``members`` may pass ``(a, last)`` already known (the engine's emission).  """
     a, last = members if members is not None else member_indexes(replay, combos)
-    if not len(combos):
-        return np.empty(0, np.int64)
-    lowest = np.full(len(combos), np.iinfo(np.int64).max, dtype=np.int64)
-    for k in range(replay.n):
-        reach = combos.ts(k) + W[k]
+    ts = [combos.ts(k) for k in range(replay.n)]
+    return static_need(ts, a, last, replay.T[last], windows) if len(combos) else np.empty(0, np.int64)
+
+
+def static_need(ts: Sequence[np.ndarray], a: Sequence[np.ndarray], last: np.ndarray, T_last: np.ndarray,
+                windows: Sequence[int]) -> np.ndarray:
+    """:func:`required_static_common` on columns (``T_last = T(a_y)``): a Spark task's combinations."""
+    lowest = np.full(len(last), np.iinfo(np.int64).max, dtype=np.int64)
+    for k in range(len(ts)):
+        reach = np.asarray(ts[k], dtype=np.int64) + int(windows[k])
         reach[a[k] == last] = np.iinfo(np.int64).max  # the last member needs nothing
         np.minimum(lowest, reach, out=lowest)
-    need = replay.T[last] - lowest  # overflows to negative only where every member is last (n == 1)
+    need = np.asarray(T_last, dtype=np.int64) - lowest  # overflows to negative only where every member is last (n == 1)
     return np.maximum(need, 0, out=need)
 
 

@@ -1,7 +1,8 @@
 """Option values parsed and checked where the configuration is resolved, so a
 bad value fails before any work is done: ``--distance``, ``--load-weights``,
 ``--partition-capacity``,
-the Spark engine's ``spark.streamjoin.handoff`` conf and ``--out`` (what it
+the Spark engine's ``spark.streamjoin.handoff`` and ``spark.streamjoin.results``
+confs (:func:`results_mode`) and ``--out`` (what it
 holds, :func:`check_target`, and whether it can be written at all,
 :func:`check_writable`).
 """
@@ -87,6 +88,28 @@ def parse_partition_capacity(text: str | dict | None) -> tuple[float | None, flo
 #: the Spark conf that chooses the record hand-off (engines/spark/handoff.py) and its values
 HANDOFF_CONF_KEY = "spark.streamjoin.handoff"
 HANDOFF_MODES = ("auto", "files", "inline")
+#: the Spark conf that chooses where results and metrics are made (engines/spark/sink.py) and its values
+RESULTS_CONF_KEY = "spark.streamjoin.results"
+RESULTS_MODES = ("auto", "driver", "executors")
+
+
+def same_host(master: str) -> bool:
+    """Whether every executor of ``master`` runs on the driver's machine
+    (``local``, ``local[n]``, ``local-cluster[...]``)."""
+    return master.startswith("local")
+
+
+def results_mode(master: str, conf: Sequence[tuple[str, str]]) -> str:
+    """``"driver"`` or ``"executors"``: where a Spark run's results are written
+    and its metrics counted (docs/semantics.md, "Results on the executors").
+    ``spark.streamjoin.results`` in ``conf`` decides; ``auto`` (the default)
+    is ``executors`` when the executors are on other hosts, else ``driver``."""
+    mode = dict(conf).get(RESULTS_CONF_KEY, "auto")
+    if mode not in RESULTS_MODES:
+        raise InputError(f"--spark-conf {RESULTS_CONF_KEY}={mode}: expected auto, driver or executors")
+    if mode == "auto":
+        return "driver" if same_host(master) else "executors"
+    return mode
 
 
 #: per kind of output (the command that writes it), the file that marks such a

@@ -33,8 +33,8 @@ from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
 from .machine import capacity_setting, flow_control_setting
-from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
-                      parse_distance, parse_partition_capacity, parse_weights)
+from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
+                      check_writable, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -595,6 +595,13 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
+    if chunk_rows and engine == "spark":
+        # the bounded-memory engine is the local one: --chunk-rows picks it when no engine was
+        # chosen, and is refused with one the user chose (never ignored)
+        if flags.engine or run.get("engine") or router != "none":
+            raise InputError(f"--chunk-rows {chunk_rows}: bounded memory runs on --engine local; --engine spark "
+                             "holds its input in memory (use --engine local, or --chunk-rows 0)")
+        engine = "local"
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
     if flow is not None and chunk_rows:
         raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
@@ -665,6 +672,11 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
         if key == HANDOFF_CONF_KEY and value not in HANDOFF_MODES:
             raise InputError(f"--spark-conf {key}={value}: expected {', '.join(HANDOFF_MODES[:-1])} or "
                              f"{HANDOFF_MODES[-1]}")
+        # files live on the driver's host: executors elsewhere could not open them
+        if key == HANDOFF_CONF_KEY and value == "files" and not same_host(out.get("master", "local[*]")):
+            raise InputError(f"--spark-conf {key}=files needs a local master (executors on the driver's host), "
+                             f"not --master {out['master']}; use auto or inline")
+    results_mode(out.get("master", "local[*]"), out["spark_conf"])  # a bad spark.streamjoin.results fails here
     seg = flags.segment or run.get("segment")
     if seg is not None:
         out["segment_us"] = _duration(seg, "segment")

@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..analysis import metrics
+from ..analysis import summary as result_summary
 from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
 from ..analysis.capacity import capacity_section, queueing_delay_us
 from ..base.errors import InputError
@@ -100,6 +101,32 @@ def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outc
     return report
 
 
+def build_summary_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome) -> dict[str, Any]:
+    """:func:`build_report` of a Spark run whose results stayed on the executors
+    (``outcome.summary``, merged from the tasks' summaries: the same numbers)."""
+    sm = outcome.summary
+    arrival = outcome.replay.arrival
+    first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
+    mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
+    names = [s.name for s in streams]
+    emitted = sm.periods[1::2]
+    truth = sm.periods[0::2] + emitted
+    return report_build.report_body(
+        cfg, command,
+        streams=metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+                                     [s.ts for s in streams], outcome.replay, outcome.decisions),
+        truth=sm.truth, emitted=sm.emitted, duplicates=sm.duplicates,
+        latency=result_summary.latency_summary(*sm.latency),
+        memory_tuples=mem_t, memory_bytes=mem_b,
+        periods=(metrics.period_entries(first, cfg.period_us, outcome.period_ids, truth, emitted, cfg.recall_target)
+                 if first is not None else []),
+        first=first, last=last,
+        policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
+                "policy_settings": outcome.decisions.policy_settings},
+        probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
+    )
+
+
 def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str, Any]:
     em = outcome.emission
     mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
@@ -175,56 +202,69 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
-    with stages("join"):
-        if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
-            from ..engines.spark.engine import join_for_job
+    # results made on the executors (Spark, spark.streamjoin.results): the tasks write
+    # results.parquet/ into the staging directory, so it exists before the join
+    executors = False
+    if cfg.engine == "spark":
+        from ..engines.spark.engine import join_for_job, results_path
 
-            outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
-                                   bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None)
-        else:
-            keys = [s.keys if s.keys.width else None for s in streams]
-            bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
-            outcome = join(
-                [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
-                space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad,
-            )
-            if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
-                t0 = time.perf_counter()
-                cap = capacity_model.apply(capacity, outcome.replay, outcome.decisions, outcome.combos,
-                                           outcome.emission, outcome.memory, cfg.windows, cfg.policy,
-                                           keys=keys, bad_arrivals=bad)
-                outcome = replace(outcome, emission=cap.emission, memory=cap.memory, decisions=cap.decisions)
-                outcome.timings_s["capacity"] = time.perf_counter() - t0
-    at_join = None
-    if flow is not None:   # latency from each member's own arrival: the wait upstream counts
-        em = outcome.emission
-        at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
-        em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
-        if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the padded rows too
-            em.outer.latency_us = em.outer.emit_us - original[em.outer.stream].arrival[em.outer.row]
-    with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
-        # the HTML report's series (memory, latency histogram, tuning curve)
-        # are independent of the metrics: compute them alongside
-        extras = pool.submit(report_build.extras, cfg, outcome)
-        report = build_report(cfg, command, streams, outcome)
-        report.update(extras.result())
-        if flow is not None:
-            report["flow_control"] = flow_report(flow, cfg.flow_control,
-                                                 [s.name for s in streams], [s.arrival for s in original], at_join)
-        if capacity is not None:
-            report["capacity"] = capacity_section(cap, [s.name for s in streams], outcome.replay,
-                                                  period_us=cfg.period_us, target=cfg.recall_target)
-            report["capacity"].update(report_build.capacity_series(cap.occupancy, outcome.replay.arrival,
-                                                                   queueing_delay_us(cap)))
-    with AtomicOutput(cfg.out) as staging:
+        executors = results_path(cfg) == "executors"
+    with ExitStack() as publish:
+        early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
+        with stages("join"):
+            if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
+                outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
+                                       bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+                                       results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None,
+                                       results="executors" if executors else "driver")
+            else:
+                keys = [s.keys if s.keys.width else None for s in streams]
+                bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
+                outcome = join(
+                    [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
+                    space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad,
+                )
+                if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
+                    t0 = time.perf_counter()
+                    cap = capacity_model.apply(capacity, outcome.replay, outcome.decisions, outcome.combos,
+                                               outcome.emission, outcome.memory, cfg.windows, cfg.policy,
+                                               keys=keys, bad_arrivals=bad)
+                    outcome = replace(outcome, emission=cap.emission, memory=cap.memory, decisions=cap.decisions)
+                    outcome.timings_s["capacity"] = time.perf_counter() - t0
+        at_join = None
+        if flow is not None:   # latency from each member's own arrival: the wait upstream counts
+            em = outcome.emission
+            at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
+            em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
+            if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the padded rows too
+                em.outer.latency_us = em.outer.emit_us - original[em.outer.stream].arrival[em.outer.row]
+        with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
+            # the HTML report's series (memory, latency histogram, tuning curve)
+            # are independent of the metrics: compute them alongside
+            if executors:
+                extras = pool.submit(report_build.extras_of_summary, cfg, outcome)
+                report = build_summary_report(cfg, command, streams, outcome)
+            else:
+                extras = pool.submit(report_build.extras, cfg, outcome)
+                report = build_report(cfg, command, streams, outcome)
+            report.update(extras.result())
+            if flow is not None:
+                report["flow_control"] = flow_report(flow, cfg.flow_control,
+                                                     [s.name for s in streams], [s.arrival for s in original], at_join)
+            if capacity is not None:
+                report["capacity"] = capacity_section(cap, [s.name for s in streams], outcome.replay,
+                                                      period_us=cfg.period_us, target=cfg.recall_target)
+                report["capacity"].update(report_build.capacity_series(cap.occupancy, outcome.replay.arrival,
+                                                                       queueing_delay_us(cap)))
+        staging = early if early is not None else publish.enter_context(AtomicOutput(cfg.out))
         outputs: dict[str, str] = {}
         with stages("write"):
-            if cfg.write_results:
-                # both engines: the combinations are on the driver, and so is --out
-                # (the staging directory is renamed into place there); one file,
-                # the same bytes from either engine
+            if cfg.write_results and not executors:
+                # the combinations are on the driver, and so is --out (the staging
+                # directory is renamed into place there); one file, the same bytes
+                # from either engine
                 emitted_frame(outcome.combos, outcome.emission, original).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
-            if cfg.write_results:
+            if cfg.write_results:   # on the executors: a directory of part files, written by the tasks
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:
                 if s.quarantine.height:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..analysis import metrics
-from ..analysis.tuning import curve_only
+from ..analysis.summary import CountedCurve
+from ..analysis.tuning import curve_only, curve_summary
 from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
@@ -185,6 +186,33 @@ def extras(cfg, outcome) -> dict[str, Any]:
     return {
         "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
         "latency_histogram": _emitted_latency_histogram(em.latency_us, em.emitted),
+        "tuning": tuning,
+    }
+
+
+def latency_histogram_of_counts(values: np.ndarray, counts: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:
+    """:func:`latency_histogram` of the latencies given as value counts (the same bins:
+    a value's bin depends on the value and the range alone)."""
+    if len(values) == 0:
+        return {"edges_us": [], "counts": []}
+    hi = int(values.max())
+    hist, edges = np.histogram(values, bins=bins if hi > 0 else 1, range=(0, max(hi, 1)), weights=counts)
+    return {"edges_us": edges.round(1).tolist(), "counts": hist.astype(np.int64).tolist()}
+
+
+def extras_of_summary(cfg, outcome) -> dict[str, Any]:
+    """:func:`extras` of a run whose results stayed on the executors
+    (``outcome.summary``: :class:`~streamjoin.pipelines.analysis.summary.ResultSummary`).
+    The tuning curve counts every combination's required slack (``sample_every`` 1)."""
+    sm = outcome.summary
+    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
+    tuning = curve_summary(CountedCurve(*sm.need, DEFAULT_GRANULARITY_US), policy, cfg.recall_target,
+                           TUNING_TARGETS)
+    tuning["truth_results"] = sm.truth
+    tuning["sample_every"] = 1
+    return {
+        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
+        "latency_histogram": latency_histogram_of_counts(*sm.latency),
         "tuning": tuning,
     }
 

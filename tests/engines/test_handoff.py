@@ -38,7 +38,7 @@ def test_auto_uses_files_only_when_executors_share_the_host(master, mode):
 
 
 def test_files_round_trip_survives_pickling_and_close_removes_everything():
-    h = Handoff.open("files", "spark://elsewhere:7077")   # forced: files even for a remote master
+    h = Handoff.open("files", "local[2]")
     rec = _record()
     token = h.put(rec)
     assert os.path.isfile(token.path) and os.path.dirname(token.path) == h.directory
@@ -52,6 +52,12 @@ def test_files_round_trip_survives_pickling_and_close_removes_everything():
     assert not any(n.endswith(".part") for n in os.listdir(h.directory))
     h.close()
     assert not os.path.exists(h.directory)
+
+
+@pytest.mark.parametrize("master", ["spark://host:7077", "yarn", "k8s://x"])
+def test_files_are_refused_when_executors_are_on_other_hosts(master):
+    with pytest.raises(InputError, match="files needs every executor on the driver's host"):
+        Handoff.open("files", master)
 
 
 def test_a_record_that_cannot_be_written_travels_inline():

@@ -1,22 +1,33 @@
 """The Spark engine: the same answer as the local engine, spread over partitions.
 
-:func:`spark_join` runs one replay and join::
+:func:`spark_join` runs one replay and join; what the driver holds at each
+stage (N input tuples, C combinations, P partitions)::
 
-    tuples on the driver (loaded by io/load.py)
-      -> key ids, probe order (replay/probe_order.py)
-      -> progress facts: on the driver (replay/partitioned_progress.driver_facts),
-         or with progress="spark" the partition-wise pass on Spark (.progress)
-      -> memory per arrival, on a driver thread while the join runs
-      -> routing plan (driver, .routing): none | atr | ctr (auto: least predicted overhead)
+    tuples on the driver (loaded by io/load.py)                       O(N)
+      -> key ids, probe order (replay/probe_order.py)                  O(N)
+      -> progress facts: on the driver (replay/partitioned_progress.driver_facts;
+         what the CLI uses), or with progress="spark" the partition-wise
+         pass on Spark (.progress)                                     O(N)
+      -> memory per arrival, on a driver thread while the join runs    O(N x streams)
+      -> routing plan (driver, .routing): none | atr | ctr (auto: least
+         predicted overhead); each partition's tuples gathered on the
+         driver and handed to its task (.handoff)                      O(N x replication)
       -> data plane (.plane): none / atr as one job of per-partition tasks,
-         ctr as hops of partial combinations; records through the hand-off
-      -> combinations collected on the driver -> SparkOutcome (.outcome),
-         --where (and distance, for CTR) applied on the driver
+         ctr as hops of partial combinations
+      -> results="driver": combinations collected -> SparkOutcome (.outcome),
+         --where (and distance, for CTR) applied on the driver;
+         the job writes results.parquet there                          O(C)
+         results="executors" (none / atr): each task writes its results as a
+         Parquet part file and returns a summary (.sink) -> SummaryOutcome,
+         the merged summaries                                          O(P + periods + distinct values)
 
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
 SparkSession, warms the workers up and joins; the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
-``results.parquet`` is written on the driver, as the local engine writes it.
+:func:`results_path` picks the results path (``spark.streamjoin.results``:
+``auto`` = executors on a non-local master).  Not yet distributed: reading
+and validating the inputs, the progress facts, the memory series and the
+routing of tuples (docs/semantics.md, "Results on the executors").
 """
 
 from __future__ import annotations
@@ -27,7 +38,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...config.options import HANDOFF_CONF_KEY
+from pathlib import Path
+
+from ...analysis.metrics import occupied_periods
+from ...analysis.summary import merge
+from ...config.options import HANDOFF_CONF_KEY, RESULTS_CONF_KEY, results_mode
 from ...base.errors import InputError
 from ...policies import INTERVAL_JOIN, MICROBATCH, PolicySpec
 from ...replay import partitioned_progress as sp
@@ -39,7 +54,8 @@ from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import run_plane, spark_plane, ctr_spark
-from .outcome import SparkOutcome, outcome_from, partition_use, post_filter, routing_report
+from .outcome import SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter, routing_report
+from .sink import Sink, add_sink_columns, mark_complete, unsupported
 from .session import spark_session, warm_up
 from .progress import spark_micro_batches, spark_progress
 from .handoff import Handoff
@@ -49,8 +65,9 @@ def spark_join(
     ts, arrival, keys, windows, policy: PolicySpec, *, space: Space | None = None, where=None,
     order=None, bad_arrivals=None, settings: RouteSettings | None = None, spark=None,
     progress: str = "auto", progress_threshold: int | None = None, plane: str = "spark",
-    handoff: str | None = None,
-) -> SparkOutcome:
+    handoff: str | None = None, results: str = "driver", results_dir: str | None = None,
+    period_us: int | None = None, names=None, payloads=None,
+) -> SparkOutcome | SummaryOutcome:
     """Replay and join on Spark (or, with ``plane="local"``, the same kernels in-process).
 
     ``progress``: ``"spark"`` (the partition-wise pass,
@@ -66,6 +83,12 @@ def spark_join(
     ``handoff``: how bulk records reach the tasks and come back
     (:mod:`.handoff`): ``"auto"`` (files when the master is local), ``"files"``
     or ``"inline"``; ``None`` reads the Spark conf ``spark.streamjoin.handoff``.
+
+    ``results``: ``"driver"`` (every combination collected, a
+    :class:`SparkOutcome`) or ``"executors"`` (:mod:`.sink`: each task writes
+    its results under ``results_dir`` -- None: not written -- and returns a
+    summary, a :class:`SummaryOutcome`; needs ``period_us``, the streams'
+    ``names`` and ``payloads``; ``--router auto`` is ATR there).
     """
     settings = settings or RouteSettings()
     if policy.in_memory_only is not None:   # resolve() refuses it first; this guards direct callers
@@ -79,6 +102,14 @@ def spark_join(
             settings = replace(settings, router="atr")
         if policy.family == INTERVAL_JOIN:
             progress = "driver"   # flink's watermark scan runs on the driver (not on Spark yet)
+    if results == "executors":
+        why = unsupported(settings.router, policy.family, where)
+        if why is not None:
+            raise InputError(f"{RESULTS_CONF_KEY}=executors: not with {why} yet; use {RESULTS_CONF_KEY}=driver")
+        if plane != "spark" or period_us is None:
+            raise ValueError("results on the executors need the Spark plane and the recall period")
+        if settings.router == "auto":
+            settings = replace(settings, router="atr")
     timings: dict[str, float] = {}
     n = len(ts)
     W = np.asarray(windows, dtype=INT)
@@ -131,14 +162,26 @@ def spark_join(
     distance_in_kernel = router != "ctr"
     threshold = space.threshold if space is not None else None
     kdims = dims if distance_in_kernel else 0
+    sink, period_ids = None, None
+    if results == "executors":
+        N_rep = len(replay.arrival)
+        period_ids, upper = (occupied_periods(replay.arrival, int(replay.arrival[0]), int(period_us)) if N_rep
+                             else (np.empty(0, INT), np.empty(0, INT)))
+        sink = Sink(n, policy.family, tuple(int(w) for w in W), tuple(names), tuple(sizes), upper,
+                    None if results_dir is None else str(results_dir))
     hand = Handoff()
     if plane == "spark":
         mode = handoff or spark.conf.get(HANDOFF_CONF_KEY, "auto")
         hand = Handoff.open(mode, spark.sparkContext.master)
     try:
         if plane == "spark" and router != "ctr":
-            res = spark_plane(spark, kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family), n, W,
-                              policy.family, router, route_plan, keyed, kdims, threshold, hand)
+            per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
+            if sink is not None:
+                per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family,
+                                       write=results_dir is not None)
+            res = spark_plane(spark, per, n, W, policy.family, router, route_plan, keyed, kdims, threshold, hand,
+                              sink=sink)
+            del per
         elif plane == "spark":
             res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
     finally:
@@ -148,8 +191,15 @@ def spark_join(
     tables.clear()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe, memory_job.result())
-    post_filter(out, where, space, distance_in_kernel)
+    if sink is not None:
+        out = SummaryOutcome(replay=replay, decisions=dec, memory=memory_job.result(),
+                             summary=merge(res.summaries, len(period_ids)), period_ids=period_ids,
+                             timings_s=timings, probe_order=probe)
+        if results_dir is not None:
+            mark_complete(Path(results_dir))
+    else:
+        out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe, memory_job.result())
+        post_filter(out, where, space, distance_in_kernel)
     timings["collect"] = time.perf_counter() - t0
     nonempty = [t for t in ts if len(t)]
     duration_s = ((max(int(t.max()) for t in nonempty) - min(int(t.min()) for t in nonempty)) / 1e6) if nonempty else 0.0
@@ -157,6 +207,7 @@ def spark_join(
              "predicted": {"atr": predicted["atr"], "ctr": predicted["ctr"]},
              "progress_pass": "spark" if use_spark_progress else "driver",
              "handoff": hand.mode if plane == "spark" else None,
+             "results": results,
              "stage_s": {k: v for k, v in timings.items()}}
     if router == "atr":
         extra["atr"] = route_plan.to_dict()
@@ -208,9 +259,30 @@ def _timed(timings: dict, name: str, fn, *args):
     return out
 
 
-def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
+def results_path(cfg) -> str:
+    """Where ``streamjoin run --engine spark`` makes its results: ``"executors"`` or
+    ``"driver"`` (:func:`~streamjoin.pipelines.config.options.results_mode`).  Where the
+    executors cannot (:func:`.sink.unsupported`, flow control, capacity), ``auto``
+    falls back to the driver and an explicit ``executors`` is refused (one line)."""
+    mode = results_mode(cfg.master, cfg.spark_conf)
+    if mode != "executors":
+        return mode
+    why = unsupported(cfg.router, cfg.policy.family, cfg.where)
+    if why is None and (cfg.flow_control is not None or cfg.capacity is not None):
+        why = "--flow-control or --capacity (they rework latencies from every combination)"
+    if why is None:
+        return mode
+    if dict(cfg.spark_conf).get(RESULTS_CONF_KEY, "auto") != "auto":
+        raise InputError(f"{RESULTS_CONF_KEY}=executors: not with {why} yet; use {RESULTS_CONF_KEY}=driver")
+    return "driver"
+
+
+def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
+                 results: str = "driver") -> SparkOutcome | SummaryOutcome:
     """``streamjoin run --engine spark``: open the run's SparkSession and join; the
-    session stays open until the job is written, :meth:`SparkOutcome.close` stops it."""
+    session stays open until the job is written, :meth:`SparkOutcome.close` stops it.
+    With ``results="executors"`` (:func:`results_path`) the tasks write ``results.parquet/``
+    into ``results_dir`` (the run's staging directory's; None: ``--no-results``)."""
     from contextlib import ExitStack
 
     stack = ExitStack()
@@ -229,7 +301,9 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
                                  capacity=Capacity(*cfg.partition_capacity))
         out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
                          [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
-                         space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark)
+                         space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark,
+                         results=results, results_dir=results_dir, period_us=cfg.period_us,
+                         names=[s.name for s in streams], payloads=[s.payload for s in streams])
     except BaseException:
         stack.close()
         raise

@@ -54,12 +54,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ...config.options import HANDOFF_CONF_KEY as CONF_KEY, HANDOFF_MODES as MODES
-
-
-def same_host(master: str) -> bool:
-    """Whether every executor of ``master`` runs on the driver's machine."""
-    return master.startswith("local")
+from ...config.options import HANDOFF_CONF_KEY as CONF_KEY, HANDOFF_MODES as MODES, same_host
 
 
 #: /dev/shm is used only with at least this much free (containers often give it 64 MB)
@@ -96,6 +91,11 @@ class Handoff:
             from ...base.errors import InputError
 
             raise InputError(f"{CONF_KEY} must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "files" and not same_host(master):
+            from ...base.errors import InputError
+
+            raise InputError(f"{CONF_KEY}=files needs every executor on the driver's host (a local master), "
+                             f"not --master {master}; use auto or inline")
         if mode == "inline" or (mode == "auto" and not same_host(master)):
             return cls(None)
         return cls(tempfile.mkdtemp(prefix="streamjoin-handoff-", dir=_scratch_root()))

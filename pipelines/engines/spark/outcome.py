@@ -1,8 +1,10 @@
 """The Spark engine's outcome on the driver: the collected combinations turned
 into the local engine's :class:`~streamjoin.pipelines.engines.local.JoinOutcome`
-(:func:`outcome_from`), the driver-side predicates (:func:`post_filter`) and
-the ``routing`` section of ``report.json`` (:func:`routing_report`, with each
-partition's measured cpu / mem / net from :func:`partition_use`).
+(:func:`outcome_from`), or, with results on the executors, the merged
+summaries (:class:`SummaryOutcome`); the driver-side predicates
+(:func:`post_filter`) and the ``routing`` section of ``report.json``
+(:func:`routing_report`, with each partition's measured cpu / mem / net from
+:func:`partition_use`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,24 @@ class SparkOutcome(JoinOutcome):
         if stack is not None:
             self._stack = None
             stack.close()
+
+
+@dataclass
+class SummaryOutcome:
+    """A run whose results stayed on the executors (:mod:`.sink`): the driver's
+    replay facts and the merged summary of the combinations, no combinations.
+    ``period_ids``: the occupied periods the summary's period counts follow."""
+
+    replay: Any
+    decisions: Any
+    memory: np.ndarray
+    summary: Any                       # analysis.summary.ResultSummary
+    period_ids: np.ndarray
+    timings_s: dict[str, float] = field(default_factory=dict)
+    probe_order: Any = None
+    routing: dict[str, Any] = field(default_factory=dict)
+
+    close = SparkOutcome.close
 
 
 def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe_order, memory) -> SparkOutcome:

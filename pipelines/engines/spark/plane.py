@@ -36,6 +36,8 @@ from ...route import ctr as ctr_mod
 from .kernels import INT, join_partition, join_streams, lean_partial_columns, initial_partials, distinct_small, extend, extend_probers, extend_with, emitted_partials, finish_partials, route_partials
 from .columns import time_base, shrink_times, restore_times, pack_emitted, unpack_emitted, absolute_times, narrow_ids
 from .handoff import Handoff
+from .sink import Sink
+from ...io.chunks import take_rows
 
 
 @dataclass
@@ -44,6 +46,7 @@ class PlaneResult:
     stats: dict[int, dict]             # per partition: n_in, n_cand, n_out, t_us (CTR: n_inter_in)
     shipped_tuples: int                # copies of original tuples sent to partitions
     shipped_intermediate: int = 0      # CTR partial results sent to another partition
+    summaries: list | None = None      # results on the executors (.sink): one ResultSummary per task
 
 
 def _concat(parts: list[dict], n: int) -> dict:
@@ -141,7 +144,7 @@ def _identity(k):
 
 
 def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, plan, keyed: bool, dims: int,
-                threshold, handoff: Handoff = Handoff()) -> PlaneResult:
+                threshold, handoff: Handoff = Handoff(), sink: Sink | None = None) -> PlaneResult:
     """``none`` / ``atr`` as one Spark job: one task per partition, no shuffle.
 
     Data moves as blocks of numpy columns, never as rows: partition ``p``'s
@@ -155,6 +158,10 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     (which partition gets which tuples) is computed where the tuples are: on
     the driver, which has loaded them and computed their progress facts.
     ``per``: :func:`kernel_inputs`.
+
+    With ``sink`` (:mod:`.sink`) the combinations stay on the executors: each
+    task writes its results and returns only its summary;
+    :attr:`PlaneResult.summaries` holds them (``combos`` is empty).
     """
     sc = spark.sparkContext
     rdt = np.int32 if sum(len(d["ts"]) for d in per) < 2**31 else INT
@@ -168,7 +175,7 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
             i, p = atr_mod.assign(plan, k, per[k]["ts"])
             for q in range(P):
                 sel = i[p == q]                       # ascending rows of stream k
-                d = {c: v[sel] for c, v in per[k].items()}
+                d = {c: (take_rows(v, sel) if c == "payload" else v[sel]) for c, v in per[k].items()}
                 d["row"] = sel.astype(rdt)
                 parts[q][k] = d
     shipped = int(sum(len(d["ts"]) for part in parts for d in part))
@@ -184,14 +191,21 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
             part = restore_times(handoff.get(token), base)
             own = None if router == "none" else (lambda mt, q=q: atr_mod.owner_partition(plan, mt) == q)
             out = join_streams(part, n, W, family, keyed, dims, threshold, own, timing=False)
+            stats = out.pop("_stats")
+            if sink is not None:   # results written here, only the summary goes back
+                yield q, stats, sink.finish(q, part, out)
+                continue
             del part
-            yield q, out.pop("_stats"), handoff.put(pack_emitted(out))
+            yield q, stats, handoff.put(pack_emitted(out))
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # file writes release the GIL
         records = list(pool.map(lambda q: (q, handoff.put(parts[q])), range(P)))
     parts.clear()
     got = sc.parallelize(records, P).mapPartitionsWithIndex(task).collect()
     got.sort(key=lambda g: g[0])
+    if sink is not None:
+        return PlaneResult(_concat_emitted([], n), {int(g[0]): g[1] for g in got}, shipped,
+                           summaries=[g[2] for g in got])
     return PlaneResult(_concat_emitted([unpack_emitted(handoff.get(g[2], consume=True)) for g in got], n),
                        {int(g[0]): g[1] for g in got}, shipped)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...config.options import same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
 
 
@@ -97,7 +98,10 @@ def output_to(path: Path) -> Iterator[None]:
 def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[tuple[str, str]] = ()):
     """One quiet SparkSession per run; an already active session is reused (and
     left running).  Spark's own output goes to :func:`spark_log`'s file."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if same_host(master):
+        # executors on this host run this interpreter (its packages); on a cluster the
+        # executors' Python is the cluster's to choose (PYSPARK_PYTHON, spark.pyspark.python)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if "local-cluster" in master and "SPARK_HOME" not in os.environ:
         import pyspark
