@@ -105,10 +105,10 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
                                  [s.ts for s in streams], outcome.replay, outcome.decisions)
     outer = None
-    if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the null-padded rows
+    if getattr(em, "outer", None) is not None:   # spark-ss / flink-sql outer joins: the null-padded rows
         outer = metrics.outer_join_summary(em.outer, cfg.policy.join, names)
         for i, f in enumerate(facts):
-            f["outer_rows"] = outer["rows"] if i == em.outer.stream else 0
+            f["outer_rows"] = sum(len(p.index) for p in em.outer if p.stream == i)
     return report_build.report_body(
         cfg, command,
         streams=facts,

@@ -391,7 +391,7 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
     with interrupt_guard() as guard:
         try:
             cfg = nightly_period(resolve(config_path, flags, check_out=False))
-            if cfg.policy.name in ("spark-ss", "flink"):
+            if cfg.policy.name in ("spark-ss", "flink", "flink-sql"):
                 raise InputError(f"--policy {cfg.policy.name}: nightly runs do not carry its state across days yet; "
                                  "run the whole range without --date / --from")
             return body(cfg, log)

@@ -17,6 +17,10 @@ Families:
   DataStream interval join, per-input bounded-out-of-orderness watermarks
   (``--watermark``, emitted per record or every ``--watermark-interval``),
   late records dropped, buffers cleaned by the watermark (:mod:`.flink`).
+* **SQL interval join** (``flink-sql``): an engine emulation -- Flink SQL's
+  row-time interval join (``RowTimeIntervalJoin``), the same watermarks as
+  ``flink`` but no late drop: per-key caches with shared expiration times and
+  cleanup timers, inner or ``--join left|right|full`` outer (:mod:`.flink_sql`).
 
 :class:`PolicySpec` is pure configuration -- the arrays a policy implies
 (``K_i(a)``, ``d_i(a)``) are built by the policy modules beside this file and
@@ -35,6 +39,7 @@ SORTING = "sorting"
 SYMMETRIC = "symmetric"
 MICROBATCH = "micro-batch"
 INTERVAL_JOIN = "interval-join"
+SQL_INTERVAL_JOIN = "sql-interval-join"
 
 FAMILY = {
     "none": SORTING,
@@ -45,6 +50,7 @@ FAMILY = {
     "qkslack": SORTING,
     "spark-ss": MICROBATCH,
     "flink": INTERVAL_JOIN,
+    "flink-sql": SQL_INTERVAL_JOIN,
 }
 
 #: policies whose values are decided online for a recall target (SPEC §4.3)
@@ -52,10 +58,12 @@ ADAPTIVE = ("qjoin", "qkslack")
 
 POLICY_NAMES = tuple(FAMILY)
 
-#: ``--join`` values: inner, or the outer side of a left / right outer join
-JOIN_TYPES = ("inner", "left", "right")
+#: ``--join`` values: inner, or the outer side(s) of a left / right / full outer join
+JOIN_TYPES = ("inner", "left", "right", "full")
 #: policies that emulate outer joins (null-padded rows emitted on state eviction)
-OUTER_JOIN = ("spark-ss",)
+OUTER_JOIN = ("spark-ss", "flink-sql")
+#: policies that emulate full outer joins
+FULL_OUTER_JOIN = ("flink-sql",)
 
 
 @dataclass(frozen=True)
@@ -70,13 +78,13 @@ class PolicySpec:
         target: the recall target and controller settings (``qjoin`` and
             ``qkslack`` only; see :mod:`.controller`).
         watermark: per-stream ``withWatermark`` delay (``spark-ss``) or
-            ``forBoundedOutOfOrderness`` delay (``flink``) in microseconds,
+            ``forBoundedOutOfOrderness`` delay (``flink``, ``flink-sql``) in microseconds,
             whole milliseconds, one per stream.
         trigger_us: the micro-batch interval of arrival time (``spark-ss`` only).
         watermark_policy: ``min`` or ``max``, Spark's
             ``spark.sql.streaming.multipleWatermarkPolicy`` (``spark-ss`` only).
         watermark_interval_us: how often the watermarks are emitted, of
-            arrival time; 0 = after every record (``flink`` only, Flink's
+            arrival time; 0 = after every record (``flink``, ``flink-sql``; Flink's
             ``pipeline.auto-watermark-interval``).
         trigger_files: ``spark-ss`` with micro-batches cut by input files:
             this many files per stream per batch (``maxFilesPerTrigger``),
@@ -84,9 +92,10 @@ class PolicySpec:
         batch_times_us: with ``trigger_files``, when each batch runs, the
             no-data batch after the last included
             (:func:`.spark_ss.file_batch_times`; set once the files are listed).
-        join: ``inner``, or ``left`` / ``right`` for an outer join whose
-            unmatched rows of that side are emitted null-padded (:data:`OUTER_JOIN`
-            policies only: ``spark-ss``).
+        join: ``inner``, or ``left`` / ``right`` / ``full`` for an outer join whose
+            unmatched rows of that side (both: ``full``) are emitted null-padded
+            (:data:`OUTER_JOIN` policies only: ``spark-ss``, ``flink-sql``;
+            ``full``: :data:`FULL_OUTER_JOIN`).
         idleness_us: ``WatermarkStrategy.withIdleness`` timeout, of arrival
             time; None = no idleness detection (``flink`` only).
     """
@@ -112,6 +121,9 @@ class PolicySpec:
         if self.join != "inner" and self.name not in OUTER_JOIN:
             raise InputError(f"--join {self.join}: outer joins are emulated for --policy "
                              f"{', '.join(OUTER_JOIN)} only, not {self.name}")
+        if self.join == "full" and self.name not in FULL_OUTER_JOIN:
+            raise InputError(f"--join full: full outer joins are emulated for --policy "
+                             f"{', '.join(FULL_OUTER_JOIN)} only, not {self.name}")
         if self.name == "kslack" and self.k is None:
             raise InputError("policy kslack needs --k DURATION")
         if self.name == "static" and self.retention is None:
@@ -126,6 +138,10 @@ class PolicySpec:
             from .flink import check_settings as check_flink
 
             check_flink(self)
+        if self.name == "flink-sql":
+            from .flink_sql import check_settings as check_flink_sql
+
+            check_flink_sql(self)
         for label, values in (("k", self.k), ("retention", self.retention), ("watermark", self.watermark)):
             if values is not None and any(v < 0 for v in values):
                 raise InputError(f"--{label} must be >= 0")
@@ -136,8 +152,15 @@ class PolicySpec:
 
     @property
     def outer_side(self) -> int | None:
-        """The stream whose unmatched rows an outer join emits (0 left, 1 right), or ``None``."""
+        """The stream whose unmatched rows a left / right outer join emits (0 left, 1 right),
+        or ``None`` (inner, full)."""
         return {"left": 0, "right": 1}.get(self.join)
+
+    @property
+    def padded_sides(self) -> tuple[int, ...]:
+        """The streams whose unmatched rows the join emits null-padded: ``()`` for an
+        inner join, both for a full outer join."""
+        return {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}[self.join]
 
     @property
     def adaptive(self) -> bool:
@@ -146,7 +169,10 @@ class PolicySpec:
     @property
     def in_memory_only(self) -> str | None:
         """The setting the bounded-memory and Spark engines do not emulate yet (as the
-        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``."""
+        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``.
+        ``flink-sql`` runs in memory only, with any setting."""
+        if self.name == "flink-sql":
+            return "any setting"
         if self.name == "spark-ss" and self.outer_side is not None:
             return f"--join {self.join}"
         if self.name == "spark-ss" and self.trigger_files is not None:

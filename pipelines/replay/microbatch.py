@@ -247,13 +247,15 @@ def pair_emitted(bl: np.ndarray, br: np.ndarray, rl: np.ndarray, rr: np.ndarray,
 
 @dataclass
 class OuterRows:
-    """The null-padded rows of an outer join (one outer stream), in arrival order.
+    """The null-padded rows of an outer join of one outer stream, in arrival order
+    (a full outer join has one of these per stream).
 
     Attributes:
         stream: the outer side (0 left, 1 right).
         index: each row's arrival index.
         row: each row's row number in its stream.
-        batch: the batch whose state eviction emits it (``removal``).
+        batch: the batch whose state eviction emits it (``removal``; ``spark-ss``
+            only, else ``None``).
         emit_us: the end of that batch.
         latency_us: ``emit_us`` minus the row's arrival.
     """
@@ -261,7 +263,7 @@ class OuterRows:
     stream: int
     index: np.ndarray
     row: np.ndarray
-    batch: np.ndarray
+    batch: np.ndarray | None
     emit_us: np.ndarray
     latency_us: np.ndarray
 

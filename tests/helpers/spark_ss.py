@@ -90,8 +90,8 @@ def local_spark_ss(streams: list[list[RefTuple]], windows, policy: PolicySpec) -
     order = list(zip(replay.stream.tolist(), replay.row.tolist()))
     dropped = {order[a] for a in np.flatnonzero(d.dropped).tolist()}
     outer = {} if em.outer is None else {
-        order[a]: (b, e, lat) for a, b, e, lat in zip(em.outer.index.tolist(), em.outer.batch.tolist(),
-                                                       em.outer.emit_us.tolist(), em.outer.latency_us.tolist())}
+        order[a]: (b, e, lat) for p in em.outer for a, b, e, lat in zip(p.index.tolist(), p.batch.tolist(),
+                                                                         p.emit_us.tolist(), p.latency_us.tolist())}
     mb = d.batches
     batches = np.arange(mb.batches)
     state = microbatch.state_rows(mb, d.dropped, replay.stream, 2, batches)
