@@ -172,10 +172,10 @@ def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, ext
     (["--policy", "spark-ss", "--watermark", "1s"], "needs --trigger"),
     (["--policy", "spark-ss", "--watermark", "1500us", "--trigger", "5s"], "whole milliseconds"),
     (["--policy", "static", "--retention", "1s", "--join", "left"], "--join left: outer joins are emulated for "
-                                                                    "--policy spark-ss only, not static"),
+                                                                    "--policy spark-ss, flink-sql only, not static"),
     (["--policy", "flink", "--watermark", "1s", "--join", "right"], "--join right: outer joins"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--join", "full"],
-     "--join full: expected one of inner, left, right"),
+     "--join full: full outer joins are emulated for --policy flink-sql only, not spark-ss"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--trigger-files", "2"], "not both"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "0"], "--trigger-files 0: expected"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2"], "drop the arrival column of left, right"),
