@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import JOIN_TYPES, PolicySpec
-from streamjoin.pipelines.replay.reference import IntervalJoinReference, RefTuple, replay_order
+from streamjoin.pipelines.replay.progress import build_replay
+from streamjoin.pipelines.replay.reference import IntervalJoinReference, RefTuple, brute_force_truth, replay_order
+from streamjoin.pipelines.replay.sql_interval_join import emitted_pairs, memory, sql_state
 from streamjoin.pipelines.replay.sql_reference import SqlIntervalJoinReference, replay_sql_interval_join
 
 from .adapters import key_frames
@@ -85,3 +87,25 @@ def reference_flink_sql(streams, windows, policy: PolicySpec, min_cleanup_us: in
     arrival = [x.arrival for x in replay_order(streams)]
     ref.padded = {k: arrival[a] for k, a in ref.padded.items()}
     return ref
+
+
+def columns_flink_sql(streams, windows, policy: PolicySpec, min_cleanup_us: int = 0) -> SqlIntervalJoinReference:
+    """The column form itself (:func:`sql_state`, any ``min_cleanup_us``), in the
+    reference's shape: pairs and padded rows with the arrival index that emitted them."""
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    replay = build_replay(ts, [np.array([t.arrival for t in s], dtype=np.int64) for s in streams])
+    keys = [np.array([t.key[0] if t.key else 0 for t in s], dtype=np.int64) for s in streams]
+    state = sql_state(replay, windows, policy, keys, min_cleanup_us=min_cleanup_us)
+    at = {(x.stream, x.row): a for a, x in enumerate(replay_order(streams))}
+    truth = brute_force_truth(streams, windows)
+    pairs = sorted(truth)
+    a0 = np.array([at[(0, p[0])] for p in pairs], dtype=np.int64)
+    a1 = np.array([at[(1, p[1])] for p in pairs], dtype=np.int64)
+    mask = emitted_pairs(state, a0, a1)
+    emitted = {p: int(max(x, y)) for p, x, y, m in zip(pairs, a0, a1, mask) if m}
+    matched = set(a0[mask].tolist()) | set(a1[mask].tolist())
+    padded = {(s, r): int(state.left_at[a]) for (s, r), a in at.items()
+              if s in policy.padded_sides and a not in matched}
+    mem = memory(state, replay.stream, 2)
+    return SqlIntervalJoinReference(truth=truth, emitted=emitted, padded=padded,
+                                    cached=list(zip(mem[0].tolist(), mem[1].tolist())))

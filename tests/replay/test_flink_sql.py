@@ -13,12 +13,11 @@ from hypothesis import strategies as st
 
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.replay.progress import build_replay
-from streamjoin.pipelines.replay.reference import RefTuple, replay_order
-from streamjoin.pipelines.replay.sql_interval_join import emitted_pairs, first_above, memory, orbit, sql_state
+from streamjoin.pipelines.replay.reference import RefTuple
+from streamjoin.pipelines.replay.sql_interval_join import first_above, orbit
 from streamjoin.pipelines.replay.sql_reference import replay_sql_interval_join
 
-from helpers.flink import flink_problems, local_flink, local_flink_sql, reference_flink_sql
+from helpers.flink import columns_flink_sql, flink_problems, local_flink, local_flink_sql, reference_flink_sql
 
 MS = 1000
 S = 1_000_000
@@ -48,22 +47,8 @@ def test_min_cleanup_interval_equals_reference(problem, cleanup):
     streams, windows, policy = problem
     ref = replay_sql_interval_join(streams, windows, policy.watermark, policy.watermark_interval_us,
                                    policy.join, cleanup)
-    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
-    replay = build_replay(ts, [np.array([t.arrival for t in s], dtype=np.int64) for s in streams])
-    keys = [np.array([t.key[0] if t.key else 0 for t in s], dtype=np.int64) for s in streams]
-    state = sql_state(replay, windows, policy, keys, min_cleanup_us=cleanup)
-    at = {(x.stream, x.row): a for a, x in enumerate(replay_order(streams))}
-    pairs = sorted(ref.truth)
-    a0 = np.array([at[(0, p[0])] for p in pairs], dtype=np.int64)
-    a1 = np.array([at[(1, p[1])] for p in pairs], dtype=np.int64)
-    mask = emitted_pairs(state, a0, a1)
-    assert {p: int(max(x, y)) for p, x, y, m in zip(pairs, a0, a1, mask) if m} == ref.emitted
-    matched = set(a0[mask].tolist()) | set(a1[mask].tolist())
-    padded = {(s, r): int(state.left_at[a]) for (s, r), a in at.items()
-              if s in policy.padded_sides and a not in matched}
-    assert padded == ref.padded
-    mem = memory(state, replay.stream, 2)
-    assert list(zip(mem[0].tolist(), mem[1].tolist())) == ref.cached
+    fast = columns_flink_sql(streams, windows, policy, cleanup)
+    assert (fast.emitted, fast.padded, fast.cached) == (ref.emitted, ref.padded, ref.cached)
 
 
 @settings(max_examples=300, deadline=None)
