@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.errors import InputError
+from ..base.sorting import stable_order
 from ..base.timeunits import NEG_INF
 from ..policies.flink import MS, check_windows
 from . import interval_join
@@ -99,9 +100,9 @@ def first_above(q: np.ndarray, start: np.ndarray, v: np.ndarray) -> np.ndarray:
     start = np.asarray(start, dtype=np.int64)
     if M == 0 or len(start) == 0:
         return np.full(len(start), M, np.int64)
-    values, rq = np.unique(q, return_inverse=True)
-    rank = rq.reshape(-1).astype(np.int32 if len(values) < 2**31 else np.int64)
-    rv = np.searchsorted(values, v, side="right")     # q > v  <=>  rank >= rv
+    values = _distinct(q)
+    rank = _search(values, q).astype(np.int32 if len(values) < 2**31 else np.int64)
+    rv = _search(values, v, side="right")     # q > v  <=>  rank >= rv
     levels = [rank]
     span = 1
     while span < M:
@@ -135,8 +136,33 @@ def orbit(nxt: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return on
 
 
-def _dense(values: np.ndarray) -> np.ndarray:
-    return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
+def _search(a: np.ndarray, q: np.ndarray, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(a, q, side)`` with the queries sorted first: numpy's binary
+    search starts from the previous answer when the queries rise, so a sorted batch
+    stays in cache (random queries into a large array do not)."""
+    q = np.asarray(q, dtype=np.int64)
+    if len(q) < 4096 or not (q[1:] < q[:-1]).any():
+        return np.searchsorted(a, q, side=side)
+    order, sorted_q = stable_order(q)
+    out = np.empty(len(q), np.int64)
+    out[order] = np.searchsorted(a, sorted_q, side=side)
+    return out
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values (one sort; numpy's hash-based ``unique`` is slower on int64)."""
+    s = np.sort(values)
+    return s[np.concatenate([[True], s[1:] != s[:-1]])] if len(s) else s
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ranks of ``values`` (0 = the smallest) and how many distinct values there are."""
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    new = np.concatenate([[False], s[1:] != s[:-1]]) if len(s) else np.zeros(0, bool)
+    rank = np.empty(len(values), np.int64)
+    rank[order] = np.cumsum(new)
+    return rank, (int(rank[order[-1]]) + 1 if len(s) else 0)
 
 
 # ---------------------------------------------------------------- the replay
@@ -180,15 +206,15 @@ def _timer_fires(gid, a, y, cache_w, adv_pos, adv_G, N, min_cleanup):
     per row, the advance index at which its cache's timer fires that removes it."""
     C = len(a)
     A = len(adv_pos)
-    fire = np.searchsorted(adv_G, y + cache_w + min_cleanup + MS, side="left")   # the owner's fire
+    fire = _search(adv_G, y + cache_w + min_cleanup + MS, side="left")   # the owner's fire
     thr = _threshold(adv_G[fire], cache_w)
     at = adv_pos[fire]
     # the earliest row left: rows of the cache by (time, arrival); first with y > thr cached before `at`
     by_y = np.lexsort((a, y, gid))
     gy, yy, ay = gid[by_y], y[by_y], a[by_y]
-    uy = np.unique(yy)
-    comp_y = gy * (len(uy) + 1) + np.searchsorted(uy, yy, side="left")
-    p0 = np.searchsorted(comp_y, gid * (len(uy) + 1) + np.searchsorted(uy, thr, side="right"), side="left")
+    uy = _distinct(yy)
+    comp_y = gy * (len(uy) + 1) + _search(uy, yy, side="left")
+    p0 = _search(comp_y, gid * (len(uy) + 1) + _search(uy, thr, side="right"), side="left")
     p = first_above(-ay, p0, -at)
     in_group = p < C
     in_group[in_group] = gy[p[in_group]] == gid[in_group]
@@ -197,17 +223,17 @@ def _timer_fires(gid, a, y, cache_w, adv_pos, adv_G, N, min_cleanup):
     # none left: the next row cached in this cache after the fire
     by_a = np.lexsort((a, gid))
     sorted_a = (gid * (N + 1) + a)[by_a]
-    q = np.searchsorted(sorted_a, gid * (N + 1) + at, side="left")
+    q = _search(sorted_a, gid * (N + 1) + at, side="left")
     later = ~in_group & (q < C)
     later[later] = gid[by_a[q[later]]] == gid[later]
     nxt[:C][later] = by_a[q[later]]
     nxt[:C][adv_G[fire] == END] = C
     first = by_a[np.flatnonzero(np.concatenate([[True], gid[by_a][1:] != gid[by_a][:-1]]))] if C else by_a
     owners = orbit(nxt, first)[:C]
-    fires = np.unique(gid[owners] * (A + 1) + fire[owners])
+    fires = _distinct(gid[owners] * (A + 1) + fire[owners])
     # each row leaves at its cache's first fire at or after the first advance with OT - W - 1 ms >= y
-    e0 = np.searchsorted(adv_G, y + cache_w + MS, side="left")
-    k = np.searchsorted(fires, gid * (A + 1) + e0, side="left")
+    e0 = _search(adv_G, y + cache_w + MS, side="left")
+    k = _search(fires, gid * (A + 1) + e0, side="left")
     got = fires[np.minimum(k, len(fires) - 1)]
     if not len(fires) or np.any(k >= len(fires)) or np.any(got // (A + 1) != gid):
         raise AssertionError("flink-sql: a cached row outlived its cache's timers")
@@ -244,7 +270,7 @@ def sql_state(replay, windows, policy, keys=None, min_cleanup_us: int = 0) -> Sq
     if keys is not None:
         for i, pos in enumerate(replay.index_of):
             key[pos] = keys[i]
-        key = _dense(key)
+        key = _dense(key)[0]
     own_w = W[stream]
     OT = np.maximum(before, 0)
     cached = OT < ts + own_w                                                          # rule 2
@@ -259,7 +285,7 @@ def sql_state(replay, windows, policy, keys=None, min_cleanup_us: int = 0) -> Sq
     probes = np.zeros(N, bool)
     for s in (0, 1):
         o = 1 - s
-        forced = np.unique(fire_adv[fire_gid % 2 == s])
+        forced = _distinct(fire_adv[fire_gid % 2 == s])
         rec = np.flatnonzero(stream == o)
         order_key = np.concatenate([2 * adv_pos[forced], 2 * rec + 1])
         sub = np.concatenate([forced, np.zeros(len(rec), np.int64)])
@@ -279,13 +305,13 @@ def sql_state(replay, windows, policy, keys=None, min_cleanup_us: int = 0) -> Sq
     # rule 5: when each cached row leaves
     y, w = ts[c], own_w[c]
     timer_pos = adv_pos[fire_of]
-    r0 = np.searchsorted(before, y + w + MS, side="left")
+    r0 = _search(before, y + w + MS, side="left")
     pb = np.flatnonzero(probes)
     comp = np.sort((key[pb] * 2 + stream[pb]) * (N + 1) + pb)
     target = (key[c] * 2 + (1 - stream[c])) * (N + 1)
     probe_at = np.full(len(c), N, np.int64)
     if len(comp):
-        k = np.searchsorted(comp, target + r0, side="left")
+        k = _search(comp, target + r0, side="left")
         found = comp[np.minimum(k, len(comp) - 1)] - target
         hit = (k < len(comp)) & (found <= N)
         probe_at[hit] = found[hit]
