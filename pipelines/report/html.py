@@ -113,6 +113,11 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}, and no watermark reaches "
                            f"it: {tuning['unreachable_results']:,} results have a member at or before the epoch "
                            f"(ts <= 0), which Spark drops as late whatever the delay.")
+            elif name == "flink-sql":   # no tuning curve: its recall is not monotone in the delay
+                out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}.  Flink SQL's interval join "
+                           "has no exact least delay (its recall is not monotone in the delay, docs/semantics.md "
+                           "\"flink-sql\"); try larger --watermark values, or `streamjoin tune-buffer --recall "
+                           f"{target:g} --policy flink` for the DataStream interval join.")
             else:
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}: run `streamjoin tune-buffer --recall {target:g}`.")
         else:
@@ -123,7 +128,7 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
             out.append(msg)
         if low:
             worst = f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))})"
-            out.append(f"{worst}." if tuned_policy in ENGINE_OF else  # tune-buffer --per-period: not for them yet
+            out.append(f"{worst}." if tuned_policy in ENGINE_OF or name == "flink-sql" else  # no --per-period for them
                        f"{worst}; `streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that "
                        "meets it in every period.")
     else:

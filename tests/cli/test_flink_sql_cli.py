@@ -34,7 +34,7 @@ def model_of(data: Path, policy: PolicySpec):
 def test_run_writes_pairs_padded_rows_and_settings_equal_to_the_model(data: Path, tmp_path: Path, join) -> None:
     out = tmp_path / "out"
     run_cli(base_args(data, out) + ["--policy", "flink-sql", "--watermark", "1s", "--watermark", "right=3s",
-                                    "--join", join], tmp_path)
+                                    "--join", join, "--recall", "0.99"], tmp_path)
     report = json.loads((out / "report.json").read_text())
     results = pl.read_parquet(out / "results.parquet")
     model, frames = model_of(data, PolicySpec("flink-sql", watermark=(S, 3 * S), watermark_interval_us=200 * MS,
@@ -47,6 +47,8 @@ def test_run_writes_pairs_padded_rows_and_settings_equal_to_the_model(data: Path
     assert [s["dropped_late"] for s in report["streams"]] == [0, 0]
     settings = report["policy_settings"]
     assert settings["watermark_us"] == [S, 3 * S] and settings["join"] == join and settings["dropped_late"] == 0
+    assert "tuning" not in report   # no delay curve: recall is not monotone in the delay
+    assert "has no exact least delay" in (out / "report.html").read_text()   # what to do, not a tuned value
     padded = results.filter(pl.col("left_row").is_null() | pl.col("right_row").is_null())
     if join == "inner":
         assert padded.height == 0 and "outer_join" not in report
