@@ -9,7 +9,7 @@ Families:
   pass a K-slack sort buffer, a synchronising merge, then an in-order window
   join; ``K_i`` sets how long the sort buffer waits.
 * **micro-batch** (``spark-ss``): an engine emulation (SPEC §4.4) -- Spark
-  Structured Streaming's stream-stream join (inner or ``--join left|right``
+  Structured Streaming's stream-stream join (inner or ``--join left|right|full``
   outer), arrivals cut into micro-batches by ``--trigger`` (or input files by
   ``--trigger-files``), a global watermark from ``--watermark`` per stream
   (:mod:`.spark_ss` states the rules and their sources).
@@ -60,10 +60,8 @@ POLICY_NAMES = tuple(FAMILY)
 
 #: ``--join`` values: inner, or the outer side(s) of a left / right / full outer join
 JOIN_TYPES = ("inner", "left", "right", "full")
-#: policies that emulate outer joins (null-padded rows emitted on state eviction)
+#: policies that emulate outer joins, left, right and full (null-padded rows emitted on state eviction)
 OUTER_JOIN = ("spark-ss", "flink-sql")
-#: policies that emulate full outer joins
-FULL_OUTER_JOIN = ("flink-sql",)
 
 
 @dataclass(frozen=True)
@@ -94,8 +92,7 @@ class PolicySpec:
             (:func:`.spark_ss.file_batch_times`; set once the files are listed).
         join: ``inner``, or ``left`` / ``right`` / ``full`` for an outer join whose
             unmatched rows of that side (both: ``full``) are emitted null-padded
-            (:data:`OUTER_JOIN` policies only: ``spark-ss``, ``flink-sql``;
-            ``full``: :data:`FULL_OUTER_JOIN`).
+            (:data:`OUTER_JOIN` policies only: ``spark-ss``, ``flink-sql``).
         idleness_us: ``WatermarkStrategy.withIdleness`` timeout, of arrival
             time; None = no idleness detection (``flink`` only).
     """
@@ -121,9 +118,6 @@ class PolicySpec:
         if self.join != "inner" and self.name not in OUTER_JOIN:
             raise InputError(f"--join {self.join}: outer joins are emulated for --policy "
                              f"{', '.join(OUTER_JOIN)} only, not {self.name}")
-        if self.join == "full" and self.name not in FULL_OUTER_JOIN:
-            raise InputError(f"--join full: full outer joins are emulated for --policy "
-                             f"{', '.join(FULL_OUTER_JOIN)} only, not {self.name}")
         if self.name == "kslack" and self.k is None:
             raise InputError("policy kslack needs --k DURATION")
         if self.name == "static" and self.retention is None:
@@ -173,7 +167,7 @@ class PolicySpec:
         ``flink-sql`` runs in memory only, with any setting."""
         if self.name == "flink-sql":
             return "any setting"
-        if self.name == "spark-ss" and self.outer_side is not None:
+        if self.name == "spark-ss" and self.join != "inner":
             return f"--join {self.join}"
         if self.name == "spark-ss" and self.trigger_files is not None:
             return "--trigger-files"

@@ -152,7 +152,7 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     W = np.asarray(windows, dtype=np.int64)
     if not len(combos) and decisions.family in (MICROBATCH, INTERVAL_JOIN, SQL_INTERVAL_JOIN):
         empty = np.empty(0, np.int64)
-        outer = (_outer_rows(replay, decisions, empty) if decisions.family == MICROBATCH
+        outer = (_outer_rows(replay, decisions, [empty, empty]) if decisions.family == MICROBATCH
                  else _sql_padded(replay, decisions, [empty, empty]) if decisions.family == SQL_INTERVAL_JOIN else None)
         return Emission(a=[empty] * replay.n, last=empty, emitted=np.empty(0, bool), emit_us=empty,
                         latency_us=empty, batch=empty if decisions.family == MICROBATCH else None, outer=outer)
@@ -355,18 +355,19 @@ def _emission_microbatch(combos: Combos, replay: Replay, decisions: Decisions, a
     mb = decisions.batches
     emitted, batch = microbatch.emitted_pairs(mb, decisions.dropped, a[0], a[1])
     emit_us = mb.end_us(batch)
-    outer = None if mb.outer_side is None else _outer_rows(replay, decisions, a[mb.outer_side][emitted])
+    outer = _outer_rows(replay, decisions, [a[side][emitted] if side in mb.outer_sides else None for side in (0, 1)])
     return Emission(a=a, last=arrivals.last, emitted=emitted, emit_us=emit_us,
                     latency_us=emit_us - arrivals.arrival_us, batch=batch, outer=outer)
 
 
-def _outer_rows(replay: Replay, decisions: Decisions, matched: np.ndarray) -> list[microbatch.OuterRows] | None:
-    """An outer join's null-padded rows (``None`` for an inner join); ``matched``: the
-    arrival indexes of the outer side's members of the emitted pairs."""
+def _outer_rows(replay: Replay, decisions: Decisions, matched: list) -> list[microbatch.OuterRows] | None:
+    """An outer join's null-padded rows, one part per padded stream (``None`` for an inner
+    join); ``matched[s]``: the arrival indexes of stream ``s``'s members of the emitted pairs."""
     mb = decisions.batches
-    if mb.outer_side is None:
+    if not mb.outer_sides:
         return None
-    return [microbatch.outer_rows(mb, decisions.dropped, replay.stream, replay.row, replay.arrival, matched)]
+    return [microbatch.outer_rows(mb, side, decisions.dropped, replay.stream, replay.row, replay.arrival,
+                                  matched[side]) for side in mb.outer_sides]
 
 
 def _sql_padded(replay: Replay, decisions: Decisions, matched: list[np.ndarray]) -> list[microbatch.OuterRows] | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import pair_job_toml, run_cli
 from helpers.flink import local_flink_sql
 from test_flink_cli import base_args, data  # noqa: F401  (the module's input fixture)
 
@@ -64,28 +64,13 @@ def test_run_writes_pairs_padded_rows_and_settings_equal_to_the_model(data: Path
 
 def test_toml_settings(data: Path, tmp_path: Path) -> None:  # noqa: F811
     cfg = tmp_path / "job.toml"
-    cfg.write_text(f"""
-[run]
+    cfg.write_text(pair_job_toml(data, f"""
 policy = "flink-sql"
 watermark = "1s"
 watermark_interval = "0"
 join = "left"
 out = "{tmp_path / 'out'}"
-
-[[stream]]
-name = "left"
-path = "{data / 'left.parquet'}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-
-[[stream]]
-name = "right"
-path = "{data / 'right.parquet'}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-""")
+"""))
     run_cli(["run", str(cfg)], tmp_path)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert (report["policy_settings"]["watermark_interval_us"], report["policy_settings"]["join"]) == (0, "left")

@@ -34,7 +34,7 @@ def spark_problems(draw, max_rows: int = 10, origin=st.sampled_from([0, 5_000, 1
     policy = PolicySpec("spark-ss", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
                         trigger_us=draw(st.sampled_from([1, 2, 3, 7])) * unit,
                         watermark_policy=draw(st.sampled_from(["min", "max"])),
-                        join=draw(st.sampled_from(["inner", "left", "right"])))
+                        join=draw(st.sampled_from(["inner", "left", "right", "full"])))
     return streams, windows, policy
 
 

@@ -163,9 +163,9 @@ def test_settings_refused_in_one_line(bad, message):
         PolicySpec("flink-sql", **kwargs)
 
 
-def test_full_join_is_flink_sql_only_and_times_must_be_positive():
-    with pytest.raises(InputError, match="full outer joins are emulated for --policy flink-sql only"):
-        PolicySpec("spark-ss", watermark=(0, 0), trigger_us=S, watermark_policy="min", join="full")
+def test_outer_joins_are_the_emulations_only_and_times_must_be_positive():
+    with pytest.raises(InputError, match="--join full: outer joins are emulated for --policy spark-ss, flink-sql only"):
+        PolicySpec("flink", watermark=(0, 0), watermark_interval_us=0, join="full")
     streams = _streams([(0, 0)], [(MS, 1)])
     with pytest.raises(InputError, match=r"has ts 0us <= 0 .*removeExpiredRows"):
         local_flink_sql(streams, (S, S), PolicySpec("flink-sql", watermark=(0, 0), watermark_interval_us=0))
