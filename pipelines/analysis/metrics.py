@@ -60,7 +60,7 @@ def latency_summary_of(latency: np.ndarray, mask: np.ndarray) -> dict[str, float
 
 
 def outer_join_summary(outer, join: str, names: Sequence[str]) -> dict[str, Any]:
-    """``report.json`` ``outer_join`` of an outer join (``spark-ss --join left|right``,
+    """``report.json`` ``outer_join`` of an outer join (``spark-ss --join left|right|full``,
     ``flink-sql --join left|right|full``): the null-padded rows (``outer``: one
     :class:`~streamjoin.pipelines.replay.microbatch.OuterRows` per padded stream), how
     many and their latency (emission when the engine evicts the row, minus its

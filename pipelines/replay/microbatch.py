@@ -26,7 +26,7 @@ batch probe) still in state when the later one probes::
     b_l >  b_r:  removal[r] >= b_l
 
 emitted at the end of batch ``max(b_l, b_r)``.  Outer joins (``--join
-left|right``, :func:`outer_rows`): a row of the outer side that is not dropped,
+left|right|full``, :func:`outer_rows`, per padded stream): a row of the outer side that is not dropped,
 is in no emitted pair and leaves the state (``removal != NEVER``) is emitted
 null-padded at the end of batch ``removal``.
 """

@@ -5,7 +5,7 @@ One row per emitted combination.  Columns, per stream ``s`` in stream order:
 ``s_arrival_us`` and every payload column as ``s_<col>``; then ``emit_us``
 and ``latency_us``; with ``--policy spark-ss`` also ``batch``, the micro-batch
 (Spark's batch id) that emitted the row.  An outer join's null-padded rows
-(``--join left|right``) carry nulls in the other stream's columns.  Rows are in results order: emission time, then the
+(``--join left|right|full``) carry nulls in the other stream's columns.  Rows are in results order: emission time, then the
 arrival index of the last member, then the members' rows
 (:func:`~streamjoin.pipelines.replay.emit.emission_order`).
 

@@ -335,10 +335,10 @@ def render_report(report: dict[str, Any]) -> str:
     body += ["<h2>Streams</h2>", _table(["stream", "rows", "quarantined", "delay p50", "delay p95", "delay max",
                                           "dropped late", "expired on arrival"], rows)]
     outer = report.get("outer_join")
-    if outer:   # spark-ss --join left|right: the null-padded rows, apart from recall
+    if outer:   # spark-ss / flink-sql outer joins: the null-padded rows, apart from recall
         olat = outer["latency_us"]
         body += [f"<p>{_e(outer['join'])} outer join: {outer['rows']:,} rows of {_e(outer['stream'])} had no "
-                 f"partner and were emitted null-padded when the watermark evicted them (latency p50 "
+                 f"partner and were emitted null-padded when the join evicted them from its state (latency p50 "
                  f"{_e(format_duration(olat['p50']))}, p95 {_e(format_duration(olat['p95']))}, max "
                  f"{_e(format_duration(olat['max']))}); recall counts the pairs only.</p>"]
     periods = report.get("periods", [])
