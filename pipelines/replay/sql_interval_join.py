@@ -210,10 +210,9 @@ def _timer_fires(gid, a, y, cache_w, adv_pos, adv_G, N, min_cleanup):
     thr = _threshold(adv_G[fire], cache_w)
     at = adv_pos[fire]
     # the earliest row left: rows of the cache by (time, arrival); first with y > thr cached before `at`
-    by_y = np.lexsort((a, y, gid))
-    gy, yy, ay = gid[by_y], y[by_y], a[by_y]
-    uy = _distinct(yy)
-    comp_y = gy * (len(uy) + 1) + _search(uy, yy, side="left")
+    uy = _distinct(y)
+    by_y, comp_y = stable_order(gid * (len(uy) + 1) + _search(uy, y, side="left"))   # rows are in arrival order
+    gy, ay = gid[by_y], a[by_y]
     p0 = _search(comp_y, gid * (len(uy) + 1) + _search(uy, thr, side="right"), side="left")
     p = first_above(-ay, p0, -at)
     in_group = p < C
@@ -221,8 +220,7 @@ def _timer_fires(gid, a, y, cache_w, adv_pos, adv_G, N, min_cleanup):
     nxt = np.full(C + 1, C, np.int64)
     nxt[:C][in_group] = by_y[p[in_group]]
     # none left: the next row cached in this cache after the fire
-    by_a = np.lexsort((a, gid))
-    sorted_a = (gid * (N + 1) + a)[by_a]
+    by_a, sorted_a = stable_order(gid * (N + 1) + a)
     q = _search(sorted_a, gid * (N + 1) + at, side="left")
     later = ~in_group & (q < C)
     later[later] = gid[by_a[q[later]]] == gid[later]
