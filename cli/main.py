@@ -102,8 +102,10 @@ PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spar
 SparkConfOpt = Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")]
 SegmentOpt = Annotated[Optional[str], typer.Option("--segment", help="ATR / CTR segment length T, e.g. 2s (default: from the data)")]
 LoadWeightsOpt = Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default: 1,1,1)")]
+PartitionCapacityOpt = Annotated[Optional[str], typer.Option("--partition-capacity", help="LLF capacity of each partition: cpu=work/s,mem=tuples held,net=tuples/s, any subset (default: the fair share, total use / partitions)")]
 AdaptSegmentOpt = Annotated[bool, typer.Option("--adapt-segment", help="ATR: adapt T by +-dT at segment ends")]
 NoResultsOpt = Annotated[bool, typer.Option("--no-results", help="write the reports only")]
+FlowControlOpt = Annotated[Optional[str], typer.Option("--flow-control", help="seed 001 flow control: back-pressure delays arrivals (KEY=VALUE,...: buffer=TUPLES and rate=TUPLES/s required; target=b0 (default buffer/2), interval=DUR (10ms), policy=max-flow|min-flow, lambda=L0:L1:.., mu=M1:.., surge=F, bucket=F; docs/semantics.md); default: off")]
 ChunkRowsOpt = Annotated[Optional[int], typer.Option("--chunk-rows", help="local engine: replay in arrival-time chunks of about N tuples, in bounded memory (0: all in memory; default: chunks above 6M input rows)")]
 FailUnderTargetOpt = Annotated[bool, typer.Option("--fail-under-target", help="exit 3 when recall < --recall")]
 
@@ -122,7 +124,7 @@ RUN_ONLY = {name: _in_panel(alias, NO_EFFECT_PANEL) for name, alias in {
     "router": RouterOpt, "k": KOpt, "retention": RetentionOpt, "interval": IntervalOpt,
     "basic_window": BasicWindowOpt, "trigger": TriggerOpt, "engine": EngineOpt, "master": MasterOpt,
     "partitions": PartitionsOpt, "spark_conf": SparkConfOpt, "segment": SegmentOpt,
-    "load_weights": LoadWeightsOpt, "adapt_segment": AdaptSegmentOpt, "no_results": NoResultsOpt,
+    "load_weights": LoadWeightsOpt, "partition_capacity": PartitionCapacityOpt, "adapt_segment": AdaptSegmentOpt, "no_results": NoResultsOpt,
     "chunk_rows": ChunkRowsOpt, "fail_under_target": FailUnderTargetOpt, "watermark": WatermarkOpt}.items()}
 
 # nightly options of run (tune-buffer refuses them with an explanation)
@@ -263,6 +265,7 @@ def run(
     spark_conf: SparkConfOpt = None,
     segment: SegmentOpt = None,
     load_weights: LoadWeightsOpt = None,
+    partition_capacity: PartitionCapacityOpt = None,
     adapt_segment: AdaptSegmentOpt = False,
     out: Annotated[Optional[str], typer.Option("--out", help="output directory, replaced atomically (required, here or in the config)")] = None,
     no_results: NoResultsOpt = False,
@@ -271,6 +274,7 @@ def run(
     optional_stream: OptionalStreamOpt = None,
     distance: DistanceOpt = None,
     where: WhereOpt = None,
+    flow_control: FlowControlOpt = None,
     json_summary: Annotated[bool, typer.Option("--json", help="print report.json to stdout instead of a summary")] = False,
     date: DateOpt = None,
     from_: FromOpt = None,
@@ -296,10 +300,10 @@ def run(
         engine=engine, out=out, no_results=no_results, recall=recall, period=period,
         distance=distance, where=where, interval=interval, granularity=granularity, basic_window=basic_window,
         triggers=trigger or [], master=master, partitions=partitions, spark_conf=spark_conf or [], segment=segment,
-        load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows, max_quarantine=max_quarantine,
-        optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
+        load_weights=load_weights, partition_capacity=partition_capacity, adapt_segment=adapt_segment,
+        chunk_rows=chunk_rows, max_quarantine=max_quarantine, optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
         watermark_interval=watermark_interval, join=join, trigger_files=trigger_files,
-        idleness=idleness,
+        idleness=idleness, flow_control=flow_control,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
@@ -450,6 +454,7 @@ def tune_buffer(
     spark_conf: RUN_ONLY["spark_conf"] = None,
     segment: RUN_ONLY["segment"] = None,
     load_weights: RUN_ONLY["load_weights"] = None,
+    partition_capacity: RUN_ONLY["partition_capacity"] = None,
     adapt_segment: RUN_ONLY["adapt_segment"] = False,
     no_results: RUN_ONLY["no_results"] = False,
     chunk_rows: RUN_ONLY["chunk_rows"] = None,
@@ -506,7 +511,8 @@ is what is tuned (whole milliseconds), and the output has a PySpark snippet.  Wi
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], out=out, period=period, distance=distance, where=where,
                       router=router, engine=engine, master=master, partitions=partitions, spark_conf=spark_conf or [],
-                      segment=segment, load_weights=load_weights, adapt_segment=adapt_segment, chunk_rows=chunk_rows,
+                      segment=segment, load_weights=load_weights, partition_capacity=partition_capacity,
+                      adapt_segment=adapt_segment, chunk_rows=chunk_rows,
                       max_quarantine=max_quarantine, **spark_flags)
         cfg = resolve(config, flags, output_kind="tune-buffer")
         notes = []

@@ -1,5 +1,6 @@
 """Option values parsed and checked where the configuration is resolved, so a
 bad value fails before any work is done: ``--distance``, ``--load-weights``,
+``--partition-capacity``,
 the Spark engine's ``spark.streamjoin.handoff`` conf and ``--out`` (what it
 holds, :func:`check_target`, and whether it can be written at all,
 :func:`check_writable`).
@@ -50,6 +51,37 @@ def parse_weights(text: str | Sequence[float] | None) -> tuple[float, float, flo
     if len(w) != 3 or any(x < 0 for x in w) or sum(w) == 0:
         raise InputError(f"--load-weights {text!r}: expected three numbers >= 0 (cpu,mem,net), not all 0")
     return w
+
+
+#: the resources of ``--partition-capacity`` (cpu work units/s, tuples held, tuples received/s)
+CAPACITY_RESOURCES = ("cpu", "mem", "net")
+
+
+def parse_partition_capacity(text: str | dict | None) -> tuple[float | None, float | None, float | None]:
+    """``"cpu=2000,mem=500"`` -> ``(2000.0, 500.0, None)``; a resource not given is ``None``
+    (the fair share of the use, total / partitions).  A TOML table works too."""
+    if text is None:
+        return (None, None, None)
+    what = "--partition-capacity"
+    example = "expected cpu=X,mem=Y,net=Z (numbers > 0, any subset), e.g. cpu=5000,mem=200"
+    items = list(text.items()) if isinstance(text, dict) else [x.partition("=")[::2] for x in str(text).split(",")]
+    got: dict[str, float] = {}
+    for key, value in items:
+        key = str(key).strip()
+        if key not in CAPACITY_RESOURCES:
+            raise InputError(f"{what} {text!r}: unknown resource {key!r}; {example}")
+        if key in got:
+            raise InputError(f"{what} {text!r}: {key} given twice; {example}")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{what} {text!r}: {key}={value!r} is not a number; {example}") from None
+        if not v > 0 or v == float("inf"):
+            raise InputError(f"{what} {text!r}: {key} must be a finite number > 0; {example}")
+        got[key] = v
+    if not got:
+        raise InputError(f"{what} {text!r}: {example}")
+    return tuple(got.get(r) for r in CAPACITY_RESOURCES)
 
 
 #: the Spark conf that chooses the record hand-off (engines/spark/handoff.py) and its values

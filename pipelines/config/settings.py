@@ -31,8 +31,9 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
+from .flow_control import FlowControl, parse_flow_control
 from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, DistanceSpec, check_target, check_writable,
-                      parse_distance, parse_weights)
+                      parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -57,7 +58,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # recall-target policies qjoin / qkslack (pipelines/policies/controller.py)
             "interval", "granularity", "basic_window", "triggers",
             # Spark engine and routing (pipelines/engines/spark/, pipelines/route/)
-            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment",
+            "master", "partitions", "spark_conf", "segment", "load_weights", "adapt_segment", "partition_capacity",
             # bounded-memory local engine (pipelines/jobs/chunked.py)
             "chunk_rows",
             # bad input (pipelines/io/load.py)
@@ -65,7 +66,9 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "trigger_files", "watermark_policy", "join",
             # flink, flink-sql: Flink interval join emulations (pipelines/policies/flink.py, flink_sql.py)
-            "watermark_interval", "idleness")
+            "watermark_interval", "idleness",
+            # seed 001 flow control (pipelines/capacity/flow.py)
+            "flow_control")
 #: default ``--max-quarantine``: the largest share of a stream's rows that may be
 #: quarantined before the run is refused (pipelines/io/load.py, check_quarantine)
 MAX_QUARANTINE = 0.5
@@ -122,11 +125,15 @@ class RunConfig:
     spark_conf: tuple[tuple[str, str], ...] = ()
     segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
     load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    # LLF capacity per partition of cpu, mem, net (None: the fair share), --partition-capacity
+    partition_capacity: tuple[float | None, float | None, float | None] = (None, None, None)
     adapt_segment: bool = False
     # local engine: tuples per arrival-time chunk (0: all in memory; None: automatic, pipelines/jobs/chunked.py)
     chunk_rows: int | None = None
     # largest share of a stream's rows that may be quarantined (pipelines/io/load.py, check_quarantine)
     max_quarantine: float = MAX_QUARANTINE
+    # --flow-control: seed 001's back-pressure delays arrivals (pipelines/capacity/flow.py); None: off
+    flow_control: FlowControl | None = None
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -146,6 +153,10 @@ class RunConfig:
                 d["policy"].pop(key, None)
         if d["policy"].get("join") == "inner":   # left out, so a nightly config hash stays what it was
             d["policy"].pop("join")
+        if self.flow_control is None:   # off: left out, so the report is what it was
+            d.pop("flow_control")
+        else:
+            d["flow_control"] = self.flow_control.to_dict()
         for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
             if stream.get("watermark_us") is None:
                 stream.pop("watermark_us", None)
@@ -190,10 +201,12 @@ class Flags:
     spark_conf: list[str] = field(default_factory=list)   # KEY=VALUE
     segment: str | None = None
     load_weights: str | None = None
+    partition_capacity: str | None = None
     adapt_segment: bool = False
     chunk_rows: int | None = None
     max_quarantine: float | None = None
     optional_streams: list[str] = field(default_factory=list)   # NAME: may have no partition on a day
+    flow_control: str | None = None   # KEY=VALUE,... (pipelines/config/flow_control.py)
 
 
 def _split_override(value: str, names: list[str], option: str) -> tuple[str | None, str]:
@@ -538,6 +551,15 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     if policy_name in ("spark-ss", *FLINK) and engine == "spark" and not (flags.engine or run.get("engine")):
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
+    flow_raw = flags.flow_control if flags.flow_control is not None else run.get("flow_control")
+    flow = parse_flow_control(flow_raw) if flow_raw is not None else None
+    if flow is not None and output_kind in ("tune-buffer", "compare"):
+        raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
+                         "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
+    if flow is not None and engine == "spark":
+        if flags.engine or run.get("engine"):
+            raise InputError("--flow-control runs on --engine local for now")
+        engine = "local"   # the default engine with flow control, not the user's choice
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -575,7 +597,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
+    if flow is not None and chunk_rows:
+        raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
     return RunConfig(
+        flow_control=flow,
         chunk_rows=chunk_rows,
         max_quarantine=check_max_quarantine(max_q) if max_q is not None else MAX_QUARANTINE,
         **spark_settings,
@@ -612,7 +637,8 @@ def with_period(cfg: RunConfig, span_us: int, *, over: str | None = None) -> Run
 
 
 def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
-    """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``, ``--adapt-segment``."""
+    """``--master``, ``--partitions``, ``--spark-conf``, ``--segment``, ``--load-weights``,
+    ``--partition-capacity``, ``--adapt-segment``."""
     out: dict[str, Any] = {}
     master = flags.master or run.get("master")
     if master is not None:
@@ -642,6 +668,9 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
     weights = flags.load_weights or run.get("load_weights")
     if weights is not None:
         out["load_weights"] = parse_weights(weights if isinstance(weights, str) else [float(x) for x in weights])
+    capacity = flags.partition_capacity or run.get("partition_capacity")
+    if capacity is not None:
+        out["partition_capacity"] = parse_partition_capacity(capacity)
     out["adapt_segment"] = bool(flags.adapt_segment or run.get("adapt_segment", False))
     return out
 

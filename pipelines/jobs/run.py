@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import metrics
+from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
@@ -142,7 +143,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     started = time.perf_counter()
     from .chunked import chunk_rows_for, run_chunked_job
 
-    chunk_rows = chunk_rows_for(cfg)
+    # flow control replays in memory (settings.resolve refuses --chunk-rows N with it)
+    chunk_rows = chunk_rows_for(cfg) if cfg.flow_control is None else None
     if chunk_rows is not None:  # bounded memory: the replay in arrival-time chunks
         return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
                                on_chunk=on_chunk)
@@ -153,6 +155,13 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
             streams, policy = with_file_batches(streams, cfg.policy)
             cfg = replace(cfg, policy=policy)
+        # seed 001 flow control: the join sees each tuple when its unit admits it (capacity/flow.py)
+        original, flow = streams, None
+        if cfg.flow_control is not None:   # timed apart too (timings_s.flow_control, part of load)
+            t0 = time.perf_counter()
+            flow = delay_arrivals([s.arrival for s in streams], cfg.flow_control)
+            stages.timings["flow_control"] = time.perf_counter() - t0
+            streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
     with stages("join"):
@@ -168,12 +177,22 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 space=space_of(cfg, streams), where=where_fn,
                 bad_arrivals=bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
             )
+    at_join = None
+    if flow is not None:   # latency from each member's own arrival: the wait upstream counts
+        em = outcome.emission
+        at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
+        em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
+        for part in getattr(em, "outer", None) or ():   # outer joins: the padded rows too, per padded stream
+            part.latency_us = part.emit_us - original[part.stream].arrival[part.row]
     with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
         # the HTML report's series (memory, latency histogram, tuning curve)
         # are independent of the metrics: compute them alongside
         extras = pool.submit(report_build.extras, cfg, outcome)
         report = build_report(cfg, command, streams, outcome)
         report.update(extras.result())
+        if flow is not None:
+            report["flow_control"] = flow_report(flow, cfg.flow_control,
+                                                 [s.name for s in streams], [s.arrival for s in original], at_join)
     with AtomicOutput(cfg.out) as staging:
         outputs: dict[str, str] = {}
         with stages("write"):
@@ -181,7 +200,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 # both engines: the combinations are on the driver, and so is --out
                 # (the staging directory is renamed into place there); one file,
                 # the same bytes from either engine
-                emitted_frame(outcome.combos, outcome.emission, streams).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
+                emitted_frame(outcome.combos, outcome.emission, original).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
             if cfg.write_results:
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:

@@ -40,6 +40,7 @@ from . import manifest as mf
 from . import publish
 from ..config.settings import RunConfig, read_toml
 from .daily import DayResult, compute_days
+from .exactness import refusal as nightly_refusal
 from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
                            InputError, StreamjoinError)
 from ..io.lock import OutputLock
@@ -116,9 +117,11 @@ def nightly_options(config_path: Path | None, *, date: str | None = None, from_:
 
 
 def default_lookback(cfg: RunConfig) -> int:
-    """``max(1h, 2 x (max window + max K or retention))`` (docs/semantics.md)."""
-    slack = [v for v in (cfg.policy.k or ()) + (cfg.policy.retention or ()) if v is not None]
-    need = 2 * (max(cfg.windows) + max(slack, default=0))
+    """``max(1h, 2 x (max window + max K, retention or watermark delay [+ trigger]))``
+    (docs/semantics.md): spark-ss's state also lags by a micro-batch."""
+    p = cfg.policy
+    slack = [v for v in (p.k or ()) + (p.retention or ()) + (p.watermark or ()) if v is not None]
+    need = 2 * (max(cfg.windows) + max(slack, default=0) + (p.trigger_us or 0))
     return max(MIN_DEFAULT_LOOKBACK_US, need)
 
 
@@ -391,8 +394,11 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
     with interrupt_guard() as guard:
         try:
             cfg = nightly_period(resolve(config_path, flags, check_out=False))
-            if cfg.policy.name in ("spark-ss", "flink", "flink-sql"):
-                raise InputError(f"--policy {cfg.policy.name}: nightly runs do not carry its state across days yet; "
+            refused = nightly_refusal(cfg.policy)
+            if refused:
+                raise InputError(refused)
+            if cfg.flow_control is not None:
+                raise InputError("--flow-control: nightly runs do not carry the units' buffers across days yet; "
                                  "run the whole range without --date / --from")
             return body(cfg, log)
         except StreamjoinError as exc:

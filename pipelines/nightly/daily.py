@@ -2,10 +2,13 @@
 
 Which combinations belong to day D (docs/semantics.md, "Nightly runs"):
 
-* a combination belongs to the day of the arrival that **emits** it -- for
-  the symmetric family (``static``) that is its last-arriving member; for the
-  sorting family (``none``/``kslack``/``mpkslack``) the arrival that releases
-  its last member from the K-slack buffer, which may come after midnight;
+* a combination belongs to the day it is **emitted** on -- for the
+  symmetric family (``static``) and ``flink`` the arrival of its
+  last-arriving member; for the sorting family (``none``/``kslack``/
+  ``mpkslack``) the arrival that releases its last member from the K-slack
+  buffer, which may come after midnight; for ``spark-ss`` the end of the
+  later member's micro-batch (the batch that ends at midnight emits on the
+  next day);
 * a daily run never flushes at the end of its input (a nightly stream has no
   end): a combination still waiting in the K-slack buffer at midnight is
   emitted, and published, by the next day's run, which re-reads its members
@@ -13,8 +16,8 @@ Which combinations belong to day D (docs/semantics.md, "Nightly runs"):
 
 So every combination is published in exactly one partition, and the union of
 daily partitions equals one continuous replay split by emission day, as long
-as the lookback holds every member and warms the progress state up (the
-``exactness`` facts below say whether it provably did).
+as the lookback holds every member and warms the progress state up
+(:mod:`.exactness` says whether it provably did, per policy family).
 
 Per-day metrics attribute a combination to the day of its last-arriving
 member (as SPEC §5 periods do): ``truth`` = valid combinations whose last
@@ -38,8 +41,9 @@ from ..io.load import bad_arrivals_of
 from ..replay.predicates import space_of, where_of
 from ..replay.results import results_frame
 from .partitions import DAY_US, DayStreams, day_number, day_start_us
-from ..policies import SYMMETRIC
+from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
 from ..base.timeunits import NEG_INF
+from .exactness import exactness
 
 
 @dataclass
@@ -63,71 +67,38 @@ def run_join(cfg: RunConfig, data: DayStreams) -> JoinOutcome:
                 cfg.windows, cfg.policy, **extra)
 
 
-def _emit_index(outcome: JoinOutcome) -> np.ndarray:
-    """Arrival index that emits each combination; ``N`` = not emitted by the end of input."""
-    em, dec = outcome.emission, outcome.decisions
-    if dec.family == SYMMETRIC or not len(em.last):
-        return em.last.astype(np.int64)
-    return np.maximum.reduce([dec.release[a].astype(np.int64) for a in em.a])
+def _emission_of(outcome: JoinOutcome, last_day: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per combination: when it is emitted (µs) and whether that is after the
+    replay's last day ends (pending: published by a later day's run).
+
+    The arrival that emits it is its last member for the symmetric family and
+    ``flink`` (on arrival), the release of its last-released member for the
+    sorting family (``N``: not released by the end of the input, so pending);
+    ``spark-ss`` emits at the end of the later member's micro-batch, which
+    may be after midnight."""
+    em, dec, replay = outcome.emission, outcome.decisions, outcome.replay
+    N = replay.N
+    if dec.family == MICROBATCH:
+        emit_us = np.asarray(em.emit_us, dtype=np.int64)
+        return emit_us, emit_us >= (last_day + 1) * DAY_US
+    if dec.family in (SYMMETRIC, INTERVAL_JOIN) or not len(em.last):
+        idx = em.last.astype(np.int64)
+    else:
+        idx = np.maximum.reduce([dec.release[a].astype(np.int64) for a in em.a])
+    emit_us = replay.arrival[np.minimum(idx, max(N - 1, 0))] if N else np.empty(0, np.int64)
+    return emit_us, idx >= N
 
 
-def _day_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emit_idx: np.ndarray) -> pl.DataFrame:
+def _day_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emit_us: np.ndarray) -> pl.DataFrame:
     """Rows of the partition: member identity (day, row in the day), times and
     payload, then emission (:func:`~streamjoin.pipelines.replay.results.results_frame`)."""
     em, replay = outcome.emission, outcome.replay
     rows = [r[mask] for r in outcome.combos.rows]
-    e = emit_idx[mask]
     last = em.last[mask]
-    emit_us = replay.arrival[e] if len(e) else np.empty(0, np.int64)
-    latency = emit_us - replay.arrival[last] if len(e) else np.empty(0, np.int64)
-    return results_frame(data.streams, rows, emit_us, last, latency, row_numbers=data.row_in_day,
+    emitted_at = emit_us[mask]
+    latency = emitted_at - replay.arrival[last] if len(last) else np.empty(0, np.int64)
+    return results_frame(data.streams, rows, emitted_at, last, latency, row_numbers=data.row_in_day,
                          dates=data.day_of_row)
-
-
-def _exactness(cfg: RunConfig, data: DayStreams, outcome: JoinOutcome, first: int) -> dict[str, Any]:
-    """Facts that prove the lookback was long enough (see docs/semantics.md).
-
-    * ``arrival_ge_ts``: no tuple read has ``ts > arrival``; then nothing that
-      arrived before the lookback can have a ``ts`` inside it;
-    * ``warm_us``: first arrival at which every stream has seen a ``ts`` at or
-      after the lookback start -- from there on ``M_i``, ``T``, ``R``/``H``
-      equal those of a continuous replay (fixed K / retention);
-    * ``member_bound_us``: every member of a combination emitted on the day has
-      ``ts`` (hence ``arrival``) at or after this bound (``H_i - W_i`` resp.
-      ``R - max W`` at the day's first arrival).
-    ``certified`` = all three line up: ``warm_us <= member_bound_us``.  For
-    ``mpkslack`` K also depends on older history; the previous day's manifest
-    settles it (:func:`streamjoin.pipelines.nightly.backfill`), recorded as
-    ``k_continuity``.
-    """
-    replay, dec = outcome.replay, outcome.decisions
-    N = replay.N
-    lb_start = data.lookback_start_us
-    facts: dict[str, Any] = {"lookback_start_us": lb_start}
-    facts["arrival_ge_ts"] = bool(np.all(replay.arrival >= replay.ts)) if N else True
-    warm = None
-    if N:
-        reached = (replay.M >= lb_start).all(axis=0)
-        hit = np.flatnonzero(reached)
-        warm = int(replay.arrival[hit[0]]) if len(hit) else None
-    facts["warm_us"] = warm
-    W = np.asarray(cfg.windows, dtype=np.int64)
-    bound = None
-    if N and first < N:
-        if dec.family == SYMMETRIC:
-            h = dec.H[:, first]
-            bound = None if (h == NEG_INF).any() else int((h - W).min())
-        elif first > 0:
-            r = int(dec.R[first - 1])
-            bound = None if r == NEG_INF else r - int(W.max())
-    facts["member_bound_us"] = bound
-    # K of mpkslack at the day's start = largest delay seen in the lookback
-    facts["k_start_us"] = {}
-    for k, s in enumerate(data.streams):
-        sel = replay.stream[:first] == k
-        facts["k_start_us"][s.name] = int(replay.delay[:first][sel].max()) if sel.any() else None
-    facts["certified"] = bool(facts["arrival_ge_ts"] and warm is not None and bound is not None and warm <= bound)
-    return facts
 
 
 def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
@@ -135,10 +106,10 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
     outcome = run_join(cfg, data)
     replay, em, dec = outcome.replay, outcome.emission, outcome.decisions
     N = replay.N
-    emit_idx = _emit_index(outcome)
+    emit_us, after_input = _emission_of(outcome, day_number(data.days[-1]))
     emitted = em.emitted.copy()
-    pending = emitted & (emit_idx >= N)
-    published = emitted & (emit_idx < N)
+    pending = emitted & after_input
+    published = emitted & ~after_input
     n_streams = len(data.streams)
     # day (days since the epoch) of every arrival index; -1 for the lookback
     day_at = np.full(N, -1, dtype=np.int64)
@@ -146,15 +117,17 @@ def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:
         ours = data.day_of_row[k] >= day_number(data.days[0])
         day_at[replay.index_of[k][ours]] = data.day_of_row[k][ours]
     first = int(np.searchsorted(replay.arrival, data.start_us, side="left"))
-    exact = _exactness(cfg, data, outcome, first)
-    safe_e = np.minimum(emit_idx, max(N - 1, 0))
-    emit_day = np.where(published, day_at[safe_e] if N else -1, -2)
+    exact = exactness(cfg, replay, dec, first, data.lookback_start_us, data.start_us,
+                       [x.name for x in data.streams])
+    # the day a combination is emitted on: of its emission time (its emitting arrival's
+    # partition day for the families that emit on an arrival: partitions are by arrival day)
+    emit_day = np.where(published, emit_us // DAY_US, -2)
     last_day = day_at[em.last] if len(em.last) else np.empty(0, np.int64)
     out: dict[dt.date, DayResult] = {}
     for day in data.days:
         dn = day_number(day)
         mask = emit_day == dn
-        frame = _day_frame(data, outcome, mask, emit_idx)
+        frame = _day_frame(data, outcome, mask, emit_us)
         truth_mask = last_day == dn
         truth_n = int(truth_mask.sum())
         emitted_n = int((truth_mask & emitted).sum())

@@ -341,6 +341,7 @@ def render_report(report: dict[str, Any]) -> str:
                  f"partner and were emitted null-padded when the join evicted them from its state (latency p50 "
                  f"{_e(format_duration(olat['p50']))}, p95 {_e(format_duration(olat['p95']))}, max "
                  f"{_e(format_duration(olat['max']))}); recall counts the pairs only.</p>"]
+    body += flow_section(report)
     periods = report.get("periods", [])
     if periods:
         body += ["<h2>Periods</h2>",
@@ -349,6 +350,31 @@ def render_report(report: dict[str, Any]) -> str:
                                            "-" if p["target"] is None else f"{p['target']:g}"],
                                 "report.json", report.get("time_origin"))]
     return _page("streamjoin report", body)
+
+
+def flow_section(report: dict[str, Any]) -> list[str]:
+    """The "Flow control" part of the run page (``--flow-control``; nothing without it):
+    the added delay per stream, then buffer occupancy and the control law's rate over time."""
+    from . import plots
+
+    flow = report.get("flow_control")
+    if not flow:
+        return []
+    st = flow["settings"]
+    rows = [[name, f"{d['delayed']:,}", format_duration(d["p50"]), format_duration(d["p99"]),
+             format_duration(d["max"]), f"{flow['occupancy'][name]['peak']:,.1f}"]
+            for name, d in flow["added_delay_us"]["streams"].items() if d["max"] is not None]
+    n = flow["series"]["intervals_per_point"]
+    return ["<h2>Flow control (seed 001)</h2>",
+            f"<p>{_e(st['policy'])}: one unit per stream, buffer B = {st['buffer']:,} tuples, target b0 = "
+            f"{st['target']:g}, service rate {st['rate']:,.0f} tuples/s shared by the units, control every "
+            f"{_e(format_duration(st['interval_us']))}. Back-pressure delays arrivals (nothing is dropped); "
+            "latency above counts from each tuple's own arrival.</p>",
+            _table(["stream", "tuples delayed", "added delay p50", "p99", "max", "buffer peak"], rows),
+            _img(plots.flow_over_time(flow, report.get("time_origin")), "buffer occupancy over time"),
+            f"<div class=\"sub\">Each point covers about {n:,.0f} control intervals: the line is the mean "
+            "occupancy, the shaded area the peak; the lower panel is the rate r_max each unit admits "
+            "(seed 001 equation 8).</div>"]
 
 
 def render_tune(t: dict[str, Any]) -> str:

@@ -52,6 +52,8 @@ def calendar_origin(first_us: int | None, last_us: int | None) -> str | None:
 
 
 ROUTING_KEYS = ("router", "partitions", "replication_factor", "overhead_measured", "overhead_predicted", "load_imbalance")
+#: a routed run's ``routing.per_partition`` entries (docs/semantics.md, "Load of a partition")
+PARTITION_KEYS = ("partition", "cpu", "mem", "net", "phi_cpu", "phi_mem", "phi_net", "load")
 
 
 def validate(report: dict[str, Any]) -> None:
@@ -87,6 +89,12 @@ def validate(report: dict[str, Any]) -> None:
     for k in ROUTING_KEYS:
         if k not in report["routing"]:
             raise ValueError(f"report.json: routing missing {k!r}")
+    for p in report["routing"].get("per_partition", []):
+        for k in PARTITION_KEYS:
+            if k not in p:
+                raise ValueError(f"report.json: routing.per_partition entry missing {k!r}")
+            if k != "partition" and not isinstance(p[k], (int, float)):
+                raise ValueError(f"report.json: routing.per_partition {k!r} should be a number")
 
 
 def json_safe(value: Any) -> Any:

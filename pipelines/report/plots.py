@@ -409,3 +409,36 @@ def compare_figure(c: dict[str, Any]) -> Figure:
 def compare_recall(c: dict[str, Any]) -> str:
     """:func:`compare_figure` as a ``data:`` URI."""
     return _uri(compare_figure(c))
+
+
+#: one colour per unit in the flow-control plot (cycled)
+UNIT_COLOURS = (ACCENT, SECOND, "#d97706", "#7c3aed", "#db2777", "#0891b2")
+
+
+def flow_figure(section: dict[str, Any], time_origin: str | None = None) -> Figure:
+    """Flow control (seed 001; report.json ``flow_control``): each unit's input-buffer
+    occupancy (top: mean line, peak shaded, target ``b0`` and size ``B`` marked) and the
+    rate the control law admits, ``r_max`` (bottom), over the control intervals."""
+    s = section["series"]
+    fig = Figure(rows=2, ratios=[3, 2])
+    occ, rate = fig.axes[0], fig.axes[1]
+    t = s.get("time_us") or []
+    xs = _instant_series_axis(rate, t, time_origin, "time", "the first arrival")
+    for i, name in enumerate(s.get("occupancy_mean", {})):
+        colour = UNIT_COLOURS[i % len(UNIT_COLOURS)]
+        occ.add("fill_step", x=xs, y=s["occupancy_peak"][name], color=colour, alpha=0.2)
+        occ.step(xs, s["occupancy_mean"][name], color=colour, width=1.2, label=f"{name}")
+        rate.step(xs, s["rate_per_s"][name], color=colour, width=1.2)
+    settings = section["settings"]
+    occ.axhline(settings["target"], color=TARGET, style="--", width=1.0, label=f"target b0 = {settings['target']:g}")
+    occ.axhline(settings["buffer"], color=MUTED, style="--", width=1.0, label=f"buffer B = {settings['buffer']:,}")
+    occ.legend = True
+    occ.ylabel = "tuples in buffer"
+    occ.ytick_format = _compact
+    rate.ylabel = "r_max (tuples/s)"
+    rate.ytick_format = _compact
+    return fig
+
+
+def flow_over_time(section: dict[str, Any], time_origin: str | None = None) -> str:
+    return _uri(flow_figure(section, time_origin))

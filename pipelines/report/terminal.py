@@ -34,6 +34,21 @@ def target_line(report: dict[str, Any], fail_under_target: bool) -> str | None:
     return f"target: missed (recall {recall} < {target:g}); exit 0 (with --fail-under-target: exit 3)"
 
 
+ROUTING_COLUMNS = ["partition", "cpu /s", "Φ cpu", "mem", "Φ mem", "net /s", "Φ net", "load w"]
+
+
+def routing_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Per partition of a routed run: each resource's use and Φ = use / capacity, and
+    the LLF load (docs/semantics.md, "Load of a partition"); none for one machine."""
+    rows = []
+    for p in report["routing"].get("per_partition") or []:
+        if "phi_cpu" not in p:
+            continue
+        rows.append([str(p["partition"]), f"{p['cpu']:,.4g}", f"{p['phi_cpu']:.3f}", f"{p['mem']:,.4g}",
+                     f"{p['phi_mem']:.3f}", f"{p['net']:,.4g}", f"{p['phi_net']:.3f}", f"{p['load']:.3f}"])
+    return rows
+
+
 def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> list[str]:
     """Plain-text summary (cron logs, pipes): one fact per line."""
 
@@ -54,6 +69,8 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
         lines.append(f"period: {_period_line(report)}")
     if report.get("outer_join"):
         lines.append(f"outer_rows: {_outer_line(report['outer_join'])}")
+    if report.get("flow_control"):
+        lines.append(f"flow_control: {flow_line(report['flow_control'])}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -61,6 +78,9 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
             f"delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} max {format_duration(d['max'])} "
             f"dropped_late {s['dropped_late']} expired_on_arrival {s['expired_on_arrival']}"
         )
+    for row in routing_rows(report):
+        lines.append("partition " + row[0] + ": " + " ".join(f"{c.replace(' /s', '/s')} {v}"
+                                                           for c, v in zip(ROUTING_COLUMNS[1:], row[1:])))
     bounded = report.get("bounded")
     if bounded:
         lines.append(f"bounded memory: {bounded['chunks']} chunks of ~{bounded['chunk_rows']:,} tuples, "
@@ -72,6 +92,15 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
     if report["outputs"].get("report_html"):
         lines.append(f"report_html: {report['outputs']['report_html']}")
     return lines
+
+
+def flow_line(flow: dict[str, Any]) -> str:
+    """``--flow-control``: the forwarding policy, tuples delayed and the delay back-pressure added."""
+    d = flow["added_delay_us"]["all"]
+    if d["max"] is None:
+        return f"{flow['settings']['policy']}, no tuples"
+    return (f"{flow['settings']['policy']}, {d['delayed']:,} tuples delayed, added delay p50 "
+            f"{format_duration(d['p50'])} p99 {format_duration(d['p99'])} max {format_duration(d['max'])}")
 
 
 def _outer_line(outer: dict[str, Any]) -> str:
@@ -178,6 +207,8 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
         head.append(["period", _period_line(report)])
     if report.get("outer_join"):
         head.append(["outer rows (null-padded)", _outer_line(report["outer_join"])])
+    if report.get("flow_control"):
+        head.append(["flow control (seed 001)", flow_line(report["flow_control"])])
     total = report["timings_s"].get("total")
     if total is not None:
         head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])
@@ -191,6 +222,9 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
                      f"{s['dropped_late']:,}", f"{s['expired_on_arrival']:,}"])
     console.print(*fitted_tables("streams", ["stream", "rows", "quarantined", "rate", "delay p50", "delay p95",
                                              "delay max", "dropped late", "expired"], rows, width))
+    rows = routing_rows(report)
+    if rows:
+        console.print(*fitted_tables("partitions (use, Φ = use / capacity)", ROUTING_COLUMNS, rows, width))
     rows, hidden = worst_period_rows(report)
     if len(rows) > 1 or hidden:
         console.print(*fitted_tables("periods" if not hidden else "worst periods",

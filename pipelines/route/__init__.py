@@ -19,10 +19,15 @@ tuples) and the overhead formulas of theorems B and D used by ``auto``.
 
 Load of a partition (seed 000, LLF)::
 
-    w_p = w1 * cpu_p / mean(cpu) + w2 * mem_p / mean(mem) + w3 * net_p / mean(net)
+    w_p = w1 * Phi_cpu + w2 * Phi_mem + w3 * Phi_net,   Phi_R = U_R / C_R,   w1 + w2 + w3 = 1
 
-where cpu counts tuples probed plus candidates produced, mem tuples stored,
-net tuples shipped to the partition.
+with three different uses (:func:`resource_use`, docs/semantics.md "Load of
+a partition"): ``cpu`` = work per second (``tuple_cost`` x tuples processed
++ ``result_cost`` x candidate combinations), ``mem`` = mean tuples held
+(each stored tuple of stream ``k`` is held ``W_k``: the time-integral of the
+state over the span), ``net`` = tuples shipped to the partition per second
+(replicas and CTR's intermediate results included).  ``C_R`` is
+``--partition-capacity`` or, where not given, the fair share (total / P).
 """
 
 from __future__ import annotations
@@ -36,38 +41,143 @@ ROUTER_NAMES = ("none", "atr", "ctr", "auto")
 BIG = 2**62
 
 
+#: what a unit of work costs by default (the ``--capacity`` grammar's defaults, issue 20):
+#: a tuple processed 1, a candidate combination 0
+DEFAULT_COSTS = (1.0, 0.0)
+RESOURCES = ("cpu", "mem", "net")
+#: what each resource's use is measured in (report.json routing.resource_units)
+RESOURCE_UNITS = {"cpu": "work units per second (tuple_cost x tuples + result_cost x candidates)",
+                  "mem": "tuples held, mean over the span (each stored tuple of stream k held W_k)",
+                  "net": "tuples and intermediate results received per second"}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Per-partition capacity of each resource (equal for all partitions);
+    ``None``: the fair share, total use / partitions (then Phi = 1 is a
+    perfectly balanced partition)."""
+
+    cpu: float | None = None     # work units per second (default costs: tuples/s)
+    mem: float | None = None     # tuples held
+    net: float | None = None     # tuples received per second
+
+    def of(self, fair_share: Sequence[float]) -> np.ndarray:
+        """``(3,)`` capacities: the given ones, ``fair_share`` (cpu, mem, net) for the others."""
+        return np.asarray([float(getattr(self, r)) if getattr(self, r) is not None else float(f)
+                           for r, f in zip(RESOURCES, fair_share)], dtype=float)
+
+    def to_dict(self) -> dict:
+        return {r: getattr(self, r) for r in RESOURCES}
+
+
+def normalised(weights) -> tuple[float, float, float]:
+    """Seed 000: ``0 <= w_i <= 1`` and ``sum w_i = 1``."""
+    w = np.asarray(weights, dtype=float)
+    s = w.sum()
+    return tuple(float(x) for x in (w / s if s > 0 else np.full(3, 1 / 3)))
+
+
 @dataclass
 class Loads:
-    """Running per-partition resource use and the LLF choice."""
+    """Running per-partition resource use (cpu, mem, net) and the LLF choice.
+
+    ``cap``: ``(3,)`` capacity per partition of cpu, mem, net (the planners
+    pass the fair share of their estimated totals where the user gave none)."""
 
     partitions: int
     weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    cap: np.ndarray = field(default=None)
     cpu: np.ndarray = field(default=None)
     mem: np.ndarray = field(default=None)
     net: np.ndarray = field(default=None)
 
     def __post_init__(self):
         P = self.partitions
-        self.cpu = np.zeros(P) if self.cpu is None else self.cpu
-        self.mem = np.zeros(P) if self.mem is None else self.mem
-        self.net = np.zeros(P) if self.net is None else self.net
+        self.weights = normalised(self.weights)
+        self.cap = np.ones(3) if self.cap is None else np.asarray(self.cap, dtype=float)
+        self.cpu = np.zeros(P) if self.cpu is None else np.asarray(self.cpu, dtype=float)
+        self.mem = np.zeros(P) if self.mem is None else np.asarray(self.mem, dtype=float)
+        self.net = np.zeros(P) if self.net is None else np.asarray(self.net, dtype=float)
+
+    def phi(self) -> np.ndarray:
+        """``(3, P)``: use / capacity of cpu, mem, net (0 where a capacity is 0)."""
+        use = np.vstack([self.cpu, self.mem, self.net])
+        cap = self.cap.reshape(3, 1)
+        return np.divide(use, cap, out=np.zeros_like(use), where=cap > 0)
 
     def w(self) -> np.ndarray:
-        def share(x):
-            m = x.mean()
-            return x / m if m > 0 else np.zeros_like(x)
-        w1, w2, w3 = self.weights
-        return w1 * share(self.cpu) + w2 * share(self.mem) + w3 * share(self.net)
+        return np.asarray(self.weights) @ self.phi()
 
     def least(self, candidates: Sequence[int] | None = None) -> int:
         w = self.w()
+        total = self.phi().sum(axis=0)
         cand = range(self.partitions) if candidates is None else candidates
-        return min(cand, key=lambda p: (w[p], self.cpu[p] + self.mem[p] + self.net[p], p))
+        return min(cand, key=lambda p: (w[p], total[p], p))
 
     def add(self, p: int, cpu: float = 0.0, mem: float = 0.0, net: float = 0.0) -> None:
         self.cpu[p] += cpu
         self.mem[p] += mem
         self.net[p] += net
+
+    def table(self) -> list[dict]:
+        """Per partition: use and Phi of each resource, and the load ``w``."""
+        phi, w = self.phi(), self.w()
+        return [{"partition": p, "cpu": float(self.cpu[p]), "mem": float(self.mem[p]), "net": float(self.net[p]),
+                 "phi_cpu": float(phi[0, p]), "phi_mem": float(phi[1, p]), "phi_net": float(phi[2, p]),
+                 "load": float(w[p])} for p in range(self.partitions)]
+
+
+def place(use: np.ndarray, partitions: int, weights, capacity: Capacity | None = None) -> tuple[np.ndarray, Loads]:
+    """LLF over pieces in order: ``use`` is ``(pieces, 3)`` (cpu, mem, net of each
+    piece); each goes to the partition of least load ``w`` at that moment."""
+    use = np.asarray(use, dtype=float).reshape(-1, 3)
+    cap = (capacity or Capacity()).of(use.sum(axis=0) / max(partitions, 1))
+    loads = Loads(partitions, tuple(weights), cap)
+    part = np.empty(len(use), dtype=np.int64)
+    for j, (c, m, n) in enumerate(use):
+        p = loads.least()
+        loads.add(p, c, m, n)
+        part[j] = p
+    return part, loads
+
+
+def probe_pairs(hist: "Histogram", counts: Sequence[float], lo, hi, windows: Sequence[int],
+                selectivity: dict | None = None) -> float:
+    """Estimated candidate pairs of the ``counts[i]`` tuples of each stream ``i``
+    in ``[lo, hi)``: each probes every other stream's window,
+    ``sum_i counts_i sum_{k != i} sigma(i, k) r_k W_k`` with ``r_k`` the rate of
+    ``k`` over ``[lo - W_k, hi)`` (seed 000: a join probe per tuple pair)."""
+    sel = selectivity or {}
+    total = 0.0
+    for i, c in enumerate(counts):
+        if not c:
+            continue
+        for k, w in enumerate(windows):
+            if k == i or w <= 0:
+                continue
+            r = float(hist.count(k, lo - w, hi)) / max(hi - lo + w, 1)
+            total += c * sel.get((min(i, k), max(i, k)), 1.0) * r * w
+    return total
+
+
+def resource_use(tuples_in: np.ndarray, stored: np.ndarray, received: np.ndarray, candidates: np.ndarray,
+                 windows: Sequence[int], span_us: float, costs=DEFAULT_COSTS) -> np.ndarray:
+    """``(3, P)`` per-partition use of cpu, mem, net (the same rule the planners estimate with).
+
+    ``tuples_in`` (P): original tuples processed there (copies included);
+    ``stored`` (n, P): tuples of each stream held in its state; ``received``
+    (P): tuples and intermediate results shipped to it; ``candidates`` (P):
+    candidate combinations its join produced.  ``cpu = (tuple_cost x tuples_in
+    + result_cost x candidates) / span_s``; ``mem = sum_k W_k x stored_k /
+    span`` (mean tuples held); ``net = received / span_s``.
+    """
+    span = max(float(span_us), 1.0)
+    tc, rc = costs
+    W = np.asarray(windows, dtype=float).reshape(-1, 1)
+    cpu = (tc * np.asarray(tuples_in, float) + rc * np.asarray(candidates, float)) / (span / 1e6)
+    mem = (W * np.asarray(stored, float)).sum(axis=0) / span
+    net = np.asarray(received, float) / (span / 1e6)
+    return np.vstack([cpu, mem, net])
 
 
 def imbalance(load: np.ndarray) -> float:

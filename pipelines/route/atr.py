@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import BIG, Histogram, Loads, theorem_b
+from . import BIG, DEFAULT_COSTS, Capacity, Histogram, Loads, place, probe_pairs, theorem_b
 
 
 #: another stream must be this much faster (over the segment just finished) to
@@ -86,17 +86,21 @@ class AtrPlan:
     def to_dict(self) -> dict:
         return {"segments": int(len(self.start)), "segment_us_mean": float(np.mean(self.lengths)) if self.lengths else None,
                 "role_switches": self.switches, "adaptations": len(self.adaptations),
-                "masters": sorted({int(m) for m in self.master})}
+                "masters": sorted({int(m) for m in self.master}),
+                "segment_partitions": [int(p) for p in self.part]}
 
 
 def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weights=(1.0, 1.0, 1.0),
-         adapt: bool = False, delta: int | None = None) -> AtrPlan:
-    """Cut the master stream(s) into segments and place them by LLF (seed Fig. 14)."""
+         adapt: bool = False, delta: int | None = None, capacity: Capacity | None = None,
+         costs=DEFAULT_COSTS, selectivity: dict | None = None) -> AtrPlan:
+    """Cut the master stream(s) into segments and place them by LLF (seed Fig. 14).
+
+    The cut does not depend on the placement: segments first, each with its
+    estimated use (:func:`segment_use`), then LLF places them in order."""
     W = np.asarray(windows, dtype=np.int64)
     n = len(W)
     T = max(int(T), 1)
-    loads = Loads(partitions, tuple(weights))
-    starts, ends, masters, parts, lengths, adaptations = [], [], [], [], [], []
+    starts, ends, masters, lengths, adaptations, use = [], [], [], [], [], []
     rates = hist.rates()
     master = int(np.argmax(rates)) if len(rates) else 0
     t = hist.t0
@@ -108,18 +112,10 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
         j = len(starts)
         prev_master = masters[-1] if masters else master
         L = t if (j == 0 or prev_master == master) else t - int(W[master])
-        est = 0.0
-        for k in range(n):
-            if k == master:
-                est += float(hist.count(k, L, end))
-            else:
-                est += float(hist.count(k, L - W[k], end + W[master]))
-        p = loads.least()
-        loads.add(p, cpu=est, mem=est, net=est)
+        use.append(segment_use(hist, W, master, L, t, end, costs, selectivity))
         starts.append(t)
         ends.append(end)
         masters.append(master)
-        parts.append(p)
         lengths.append(T)
         if end >= t_end:
             break
@@ -142,13 +138,42 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
                 T = best
                 adaptations.append((j + 1, T))
         t = end
+    span = max(t_end - hist.t0, 1)
+    parts, loads = place(np.asarray(use) / np.array([span / 1e6, span, span / 1e6]), partitions, weights, capacity)
     start = np.asarray(starts, dtype=np.int64)
     start[0] = -BIG
     end = np.asarray(ends, dtype=np.int64)
     end[-1] = BIG
-    return AtrPlan(start=start, end=end, master=np.asarray(masters, dtype=np.int64), part=np.asarray(parts, np.int64),
+    return AtrPlan(start=start, end=end, master=np.asarray(masters, dtype=np.int64), part=parts,
                    windows=W, partitions=partitions, lengths=lengths, switches=switches, adaptations=adaptations,
                    estimated=loads)
+
+
+def segment_use(hist: Histogram, W: np.ndarray, master: int, L: int, t: int, end: int, costs=DEFAULT_COSTS,
+                selectivity: dict | None = None) -> tuple[float, float, float]:
+    """Estimated (work, tuple-us held, tuples shipped) of one segment: every
+    stream's receive range (``[L, end)`` for the master, ``[L - W_k, end + W_A)``
+    for a slave) is shipped to and processed by its partition; each received
+    tuple of stream ``k`` is held ``W_k``; the tuples the segment owns
+    (``[t, end)``) probe the others' windows (:func:`~.probe_pairs`)."""
+    n = len(W)
+    got = np.array([float(hist.count(k, L, end)) if k == master else float(hist.count(k, L - W[k], end + W[master]))
+                    for k in range(n)])
+    tc, rc = costs
+    work = tc * got.sum()
+    if rc:
+        own = [float(hist.count(k, t, end)) for k in range(n)]
+        work += rc * probe_pairs(hist, own, t, end, W.tolist(), selectivity)
+    return work, float((got * W).sum()), float(got.sum())
+
+
+def copies_per_partition(plan: AtrPlan, ts: Sequence[np.ndarray]) -> np.ndarray:
+    """``(n, P)``: tuples of each stream each partition receives (and holds)."""
+    out = np.zeros((len(ts), plan.partitions), dtype=np.int64)
+    for k, t in enumerate(ts):
+        _, p = assign(plan, k, t)
+        out[k] = np.bincount(p, minlength=plan.partitions)
+    return out
 
 
 def assign(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import Histogram, Loads, greedy_set_cover
+from . import DEFAULT_COSTS, Capacity, Histogram, Loads, greedy_set_cover, probe_pairs
 
 LOCALITY_SLACK = 0.10
 
@@ -103,26 +103,43 @@ class CtrPlan:
 
     def to_dict(self) -> dict:
         return {"segment_us": int(self.T), "segments_per_stream": int(self.slots), "routing_table_peak": int(self.table_peak),
-                "probe_orders": [list(map(int, o)) for o in self.orders]}
+                "probe_orders": [list(map(int, o)) for o in self.orders],
+                "segment_hosts": [list(map(int, h)) for h in self.host]}
 
 
 def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, order: Sequence[int],
-         weights=(1.0, 1.0, 1.0)) -> CtrPlan:
-    """Store every segment by LLF (with co-location among near-least hosts) and fix probe orders."""
+         weights=(1.0, 1.0, 1.0), capacity: Capacity | None = None, costs=DEFAULT_COSTS,
+         selectivity: dict | None = None) -> CtrPlan:
+    """Store every segment by LLF (with co-location among near-least hosts) and fix probe orders.
+
+    A segment's estimated use (its storage host's): work ``tuple_cost x c +
+    result_cost x`` its probes' candidate pairs, ``c`` tuples held ``W_k``
+    each, ``c`` tuples shipped (``c``: its tuples, from the histogram)."""
     W = np.asarray(windows, dtype=np.int64)
     n = len(W)
     T = max(int(T), 1)
     base = hist.t0
     slots = max(1, -(-(hist.t_end - base) // T))
     host = np.zeros((n, slots), dtype=np.int64)
-    loads = Loads(partitions, tuple(weights))
+    span = max(hist.t_end - base, 1)
+    tc, rc = costs
+    cnt = np.array([[float(hist.count(k, base + j * T, base + (j + 1) * T)) for j in range(slots)] for k in range(n)])
+    use = np.zeros((n, slots, 3))
+    use[:, :, 0] = tc * cnt / (span / 1e6)
+    if rc:
+        for k in range(n):
+            for j in range(slots):
+                one = [cnt[k, j] if m == k else 0.0 for m in range(n)]
+                use[k, j, 0] += rc * probe_pairs(hist, one, base + j * T, base + (j + 1) * T, W.tolist(),
+                                                 selectivity) / (span / 1e6)
+    use[:, :, 1] = cnt * W.reshape(-1, 1) / span
+    use[:, :, 2] = cnt / (span / 1e6)
+    loads = Loads(partitions, tuple(weights), (capacity or Capacity()).of(use.sum(axis=(0, 1)) / max(partitions, 1)))
     wmax = int(W.max()) if n else 0
     back = -(-wmax // T) + 1
     table, peak = 0, 0
     for j in range(slots):
-        lo, hi = base + j * T, base + (j + 1) * T
         for k in range(n):
-            cnt = float(hist.count(k, lo, hi))
             w = loads.w()
             floor = w.min()
             near = [p for p in range(partitions) if w[p] <= floor * (1 + LOCALITY_SLACK) + 1e-9]
@@ -134,11 +151,11 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, order
                         continue
                     for jj in range(max(0, j - back), j + 1):
                         if host[m, jj] == p and (jj < j or m < k):
-                            s += float(hist.count(m, base + jj * T, base + (jj + 1) * T))
+                            s += cnt[m, jj]
                 return s
             p = min(near, key=lambda p: (-score(p), w[p], p))
             host[k, j] = p
-            loads.add(p, cpu=cnt, mem=cnt, net=cnt)
+            loads.add(p, *use[k, j])
         # routing table: slots still reachable by a future tuple
         table = min(j + 1, back + 1) * n
         peak = max(peak, table)
@@ -152,6 +169,12 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, order
 def storage(plan: CtrPlan, k: int, ts: np.ndarray) -> np.ndarray:
     """Storage partition of each tuple of stream ``k``."""
     return plan.host[k, plan.slot(ts)]
+
+
+def stored_per_partition(plan: CtrPlan, ts: Sequence[np.ndarray]) -> np.ndarray:
+    """``(n, P)``: tuples of each stream stored (and held) on each partition."""
+    return np.vstack([np.bincount(storage(plan, k, t), minlength=plan.partitions) for k, t in enumerate(ts)]
+                     ) if len(ts) else np.zeros((0, plan.partitions), dtype=np.int64)
 
 
 def probe_copies(plan: CtrPlan, i: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

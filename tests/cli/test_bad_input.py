@@ -158,6 +158,12 @@ CASES = [
     ("unknown-policy", [*AB, *OK_WINDOW, "--policy", "fastest"], ["--policy", "fastest", "expected one of", "kslack"]),
     ("kslack-without-k", [*AB, *OK_WINDOW, "--policy", "kslack"], ["kslack", "--k"]),
     ("unknown-option", [*AB, *OK_WINDOW, "--windw", "5ms"], ["--windw"]),
+    ("partition-capacity-negative", [*AB, *OK_WINDOW, "--partition-capacity", "cpu=-1"],
+     ["--partition-capacity", "cpu must be a finite number > 0", "cpu=X,mem=Y,net=Z"]),
+    ("partition-capacity-unknown", [*AB, *OK_WINDOW, "--partition-capacity", "disk=5"],
+     ["--partition-capacity", "unknown resource 'disk'"]),
+    ("partition-capacity-not-a-number", [*AB, *OK_WINDOW, "--partition-capacity", "mem=lots"],
+     ["--partition-capacity", "mem='lots' is not a number"]),
     ("stream-without-path", ["--stream", "a", "--stream", "b=b.parquet", "--unit", "us", *OK_WINDOW],
      ["--stream a", "NAME=PATH"]),
     # fewer than two streams

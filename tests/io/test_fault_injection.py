@@ -24,8 +24,9 @@ between the two renames of the fallback, after publishing).  After each trial:
 * the next run exits 0, publishes, and leaves nothing beside the output
   (staging, trash, lock).
 
-Trials run in parallel worker directories; ``STREAMJOIN_FAULT_SEED`` replays
-a seed (printed on failure).
+Trials run in parallel worker directories; :func:`plan` deals the moments
+and signals so every pair is covered; ``STREAMJOIN_FAULT_SEED`` replays a
+seed (printed with the trial on every failure).
 """
 
 from __future__ import annotations
@@ -184,9 +185,12 @@ def _finish(proc: subprocess.Popen, what) -> tuple[str, str]:
 def _next_run(work: Path, kind: str, n: int, t: Trial) -> float:
     """The run after a trial: exit 0, recovers, leaves nothing beside the output; returns its duration."""
     t0 = time.monotonic()
-    stdout, stderr = _finish(_start(work, _args(kind, n)), t)
+    proc = _start(work, _args(kind, n))
+    stdout, stderr = _finish(proc, t)
     took = time.monotonic() - t0
-    assert summary_of(stdout)["exit_code"] == 0, f"{t}: the next run failed: {stderr}"
+    summary = summary_of(stdout)
+    assert summary is not None and summary["exit_code"] == 0, \
+        f"{t}: the next run failed (exit {proc.returncode}, summary {summary}): {stderr[-800:]}"
     t.recovered = "left by an interrupted run" in stdout + stderr  # nightly: an info event of the JSON log
     if kind == "run":
         assert beside_run(work) == [], f"{t}: left beside --out after the next run: {beside_run(work)}"
@@ -259,13 +263,28 @@ def _check_nightly(t: Trial, work: Path, before: dict, stdout: str, stderr: str,
         assert code == 130 and fresh == (0 if t.step in BEFORE_PUBLISHING else 1), str(t)
 
 
-def _worker(kind: str, work: Path, numbers: list[int], rng: random.Random) -> list[Trial]:
-    steps = RUN_STEPS if kind == "run" else NIGHTLY_STEPS
+def plan(kind: str, rng: random.Random) -> list[tuple[str | None, int]]:
+    """(step or None for a random moment, signal) of each trial, in trial order.
+
+    Every (moment, signal) pair comes once before any comes twice, each
+    round shuffled: the coverage checked by :func:`_coverage` is then a
+    certainty for ``TRIALS >= 18`` rather than a likely draw (with one
+    moment in six drawn at random, fewer than ``TRIALS // 10`` random
+    moments happened in about one run in twelve).
+    """
+    pairs = [(step, sig) for step in (None, *(RUN_STEPS if kind == "run" else NIGHTLY_STEPS)) for sig in SIGNALS]
+    out: list[tuple[str | None, int]] = []
+    while len(out) < TRIALS:
+        out += rng.sample(pairs, len(pairs))
+    return out[:TRIALS]
+
+
+def _worker(kind: str, work: Path, numbers: list[int], moments: list[tuple[str | None, int]],
+            rng: random.Random) -> list[Trial]:
     duration = _next_run(work, kind, numbers[0] - 1, Trial(kind, -1, 0, None, False))
     trials = []
-    for n in numbers:
-        step = rng.choice((None, *steps))
-        t = Trial(kind, n, rng.choice(SIGNALS), step, no_exchange=step == "trashed")
+    for n, (step, sig) in zip(numbers, moments):
+        t = Trial(kind, n, sig, step, no_exchange=step == "trashed")
         before = run_output(work) if kind == "run" else nightly_output(work)
         hooks = {"STREAMJOIN_TEST_PAUSE_AT": step} if step else {}
         if t.no_exchange:
@@ -296,6 +315,7 @@ def _worker(kind: str, work: Path, numbers: list[int], rng: random.Random) -> li
 
 def _trials(kind: str, root: Path) -> list[Trial]:
     rng = random.Random(f"{SEED}-{kind}")
+    moments = plan(kind, rng)
     per = -(-TRIALS // WORKERS)
     jobs = []
     for w in range(WORKERS):
@@ -306,9 +326,9 @@ def _trials(kind: str, root: Path) -> list[Trial]:
         else:
             _nightly_config(work, root / "data")
         numbers = list(range(w * per + 1, min(TRIALS, (w + 1) * per) + 1))
-        jobs.append((work, numbers, random.Random(rng.random())))
+        jobs.append((work, numbers, [moments[n - 1] for n in numbers], random.Random(rng.random())))
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        done = [pool.submit(_worker, kind, work, numbers, r) for work, numbers, r in jobs]
+        done = [pool.submit(_worker, kind, *job) for job in jobs]
         return [t for f in done for t in f.result()]
 
 
@@ -324,7 +344,7 @@ def _coverage(trials: list[Trial]) -> None:
     assert len(trials) >= TRIALS
     assert {t.sig for t in trials} == set(SIGNALS)
     assert sum(t.step is None for t in trials) >= TRIALS // 10
-    assert sum(t.leftovers > 0 for t in trials) >= 3, "no trial left anything for the next run to clean"
+    assert sum(t.leftovers > 0 for t in trials) >= 3, f"seed {SEED}: fewer than 3 trials left anything to clean"
     assert any(t.code == 130 for t in trials) and any(t.code == -signal.SIGKILL for t in trials)
 
 

@@ -60,7 +60,9 @@ def data(tmp_path_factory) -> Path:
 def make_config(root: Path, policy: str = "kslack", extra: str = "") -> Path:
     """A config in ``root`` reading the shared sample (absolute paths)."""
     data = root / "data" if (root / "data").is_dir() else root.parent / "data"
-    slack = {"kslack": 'k = "2min"', "static": 'retention = "1min"'}.get(policy, "")
+    slack = {"kslack": 'k = "2min"', "static": 'retention = "1min"',
+             "spark-ss": 'watermark = "30s"\ntrigger = "1min"',
+             "flink": 'watermark = "30s"\nwatermark_interval = "0ms"'}.get(policy, "")
     text = f"""
 [run]
 policy = "{policy}"
@@ -150,7 +152,7 @@ def test_two_daily_runs_equal_one_run_over_both_days(data):
         assert again.equals(pl.read_parquet(part(work, day) / "results.parquet"))
 
 
-@pytest.mark.parametrize("policy", ["static", "none", "mpkslack"])
+@pytest.mark.parametrize("policy", ["static", "none", "mpkslack", "spark-ss"])
 def test_daily_runs_per_policy(data, policy, monkeypatch, capsys):
     """The same, in-process (same code path as the command, without process start-up)."""
     from streamjoin.pipelines.nightly.backfill import cli_run, nightly_options

@@ -36,9 +36,10 @@ from ...replay.probe_order import ProbeOrder, probe_order
 from ...replay.progress import memory_per_stream
 from .kernels import INT
 from .columns import tuple_table, attach_facts, kernel_inputs
+from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import run_plane, spark_plane, ctr_spark
-from .outcome import SparkOutcome, outcome_from, post_filter, routing_report
+from .outcome import SparkOutcome, outcome_from, partition_use, post_filter, routing_report
 from .session import spark_session, warm_up
 from .progress import spark_micro_batches, spark_progress
 from .handoff import Handoff
@@ -163,8 +164,13 @@ def spark_join(
     if router == "ctr":
         extra["ctr"] = route_plan.to_dict()
         extra["theorem_d"] = {"O_ctr": route_plans["ctr"][1], "O_star_ctr": route_plans["ctr"][2]}
+    if route_plan is not None:
+        extra["estimated_per_partition"] = route_plan.estimated.table()   # the planner's view (histogram)
+    span_us = duration_s * 1e6
+    use = partition_use(router, route_plan, res, ts, W.tolist(), span_us, settings.costs)
     routing = routing_report(router, settings.partitions if router != "none" else 1, res, N, duration_s,
-                             predicted.get(router) or 0.0, settings.weights, extra)
+                             predicted.get(router) or 0.0, settings.weights, extra, use, settings.capacity,
+                             settings.costs)
     out.routing = routing
     return out
 
@@ -219,7 +225,8 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals) -> SparkOutcome:
         if partitions is None:
             partitions = max(1, int(spark.sparkContext.defaultParallelism))
         settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
-                                 weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment)
+                                 weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment,
+                                 capacity=Capacity(*cfg.partition_capacity))
         out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
                          [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
                          space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark)

@@ -1,7 +1,8 @@
 """The Spark engine's outcome on the driver: the collected combinations turned
 into the local engine's :class:`~streamjoin.pipelines.engines.local.JoinOutcome`
 (:func:`outcome_from`), the driver-side predicates (:func:`post_filter`) and
-the ``routing`` section of ``report.json`` (:func:`routing_report`).
+the ``routing`` section of ``report.json`` (:func:`routing_report`, with each
+partition's measured cpu / mem / net from :func:`partition_use`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
 from ...replay.candidates import Combos, Space
 from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
 from ...replay.partitioned_progress import Facts
-from ...route import imbalance
+from ...route import DEFAULT_COSTS, RESOURCE_UNITS, Capacity, Loads, imbalance, resource_use
+from ...route import atr as atr_mod
+from ...route import ctr as ctr_mod
 from ..local import JoinOutcome
 from .kernels import INT
 from .plane import PlaneResult
@@ -99,17 +102,35 @@ def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_ke
                                 batch=em.batch[keep] if em.batch is not None else None)
 
 
-def routing_report(router: str, partitions: int, res: PlaneResult, N: int, duration_s: float, predicted: float,
-                   weights, extra: dict) -> dict:
-    P = max(res.stats) + 1 if res.stats else 1
-    cpu = np.array([res.stats.get(p, {}).get("n_in", 0) + res.stats.get(p, {}).get("n_cand", 0) for p in range(P)], float)
-    mem = np.array([res.stats.get(p, {}).get("n_in", 0) for p in range(P)], float)
-    net = mem.copy()
+def partition_use(router: str, plan, res: PlaneResult, ts, windows, span_us: float, costs) -> np.ndarray:
+    """``(3, P)`` measured cpu, mem, net of each partition (:func:`~streamjoin.pipelines.route.resource_use`):
+    what the plan ships where (from the tuples' times, on the driver) and the
+    join's candidates and intermediate results (the plane's statistics)."""
+    n = len(ts)
+    if router == "atr":
+        stored = atr_mod.copies_per_partition(plan, ts)
+    elif router == "ctr":
+        stored = ctr_mod.stored_per_partition(plan, ts)
+    else:
+        stored = np.array([[len(t)] for t in ts], dtype=np.int64).reshape(n, 1)
+    P = stored.shape[1]
 
-    def share(x):
-        return x / x.mean() if x.mean() > 0 else np.zeros_like(x)
-    w1, w2, w3 = weights
-    load = (w1 * share(cpu) + w2 * share(mem) + w3 * share(net)) / max(w1 + w2 + w3, 1e-12)
+    def stat(key):
+        return np.array([res.stats.get(p, {}).get(key, 0) for p in range(P)], float)
+    tuples_in = stored.sum(axis=0) if router != "ctr" else stat("n_in")
+    return resource_use(tuples_in, stored, tuples_in + stat("n_inter_in"), stat("n_cand"), windows, span_us, costs)
+
+
+def routing_report(router: str, partitions: int, res: PlaneResult, N: int, duration_s: float, predicted: float,
+                   weights, extra: dict, use: np.ndarray, capacity: Capacity | None = None,
+                   costs=DEFAULT_COSTS) -> dict:
+    """``report.json``'s ``routing``: per partition the measured use of cpu, mem
+    and net (``use``, :func:`partition_use`), each over its capacity (Phi), and
+    the LLF load ``w = sum w_R Phi_R`` (weights normalised to sum 1)."""
+    P = use.shape[1]
+    cap = (capacity or Capacity()).of(use.sum(axis=1) / max(P, 1))
+    loads = Loads(P, tuple(weights), cap, *use)
+    table = loads.table()
     extra_tuples = res.shipped_tuples - N + res.shipped_intermediate
     return {
         "router": router,
@@ -117,10 +138,13 @@ def routing_report(router: str, partitions: int, res: PlaneResult, N: int, durat
         "replication_factor": (res.shipped_tuples / N) if N else 1.0,
         "overhead_measured": (extra_tuples / duration_s) if duration_s > 0 else 0.0,
         "overhead_predicted": float(predicted),
-        "load_imbalance": imbalance(load),
+        "load_imbalance": imbalance(loads.w()),
+        "capacity": {"cpu": float(cap[0]), "mem": float(cap[1]), "net": float(cap[2]),
+                     "given": (capacity or Capacity()).to_dict()},
+        "costs": {"tuple": float(costs[0]), "result": float(costs[1])},
+        "resource_units": dict(RESOURCE_UNITS),
         "per_partition": [
-            {"partition": p, "load": float(load[p]), **{k: (float(v) if k == "t_us" else int(v))
-                                                        for k, v in res.stats.get(p, {}).items()}}
+            {**table[p], **{k: (float(v) if k == "t_us" else int(v)) for k, v in res.stats.get(p, {}).items()}}
             for p in range(P)
         ],
         "shipped_tuples": int(res.shipped_tuples),

@@ -41,7 +41,7 @@ from .handoff import Handoff
 @dataclass
 class PlaneResult:
     combos: dict                       # r0.., emitted, emit_us, latency_us, last
-    stats: dict[int, dict]             # per partition: n_in, n_cand, n_out, t_us
+    stats: dict[int, dict]             # per partition: n_in, n_cand, n_out, t_us (CTR: n_inter_in)
     shipped_tuples: int                # copies of original tuples sent to partitions
     shipped_intermediate: int = 0      # CTR partial results sent to another partition
 
@@ -56,7 +56,7 @@ def _concat(parts: list[dict], n: int) -> dict:
 def _stat(stats, p, **kw):
     s = stats.setdefault(int(p), {"n_in": 0, "n_cand": 0, "n_out": 0, "t_us": 0.0})
     for k, v in kw.items():
-        s[k] += v
+        s[k] = s.get(k, 0) + v
 
 
 def run_plane(tab: dict, n: int, W, family: str, router: str, plan, keyed: bool = False, dims: int = 0,
@@ -127,6 +127,9 @@ def _ctr_plane(tab, n, W, family, plan: ctr_mod.CtrPlan, keyed) -> PlaneResult:
             else:
                 routed, dest = route_partials(ext, plan, hop + 1, p)
                 inter += int((dest != p).sum())
+                for d, c in enumerate(np.bincount(dest[dest != p], minlength=plan.partitions).tolist()):
+                    if c:
+                        _stat(stats, d, n_inter_in=c)   # intermediate results shipped to d
                 for d in np.unique(dest):
                     nxt.setdefault(int(d), []).append({c: v[dest == d] for c, v in routed.items()})
         waiting = nxt
@@ -267,7 +270,8 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
             return
         routed, dest = route_partials(ext, plan, hop + 1, d)
         yield d, ("T", d, None, {"n_cand": len(ext["amax"]), "t_us": (time.perf_counter() - t0) * 1e6,
-                                 "inter": int((dest != d).sum())})
+                                 "inter": int((dest != d).sum()),
+                                 "inter_to": np.bincount(dest[dest != d], minlength=P).tolist()})
         if part == 0:
             yield d, ("S", d, handoff.put(stored), None)
         for e in distinct_small(dest):
@@ -331,5 +335,8 @@ def ctr_spark(spark, tab: dict, n: int, W, family: str, plan: ctr_mod.CtrPlan, k
         elif kind == "T":
             _stat(stats, d, n_cand=int(st["n_cand"]), t_us=float(st["t_us"]))
             inter += int(st["inter"])
+            for e, c in enumerate(st["inter_to"]):
+                if c:
+                    _stat(stats, e, n_inter_in=int(c))   # intermediate results shipped to e
     finals.sort(key=lambda x: x[0])
     return PlaneResult(_concat_emitted([x[1] for x in finals], n), stats, shipped, inter)

@@ -1,7 +1,8 @@
 """Routing settings and plans for the Spark engine (SPEC §6).
 
 :class:`RouteSettings` holds ``--router``, ``--partitions``, ``--segment``,
-``--load-weights`` and ``--adapt-segment``; :func:`make_route_plans` builds, on the
+``--load-weights``, ``--partition-capacity`` (and the cost of a tuple and of a
+candidate, the load model's ``costs``) and ``--adapt-segment``; :func:`make_route_plans` builds, on the
 driver from a per-stream rate histogram (a summary, never the tuples), the
 ATR and CTR routing plans (:mod:`~streamjoin.pipelines.route`) with their
 predicted overheads (theorems B and D), which ``--router auto`` compares.
@@ -10,13 +11,13 @@ predicted overheads (theorems B and D), which ``--router auto`` compares.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...route import atr as atr_mod
 from ...route import ctr as ctr_mod
-from ...route import histogram, theorem_b, theorem_d
+from ...route import DEFAULT_COSTS, Capacity, histogram, theorem_b, theorem_d
 
 
 @dataclass
@@ -26,6 +27,8 @@ class RouteSettings:
     segment_us: int | None = None
     weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     adapt: bool = False
+    capacity: Capacity = field(default_factory=Capacity)
+    costs: tuple[float, float] = DEFAULT_COSTS    # (per tuple, per candidate combination)
 
 
 def default_segment(ts: Sequence[np.ndarray], windows, partitions: int) -> int:
@@ -45,12 +48,14 @@ def make_route_plans(ts, windows, settings: RouteSettings, order: Sequence[int],
     rates = hist.rates()
     out = {}
     if settings.router in ("atr", "auto"):
-        p = atr_mod.plan(hist, windows, T, settings.partitions, settings.weights, adapt=settings.adapt)
+        p = atr_mod.plan(hist, windows, T, settings.partitions, settings.weights, adapt=settings.adapt,
+                         capacity=settings.capacity, costs=settings.costs, selectivity=selectivity)
         J = len(p.start)
         pred = sum(theorem_b(rates, list(windows), int(p.master[j]), p.lengths[j]) for j in range(J)) / max(J, 1)
         out["atr"] = (p, pred)
     if settings.router in ("ctr", "auto"):
-        p = ctr_mod.plan(hist, windows, T, settings.partitions, order, settings.weights)
+        p = ctr_mod.plan(hist, windows, T, settings.partitions, order, settings.weights, capacity=settings.capacity,
+                         costs=settings.costs, selectivity=selectivity)
         M, Mint = _ctr_multiplicity(p, hist)
         o, o_star = theorem_d(rates, list(windows), M, p.orders, selectivity or {}, Mint)
         out["ctr"] = (p, o, o_star)
