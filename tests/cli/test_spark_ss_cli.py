@@ -138,7 +138,7 @@ out = "{tmp_path / 'out'}"
     (["--join", "left", "--engine", "spark"], (), "--join left runs on --engine local for now"),
     (["--join", "right", "--chunk-rows", "50"], (), "--join right runs in memory for now"),
     ([], ("left", "right", "third"), "exactly two streams"),
-    (["--date", "2023-11-14"], (), "nightly runs"),
+    (["--join", "left", "--date", "2023-11-14"], (), "nightly runs support the inner join"),
 ])
 def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, extra, streams, needle) -> None:
     out = tmp_path / "out"
