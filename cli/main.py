@@ -91,10 +91,10 @@ RetentionOpt = Annotated[Multi, typer.Option("--retention", help="retention of s
 IntervalOpt = Annotated[Optional[str], typer.Option("--interval", help="qjoin / qkslack: re-decide every L of replay time (default: max(1s, period / 10))")]
 BasicWindowOpt = Annotated[Optional[str], typer.Option("--basic-window", help="qjoin / qkslack: basic window b of the partner-density counters (default: max window / 10)")]
 TriggerOpt = Annotated[Multi, typer.Option("--trigger", help="spark-ss: the micro-batch interval DUR of arrival time, e.g. 1min (required by spark-ss); qjoin/qkslack: early re-decision threshold KEY=VALUE (repeatable): rate_ratio, rate_history=recent|run, rate_above, rate_below (tuples/s), rate_min_count, bad_rows_min, bad_rows_factor, bad_rows_reason, min_streams")]
-WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
-WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
+WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: withWatermark delay; flink, flink-sql: forBoundedOutOfOrderness delay; whole ms, e.g. 10s, or NAME=DUR (required by both)")]
+WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink, flink-sql: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
 TriggerFilesOpt = Annotated[Optional[int], typer.Option("--trigger-files", help="spark-ss: micro-batches of N input files per stream (maxFilesPerTrigger; files by modification time, then path; rows arrive when their batch runs), instead of --trigger DUR; default: batches by --trigger")]
-JoinOpt = Annotated[Optional[str], typer.Option("--join", help="spark-ss: inner | left | right; an outer join emits the side's unmatched rows null-padded when the watermark evicts them (default: inner)")]
+JoinOpt = Annotated[Optional[str], typer.Option("--join", help="spark-ss: inner | left | right; flink-sql: also full; an outer join emits the side's unmatched rows null-padded when the engine evicts them (default: inner)")]
 IdlenessOpt = Annotated[Optional[str], typer.Option("--idleness", help="flink: withIdleness timeout DUR of arrival time: an input with no records for that long leaves the operator's watermark minimum (needs --watermark-interval > 0; default: none)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
@@ -246,7 +246,7 @@ def run(
     unit: UnitOpt = None,
     window: WindowOpt = None,
     router: RouterOpt = None,
-    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss | flink (default: none)")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss | flink | flink-sql (default: none)")] = None,
     k: KOpt = None,
     retention: RetentionOpt = None,
     recall: Annotated[Optional[float], typer.Option("--recall", help="recall target in (0, 1], reported per period (required by qjoin / qkslack; default: none, no target)")] = None,

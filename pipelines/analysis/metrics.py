@@ -60,13 +60,16 @@ def latency_summary_of(latency: np.ndarray, mask: np.ndarray) -> dict[str, float
 
 
 def outer_join_summary(outer, join: str, names: Sequence[str]) -> dict[str, Any]:
-    """``report.json`` ``outer_join`` of an outer join (``spark-ss --join left|right``):
-    the null-padded rows (``outer``: :class:`~streamjoin.pipelines.replay.microbatch.OuterRows`),
-    how many and their latency (emission at the end of the batch that evicts the row,
-    minus its arrival).  They are not results of the truth (the inner pairs), so
-    recall, ``emitted_results`` and ``latency_us`` leave them out."""
-    return {"join": join, "stream": names[outer.stream], "rows": int(len(outer.index)),
-            "latency_us": latency_summary(outer.latency_us)}
+    """``report.json`` ``outer_join`` of an outer join (``spark-ss --join left|right|full``,
+    ``flink-sql --join left|right|full``): the null-padded rows (``outer``: one
+    :class:`~streamjoin.pipelines.replay.microbatch.OuterRows` per padded stream), how
+    many and their latency (emission when the engine evicts the row, minus its
+    arrival); ``stream`` names the padded stream(s), ``" and "``-joined for a full join.
+    They are not results of the truth (the inner pairs), so recall,
+    ``emitted_results`` and ``latency_us`` leave them out."""
+    return {"join": join, "stream": " and ".join(names[p.stream] for p in outer),
+            "rows": int(sum(len(p.index) for p in outer)),
+            "latency_us": latency_summary(np.concatenate([p.latency_us for p in outer]))}
 
 
 def recall_of(emitted: int, truth: int) -> float:

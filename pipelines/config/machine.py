@@ -42,7 +42,7 @@ def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int 
                          f"--engine {engine} does not model it yet")
     if chunk_rows not in (None, 0):
         raise InputError("--capacity: the capacity model replays in memory; use --chunk-rows 0")
-    if policy_name in ("spark-ss", "flink"):
+    if policy_name in ("spark-ss", "flink", "flink-sql"):
         raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
                          "use none, kslack, mpkslack, qkslack, static or qjoin")
     return value

@@ -40,6 +40,8 @@ from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_du
 
 ROUTERS = ("none", "atr", "ctr", "auto")
 ENGINES = ("spark", "local")
+#: the Flink emulations: forBoundedOutOfOrderness watermarks, --watermark-interval
+FLINK = ("flink", "flink-sql")
 #: default engine of `streamjoin run`: $STREAMJOIN_ENGINE if set (the test suite sets "local"), else spark
 ENGINE_ENV = "STREAMJOIN_ENGINE"
 #: the engine when neither a flag, the config nor $STREAMJOIN_ENGINE chooses one
@@ -64,7 +66,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             "max_quarantine",
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "trigger_files", "watermark_policy", "join",
-            # flink: Flink interval join emulation (pipelines/policies/flink.py)
+            # flink, flink-sql: Flink interval join emulations (pipelines/policies/flink.py, flink_sql.py)
             "watermark_interval", "idleness",
             # seed 001 flow control (pipelines/capacity/flow.py)
             "flow_control",
@@ -355,8 +357,9 @@ def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], fla
     return policy
 
 
-def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]) -> PolicySpec:
-    """``flink``: out-of-orderness per stream and the watermark interval
+def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any], name: str = "flink",
+                  join: str = "inner") -> PolicySpec:
+    """``flink`` / ``flink-sql``: out-of-orderness per stream and the watermark interval
     (``--watermark-interval`` or ``[run] watermark_interval``, default 200ms)."""
     from ..policies.flink import DEFAULT_WATERMARK_INTERVAL_US, check_windows
 
@@ -365,8 +368,8 @@ def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]
     interval = _duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
     raw = flags.idleness if flags.idleness is not None else run.get("idleness")
     idleness = _duration(raw, "idleness") if raw is not None else None
-    return PolicySpec(name="flink", watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval,
-                      idleness_us=idleness)
+    return PolicySpec(name=name, watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval,
+                      idleness_us=idleness, join=join)
 
 
 def engine_source(config_path: Path | None, flags: Flags) -> str:
@@ -513,15 +516,15 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if output_kind == "tune-buffer":
         # a job's TOML written for an engine emulation: its engine keys change nothing a tuning of
         # another policy family replays (tune-buffer accepts run's options, --help says so)
-        engine_keys = {"flink": ("watermark_interval", "idleness"),
+        engine_keys = {"flink": ("watermark_interval", "idleness"), "flink-sql": ("watermark_interval",),
                        "spark-ss": ("trigger", "trigger_files", "watermark_policy")}
         run = {key: v for key, v in run.items()
                if not any(key in keys and name != policy_name for name, keys in engine_keys.items())}
     if policy_name != "spark-ss" and flags.trigger_files is not None:
         raise InputError(f"--trigger-files: a setting of --policy spark-ss, not of {policy_name}")
-    if policy_name != "flink" and (flags.watermark_interval is not None or "watermark_interval" in run):
-        raise InputError(f"--watermark-interval: a setting of --policy flink, not of {policy_name}")
-    # --join / [run] join: outer joins are emulated by spark-ss only; tune-buffer counts inner pairs,
+    if policy_name not in FLINK and (flags.watermark_interval is not None or "watermark_interval" in run):
+        raise InputError(f"--watermark-interval: a setting of --policy flink or flink-sql, not of {policy_name}")
+    # --join / [run] join: outer joins are emulated by spark-ss and flink-sql (OUTER_JOIN); tune-buffer counts inner pairs,
     # which the join type does not change, so it tunes the inner join
     join = flags.join or run.get("join", "inner")
     if join not in JOIN_TYPES:
@@ -531,14 +534,14 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if join != "inner" and policy_name not in OUTER_JOIN:
         raise InputError(f"--join {join}: outer joins are emulated for --policy {', '.join(OUTER_JOIN)} only, "
                          f"not {policy_name}")
-    if policy_name != "flink" and (flags.idleness is not None or "idleness" in run):
+    if policy_name not in FLINK and (flags.idleness is not None or "idleness" in run):
         raise InputError(f"--idleness: a setting of --policy flink, not of {policy_name}")
     if policy_name == "spark-ss":
         policy = _spark_ss_policy(resolved, batch_triggers, flags, run, join)
-    elif policy_name == "flink" and not (flags.watermark_policy or batch_triggers):
-        policy = _flink_policy(resolved, flags, run)
+    elif policy_name in FLINK and not (flags.watermark_policy or batch_triggers):
+        policy = _flink_policy(resolved, flags, run, policy_name, join)
     else:
-        given = (["--watermark"] if flags.watermark and policy_name != "flink" else []) \
+        given = (["--watermark"] if flags.watermark and policy_name not in FLINK else []) \
             + (["--watermark-policy"] if flags.watermark_policy else []) + [f"--trigger {t}" for t in batch_triggers]
         if given:
             raise InputError(f"{', '.join(given)}: settings of --policy spark-ss, not of {policy_name} "
@@ -554,7 +557,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if policy_name in ("spark-ss", "flink") and engine == "spark" and not (flags.engine or run.get("engine")):
+    if policy_name in ("spark-ss", *FLINK) and engine == "spark" and not (flags.engine or run.get("engine")):
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
     flow, engine = flow_control_setting(flags.flow_control if flags.flow_control is not None
                                         else run.get("flow_control"), output_kind, engine,
@@ -588,7 +591,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     spark_settings = _spark_settings(flags, run)
     if router != "none" and engine != "spark":
         raise InputError(f"--router {router} needs --engine spark")
-    if router == "ctr" and policy_name in ("spark-ss", "flink"):
+    if router == "ctr" and policy_name in ("spark-ss", *FLINK):
         raise InputError(f"--router ctr: policy {policy_name} runs with --router none, atr or auto (= atr)")
     if engine == "spark" and policy.in_memory_only is not None:
         raise InputError(f"--engine spark: {policy_name} with {policy.in_memory_only} runs on --engine local for now")

@@ -37,7 +37,7 @@ import polars as pl
 from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
 from ..replay.emit import Emission, emission, last_arrivals
 from ..replay.probe_order import ProbeOrder, probe_order, smaller_first, two_stream_order
-from ..policies import SORTING, SYMMETRIC, PolicySpec
+from ..policies import SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec
 from ..replay.progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
 
 
@@ -145,7 +145,7 @@ def join(
             raise
         replay_ready.set_result(replay)
         decisions = decide(replay, W, policy, bad_arrivals=bad_arrivals,
-                           keys=key_ids(list(keys)) if policy.adaptive else None)
+                           keys=key_ids(list(keys)) if policy.adaptive or policy.family == SQL_INTERVAL_JOIN else None)
         timings["progress"] = time.perf_counter() - t0
         # the expiry index of every tuple serves both memory and emission
         expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)

@@ -138,10 +138,10 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
                                  [s.ts for s in streams], outcome.replay, outcome.decisions)
     outer = None
-    if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the null-padded rows
+    if getattr(em, "outer", None) is not None:   # spark-ss / flink-sql outer joins: the null-padded rows
         outer = metrics.outer_join_summary(em.outer, cfg.policy.join, names)
         for i, f in enumerate(facts):
-            f["outer_rows"] = outer["rows"] if i == em.outer.stream else 0
+            f["outer_rows"] = sum(len(p.index) for p in em.outer if p.stream == i)
     return report_build.report_body(
         cfg, command,
         streams=facts,
@@ -236,8 +236,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             em = outcome.emission
             at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
             em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
-            if getattr(em, "outer", None) is not None:   # spark-ss --join left|right: the padded rows too
-                em.outer.latency_us = em.outer.emit_us - original[em.outer.stream].arrival[em.outer.row]
+            for part in getattr(em, "outer", None) or ():   # outer joins: the padded rows too, per padded stream
+                part.latency_us = part.emit_us - original[part.stream].arrival[part.row]
         with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
             # the HTML report's series (memory, latency histogram, tuning curve)
             # are independent of the metrics: compute them alongside

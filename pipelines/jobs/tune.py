@@ -36,6 +36,10 @@ def run_tune(cfg, *, policy: str, q: float | None, granularity: str | int | None
     what is tuned).  Bad options raise
     ``InputError`` before any work is done.
     """
+    if policy == "flink-sql":
+        raise InputError("--policy flink-sql: tune-buffer does not tune it: its recall is not monotone in the "
+                         "delay (a pair emitted at one delay can be lost at a larger one), so there is no exact "
+                         "least delay; tune --policy flink")
     if policy not in TUNE_POLICIES:
         raise InputError(f"--policy {policy}: tune-buffer tunes one of {', '.join(TUNE_POLICIES)}")
     engine = cfg.policy if policy in WATERMARK_POLICIES else None   # an engine emulation: its delay is tuned

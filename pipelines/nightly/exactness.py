@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from ..base.timeunits import NEG_INF
-from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC, PolicySpec
+from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec
 from ..policies.spark_ss import MS
 from ..replay import interval_join as ij
 from ..replay import microbatch
@@ -67,12 +67,15 @@ from ..replay.microbatch import state_watermark_us
 def refusal(policy: PolicySpec) -> str | None:
     """Why a nightly run cannot replay ``policy`` exactly (None: it can)."""
     name = policy.name
+    if policy.family == SQL_INTERVAL_JOIN:
+        return (f"--policy {name}: nightly runs do not carry its caches, timers and shared expiration times "
+                "across days yet; run the whole range without --date / --from")
     if policy.family == MICROBATCH:
         if policy.trigger_files is not None:
             return (f"--policy {name} --trigger-files: nightly runs cut micro-batches on the --trigger grid; "
                     "batches of files depend on the files of earlier days")
-        if policy.outer_side is not None:
-            return (f"--policy {name} --join left|right: nightly runs support the inner join (an outer row is "
+        if policy.join != "inner":
+            return (f"--policy {name} --join {policy.join}: nightly runs support the inner join (an outer row is "
                     "emitted when evicted, possibly days later); run the whole range without --date / --from")
     if policy.family == INTERVAL_JOIN:
         if policy.idleness_us:

@@ -9,7 +9,7 @@ Families:
   pass a K-slack sort buffer, a synchronising merge, then an in-order window
   join; ``K_i`` sets how long the sort buffer waits.
 * **micro-batch** (``spark-ss``): an engine emulation (SPEC §4.4) -- Spark
-  Structured Streaming's stream-stream join (inner or ``--join left|right``
+  Structured Streaming's stream-stream join (inner or ``--join left|right|full``
   outer), arrivals cut into micro-batches by ``--trigger`` (or input files by
   ``--trigger-files``), a global watermark from ``--watermark`` per stream
   (:mod:`.spark_ss` states the rules and their sources).
@@ -17,6 +17,10 @@ Families:
   DataStream interval join, per-input bounded-out-of-orderness watermarks
   (``--watermark``, emitted per record or every ``--watermark-interval``),
   late records dropped, buffers cleaned by the watermark (:mod:`.flink`).
+* **SQL interval join** (``flink-sql``): an engine emulation -- Flink SQL's
+  row-time interval join (``RowTimeIntervalJoin``), the same watermarks as
+  ``flink`` but no late drop: per-key caches with shared expiration times and
+  cleanup timers, inner or ``--join left|right|full`` outer (:mod:`.flink_sql`).
 
 :class:`PolicySpec` is pure configuration -- the arrays a policy implies
 (``K_i(a)``, ``d_i(a)``) are built by the policy modules beside this file and
@@ -35,6 +39,7 @@ SORTING = "sorting"
 SYMMETRIC = "symmetric"
 MICROBATCH = "micro-batch"
 INTERVAL_JOIN = "interval-join"
+SQL_INTERVAL_JOIN = "sql-interval-join"
 
 FAMILY = {
     "none": SORTING,
@@ -45,6 +50,7 @@ FAMILY = {
     "qkslack": SORTING,
     "spark-ss": MICROBATCH,
     "flink": INTERVAL_JOIN,
+    "flink-sql": SQL_INTERVAL_JOIN,
 }
 
 #: policies whose values are decided online for a recall target (SPEC §4.3)
@@ -52,10 +58,10 @@ ADAPTIVE = ("qjoin", "qkslack")
 
 POLICY_NAMES = tuple(FAMILY)
 
-#: ``--join`` values: inner, or the outer side of a left / right outer join
-JOIN_TYPES = ("inner", "left", "right")
-#: policies that emulate outer joins (null-padded rows emitted on state eviction)
-OUTER_JOIN = ("spark-ss",)
+#: ``--join`` values: inner, or the outer side(s) of a left / right / full outer join
+JOIN_TYPES = ("inner", "left", "right", "full")
+#: policies that emulate outer joins, left, right and full (null-padded rows emitted on state eviction)
+OUTER_JOIN = ("spark-ss", "flink-sql")
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,13 @@ class PolicySpec:
         target: the recall target and controller settings (``qjoin`` and
             ``qkslack`` only; see :mod:`.controller`).
         watermark: per-stream ``withWatermark`` delay (``spark-ss``) or
-            ``forBoundedOutOfOrderness`` delay (``flink``) in microseconds,
+            ``forBoundedOutOfOrderness`` delay (``flink``, ``flink-sql``) in microseconds,
             whole milliseconds, one per stream.
         trigger_us: the micro-batch interval of arrival time (``spark-ss`` only).
         watermark_policy: ``min`` or ``max``, Spark's
             ``spark.sql.streaming.multipleWatermarkPolicy`` (``spark-ss`` only).
         watermark_interval_us: how often the watermarks are emitted, of
-            arrival time; 0 = after every record (``flink`` only, Flink's
+            arrival time; 0 = after every record (``flink``, ``flink-sql``; Flink's
             ``pipeline.auto-watermark-interval``).
         trigger_files: ``spark-ss`` with micro-batches cut by input files:
             this many files per stream per batch (``maxFilesPerTrigger``),
@@ -84,9 +90,9 @@ class PolicySpec:
         batch_times_us: with ``trigger_files``, when each batch runs, the
             no-data batch after the last included
             (:func:`.spark_ss.file_batch_times`; set once the files are listed).
-        join: ``inner``, or ``left`` / ``right`` for an outer join whose
-            unmatched rows of that side are emitted null-padded (:data:`OUTER_JOIN`
-            policies only: ``spark-ss``).
+        join: ``inner``, or ``left`` / ``right`` / ``full`` for an outer join whose
+            unmatched rows of that side (both: ``full``) are emitted null-padded
+            (:data:`OUTER_JOIN` policies only: ``spark-ss``, ``flink-sql``).
         idleness_us: ``WatermarkStrategy.withIdleness`` timeout, of arrival
             time; None = no idleness detection (``flink`` only).
     """
@@ -126,6 +132,10 @@ class PolicySpec:
             from .flink import check_settings as check_flink
 
             check_flink(self)
+        if self.name == "flink-sql":
+            from .flink_sql import check_settings as check_flink_sql
+
+            check_flink_sql(self)
         for label, values in (("k", self.k), ("retention", self.retention), ("watermark", self.watermark)):
             if values is not None and any(v < 0 for v in values):
                 raise InputError(f"--{label} must be >= 0")
@@ -136,8 +146,15 @@ class PolicySpec:
 
     @property
     def outer_side(self) -> int | None:
-        """The stream whose unmatched rows an outer join emits (0 left, 1 right), or ``None``."""
+        """The stream whose unmatched rows a left / right outer join emits (0 left, 1 right),
+        or ``None`` (inner, full)."""
         return {"left": 0, "right": 1}.get(self.join)
+
+    @property
+    def padded_sides(self) -> tuple[int, ...]:
+        """The streams whose unmatched rows the join emits null-padded: ``()`` for an
+        inner join, both for a full outer join."""
+        return {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}[self.join]
 
     @property
     def adaptive(self) -> bool:
@@ -146,8 +163,11 @@ class PolicySpec:
     @property
     def in_memory_only(self) -> str | None:
         """The setting the bounded-memory and Spark engines do not emulate yet (as the
-        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``."""
-        if self.name == "spark-ss" and self.outer_side is not None:
+        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``.
+        ``flink-sql`` runs in memory only, with any setting."""
+        if self.name == "flink-sql":
+            return "any setting"
+        if self.name == "spark-ss" and self.join != "inner":
             return f"--join {self.join}"
         if self.name == "spark-ss" and self.trigger_files is not None:
             return "--trigger-files"

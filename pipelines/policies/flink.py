@@ -75,10 +75,10 @@ DEFAULT_WATERMARK_INTERVAL_US = 200 * MS
 def check_settings(policy) -> None:
     """One-line errors for a ``flink`` :class:`~streamjoin.pipelines.policies.PolicySpec`."""
     if policy.watermark is None or any(v is None for v in policy.watermark):
-        raise InputError("policy flink needs --watermark DURATION (for every stream; NAME=DUR for one), "
+        raise InputError(f"policy {policy.name} needs --watermark DURATION (for every stream; NAME=DUR for one), "
                          "the forBoundedOutOfOrderness delay")
     if len(policy.watermark) != 2:
-        raise InputError(f"policy flink joins exactly two streams (Flink's interval join is binary); "
+        raise InputError(f"policy {policy.name} joins exactly two streams (Flink's interval join is binary); "
                          f"got {len(policy.watermark)}")
     for v in policy.watermark:
         if v % MS:

@@ -5,7 +5,7 @@ delay, whole milliseconds, as Spark keeps it), ``--trigger DUR`` (the
 micro-batch interval of arrival time) or ``--trigger-files N`` (N input files
 per stream per batch), ``--watermark-policy min|max``
 (``spark.sql.streaming.multipleWatermarkPolicy``) and ``--join
-inner|left|right`` (``df.join(other, cond, "left_outer")``).  Two streams: stream 0
+inner|left|right|full`` (``df.join(other, cond, "left_outer")``, ..., ``"full_outer"``).  Two streams: stream 0
 is the join's left side, stream 1 its right side, and the join condition is
 the SPEC's window as a band, ``right.ts BETWEEN left.ts - W_right AND
 left.ts + W_left``, plus the keys (and ``--distance`` / ``--where``).
@@ -57,7 +57,7 @@ says the same with examples):
 7. **Memory**: join state rows (Spark's ``numRowsTotal``) after each batch;
    per arrival index the state after the previous batch plus the rows that
    arrived in the current batch so far (waiting for the trigger).
-8. **Outer joins** (``--join left|right``; StreamingSymmetricHashJoinExec.scala
+8. **Outer joins** (``--join left|right|full``; StreamingSymmetricHashJoinExec.scala
    ``processPartitions``, SymmetricHashJoinStateManager.scala
    ``getJoinedRows`` / ``append``; state format 2 keeps a ``matched`` flag
    per state row, SPARK-26154): a stored row is matched if its own probe found
@@ -65,8 +65,10 @@ says the same with examples):
    side's state eviction (rule 5) removes an unmatched row, the row is
    emitted null-padded, at the end of that batch -- in the no-data batch after
    the last one too; rows still in state after it are never emitted.  In a
-   right outer join an unmatched right row at or below its state watermark is
-   stored anyway, so it is emitted null-padded at the end of its own batch.
+   right (or full) outer join an unmatched right row at or below its state
+   watermark is stored anyway, so it is emitted null-padded at the end of its
+   own batch.  A full outer join pads the unmatched rows of both sides
+   (``case FullOuter``: the left side's eviction, then the right side's).
    Late rows of the outer side (rule 4) are dropped by the late filter and
    never emitted.  Matched pairs are those of the inner join (the same state,
    the same evictions).

@@ -37,6 +37,12 @@ last-arriving member (largest arrival index ``a_y``):
 
       emit_time = arrival[a_y],  latency = 0
 
+* **SQL interval-join family** (``flink-sql``, two streams) -- emitted iff the
+  earlier member was cached, the later one probed, and the earlier one was
+  still cached then (:mod:`~streamjoin.pipelines.replay.sql_interval_join`),
+  at ``arrival[a_y]`` with latency 0; an outer join's unmatched rows
+  null-padded when they leave the cache (``Emission.outer``).
+
 Worked example (sorting, K = 0): ``x = (S0, ts 10)`` arrives at ``a = 0``,
 ``y = (S1, ts 12)`` at ``a = 1``; ``R(1) = min(10, 12) = 10`` releases ``x``
 at 1, ``y`` waits for ``S0`` to pass 12, say at ``a = 5``: the pair is
@@ -55,8 +61,8 @@ import numpy as np
 import polars as pl
 
 from .candidates import Combos
-from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
-from . import interval_join, microbatch
+from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
+from . import interval_join, microbatch, sql_interval_join
 from .progress import Decisions, Replay
 
 
@@ -98,8 +104,10 @@ class Emission:
     only where ``emitted`` (computed for all rows to avoid copies;
     ``latency_us`` is a read-only broadcast 0 for the symmetric family).
     ``batch``: the micro-batch that emits each combination (micro-batch
-    family only, else ``None``).  ``outer``: an outer join's null-padded rows
-    (``spark-ss --join left|right``, else ``None``).
+    family only, else ``None``).  ``outer``: an outer join's null-padded rows,
+    one :class:`~streamjoin.pipelines.replay.microbatch.OuterRows` per padded
+    stream (``spark-ss --join left|right``, ``flink-sql --join left|right|full``;
+    else ``None``).
     """
 
     a: Sequence[np.ndarray]
@@ -108,7 +116,7 @@ class Emission:
     emit_us: np.ndarray
     latency_us: np.ndarray
     batch: np.ndarray | None = None
-    outer: microbatch.OuterRows | None = None
+    outer: list[microbatch.OuterRows] | None = None
 
 
 class EmittedOnArrival(Emission):
@@ -118,9 +126,11 @@ class EmittedOnArrival(Emission):
     it; a run without results skips a random gather per combination and a
     combination-sized int64 column."""
 
-    def __init__(self, a, last: np.ndarray, emitted: np.ndarray, latency_us: np.ndarray, arrival: np.ndarray):
+    def __init__(self, a, last: np.ndarray, emitted: np.ndarray, latency_us: np.ndarray, arrival: np.ndarray,
+                 outer: list[microbatch.OuterRows] | None = None):
         self.a, self.last, self.emitted, self.latency_us = a, last, emitted, latency_us
         self._arrival = arrival
+        self.batch, self.outer = None, outer
 
     @cached_property
     def emit_us(self) -> np.ndarray:
@@ -140,9 +150,10 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
     so the engine computes it while the policy's facts are still being built.
     """
     W = np.asarray(windows, dtype=np.int64)
-    if not len(combos) and decisions.family in (MICROBATCH, INTERVAL_JOIN):
+    if not len(combos) and decisions.family in (MICROBATCH, INTERVAL_JOIN, SQL_INTERVAL_JOIN):
         empty = np.empty(0, np.int64)
-        outer = _outer_rows(replay, decisions, empty) if decisions.family == MICROBATCH else None
+        outer = (_outer_rows(replay, decisions, [empty, empty]) if decisions.family == MICROBATCH
+                 else _sql_padded(replay, decisions, [empty, empty]) if decisions.family == SQL_INTERVAL_JOIN else None)
         return Emission(a=[empty] * replay.n, last=empty, emitted=np.empty(0, bool), emit_us=empty,
                         latency_us=empty, batch=empty if decisions.family == MICROBATCH else None, outer=outer)
     if not len(combos):
@@ -162,6 +173,12 @@ def emission(combos: Combos, replay: Replay, windows: Sequence[int], decisions: 
         emitted = interval_join.emitted_pairs(decisions.watermarks, decisions.dropped, a[0], a[1])
         return EmittedOnArrival(a, arrivals.last, emitted, np.broadcast_to(np.int64(0), emitted.shape),
                                 replay.arrival)
+    if decisions.family == SQL_INTERVAL_JOIN:
+        a = MemberIndexes(combos, replay)
+        emitted = sql_interval_join.emitted_pairs(decisions.sql, a[0], a[1])
+        outer = _sql_padded(replay, decisions, [a[0][emitted], a[1][emitted]]) if decisions.padded_sides else None
+        return EmittedOnArrival(a, arrivals.last, emitted, np.broadcast_to(np.int64(0), emitted.shape),
+                                replay.arrival, outer)
     return _emission_sorting(combos, replay, decisions, arrivals)
 
 
@@ -338,18 +355,35 @@ def _emission_microbatch(combos: Combos, replay: Replay, decisions: Decisions, a
     mb = decisions.batches
     emitted, batch = microbatch.emitted_pairs(mb, decisions.dropped, a[0], a[1])
     emit_us = mb.end_us(batch)
-    outer = None if mb.outer_side is None else _outer_rows(replay, decisions, a[mb.outer_side][emitted])
+    outer = _outer_rows(replay, decisions, [a[side][emitted] if side in mb.outer_sides else None for side in (0, 1)])
     return Emission(a=a, last=arrivals.last, emitted=emitted, emit_us=emit_us,
                     latency_us=emit_us - arrivals.arrival_us, batch=batch, outer=outer)
 
 
-def _outer_rows(replay: Replay, decisions: Decisions, matched: np.ndarray) -> microbatch.OuterRows | None:
-    """An outer join's null-padded rows (``None`` for an inner join); ``matched``: the
-    arrival indexes of the outer side's members of the emitted pairs."""
+def _outer_rows(replay: Replay, decisions: Decisions, matched: list) -> list[microbatch.OuterRows] | None:
+    """An outer join's null-padded rows, one part per padded stream (``None`` for an inner
+    join); ``matched[s]``: the arrival indexes of stream ``s``'s members of the emitted pairs."""
     mb = decisions.batches
-    if mb.outer_side is None:
+    if not mb.outer_sides:
         return None
-    return microbatch.outer_rows(mb, decisions.dropped, replay.stream, replay.row, replay.arrival, matched)
+    return [microbatch.outer_rows(mb, side, decisions.dropped, replay.stream, replay.row, replay.arrival,
+                                  matched[side]) for side in mb.outer_sides]
+
+
+def _sql_padded(replay: Replay, decisions: Decisions, matched: list[np.ndarray]) -> list[microbatch.OuterRows] | None:
+    """``flink-sql``'s null-padded rows, one part per padded stream (``None`` for an inner
+    join); ``matched[s]``: arrival indexes of stream ``s``'s members of the emitted pairs.
+    Each is emitted when it leaves its cache (``left_at``)."""
+    if not decisions.padded_sides:
+        return None
+    st = decisions.sql
+    parts = []
+    for side in decisions.padded_sides:
+        index = sql_interval_join.padded_rows(st, replay.stream, side, matched[side])
+        emit_us = replay.arrival[st.left_at[index]]
+        parts.append(microbatch.OuterRows(stream=side, index=index, row=replay.row[index], batch=None,
+                                          emit_us=emit_us, latency_us=emit_us - replay.arrival[index]))
+    return parts
 
 
 def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: Decisions) -> Emission:

@@ -26,7 +26,7 @@ batch probe) still in state when the later one probes::
     b_l >  b_r:  removal[r] >= b_l
 
 emitted at the end of batch ``max(b_l, b_r)``.  Outer joins (``--join
-left|right``, :func:`outer_rows`): a row of the outer side that is not dropped,
+left|right|full``, :func:`outer_rows`, per padded stream): a row of the outer side that is not dropped,
 is in no emitted pair and leaves the state (``removal != NEVER``) is emitted
 null-padded at the end of batch ``removal``.
 """
@@ -55,7 +55,8 @@ class MicroBatches:
         occupied: the batches that hold rows, increasing.
         watermark_ms: global watermark in force for each occupied batch (``wm[j]``).
         late_ms: watermark of its late filter (``wm[j - 1]``), per occupied batch.
-        outer_side: the outer join's outer stream (0 left, 1 right), ``None`` for inner.
+        outer_sides: the outer join's padded streams (0 left, 1 right; both for a full
+            outer join), ``()`` for inner.
         times_us: ``--trigger-files``: when each batch runs (the no-data batch
             after the last included); rows arrive then (:func:`batch_of`).
     """
@@ -67,7 +68,7 @@ class MicroBatches:
     occupied: np.ndarray
     watermark_ms: np.ndarray
     late_ms: np.ndarray
-    outer_side: int | None = None
+    outer_sides: tuple[int, ...] = ()
     times_us: np.ndarray | None = None
 
     def end_us(self, batch: np.ndarray) -> np.ndarray:
@@ -219,13 +220,13 @@ def micro_batches(stream: np.ndarray, ts: np.ndarray, arrival: np.ndarray, n: in
     times = None if policy.batch_times_us is None else np.asarray(policy.batch_times_us, dtype=np.int64)
     if len(ts) == 0:
         empty = np.empty(0, np.int64)
-        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.outer_side, times), np.zeros(0, bool)
+        return MicroBatches(empty, empty, 0, T, empty, empty, empty, policy.padded_sides, times), np.zeros(0, bool)
     batch, base = batch_of(arrival, policy)
     table = batch_table(*batch_maxima(stream, ts, batch, n), policy)
     dropped, removal = tuple_facts(table, stream, ts, batch, n, windows)
     return MicroBatches(batch=batch, removal=removal, origin_us=base * T if T else 0, trigger_us=T,
                         occupied=table.occupied, watermark_ms=table.current, late_ms=table.before,
-                        outer_side=policy.outer_side, times_us=times), dropped
+                        outer_sides=policy.padded_sides, times_us=times), dropped
 
 
 def emitted_pairs(mb: MicroBatches, dropped: np.ndarray, left: np.ndarray,
@@ -247,13 +248,15 @@ def pair_emitted(bl: np.ndarray, br: np.ndarray, rl: np.ndarray, rr: np.ndarray,
 
 @dataclass
 class OuterRows:
-    """The null-padded rows of an outer join (one outer stream), in arrival order.
+    """The null-padded rows of an outer join of one outer stream, in arrival order
+    (a full outer join has one of these per stream).
 
     Attributes:
         stream: the outer side (0 left, 1 right).
         index: each row's arrival index.
         row: each row's row number in its stream.
-        batch: the batch whose state eviction emits it (``removal``).
+        batch: the batch whose state eviction emits it (``removal``; ``spark-ss``
+            only, else ``None``).
         emit_us: the end of that batch.
         latency_us: ``emit_us`` minus the row's arrival.
     """
@@ -261,18 +264,18 @@ class OuterRows:
     stream: int
     index: np.ndarray
     row: np.ndarray
-    batch: np.ndarray
+    batch: np.ndarray | None
     emit_us: np.ndarray
     latency_us: np.ndarray
 
 
-def outer_rows(mb: MicroBatches, dropped: np.ndarray, stream: np.ndarray, row: np.ndarray, arrival: np.ndarray,
-               matched: np.ndarray) -> OuterRows:
-    """The null-padded rows of ``mb.outer_side``: not dropped, in no emitted pair
+def outer_rows(mb: MicroBatches, side: int, dropped: np.ndarray, stream: np.ndarray, row: np.ndarray,
+               arrival: np.ndarray, matched: np.ndarray) -> OuterRows:
+    """The null-padded rows of stream ``side`` (one of ``mb.outer_sides``): not dropped, in no emitted pair
     (``matched``: arrival indexes of that side's members of the emitted pairs) and
     evicted by a batch (``removal != NEVER``), each emitted at the end of batch
     ``removal``."""
-    side = int(mb.outer_side)
+    side = int(side)
     out = (stream == side) & ~dropped & (mb.removal != NEVER)
     out[np.asarray(matched, dtype=np.int64)] = False
     index = np.flatnonzero(out)

@@ -35,6 +35,8 @@ Policy decisions built on top of these facts:
   state removals per tuple: :mod:`~streamjoin.pipelines.replay.microbatch`.
 * interval-join family (``flink``) -- operator watermarks, late drops and
   buffer stays per tuple: :mod:`~streamjoin.pipelines.replay.interval_join`.
+* SQL interval-join family (``flink-sql``) -- caches, probes and cache stays
+  per tuple: :mod:`~streamjoin.pipelines.replay.sql_interval_join`.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from functools import cached_property
 
 import numpy as np
 
-from ..policies import INTERVAL_JOIN, MICROBATCH, SORTING, SYMMETRIC, PolicySpec, adaptive_schedule, slack_matrix, retention_matrix
-from . import interval_join, microbatch
+from ..policies import (INTERVAL_JOIN, MICROBATCH, SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec, adaptive_schedule,
+                        slack_matrix, retention_matrix)
+from . import interval_join, microbatch, sql_interval_join
 from ..base.sorting import search_sorted_queries, stable_order
 from ..base.timeunits import NEG_INF
 
@@ -118,6 +121,9 @@ class Decisions:
     (:class:`~streamjoin.pipelines.replay.microbatch.MicroBatches`).
     Interval-join family (``flink``): ``dropped`` (late) and ``watermarks``
     (:class:`~streamjoin.pipelines.replay.interval_join.Watermarks`).
+    SQL interval-join family (``flink-sql``): ``dropped`` (all False: no late
+    drop), ``sql`` (:class:`~streamjoin.pipelines.replay.sql_interval_join.SqlJoinState`)
+    and ``padded_sides`` (the outer join's padded streams).
     """
 
     family: str
@@ -133,6 +139,8 @@ class Decisions:
     policy_settings: dict | None = field(default=None, repr=False)   # the controller's resolved settings
     batches: microbatch.MicroBatches | None = field(default=None, repr=False)
     watermarks: interval_join.Watermarks | None = field(default=None, repr=False)
+    sql: sql_interval_join.SqlJoinState | None = field(default=None, repr=False)
+    padded_sides: tuple[int, ...] = ()
 
     @cached_property
     def H(self) -> np.ndarray | None:
@@ -299,7 +307,7 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
     recall-target policies re-decide early on a burst of them (seed 003).
     ``keys``: per stream, key ids in row order (equality joins): the
     recall-target policies count partners per key, as a keyed operator's
-    state does.
+    state does; ``flink-sql`` keeps its caches and timers per key.
     """
     N = replay.N
     W = np.asarray(windows, dtype=np.int64)
@@ -311,6 +319,11 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
         wm, dropped = interval_join.watermarks(replay, W, policy)
         return Decisions(family=INTERVAL_JOIN, dropped=dropped, watermarks=wm,
                          policy_settings=interval_join.settings_report(wm, dropped, policy))
+    if policy.family == SQL_INTERVAL_JOIN:   # keys: the caches and timers are per key
+        st = sql_interval_join.sql_state(replay, W, policy, keys)
+        return Decisions(family=SQL_INTERVAL_JOIN, dropped=np.zeros(N, bool), sql=st,
+                         padded_sides=policy.padded_sides,
+                         policy_settings=sql_interval_join.settings_report(st, replay.stream, replay.n, policy))
     schedule = adaptive_schedule(replay, W, policy, bad_arrivals, keys) if policy.adaptive else None
     log = schedule.log if schedule is not None else None
     settings = schedule.settings if schedule is not None else None
@@ -407,7 +420,8 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
       ``R(a) > ts + W`` (a tuple whose window already passed at release does
       not count); dropped tuples are never held;
     * micro-batch: :func:`~streamjoin.pipelines.replay.microbatch.memory`;
-    * interval join: :func:`~streamjoin.pipelines.replay.interval_join.memory`.
+    * interval join: :func:`~streamjoin.pipelines.replay.interval_join.memory`;
+    * SQL interval join: :func:`~streamjoin.pipelines.replay.sql_interval_join.memory`.
 
     so memory is a difference array of starts and ends, summed up.
     ``expiry_index``: :func:`expiry` if already computed (symmetric family).
@@ -417,6 +431,8 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
         return microbatch.memory(decisions.batches, decisions.dropped, replay.stream, n)
     if decisions.family == INTERVAL_JOIN:
         return interval_join.memory(decisions.watermarks, decisions.dropped, replay.stream, n)
+    if decisions.family == SQL_INTERVAL_JOIN:
+        return sql_interval_join.memory(decisions.sql, replay.stream, n)
     W = np.asarray(windows, dtype=np.int64)
     counts = np.int32 if N < 2**31 else np.int64  # a count never exceeds N: half the memory
     out = np.zeros((n, N), dtype=counts)

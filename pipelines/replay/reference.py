@@ -468,7 +468,7 @@ def _micro_batch_loop(by_batch: dict[int, list[RefTuple]], end_of, arrival_of, w
     batch (``by_batch``); batch ``j`` emits at ``end_of(j)``, a row arrived at
     ``arrival_of(row)``."""
     MS = 1000
-    outer_side = policy.outer_side
+    padded = policy.padded_sides
     last = max(by_batch)
     own: list[int | None] = [None, None]        # each stream's watermark (ms); None: no rows yet
     global_wm = 0                               # the query's watermark (ms), never moves down
@@ -496,11 +496,11 @@ def _micro_batch_loop(by_batch: dict[int, list[RefTuple]], end_of, arrival_of, w
                     if is_valid(pair, windows, predicate):
                         out.emitted[_combo(pair)] = (j, end, end - max(arrival_of(x), arrival_of(y)))
                         entry[1] = matched = True
-                if side == 0 or x.ts > state_wm[side] or (outer_side == 1 and not matched):
+                if side == 0 or x.ts > state_wm[side] or (1 in padded and not matched):
                     state[side].append([x, matched])
         for side in (0, 1):
             for x, matched in state[side]:
-                if x.ts <= state_wm[side] and side == outer_side and not matched:
+                if x.ts <= state_wm[side] and side in padded and not matched:
                     out.outer[(x.stream, x.row)] = (j, end, end - arrival_of(x))
             state[side] = [e for e in state[side] if e[0].ts > state_wm[side]]
         if j > last:

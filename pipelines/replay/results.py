@@ -5,7 +5,7 @@ One row per emitted combination.  Columns, per stream ``s`` in stream order:
 ``s_arrival_us`` and every payload column as ``s_<col>``; then ``emit_us``
 and ``latency_us``; with ``--policy spark-ss`` also ``batch``, the micro-batch
 (Spark's batch id) that emitted the row.  An outer join's null-padded rows
-(``--join left|right``) carry nulls in the other stream's columns.  Rows are in results order: emission time, then the
+(``--join left|right|full``) carry nulls in the other stream's columns.  Rows are in results order: emission time, then the
 arrival index of the last member, then the members' rows
 (:func:`~streamjoin.pipelines.replay.emit.emission_order`).
 
@@ -106,13 +106,17 @@ def emitted_frame(combos: Combos, em: Emission, streams: Sequence[MemberSource])
                           keep_last=outer is not None)
     if outer is None:
         return frame
-    s = streams[outer.stream]
-    padded = with_emission(member_columns(s.name, outer.row, s.ts[outer.row], s.arrival[outer.row],
-                                          take_rows(s.payload, outer.row)),
-                           outer.emit_us, outer.latency_us, outer.index)
-    padded = padded.with_columns(pl.Series("batch", outer.batch, dtype=pl.Int64))
+    parts = [frame]
+    for part in outer:   # one per padded stream (both: a full outer join)
+        s = streams[part.stream]
+        padded = with_emission(member_columns(s.name, part.row, s.ts[part.row], s.arrival[part.row],
+                                              take_rows(s.payload, part.row)),
+                               part.emit_us, part.latency_us, part.index)
+        if part.batch is not None:
+            padded = padded.with_columns(pl.Series("batch", part.batch, dtype=pl.Int64))
+        parts.append(padded)
     # the other stream's columns: null, of the inner rows' types
-    return result_order(pl.concat([frame, padded], how="diagonal_relaxed"), [x.name for x in streams])
+    return result_order(pl.concat(parts, how="diagonal_relaxed"), [x.name for x in streams])
 
 
 def result_order(frame: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:

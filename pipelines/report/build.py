@@ -10,7 +10,8 @@ and :func:`finish` fills in its outputs and timings once they are written.
 latency histogram of the emitted results and the tuning curve
 (:func:`~streamjoin.pipelines.analysis.tuning.curve_only`; for ``spark-ss`` and ``flink`` the
 curve over its watermark delay,
-:func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`), so that
+:func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`; none for
+``flink-sql``, whose recall is not monotone in the delay), so that
 ``report.html`` can be rendered from ``report.json`` alone.
 """
 
@@ -28,7 +29,7 @@ from ..analysis.tuning import curve_only, curve_summary
 from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
-from ..policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from . import json as report_json
 
 #: memory series points kept in report.json (per-arrival memory is downsampled)
@@ -175,19 +176,23 @@ def extras(cfg, outcome) -> dict[str, Any]:
         # the sample's own members' arrival indexes (em.a[k][pick], without
         # gathering em.a for every combination)
         members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
-    if family in (MICROBATCH, INTERVAL_JOIN):  # spark-ss / flink: the curve over the watermark delay
+    if family == SQL_INTERVAL_JOIN:   # flink-sql: recall is not monotone in the delay, no curve to offer
+        tuning = None
+    elif family in (MICROBATCH, INTERVAL_JOIN):  # spark-ss / flink: the curve over the watermark delay
         tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,
                                       cfg.recall_target, TUNING_TARGETS, members=members)
     else:
         tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
                             cfg.recall_target, TUNING_TARGETS, members=members)
-    tuning["truth_results"] = total
-    tuning["sample_every"] = every  # 1 = exact
-    return {
+    out = {
         "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
         "latency_histogram": _emitted_latency_histogram(em.latency_us, em.emitted),
-        "tuning": tuning,
     }
+    if tuning is not None:
+        tuning["truth_results"] = total
+        tuning["sample_every"] = every  # 1 = exact
+        out["tuning"] = tuning
+    return out
 
 
 def latency_histogram_of_counts(values: np.ndarray, counts: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:

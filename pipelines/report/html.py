@@ -113,6 +113,11 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}, and no watermark reaches "
                            f"it: {tuning['unreachable_results']:,} results have a member at or before the epoch "
                            f"(ts <= 0), which Spark drops as late whatever the delay.")
+            elif name == "flink-sql":   # no tuning curve: its recall is not monotone in the delay
+                out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}.  Flink SQL's interval join "
+                           "has no exact least delay (its recall is not monotone in the delay, docs/semantics.md "
+                           "\"flink-sql\"); try larger --watermark values, or `streamjoin tune-buffer --recall "
+                           f"{target:g} --policy flink` for the DataStream interval join.")
             else:
                 out.append(f"Recall {fmt_recall(recall)} is below the target {target:g}: run `streamjoin tune-buffer --recall {target:g}`.")
         else:
@@ -123,7 +128,7 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
             out.append(msg)
         if low:
             worst = f"{len(low)} of {len(with_truth)} periods are below the target (worst {fmt_recall(min(p['recall'] for p in low))})"
-            out.append(f"{worst}." if tuned_policy in ENGINE_OF else  # tune-buffer --per-period: not for them yet
+            out.append(f"{worst}." if tuned_policy in ENGINE_OF or name == "flink-sql" else  # no --per-period for them
                        f"{worst}; `streamjoin tune-buffer --recall {target:g} --per-period` gives the setting that "
                        "meets it in every period.")
     else:
@@ -332,10 +337,10 @@ def render_report(report: dict[str, Any]) -> str:
     body += ["<h2>Streams</h2>", _table(["stream", "rows", "quarantined", "delay p50", "delay p95", "delay max",
                                           "dropped late", "expired on arrival"], rows)]
     outer = report.get("outer_join")
-    if outer:   # spark-ss --join left|right: the null-padded rows, apart from recall
+    if outer:   # spark-ss / flink-sql outer joins: the null-padded rows, apart from recall
         olat = outer["latency_us"]
         body += [f"<p>{_e(outer['join'])} outer join: {outer['rows']:,} rows of {_e(outer['stream'])} had no "
-                 f"partner and were emitted null-padded when the watermark evicted them (latency p50 "
+                 f"partner and were emitted null-padded when the join evicted them from its state (latency p50 "
                  f"{_e(format_duration(olat['p50']))}, p95 {_e(format_duration(olat['p95']))}, max "
                  f"{_e(format_duration(olat['max']))}); recall counts the pairs only.</p>"]
     body += flow_section(report)

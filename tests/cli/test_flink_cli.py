@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from helpers.cli import assert_chunked_run_equals_in_memory, run_cli
+from helpers.cli import assert_chunked_run_equals_in_memory, pair_job_toml, run_cli
 from helpers.flink import local_flink
 
 from streamjoin.pipelines.base.timeunits import format_duration
@@ -76,29 +76,13 @@ def test_run_writes_pairs_drops_and_settings_equal_to_the_model(data: Path, tmp_
 
 def test_toml_settings(data: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "job.toml"
-    cfg.write_text(f"""
-[run]
+    cfg.write_text(pair_job_toml(data, f"""
 policy = "flink"
 watermark = "1s"
 watermark_interval = "1s"
 idleness = "300ms"
 out = "{tmp_path / 'out'}"
-
-[[stream]]
-name = "left"
-path = "{data / 'left.parquet'}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-
-[[stream]]
-name = "right"
-path = "{data / 'right.parquet'}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-watermark = "3s"
-""")
+""", right_extra='watermark = "3s"'))
     run_cli(["run", str(cfg)], tmp_path)
     settings = json.loads((tmp_path / "out" / "report.json").read_text())["policy_settings"]
     assert (settings["watermark_us"], settings["watermark_interval_us"]) == ([S, 3 * S], S)

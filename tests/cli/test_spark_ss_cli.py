@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers.adapters import parquet_ref_streams
-from helpers.cli import assert_chunked_run_equals_in_memory, run_cli
+from helpers.cli import assert_chunked_run_equals_in_memory, pair_job_toml, run_cli
 from helpers.spark_ss import local_spark_ss
 
 from streamjoin.pipelines.policies import PolicySpec
@@ -118,30 +118,14 @@ def test_outer_join_writes_null_padded_rows_reported_apart_from_recall(sparse: P
 
 def test_toml_settings(data: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "job.toml"
-    cfg.write_text(f"""
-[run]
+    cfg.write_text(pair_job_toml(data, f"""
 policy = "spark-ss"
 trigger = "5s"
 watermark = "1s"
 watermark_policy = "max"
 join = "right"
 out = "{tmp_path / 'out'}"
-
-[[stream]]
-name = "left"
-path = "{data / 'left.parquet'}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-
-[[stream]]
-name = "right"
-path = "{data / 'right.parquet'}"
-arrival = "arrival"
-keys = ["key"]
-window = "2s"
-watermark = "3s"
-""")
+""", right_extra='watermark = "3s"'))
     run_cli(["run", str(cfg)], tmp_path)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     settings = report["policy_settings"]
@@ -154,7 +138,7 @@ watermark = "3s"
     (["--join", "left", "--engine", "spark"], (), "--join left runs on --engine local for now"),
     (["--join", "right", "--chunk-rows", "50"], (), "--join right runs in memory for now"),
     ([], ("left", "right", "third"), "exactly two streams"),
-    (["--date", "2023-11-14"], (), "nightly runs"),
+    (["--join", "left", "--date", "2023-11-14"], (), "nightly runs support the inner join"),
 ])
 def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, extra, streams, needle) -> None:
     out = tmp_path / "out"
@@ -172,10 +156,10 @@ def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, ext
     (["--policy", "spark-ss", "--watermark", "1s"], "needs --trigger"),
     (["--policy", "spark-ss", "--watermark", "1500us", "--trigger", "5s"], "whole milliseconds"),
     (["--policy", "static", "--retention", "1s", "--join", "left"], "--join left: outer joins are emulated for "
-                                                                    "--policy spark-ss only, not static"),
+                                                                    "--policy spark-ss, flink-sql only, not static"),
     (["--policy", "flink", "--watermark", "1s", "--join", "right"], "--join right: outer joins"),
-    (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--join", "full"],
-     "--join full: expected one of inner, left, right"),
+    (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--join", "full", "--chunk-rows", "50"],
+     "--chunk-rows: spark-ss with --join full runs in memory for now"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--trigger-files", "2"], "not both"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "0"], "--trigger-files 0: expected"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2"], "drop the arrival column of left, right"),

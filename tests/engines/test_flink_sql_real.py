@@ -9,18 +9,21 @@ through the same deterministic source, gate and watermark generators as the
 DataStream test (``test_flink_real.py``): five runs of each job are identical.
 Asserted equal to the reference: the joined pairs and the arrival index that
 emitted each, and, for LEFT / RIGHT / FULL joins, every null-padded row and
-the arrival index at which it came out.  And the SQL join is not the
-DataStream one: on the same records it joins rows the DataStream join drops
-as late.
+the arrival index at which it came out.  The same for ``--policy flink-sql``
+(the column form, replay/sql_interval_join.py: directly with the case's min
+cleanup interval, and through the local engine where it is 0).  And the SQL
+join is not the DataStream one: on the same records it joins rows the
+DataStream join drops as late.
 """
 
 from __future__ import annotations
 
 import pytest
-from helpers.flink import local_flink
+from helpers.flink import columns_flink_sql, local_flink, local_flink_sql
 from test_flink_real import DRIVER, MS, REPEATS, S, case_lines, disordered, run_cases
 
 from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.replay.reference import replay_order
 from streamjoin.pipelines.replay.sql_reference import replay_sql_interval_join
 
 SQL_DRIVER = DRIVER.parent / "SqlIntervalJoinReplay.java"
@@ -69,6 +72,27 @@ def test_same_pairs_and_padded_rows_as_flink_sql(sql_runs, c):
     assert padded == ref.padded
     assert 0 < len(pairs) < len(ref.truth)
     assert bool(padded) == (join != "INNER")
+
+
+@pytest.mark.parametrize("c", range(len(CASES)))
+def test_policy_flink_sql_gives_flink_sqls_pairs_and_padded_rows(sql_runs, c):
+    """--policy flink-sql's column form against Flink's own output, row for row: each
+    pair with the arrival index that emitted it, each null-padded row with the
+    arrival index at which it came out (the local engine reports that index's
+    arrival time)."""
+    streams, windows, policy, join, cleanup = case(c)
+    fields = [line.split() for line in sql_runs[c][0]]
+    pairs = {(int(f[1]), int(f[2])): int(f[3]) for f in fields if f[0] == "P"}
+    padded = {((0 if f[0] == "LP" else 1), int(f[1])): int(f[2]) for f in fields if f[0] in ("LP", "RP")}
+    sql = PolicySpec("flink-sql", watermark=policy.watermark, watermark_interval_us=policy.watermark_interval_us,
+                     join=join.lower())
+    fast = columns_flink_sql(streams, windows, sql, cleanup)
+    assert (fast.emitted, fast.padded) == (pairs, padded)
+    if cleanup == 0:   # the policy runs with Flink's default min cleanup interval, 0
+        engine = local_flink_sql(streams, windows, sql)
+        arrival = [x.arrival for x in replay_order(streams)]
+        assert engine.emitted == pairs
+        assert engine.padded == {k: arrival[a] for k, a in padded.items()}
 
 
 @pytest.mark.parametrize("c", range(len(CASES)))

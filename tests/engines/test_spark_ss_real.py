@@ -10,7 +10,7 @@ plus the band ``r_ts BETWEEN l_ts - W_r AND l_ts + W_l``, and a
 ``foreachBatch`` sink collects ``(batch id, left row, right row)``.
 
 Asserted equal to the local engine's ``spark-ss`` answer: the emitted pairs
-with their batch ids (for left / right outer joins also the null-padded rows,
+with their batch ids (for left / right / full outer joins also the null-padded rows,
 with theirs), ``numRowsDroppedByWatermark`` (per batch), and the join
 state rows ``numRowsTotal`` after every batch.  One ``local[2]`` session for
 the module; small inputs with heavy disorder.
@@ -82,7 +82,7 @@ def write_batches(root: Path, streams, trigger_us: int) -> int:
 
 
 def real_spark(spark, root: Path, windows, policy: PolicySpec, max_files: int = 1) -> dict:
-    """Run the join (``policy.join``: inner, left or right outer) through Spark;
+    """Run the join (``policy.join``: inner, left, right or full outer) through Spark;
     ``emitted``: ``(batch id, left row, right row)``, ``None`` for a null-padded side."""
     from pyspark.sql import functions as F
 
@@ -99,7 +99,7 @@ def real_spark(spark, root: Path, windows, policy: PolicySpec, max_files: int = 
     joined = side(0, "l_").join(side(1, "r_"), F.expr(
         f"l_key = r_key AND r_ts BETWEEN l_ts - INTERVAL {w_right} MICROSECONDS "
         f"AND l_ts + INTERVAL {w_left} MICROSECONDS"), {"inner": "inner", "left": "left_outer",
-                                                        "right": "right_outer"}[policy.join])
+                                                        "right": "right_outer", "full": "full_outer"}[policy.join])
     got: list[tuple[int, int, int]] = []
 
     def collect(df, batch_id):
@@ -135,20 +135,22 @@ OUTER_CASES = [
     # evicted by the no-data batch after the last (asserted below).
     (46, 30, 6.0, (400 * MS, 300 * MS), (200 * MS, 100 * MS), 1 * S, "min", "left"),
     (38, 30, 6.0, (300 * MS, 200 * MS), (100 * MS, 0), 1 * S, "max", "right"),
+    (46, 30, 6.0, (400 * MS, 300 * MS), (200 * MS, 100 * MS), 1 * S, "min", "full"),
 ]
 
 
 @pytest.mark.parametrize("seed,rows,span,windows,watermark,trigger,wm_policy,join", OUTER_CASES)
 def test_outer_join_null_padded_rows_and_their_batches_as_spark(spark, tmp_path, seed, rows, span, windows,
                                                                  watermark, trigger, wm_policy, join):
-    """Left / right outer: the pairs and the null-padded rows, each with the batch
-    id that emitted it (a null-padded row leaves with its state eviction; the
-    batch after the last one, a no-data batch, evicts too)."""
+    """Left / right / full outer: the pairs and the null-padded rows (of both
+    streams for a full join), each with the batch id that emitted it (a
+    null-padded row leaves with its state eviction; the batch after the last
+    one, a no-data batch, evicts too)."""
     policy = PolicySpec("spark-ss", watermark=watermark, trigger_us=trigger, watermark_policy=wm_policy, join=join)
     streams = disordered(seed, rows, span, keys=6)
     ours = check_against_spark(spark, tmp_path, streams, policy, windows)
-    side = 0 if join == "left" else 1
-    assert ours.outer and {stream for stream, _ in ours.outer} == {side}
+    sides = {"left": {0}, "right": {1}, "full": {0, 1}}[join]
+    assert ours.outer and {stream for stream, _ in ours.outer} == sides
     assert all(latency > 0 for _, _, latency in ours.outer.values())
     first = streams_first(streams) // trigger
     own = [b for (s, r), (b, _, _) in ours.outer.items() if b == streams[s][r].arrival // trigger - first]

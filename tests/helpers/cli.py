@@ -94,3 +94,18 @@ def assert_chunked_run_equals_in_memory(args: list[str], tmp_path: Path) -> None
     assert {k: v for k, v in got["latency_us"].items() if k != "mean"} == \
         {k: v for k, v in want["latency_us"].items() if k != "mean"}
     assert sum(s["dropped_late"] for s in got["streams"]) > 0
+
+
+def pair_job_toml(data: Path, run: str, right_extra: str = "") -> str:
+    """A job's TOML: the ``[run]`` table's lines ``run``, and two keyed streams
+    ``left`` / ``right`` read from ``data / "<name>.parquet"`` (arrival column
+    ``arrival``, key ``key``, window 2s); ``right_extra``: more lines of the right one."""
+    tables = "".join(f"""
+[[stream]]
+name = "{name}"
+path = "{data / (name + '.parquet')}"
+arrival = "arrival"
+keys = ["key"]
+window = "2s"
+""" for name in ("left", "right"))
+    return f"[run]\n{run.strip()}\n{tables}{right_extra.strip()}\n"

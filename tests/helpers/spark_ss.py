@@ -34,7 +34,7 @@ def spark_problems(draw, max_rows: int = 10, origin=st.sampled_from([0, 5_000, 1
     policy = PolicySpec("spark-ss", watermark=tuple(draw(st.integers(0, 12)) * MS for _ in range(2)),
                         trigger_us=draw(st.sampled_from([1, 2, 3, 7])) * unit,
                         watermark_policy=draw(st.sampled_from(["min", "max"])),
-                        join=draw(st.sampled_from(["inner", "left", "right"])))
+                        join=draw(st.sampled_from(["inner", "left", "right", "full"])))
     return streams, windows, policy
 
 
@@ -90,8 +90,8 @@ def local_spark_ss(streams: list[list[RefTuple]], windows, policy: PolicySpec) -
     order = list(zip(replay.stream.tolist(), replay.row.tolist()))
     dropped = {order[a] for a in np.flatnonzero(d.dropped).tolist()}
     outer = {} if em.outer is None else {
-        order[a]: (b, e, lat) for a, b, e, lat in zip(em.outer.index.tolist(), em.outer.batch.tolist(),
-                                                       em.outer.emit_us.tolist(), em.outer.latency_us.tolist())}
+        order[a]: (b, e, lat) for p in em.outer for a, b, e, lat in zip(p.index.tolist(), p.batch.tolist(),
+                                                                         p.emit_us.tolist(), p.latency_us.tolist())}
     mb = d.batches
     batches = np.arange(mb.batches)
     state = microbatch.state_rows(mb, d.dropped, replay.stream, 2, batches)
