@@ -30,13 +30,30 @@ def flow_control_setting(value: Any, output_kind: str, engine: str, *,
     return flow, engine
 
 
-def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None) -> str | None:
-    """``--capacity`` / ``[run] capacity``: the text, checked against what runs it
-    (its keys are parsed by pipelines/capacity/spec.py when the job starts)."""
+def check_flow_control(flow: FlowControl | None, chunk_rows: int | None, trigger_files: int | None) -> None:
+    """What ``--flow-control`` does not run with: bounded-memory chunks (it replays in memory)
+    and spark-ss's file-cut micro-batches (a row arrives when its file's batch runs)."""
+    if flow is not None and chunk_rows:
+        raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
+    if flow is not None and trigger_files is not None:
+        raise InputError("--flow-control with --trigger-files: rows arrive when their file's batch runs, which "
+                         "flow control would move; use --trigger DUR")
+
+
+def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None, *, output_kind: str,
+                     engine_given: bool, router: str) -> tuple[str | None, str]:
+    """``--capacity`` / ``[run] capacity``: the text, checked against what runs it (its keys
+    are parsed by pipelines/capacity/spec.py when the job starts), and the engine that runs
+    it: the local engine, which the default engine gives way to, as with ``--flow-control``."""
     if value is None:
-        return None
+        return None, engine
     if not isinstance(value, str):
         raise InputError(f"--capacity {value!r}: expected a string KEY=VALUE,... (e.g. \"tuple=5us,queue=1000\")")
+    if output_kind in ("tune-buffer", "compare"):
+        raise InputError(f"[run] capacity: {output_kind} replays an infinite machine and does not apply the "
+                         "capacity model yet; run it on a config without capacity (streamjoin run applies it)")
+    if engine == "spark" and not engine_given and router == "none":
+        engine = "local"   # the default engine with a capacity model, not the user's choice
     if engine != "local":
         raise InputError(f"--capacity: the capacity model runs on --engine local only (one operator); "
                          f"--engine {engine} does not model it yet")
@@ -45,4 +62,4 @@ def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int 
     if policy_name in ("spark-ss", "flink", "flink-sql"):
         raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
                          "use none, kslack, mpkslack, qkslack, static or qjoin")
-    return value
+    return value, engine

@@ -23,6 +23,7 @@ TOML layout (paths are relative to the TOML file)::
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
@@ -32,7 +33,7 @@ from typing import Any
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
-from .machine import capacity_setting, flow_control_setting
+from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
                       check_writable, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
@@ -151,6 +152,8 @@ class RunConfig:
         d.pop("period_source")  # reported beside the periods, not a setting
         if d["capacity"] is None:   # left out, so a run without it reports (and hashes) what it did
             d.pop("capacity")
+        if self.partition_capacity == (None, None, None):   # the fair share: left out, as above
+            d.pop("partition_capacity")
         d["policy"] = asdict(self.policy)
         # only recall-target policies have a target, only spark-ss the others
         d["policy"].pop("batch_times_us", None)   # one per micro-batch: policy_settings has the count
@@ -514,12 +517,12 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     batch_triggers = [t for t in flags.triggers if "=" not in t]
     flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
     if output_kind == "tune-buffer":
-        # a job's TOML written for an engine emulation: its engine keys change nothing a tuning of
-        # another policy family replays (tune-buffer accepts run's options, --help says so)
+        # an emulation job's engine keys change nothing a tuning of another policy replays
         engine_keys = {"flink": ("watermark_interval", "idleness"), "flink-sql": ("watermark_interval",),
                        "spark-ss": ("trigger", "trigger_files", "watermark_policy")}
         run = {key: v for key, v in run.items()
-               if not any(key in keys and name != policy_name for name, keys in engine_keys.items())}
+               if key in engine_keys.get(policy_name, ())
+               or not any(key in keys and name != policy_name for name, keys in engine_keys.items())}
     if policy_name != "spark-ss" and flags.trigger_files is not None:
         raise InputError(f"--trigger-files: a setting of --policy spark-ss, not of {policy_name}")
     if policy_name not in FLINK and (flags.watermark_interval is not None or "watermark_interval" in run):
@@ -552,8 +555,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
-    import os
-
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
@@ -606,10 +607,10 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
                              "holds its input in memory (use --engine local, or --chunk-rows 0)")
         engine = "local"
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
-    if flow is not None and chunk_rows:
-        raise InputError("--flow-control replays in memory: give --chunk-rows 0 (or leave it out)")
-    capacity = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
-                                 policy_name, engine, chunk_rows)
+    check_flow_control(flow, chunk_rows, policy.trigger_files)
+    capacity, engine = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
+                                        policy_name, engine, chunk_rows, output_kind=output_kind,
+                                        engine_given=bool(flags.engine or run.get("engine")), router=router)
     if flow is not None and capacity is not None:
         raise InputError("--capacity with --flow-control: the processing queue and seed 001's flow control are "
                          "not modelled together yet; give one of them")

@@ -167,7 +167,7 @@ def run_compare(cfg, variants: list[Variant], *, command: str = "compare") -> di
     (its policy is the ``job`` role); ``variants``: what to compare (empty: the default set).
     """
     if cfg.policy.name == "flink-sql":
-        raise InputError("compare: compare does not take flink-sql yet (its lost results are not classified into causes); run it with streamjoin run")
+        raise InputError("compare does not take flink-sql yet (its lost results are not classified into causes); run it with streamjoin run")
     if cfg.policy.trigger_files is not None:
         # its rows arrive when their file's batch runs: every other policy would replay other arrivals
         raise InputError("compare: a spark-ss job with --trigger-files is not compared yet "

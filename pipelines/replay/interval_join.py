@@ -93,10 +93,10 @@ def record_facts(ts: np.ndarray, stream: np.ndarray, before: np.ndarray, windows
     return ts < before, np.maximum(ts + W[stream], before + 1)
 
 
-def sub_ms_error(stream: int, row: int, ts: int, count: int) -> InputError:
+def sub_ms_error(stream: int, row: int, ts: int, count: int, policy: str = "flink") -> InputError:
     """The one-line error for event times that are not whole milliseconds (the first in
     replay order, and how many)."""
-    return InputError(f"policy flink: stream {stream} row {row} has ts {ts}us, not a whole millisecond "
+    return InputError(f"policy {policy}: stream {stream} row {row} has ts {ts}us, not a whole millisecond "
                       f"({count} such rows); Flink's record timestamps are milliseconds")
 
 

@@ -253,7 +253,8 @@ def sql_state(replay, windows, policy, keys=None, min_cleanup_us: int = 0) -> Sq
     odd = np.flatnonzero(replay.ts % MS)
     if len(odd):
         a = int(odd[0])
-        raise interval_join.sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd))
+        raise interval_join.sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd),
+                                          "flink-sql")
     low = np.flatnonzero(replay.ts <= 0)
     if len(low):
         a = int(low[0])
