@@ -231,7 +231,11 @@ def emission_order(emit_us: np.ndarray, last: np.ndarray, rows: Sequence[np.ndar
         order = _order_by_last(last, rows)
         if order is not None and _non_decreasing(emit_us, order):
             return order
-    keys = {"emit_us": emit_us, "last": last, **{f"r{k}": r for k, r in enumerate(rows)}}
+    return _arg_sort({"emit_us": emit_us, "last": last, **{f"r{k}": r for k, r in enumerate(rows)}})
+
+
+def _arg_sort(keys: dict[str, np.ndarray]) -> np.ndarray:
+    """Positions in lexicographic order of ``keys`` (first key first)."""
     return pl.DataFrame(keys).select(pl.arg_sort_by(list(keys))).to_series().to_numpy()
 
 
@@ -239,8 +243,7 @@ def _order_by_last(last: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray |
     """The order of ``(last, rows)`` (:func:`emission_order`), ``None`` if two
     streams' key would not fit int64."""
     if len(rows) != 2:
-        keys = {"last": last, **{f"r{k}": r for k, r in enumerate(rows)}}
-        return pl.DataFrame(keys).select(pl.arg_sort_by(list(keys))).to_series().to_numpy()
+        return _arg_sort({"last": last, **{f"r{k}": r for k, r in enumerate(rows)}})
     M = int(rows[0].max()) + int(rows[1].max()) + 1
     if int(last.max()) >= (2**63 - 1) // M - 1:
         return None

@@ -17,6 +17,8 @@ Every writer of results builds its rows here:
   of a replay's truth and emission, with an outer join's null-padded rows;
   :func:`emitted_row_groups` -- the same rows as consecutive slices, built
   one at a time (``streamjoin run`` writes each as a Parquet row group);
+* :func:`frame_at` -- the rows of combinations at given positions, in that
+  order (what the two above put in results order);
 * :func:`member_columns` and :func:`with_emission` -- the same columns,
   unordered, for the bounded-memory engine's chunks, which
   :func:`result_order` puts in results order.
@@ -90,11 +92,11 @@ def results_frame(streams: Sequence[MemberSource], rows: Sequence[np.ndarray], e
     see :func:`~streamjoin.pipelines.replay.emit.emission_order`.
     """
     order = emission_order(emit_us, last, rows, by_last=by_last)
-    return _frame_at(order, streams, rows, emit_us, last, latency_us, row_numbers=row_numbers, dates=dates,
+    return frame_at(order, streams, rows, emit_us, last, latency_us, row_numbers=row_numbers, dates=dates,
                      batch=batch, keep_last=keep_last)
 
 
-def _frame_at(at: np.ndarray, streams: Sequence[MemberSource], rows: Sequence[np.ndarray], emit_us: np.ndarray,
+def frame_at(at: np.ndarray, streams: Sequence[MemberSource], rows: Sequence[np.ndarray], emit_us: np.ndarray,
               last: np.ndarray, latency_us: np.ndarray, *, row_numbers: Sequence[np.ndarray] | None = None,
               dates: Sequence[np.ndarray] | None = None, batch: np.ndarray | None = None,
               keep_last: bool = False) -> pl.DataFrame:
@@ -137,9 +139,9 @@ def emitted_row_groups(combos: Combos, em: Emission, streams: Sequence[MemberSou
     if outer is None:
         step = max(len(order), 1) if rows_per_group is None else rows_per_group
         for c0 in range(0, max(len(order), 1), step):
-            yield _frame_at(order[c0:c0 + step], streams, rows, emit_us, last, latency, batch=batch)
+            yield frame_at(order[c0:c0 + step], streams, rows, emit_us, last, latency, batch=batch)
         return
-    frame = _frame_at(order, streams, rows, emit_us, last, latency, batch=batch, keep_last=True)
+    frame = frame_at(order, streams, rows, emit_us, last, latency, batch=batch, keep_last=True)
     s = streams[outer.stream]
     padded = with_emission(member_columns(s.name, outer.row, s.ts[outer.row], s.arrival[outer.row],
                                           take_rows(s.payload, outer.row)),
