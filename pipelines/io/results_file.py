@@ -27,10 +27,15 @@ import pyarrow.parquet as pq
 
 from .output import RESULTS_COMPRESSION
 
+#: rows per row group at most (Arrow's default; ~100 MB of two streams' columns,
+#: near Spark's 128 MB block): a larger frame is split
+ROW_GROUP_ROWS = 1 << 20
+
 
 def write_row_groups(path: Path, frames: Iterable[pl.DataFrame]) -> int:
     """Write ``frames`` (at least one, all of one schema) to ``path``, one row
-    group each, in order; returns the number of rows written."""
+    group each (split at :data:`ROW_GROUP_ROWS`), in order; returns the number
+    of rows written."""
     it = iter(frames)
     rows = 0
     writer: pq.ParquetWriter | None = None
@@ -45,7 +50,7 @@ def write_row_groups(path: Path, frames: Iterable[pl.DataFrame]) -> int:
                                               use_dictionary=False, write_statistics=True)
                 elif table.schema != writer.schema:
                     table = table.cast(writer.schema)
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
                 rows += table.num_rows
         finally:
             if writer is not None:

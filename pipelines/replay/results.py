@@ -33,15 +33,15 @@ import numpy as np
 import polars as pl
 
 from ..io.chunks import take_rows
+from ..io.results_file import ROW_GROUP_ROWS
 from .candidates import Combos
 from .emit import Emission, emission_order
 
 #: the column a bounded-memory chunk's frame carries for :func:`result_order`
 LAST = "__last"
 
-#: rows per slice of :func:`emitted_row_groups` (one Parquet row group each):
-#: Arrow's default row group, about 100 MB of two streams' columns
-ROWS_PER_GROUP = 1 << 20
+#: rows per slice of :func:`emitted_row_groups` (one Parquet row group each)
+ROWS_PER_GROUP = ROW_GROUP_ROWS
 
 
 class MemberSource(Protocol):
