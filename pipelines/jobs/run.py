@@ -29,10 +29,11 @@ from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
-from ..io.output import RESULTS_COMPRESSION, AtomicOutput, locks_out
+from ..io.output import AtomicOutput, locks_out
+from ..io.results_file import write_row_groups
 from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
-from ..replay.results import emitted_frame
+from ..replay.results import emitted_row_groups
 from ..report import build as report_build
 from ..report import html as report_html
 from ..report import json as report_json
@@ -262,8 +263,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             if cfg.write_results and not executors:
                 # the combinations are on the driver, and so is --out (the staging
                 # directory is renamed into place there); one file, the same bytes
-                # from either engine
-                emitted_frame(outcome.combos, outcome.emission, original).write_parquet(staging / "results.parquet", compression=RESULTS_COMPRESSION)
+                # from either engine, one row group at a time (the next built while
+                # this one is written)
+                write_row_groups(staging / "results.parquet", emitted_row_groups(outcome.combos, outcome.emission, original))
             if cfg.write_results:   # on the executors: a directory of part files, written by the tasks
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s in streams:

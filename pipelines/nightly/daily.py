@@ -97,8 +97,9 @@ def _day_frame(data: DayStreams, outcome: JoinOutcome, mask: np.ndarray, emit_us
     last = em.last[mask]
     emitted_at = emit_us[mask]
     latency = emitted_at - replay.arrival[last] if len(last) else np.empty(0, np.int64)
+    # symmetric and interval-join families: emitted at arrival[last] (_emission_of)
     return results_frame(data.streams, rows, emitted_at, last, latency, row_numbers=data.row_in_day,
-                         dates=data.day_of_row)
+                         dates=data.day_of_row, by_last=outcome.decisions.family in (SYMMETRIC, INTERVAL_JOIN))
 
 
 def compute_days(cfg: RunConfig, data: DayStreams) -> dict[dt.date, DayResult]:

@@ -106,8 +106,10 @@ class Emission:
     ``batch``: the micro-batch that emits each combination (micro-batch
     family only, else ``None``).  ``outer``: an outer join's null-padded rows,
     one :class:`~streamjoin.pipelines.replay.microbatch.OuterRows` per padded
-    stream (``spark-ss --join left|right``, ``flink-sql --join left|right|full``;
-    else ``None``).
+    stream (``spark-ss``, ``flink-sql --join left|right|full``; else ``None``).
+    ``on_arrival``: every combination's ``emit_us`` is ``arrival[last]``
+    (symmetric and interval-join families), which lets the results order sort
+    by ``last`` (:func:`emission_order`).
     """
 
     a: Sequence[np.ndarray]
@@ -117,6 +119,7 @@ class Emission:
     latency_us: np.ndarray
     batch: np.ndarray | None = None
     outer: list[microbatch.OuterRows] | None = None
+    on_arrival: bool = False
 
 
 class EmittedOnArrival(Emission):
@@ -125,6 +128,8 @@ class EmittedOnArrival(Emission):
     ``arrival[last]`` -- gathered on first read.  Only the results table reads
     it; a run without results skips a random gather per combination and a
     combination-sized int64 column."""
+
+    on_arrival = True
 
     def __init__(self, a, last: np.ndarray, emitted: np.ndarray, latency_us: np.ndarray, arrival: np.ndarray,
                  outer: list[microbatch.OuterRows] | None = None):
@@ -216,7 +221,8 @@ def last_arrivals(combos: Combos, replay: Replay, *, with_arrival: bool = True) 
     return LastArrivals(last=last, arrival_us=arrival_us)
 
 
-def emission_order(emit_us: np.ndarray, last: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray:
+def emission_order(emit_us: np.ndarray, last: np.ndarray, rows: Sequence[np.ndarray], *,
+                   by_last: bool = False) -> np.ndarray:
     """Positions of the given combinations in results order: emission time,
     then the arrival index of the last member, then the members' rows.
 
@@ -225,11 +231,56 @@ def emission_order(emit_us: np.ndarray, last: np.ndarray, rows: Sequence[np.ndar
     a backfill day's).  One polars multi-column sort rather than ``np.lexsort``,
     which makes one stable pass per key (7.9M combinations in random order:
     1.6 s against 9.4 s).
+
+    ``by_last``: the caller knows ``emit_us`` is a non-decreasing function of
+    ``last`` (:attr:`Emission.on_arrival`: ``emit_us = arrival[last]``).
+    Then the order is that of ``(last, rows)``, and with two streams of one
+    int64 key ``last * M + r0 + r1`` (``M > r0 + r1``): given ``last`` one
+    member's row is fixed, so ``r0 + r1`` orders the other one, and the key is
+    unique.  The result is checked (``emit_us`` non-decreasing along it) and
+    the general sort used if the promise does not hold, so a wrong hint costs
+    time, never the order (docs/performance.md, issue 21).
     """
     if not len(emit_us):
         return np.empty(0, np.int64)
-    keys = {"emit_us": emit_us, "last": last, **{f"r{k}": r for k, r in enumerate(rows)}}
+    if by_last:
+        order = _order_by_last(last, rows)
+        if order is not None and _non_decreasing(emit_us, order):
+            return order
+    return _arg_sort({"emit_us": emit_us, "last": last, **{f"r{k}": r for k, r in enumerate(rows)}})
+
+
+def _arg_sort(keys: dict[str, np.ndarray]) -> np.ndarray:
+    """Positions in lexicographic order of ``keys`` (first key first)."""
     return pl.DataFrame(keys).select(pl.arg_sort_by(list(keys))).to_series().to_numpy()
+
+
+def _order_by_last(last: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The order of ``(last, rows)`` (:func:`emission_order`), ``None`` if two
+    streams' key would not fit int64."""
+    if len(rows) != 2:
+        return _arg_sort({"last": last, **{f"r{k}": r for k, r in enumerate(rows)}})
+    M = int(rows[0].max()) + int(rows[1].max()) + 1
+    if int(last.max()) >= (2**63 - 1) // M - 1:
+        return None
+    key = last.astype(np.int64)
+    np.multiply(key, M, out=key)
+    key += rows[0]
+    key += rows[1]
+    # polars' sort: multi-threaded, and as fast on combinations in random order
+    # (a Spark router's) as on the local engine's nearly sorted ones
+    return pl.Series(key).arg_sort().to_numpy()
+
+
+def _non_decreasing(values: np.ndarray, order: np.ndarray) -> bool:
+    """Whether ``values[order]`` never decreases (checked a block at a time)."""
+    prev = None
+    for c0 in range(0, len(order), BLOCK):
+        v = values[order[c0:c0 + BLOCK]]
+        if (prev is not None and v[0] < prev) or not (v[1:] >= v[:-1]).all():
+            return False
+        prev = v[-1]
+    return True
 
 
 def _never_decreasing(H: np.ndarray) -> bool:
@@ -310,7 +361,7 @@ def _emission_symmetric(combos: Combos, replay: Replay, W: np.ndarray, decisions
     latency = np.broadcast_to(np.zeros(1, dtype=np.int64), (C,))
     if arrivals.arrival_us is not None:
         return Emission(a=MemberIndexes(combos, replay), last=last, emitted=emitted, emit_us=arrivals.arrival_us,
-                        latency_us=latency)
+                        latency_us=latency, on_arrival=True)
     return EmittedOnArrival(MemberIndexes(combos, replay), last, emitted, latency, replay.arrival)
 
 
@@ -410,4 +461,5 @@ def _emission_columns(combos: Combos, replay: Replay, W: np.ndarray, decisions: 
         latency = np.zeros(len(last), dtype=np.int64)  # emitted the moment the last member arrives
     else:
         latency = emit_us - replay.arrival[last]
-    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
+    return Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency,
+                    on_arrival=decisions.family == SYMMETRIC)

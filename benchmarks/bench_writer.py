@@ -1,0 +1,189 @@
+"""The results writer (issue 21): whole processes with results.parquet, and its parts.
+
+Two modes on the core benchmark data (``bench_core.py`` generates it; 2M + 1M
+tuples, ``--policy static --retention 50ms``: 7.9M emitted pairs):
+
+* default -- rounds of fresh processes, alternating: ``streamjoin run`` with
+  results.parquet on this checkout, the same on another checkout
+  (``--compare PYTHONPATH``, as ``bench_core.py --compare``), and DuckDB
+  writing the exact band join's pairs to Parquet (``bench_peers.py``'s
+  child).  Wall time, CPU time (user + system), the ``write`` stage from
+  report.json, peak RSS; medians over the rounds after one warm-up round.
+* ``--parts`` -- one process: runs the job up to the results, then times the
+  writer's parts on those combinations, alternating within each repetition:
+  the writer before issue 21 (general sort, one frame, polars
+  ``write_parquet``), the row-group writer, the two orders, the gathers, and
+  the Parquet options (statistics, dictionary, row group size).
+
+    python benchmarks/bench_writer.py --rounds 5 --compare <old checkout>
+    python benchmarks/bench_writer.py --parts --rounds 5
+
+On a loaded shared host wall time mostly measures the queue; compare CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import ensure_data  # noqa: E402  (benchmarks/ is not a package)
+
+HERE = Path(__file__).resolve().parent
+POLICY = ["--policy", "static", "--retention", "50ms"]
+W_US = 100_000   # the bench set's window (bench.toml)
+
+
+def _measure(cmd: list[str], env: dict | None, stdout=subprocess.DEVNULL) -> tuple[dict, bytes]:
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE)
+    out = proc.stdout.read() if proc.stdout else b""
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{cmd[:4]} failed: {err.decode()[-2000:]}")
+    return dict(wall=wall, cpu=usage.ru_utime + usage.ru_stime, rss=usage.ru_maxrss / 1024,
+                load=os.getloadavg()[0]), out
+
+
+def run_streamjoin(config: Path, pythonpath: str | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+    with tempfile.TemporaryDirectory() as tmp:
+        r, _ = _measure([sys.executable, "-m", "streamjoin.cli.main", "run", str(config), "--engine", "local",
+                         "--router", "none", *POLICY, "--out", f"{tmp}/out"], env)
+        report = json.loads(Path(tmp, "out", "report.json").read_text())
+        r.update(write=report["timings_s"]["write"], mb=Path(tmp, "out", "results.parquet").stat().st_size / 1e6)
+    return r
+
+
+def run_duckdb() -> dict:
+    r, out = _measure([sys.executable, str(HERE / "bench_peers.py"), "--child", "duckdb-write-pairs",
+                       "--band", str(W_US), "--kmin", "0", "--tmin", "0", "--t0", repr(time.time())], None,
+                      stdout=subprocess.PIPE)
+    child = json.loads(out.decode().strip().splitlines()[-1])
+    r.update(write=float("nan"), mb=child["bytes"] / 1e6)
+    return r
+
+
+def whole(config: Path, rounds: int, compare: str | None) -> None:
+    sides = {"this checkout": lambda: run_streamjoin(config, None)}
+    if compare:
+        sides = {"--compare": lambda: run_streamjoin(config, compare), **sides}
+    sides["DuckDB COPY pairs"] = run_duckdb
+    res: dict[str, list[dict]] = {k: [] for k in sides}
+    for rnd in range(rounds + 1):
+        for name, fn in sides.items():
+            r = fn()
+            print(f"round {rnd}{' (warm-up)' if not rnd else ''} {name}: wall {r['wall']:.2f} cpu {r['cpu']:.2f} "
+                  f"write {r['write']:.2f} rss {r['rss']:.0f} MB, load {r['load']:.1f}", flush=True)
+            if rnd:
+                res[name].append(r)
+    med = statistics.median
+    print(f"\nmedians of {rounds} alternating rounds after a warm-up")
+    print(f"{'':20} {'wall s':>7} {'cpu s':>6} {'write s':>7} {'RSS MB':>7} {'file MB':>7}  walls")
+    for name, rs in res.items():
+        print(f"{name:20} {med(r['wall'] for r in rs):7.2f} {med(r['cpu'] for r in rs):6.2f} "
+              f"{med(r['write'] for r in rs):7.2f} {med(r['rss'] for r in rs):7.0f} {rs[0]['mb']:7.0f}  "
+              + " ".join(f"{r['wall']:.2f}" for r in rs))
+    duck = res["DuckDB COPY pairs"]
+    for name, rs in res.items():
+        if rs is not duck:
+            print(f"{name} / DuckDB: wall {med(a['wall'] / b['wall'] for a, b in zip(rs, duck)):.2f}x, "
+                  f"cpu {med(a['cpu'] / b['cpu'] for a, b in zip(rs, duck)):.2f}x (medians of per-round ratios)")
+
+
+class _Captured(BaseException):
+    """Stops the job once the writer's inputs are captured (not an Exception: the CLI reports those)."""
+
+
+def parts(config: Path, rounds: int) -> None:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from streamjoin.pipelines.io.results_file import write_row_groups
+    from streamjoin.pipelines.jobs import run as run_module
+    from streamjoin.pipelines.replay import results as R
+    from streamjoin.pipelines.replay.emit import emission_order
+
+    got = {}
+
+    def capture(combos, em, streams):
+        got.update(combos=combos, em=em, streams=streams)
+        raise _Captured
+
+    run_module.emitted_row_groups = capture
+    from streamjoin.cli.main import app
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            app(["run", str(config), "--engine", "local", "--router", "none", *POLICY, "--out", f"{tmp}/out"],
+                standalone_mode=False)
+        except _Captured:
+            pass
+    combos, em, streams = got["combos"], got["em"], got["streams"]
+    m = em.emitted
+    rows = [r[m] for r in combos.rows]
+    emit, last, lat = np.asarray(em.emit_us)[m], em.last[m], np.asarray(em.latency_us)[m]
+    order = emission_order(emit, last, rows)
+    frame = R.results_frame(streams, rows, emit, last, lat)
+    table = frame.to_arrow()
+    path = Path(tempfile.mkdtemp()) / "results.parquet"
+    cases = {
+        "writer before issue 21 (whole)": lambda: R.results_frame(streams, rows, emit, last, lat).write_parquet(
+            path, compression="snappy"),
+        "row-group writer (whole)": lambda: write_row_groups(path, R.emitted_row_groups(combos, em, streams)),
+        "order: general 4-column sort": lambda: emission_order(emit, last, rows),
+        "order: by last member": lambda: emission_order(emit, last, rows, by_last=True),
+        "gathers: whole frame": lambda: R.frame_at(order, streams, rows, emit, last, lat),
+        "write: polars snappy": lambda: frame.write_parquet(path, compression="snappy"),
+        "write: polars snappy, statistics=False": lambda: frame.write_parquet(path, compression="snappy",
+                                                                              statistics=False),
+        "write: pyarrow snappy, dictionary": lambda: pq.write_table(table, path, compression="snappy"),
+        "write: pyarrow snappy, no dictionary": lambda: pq.write_table(table, path, compression="snappy",
+                                                                       use_dictionary=False),
+        "write: pyarrow, no dictionary, no statistics": lambda: pq.write_table(
+            table, path, compression="snappy", use_dictionary=False, write_statistics=False),
+        "write: pyarrow, no dictionary, 128Ki-row groups": lambda: pq.write_table(
+            table, path, compression="snappy", use_dictionary=False, row_group_size=1 << 17),
+    }
+    print(f"{len(rows[0]):,} emitted combinations; {rounds} repetitions, parts alternating")
+    res = {k: ([], []) for k in cases}
+    size = {}
+    for _ in range(rounds):
+        for k, fn in cases.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            res[k][0].append(time.perf_counter() - w0)
+            res[k][1].append(time.process_time() - c0)
+            if k.startswith(("write", "writer", "row-group")):
+                size[k] = path.stat().st_size / 1e6
+    med = statistics.median
+    print(f"{'part':48} {'wall s':>7} {'cpu s':>6} {'file MB':>7}  walls")
+    for k, (w, c) in res.items():
+        mb = f"{size[k]:7.0f}" if k in size else " " * 7
+        print(f"{k:48} {med(w):7.2f} {med(c):6.2f} {mb}  " + " ".join(f"{x:.2f}" for x in w))
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 vCPU)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5, help="counted rounds (default 5)")
+    ap.add_argument("--compare", metavar="PYTHONPATH", help="alternate with another checkout's code")
+    ap.add_argument("--parts", action="store_true", help="time the writer's parts in one process")
+    args = ap.parse_args()
+    config = ensure_data(1.0)
+    if args.parts:
+        parts(config, args.rounds)
+    else:
+        whole(config, args.rounds, args.compare)
+
+
+if __name__ == "__main__":
+    main()
