@@ -138,8 +138,19 @@ def what_to_do(report: dict[str, Any]) -> list[str]:
                        + ", ".join(parts) + f" of {knob}.")
         else:
             out.append(f"No --recall target given (recall {fmt_recall(recall)}).")
+    cap, flow = report.get("capacity"), report.get("flow_control")
+    if cap and cap.get("recall_lost_to_capacity"):
+        out.append(f"The capacity model lost {cap['recall_lost_to_capacity']:.4f} of recall (recall "
+                   f"{fmt_recall(cap['recall_without_capacity'])} on an infinite machine); the settings above are "
+                   "for an infinite machine: a larger CPU share (cpu=), cheaper service (tuple=, result=) or longer "
+                   "queues (queue=) recover that part.")
     lat = report.get("latency_us") or {}
-    if lat.get("p95") and name == "spark-ss":
+    if lat.get("p95") and (cap or flow):
+        cause = ("queueing on the finite machine (--capacity)" if cap
+                 else "back-pressure delaying arrivals (--flow-control)")
+        out.append(f"Latency p95 is {format_duration(lat['p95'])}, counted from each tuple's own arrival: "
+                   f"much of it is {cause}; see below.")
+    elif lat.get("p95") and name == "spark-ss":
         out.append(f"Latency p95 is {format_duration(lat['p95'])}: results wait for the end of their micro-batch "
                    f"({_trigger_text(policy)}); a shorter trigger lowers it, the "
                    f"watermark does not change it.")

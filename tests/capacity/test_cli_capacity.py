@@ -73,6 +73,13 @@ def test_run_with_capacity_reports_the_capacity_object(data: Path):
     assert results.height == r["emitted_results"]
     last_arrival = pl.max_horizontal("left_arrival_us", "right_arrival_us")
     assert (results["latency_us"] == results["emit_us"] - results.select(last_arrival).to_series()).all()
+    # the page's advice says what capacity cost and where the latency comes from, not a sorting policy's slack
+    from streamjoin.pipelines.report.html import what_to_do
+
+    advice = what_to_do(r)
+    assert any(f"capacity model lost {c['recall_lost_to_capacity']:.4f} of recall" in x for x in advice), advice
+    assert any("queueing on the finite machine" in x for x in advice), advice
+    assert not any("sorting policy" in x for x in advice), advice
     assert results["latency_us"].min() >= 4000   # every result waited for at least one service time
     html = (data / "cap" / "report.html").read_text()
     assert "Queueing delay" in html and "Queue occupancy" in html
