@@ -144,10 +144,13 @@ HUMAN_STEPS_US = (
 MAX_DEFAULT_PERIODS = 1_000
 
 
-def default_period(span_us: int, max_periods: int = MAX_DEFAULT_PERIODS) -> int:
+def default_period(span_us: int, max_periods: int = MAX_DEFAULT_PERIODS,
+                   steps: tuple[int, ...] = HUMAN_STEPS_US) -> int:
     """The default recall period for a replay spanning ``span_us``: the smallest
-    of 1s, 10s, 1min, 10min, 1h, 1d, 1w giving at most ``max_periods`` periods
-    (a span over ~19 years gets 1w and more periods: the ladder stops there).
+    of ``steps`` (1s, 10s, 1min, 10min, 1h, 1d, 1w) giving at most ``max_periods``
+    periods (a span over ~19 years gets 1w and more periods: the ladder stops
+    there).  Any automatic time step over a span is this choice with its own
+    ladder and bound (flow control's interval: config/flow_control.py).
 
     >>> default_period(5 * 60_000_000)          # 5 minutes -> 1s (300 periods)
     1000000
@@ -155,10 +158,10 @@ def default_period(span_us: int, max_periods: int = MAX_DEFAULT_PERIODS) -> int:
     86400000000
     """
     span = max(int(span_us), 0)
-    for step in HUMAN_STEPS_US:
+    for step in steps:
         if span // step + 1 <= max_periods:
             return step
-    return HUMAN_STEPS_US[-1]
+    return steps[-1]
 
 
 #: the 1-2-5 ladder an automatic grid step (tune-buffer's --granularity) is taken from:

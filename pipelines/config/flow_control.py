@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..base.errors import InputError
-from ..base.timeunits import HUMAN_STEPS_US, parse_duration
+from ..base.timeunits import HUMAN_STEPS_US, default_period, parse_duration
 
 POLICIES = ("max-flow", "min-flow")
 KEYS = ("buffer", "target", "rate", "interval", "policy", "lambda", "mu", "surge", "bucket")
@@ -76,10 +76,7 @@ def default_interval(span_us: int) -> int:
     >>> default_interval(365 * 86_400_000_000)     # a year -> 10min (52,560 intervals)
     600000000
     """
-    for step in INTERVAL_STEPS_US:
-        if max(int(span_us), 0) // step + 1 <= MAX_DEFAULT_INTERVALS:
-            return step
-    return INTERVAL_STEPS_US[-1]
+    return default_period(span_us, MAX_DEFAULT_INTERVALS, steps=INTERVAL_STEPS_US)
 
 
 def _number(key: str, value: str, text: str, *, integer: bool = False) -> float:
