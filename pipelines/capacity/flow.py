@@ -92,28 +92,22 @@ def default_shares(sizes: Sequence[int]) -> np.ndarray:
     return np.full(n, 1.0 / n) if total == 0 else np.asarray(sizes, dtype=np.float64) / total
 
 
-def span_of(arrivals: Sequence[np.ndarray]) -> int:
-    """Last arrival minus first, over every stream (0 without tuples): what a default Δt is chosen from."""
-    present = [np.asarray(a) for a in arrivals if len(a)]
-    return int(max(a.max() for a in present) - min(a.min() for a in present)) if present else 0
-
-
 def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequence[float] | None = None) -> FlowOutcome:
     """Run the flow-control model over per-stream arrivals (int64 µs, row order)."""
     n = len(arrivals)
     sizes = [len(a) for a in arrivals]
     N = sum(sizes)
-    fc = fc.for_span(span_of(arrivals))
-    D = int(fc.interval_us)
     c = default_shares(sizes) if shares is None else np.asarray(shares, dtype=np.float64)
     if N == 0:
         empty = np.zeros((0, n))
-        return FlowOutcome([np.asarray(a, dtype=np.int64).copy() for a in arrivals], 0, D, np.zeros((1, n)),
-                           empty, empty, empty.astype(np.int64), c)
+        return FlowOutcome([np.asarray(a, dtype=np.int64).copy() for a in arrivals], 0,
+                           int(fc.for_span(0).interval_us), np.zeros((1, n)), empty, empty, empty.astype(np.int64), c)
     order = [np.argsort(a, kind="stable") for a in arrivals]       # each unit's FIFO: (arrival, row)
     fifo = [np.asarray(a, dtype=np.int64)[o] for a, o in zip(arrivals, order)]
     t0 = min(int(f[0]) for f in fifo if len(f))
     last = max(int(f[-1]) for f in fifo if len(f))
+    fc = fc.for_span(last - t0)           # the given Δt, or the default for the arrivals' span
+    D = int(fc.interval_us)
     span = (last - t0) // D + 1           # intervals in which tuples arrive
     if span > MAX_INTERVALS:
         raise InputError(f"--flow-control interval={D}us: the arrivals span {span:,} control intervals, more than "
