@@ -206,6 +206,12 @@ def _check_killed(t: Trial, summary: dict | None, stderr: str, unchanged: bool) 
     if t.code == -signal.SIGINT:  # before streamjoin's handler is installed: Python's own traceback
         assert t.sig == signal.SIGINT and t.step is None and summary is None and unchanged, str(t)
         return
+    if t.code == 1 and "Fatal Python error: init_import_site" in stderr:
+        # SIGINT while the interpreter still runs site.py (the venv's .pth files): CPython
+        # itself reports the KeyboardInterrupt as a fatal start-up error and exits 1,
+        # before any streamjoin code exists to catch it; nothing may have changed
+        assert t.sig == signal.SIGINT and t.step is None and summary is None and unchanged, str(t)
+        return
     assert t.code == -t.sig and t.sig in (signal.SIGKILL, signal.SIGTERM), f"{t}; stderr: {stderr[-800:]}"
     assert t.sig == signal.SIGKILL or (summary is None and t.step is None), f"{t}; stderr: {stderr[-800:]}"
     assert "Traceback" not in stderr, f"{t}: {stderr}"
