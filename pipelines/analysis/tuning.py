@@ -257,28 +257,40 @@ def period_index(replay: Replay, last: np.ndarray, period_us: int) -> np.ndarray
     return (replay.arrival[last] - replay.arrival[0]) // period_us
 
 
+def period_groups(pidx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The values sorted by (period, value), and per period with values (in period order):
+    its first position in that order, its size and its id.  One sort: O(C log C), never
+    O(span / P)."""
+    order = np.lexsort((values, pidx))
+    pv, pp = values[order], pidx[order]
+    heads = np.flatnonzero(np.concatenate([[True], pp[1:] != pp[:-1]])) if len(pp) else np.empty(0, np.int64)
+    sizes = np.diff(np.append(heads, len(pv)))
+    return pv, heads, sizes, pp[heads]
+
+
+def group_needs(pv: np.ndarray, heads: np.ndarray, sizes: np.ndarray, q: float) -> np.ndarray:
+    """Per group of :func:`period_groups`: the exact least setting meeting ``q`` in it
+    (its ``m``-th smallest value, :func:`needed_count`; one count per distinct size)."""
+    need = {int(t): needed_count(int(t), q) for t in np.unique(sizes)}
+    m = np.array([need[int(t)] for t in sizes.tolist()], dtype=np.int64)
+    return np.where(m > 0, pv[heads + np.maximum(m - 1, 0)], 0) if len(pv) else np.empty(0, np.int64)
+
+
 def per_period_settings(replay: Replay, last: np.ndarray, values: np.ndarray, period_us: int, q: float, g: int,
                         recommended_us: int) -> list[dict[str, Any]]:
     """Per period with truth (the others need nothing and are not listed): the exact least
     setting meeting ``q`` in that period, on the grid, and the period's recall at the overall
     recommendation.  One sort by (period, required slack): O(C log C), never O(span / P)."""
-    C = len(values)
-    if C == 0:
+    if len(values) == 0:
         return []
-    pidx = period_index(replay, last, period_us)
-    order = np.lexsort((values, pidx))
-    pv, pp = values[order], pidx[order]
-    heads = np.flatnonzero(np.concatenate([[True], pp[1:] != pp[:-1]]))
-    sizes = np.diff(np.append(heads, C))
-    need = {int(t): needed_count(int(t), q) for t in np.unique(sizes)}
-    m = np.array([need[int(t)] for t in sizes], dtype=np.int64)
-    exact = np.where(m > 0, pv[heads + np.maximum(m - 1, 0)], 0)
+    pv, heads, sizes, ids = period_groups(period_index(replay, last, period_us), values)
+    exact = group_needs(pv, heads, sizes, q)
     met = np.add.reduceat((pv <= recommended_us).astype(np.int64), heads)
     start0 = int(replay.arrival[0])
     return [
         {"start_us": start0 + p * period_us, "end_us": start0 + (p + 1) * period_us, "truth": t, "exact_us": ex,
          "setting_us": -(-ex // g) * g, "recall_at_recommendation": k / t}
-        for p, t, ex, k in zip(pp[heads].tolist(), sizes.tolist(), exact.tolist(), met.tolist())
+        for p, t, ex, k in zip(ids.tolist(), sizes.tolist(), exact.tolist(), met.tolist())
     ]
 
 

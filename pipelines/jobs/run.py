@@ -257,6 +257,18 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                                                       period_us=cfg.period_us, target=cfg.recall_target)
                 report["capacity"].update(report_build.capacity_series(cap.occupancy, outcome.replay.arrival,
                                                                        queueing_delay_us(cap)))
+            # qjoin / qkslack against the best fixed setting chosen in hindsight (issue 15 item 4)
+            why_not = ("the results stayed on the executors (spark.streamjoin.results): the per-period required "
+                       "settings are not gathered on the driver; `tune-buffer --per-period` computes them"
+                       if executors else
+                       "--capacity: the run's memory and latency are those of a finite machine, a fixed "
+                       "setting's replay those of an infinite one" if capacity is not None else None)
+            t0 = time.perf_counter()
+            hs = report_build.hindsight_of(cfg, outcome, report, why_not=why_not,
+                                           latency_mean=at_join["mean"] if at_join is not None else None)
+            if hs is not None:   # timed apart too (timings_s.hindsight, part of metrics)
+                report["hindsight"] = hs
+                stages.timings["hindsight"] = time.perf_counter() - t0
         staging = early if early is not None else publish.enter_context(AtomicOutput(cfg.out))
         outputs: dict[str, str] = {}
         with stages("write"):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import metrics
+from ..analysis.hindsight import MEASURE, hindsight, not_computed
 from ..analysis.summary import CountedCurve
 from ..analysis.tuning import curve_only, curve_summary
 from ..analysis.watermark_tuning import watermark_curve_only
@@ -193,6 +194,28 @@ def extras(cfg, outcome) -> dict[str, Any]:
         tuning["sample_every"] = every  # 1 = exact
         out["tuning"] = tuning
     return out
+
+
+def hindsight_of(cfg, outcome, report: dict[str, Any], *, latency_mean: float | None = None,
+                 why_not: str | None = None) -> dict[str, Any] | None:
+    """``report.json``'s ``hindsight`` (:mod:`~streamjoin.pipelines.analysis.hindsight`) of a
+    ``qjoin`` / ``qkslack`` run with a recall target; None for every other run.  The run's own
+    numbers come from ``report`` (``latency_mean``: the latency at the join, when flow control
+    moved the report's to end-to-end); ``why_not``: the reason it is not computed."""
+    q = cfg.recall_target
+    if cfg.policy.name not in MEASURE or q is None:
+        return None
+    if why_not is not None:
+        return not_computed(cfg.policy.name, q, why_not)
+    periods = report["periods"]
+    adaptive = {"recall": report["recall"],
+                "periods_meeting_target": sum(1 for p in periods if p["recall"] >= q),
+                "periods_with_results": len(periods),
+                "memory_tuples_mean": report["memory_tuples"]["mean"],
+                "latency_us_mean": report["latency_us"]["mean"] if latency_mean is None else latency_mean}
+    em = outcome.emission
+    return hindsight(outcome.replay, outcome.combos, cfg.windows, (em.a, em.last), policy=cfg.policy.name, q=q,
+                     period_us=cfg.period_us, adaptive=adaptive)
 
 
 def latency_histogram_of_counts(values: np.ndarray, counts: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:

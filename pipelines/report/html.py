@@ -319,6 +319,8 @@ def render_report(report: dict[str, Any]) -> str:
                  "last member arrived (latency 0: the symmetric join emits on arrival).</p>"]
     elif hist is not None:
         body += ["<h2>Latency</h2>", _img(plots.latency_distribution(hist, lat), "latency distribution")]
+    if report.get("hindsight"):
+        body += hindsight_section(report["hindsight"])
     if report.get("capacity"):
         body += _capacity_section(report["capacity"], report.get("time_origin"))
     tuning = report.get("tuning")
@@ -388,6 +390,39 @@ def flow_section(report: dict[str, Any]) -> list[str]:
             f"<div class=\"sub\">Each point covers about {n:,.0f} control intervals: the line is the mean "
             "occupancy, the shaded area the peak; the lower panel is the rate r_max each unit admits "
             "(seed 001 equation 8).</div>"]
+def hindsight_section(h: dict[str, Any]) -> list[str]:
+    """qjoin / qkslack against the best fixed setting chosen in hindsight (issue 15 item 4):
+    the verdict, then the run, the fixed setting and fixed+ side by side."""
+    head = ["<h2>Against the best fixed setting (hindsight)</h2>", f"<div class=\"todo\"><p>{_e(h['text'])}</p></div>"]
+    if not h.get("computed"):
+        return head
+    name = setting_label(h["fixed_policy"])
+    n = h["periods_with_results"]
+    mine = "memory" if h["measure"] == "memory_tuples_mean" else "latency"
+
+    def row(label: str, e: dict[str, Any], setting: str, ratio: float | None) -> list[str]:
+        return [label, setting, fmt_recall(e["recall"]), f"{e['periods_meeting_target']:,} of {n:,}",
+                f"{e['memory_tuples_mean']:,.1f}", format_duration(e["latency_us_mean"]),
+                "-" if ratio is None else f"{ratio:.2f}"]
+
+    f, fp, st = h["fixed"], h["fixed_plus"], h["stationarity"]
+    rows = [row(h["policy"], h["adaptive"], "adaptive", None),
+            row(f"{h['fixed_policy']} (fixed)", f, format_duration(f["setting_us"]), h["ratio"]),
+            row(f"{h['fixed_policy']} (fixed+)", fp, format_duration(fp["setting_us"]), h["ratio_plus"])]
+    need = h["per_period_need_us"]
+    return head + [
+        _table(["", name, "recall", f"periods with recall >= {h['recall_target']:g}", "memory mean (tuples)",
+                "latency mean", f"{h['policy']} {mine} / this"], rows),
+        f"<div class=\"sub\">fixed: the least {_e(name)} meeting the target in at least "
+        f"{h['period_share']:.0%} of the periods with results; fixed+: the least meeting it overall as well "
+        f"(overall need {_e(format_duration(h['overall_need_us']))}). Exact, from every result's required "
+        f"{_e(name)} (SPEC §7, as tune-buffer --per-period), and replayed. Per-period need: median "
+        f"{_e(format_duration(need['p50']))}, max {_e(format_duration(need['max']))}; headroom "
+        f"{st['headroom']:.2f} (1 - median need / fixed), {st['headroom_by_chance']:.2f} with the results "
+        f"shuffled across periods: the need {'changed' if st['changed'] else 'did not change'} beyond chance "
+        f"(docs/semantics.md).</div>"]
+
+
 def _capacity_section(cap: dict[str, Any], time_origin: str | None) -> list[str]:
     """The capacity model (issue 20): what it shed and lost, queueing delay, queue occupancy."""
     from . import plots   # lazily, as render_report does

@@ -73,6 +73,8 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
         lines.append(f"flow_control: {flow_line(report['flow_control'])}")
     if report.get("capacity"):
         lines.append(f"capacity: {_capacity_line(report['capacity'])}")
+    if report.get("hindsight"):
+        lines.append(f"hindsight: {report['hindsight']['text']}")
     for s in report["streams"]:
         d = s["delay_us"]
         lines.append(
@@ -220,6 +222,8 @@ def render_rich(report: dict[str, Any], console, fail_under_target: bool = False
         head.append(["flow control (seed 001)", flow_line(report["flow_control"])])
     if report.get("capacity"):
         head.append(["capacity (--capacity)", _capacity_line(report["capacity"])])
+    if report.get("hindsight"):
+        head.append(["vs best fixed setting (hindsight)", report["hindsight"]["text"]])
     total = report["timings_s"].get("total")
     if total is not None:
         head.append(["time", f"{total:.2f}s ({report.get('input_tuples_per_s') or 0:,.0f} tuples/s)"])
