@@ -418,7 +418,7 @@ def hindsight_section(h: dict[str, Any]) -> list[str]:
         f"(overall need {_e(format_duration(h['overall_need_us']))}). Exact, from every result's required "
         f"{_e(name)} (SPEC §7, as tune-buffer --per-period), and replayed. Per-period need: median "
         f"{_e(format_duration(need['p50']))}, max {_e(format_duration(need['max']))}; headroom "
-        f"{st['headroom']:.2f} (1 - median need / fixed), {st['headroom_by_chance']:.2f} with the results "
+        f"{st['headroom']:.2f} (mean over periods of 1 - need / fixed), {st['headroom_by_chance']:.2f} with the results "
         f"shuffled across periods: the need {'changed' if st['changed'] else 'did not change'} beyond chance "
         f"(docs/semantics.md).</div>"]
 
