@@ -52,23 +52,10 @@ from streamjoin.pipelines.policies import PolicySpec, RecallTarget  # noqa: E402
 from streamjoin.pipelines.io.load import bad_arrivals_of  # noqa: E402
 from streamjoin.pipelines.base.timeunits import default_period, format_duration  # noqa: E402
 from streamjoin.pipelines.analysis.tuning import exact_quantile, member_indexes, required_kslack, required_static_common  # noqa: E402
+# the fixed setting under the per-period criterion: the product's own (report.json "hindsight")
+from streamjoin.pipelines.analysis.hindsight import PERIOD_SHARE, hindsight_fixed  # noqa: E402
 
 TARGETS = (0.8, 0.9, 0.95, 0.99)
-#: share of periods (with results) that must meet Q -- for the adaptive policies and the fixed baseline
-PERIOD_SHARE = 0.95
-
-
-def hindsight_fixed(required: np.ndarray, period: np.ndarray, q: float) -> int:
-    """Least fixed setting meeting ``q`` in at least ``PERIOD_SHARE`` of the periods with results."""
-    if not len(required):
-        return 0
-    order = np.argsort(period, kind="stable")
-    p_sorted, r_sorted = period[order], required[order]
-    cut = np.flatnonzero(np.diff(p_sorted)) + 1
-    per = [exact_quantile(chunk, q) for chunk in np.split(r_sorted, cut)]
-    per.sort()
-    k = int(np.ceil(PERIOD_SHARE * len(per) - 1e-9))
-    return int(per[max(k, 1) - 1])
 
 
 def measure(out, period_us: int, q: float) -> dict:

@@ -32,7 +32,8 @@ the delay distribution does not change (moving single results would break
 their clustering -- one late tuple completes several -- and understate it).  ``adaptable = headroom - headroom_by_chance``;
 the need **changed** over the run iff ``adaptable >= CHANGE_THRESHOLD``.
 
-Cost: ``1 + PERMUTATIONS`` sorts of the combinations (the actual and the shuffled periods),
+Cost: one sort of the required slacks, then per grouping (the actual periods and
+:data:`PERMUTATIONS` shuffles) a stable sort of small period numbers;
 one or two replays of a fixed setting; nothing per period in Python but one
 ``needed_count`` per distinct period size.
 """
@@ -64,11 +65,12 @@ MEASURE = {"qjoin": "memory_tuples_mean", "qkslack": "latency_us_mean"}
 SETTING_NAME = {"static": "retention", "kslack": "K"}
 
 
-def period_needs(values: np.ndarray, pidx: np.ndarray, q: float) -> np.ndarray:
-    """Per period with results: the exact least setting meeting ``q`` in it (period order)."""
+def period_needs(values: np.ndarray, pidx: np.ndarray, q: float, by_value: np.ndarray | None = None) -> np.ndarray:
+    """Per period with results: the exact least setting meeting ``q`` in it (period order;
+    ``by_value``: as :func:`~.tuning.period_groups`)."""
     if not len(values):
         return np.empty(0, np.int64)
-    pv, heads, sizes, _ = period_groups(pidx, values)
+    pv, heads, sizes, _ = period_groups(pidx, values, by_value)
     return group_needs(pv, heads, sizes, q)
 
 
@@ -84,11 +86,12 @@ def hindsight_fixed(required: np.ndarray, period: np.ndarray, q: float, share: f
     return fixed_for_share(period_needs(np.asarray(required, np.int64), np.asarray(period, np.int64), q), share)
 
 
-def periods_meeting(values: np.ndarray, pidx: np.ndarray, setting: int, q: float) -> int:
-    """Periods with results whose recall at ``setting`` is ``>= q`` (from the required slacks)."""
-    if not len(values):
+def periods_meeting(groups: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], setting: int, q: float) -> int:
+    """Periods with results whose recall at ``setting`` is ``>= q``, from the required slacks
+    grouped by period (:func:`~.tuning.period_groups`)."""
+    pv, heads, sizes, _ = groups
+    if not len(pv):
         return 0
-    pv, heads, sizes, _ = period_groups(pidx, values)
     met = np.add.reduceat((pv <= setting).astype(np.int64), heads)
     return int(np.count_nonzero(met / sizes >= q))
 
@@ -100,29 +103,40 @@ def headroom(needs: np.ndarray, fixed: int) -> float:
     return float(np.maximum(0.0, 1.0 - needs / fixed).mean())
 
 
-def block_shuffles(arrival_last: np.ndarray, first: int, period_us: int, count: int = PERMUTATIONS) -> list[np.ndarray]:
+def block_shuffles(arrival: np.ndarray, last: np.ndarray, period_us: int, count: int = PERMUTATIONS
+                   ) -> list[np.ndarray]:
     """``count`` periods per combination with the results moved across the run in blocks:
     a block holds the results whose last member arrived in the same ``1 / BLOCKS`` of a
-    period; the occupied blocks trade places (a permutation, seeds ``0 .. count - 1``), so
-    every period with results keeps having results and dependence shorter than a block stays."""
+    period (``arrival``: the replay's sorted arrivals; ``last``: each combination's last
+    member's index); the blocks holding results trade places (a permutation, seeds
+    ``0 .. count - 1``), so the periods with results stay those, and dependence shorter than
+    a block stays.  O(N + C) per shuffle: no sort, nothing sized by the span."""
+    first = int(arrival[0])
     block = max(1, period_us // BLOCKS)
-    sub = (np.asarray(arrival_last, np.int64) - first) // block
-    occupied, inverse = np.unique(sub, return_inverse=True)
+    sub = (np.asarray(arrival, np.int64) - first) // block           # sorted, per arrival index
+    change = np.concatenate([[False], sub[1:] != sub[:-1]])
+    dense = np.cumsum(change)                                         # block number per arrival index
+    starts = np.flatnonzero(np.concatenate([[True], change[1:]]))
+    of_combo = dense[last]
+    used = np.zeros(len(starts), dtype=bool)
+    used[of_combo] = True
+    rank = (np.cumsum(used) - 1)[of_combo]                             # among the blocks with results
+    block_ids = sub[starts[used]]
     per_period = period_us // block if period_us % block == 0 else None
     out = []
     for seed in range(count):
-        moved = occupied[np.random.default_rng(seed).permutation(len(occupied))][inverse]
+        moved = block_ids[np.random.default_rng(seed).permutation(len(block_ids))][rank]
         out.append(moved // per_period if per_period else (moved * block) // period_us)
     return out
 
 
-def stationarity(values: np.ndarray, pidx: np.ndarray, q: float, needs: np.ndarray, fixed: int,
-                 shuffled: list[np.ndarray]) -> dict[str, Any]:
+def stationarity(values: np.ndarray, q: float, needs: np.ndarray, fixed: int, shuffled: list[np.ndarray],
+                 by_value: np.ndarray | None = None) -> dict[str, Any]:
     """The stationarity statistic of the module docstring (``shuffled``: :func:`block_shuffles`)."""
     h = headroom(needs, fixed)
     h0 = 0.0
     for p in shuffled:
-        needs0 = period_needs(values, p, q)
+        needs0 = period_needs(values, p, q, by_value)
         h0 += headroom(needs0, fixed_for_share(needs0)) / len(shuffled)
     adaptable = h - h0
     return {"headroom": h, "headroom_by_chance": h0, "adaptable": adaptable, "threshold": CHANGE_THRESHOLD,
@@ -149,18 +163,21 @@ def hindsight(replay: Replay, combos: Combos, windows: Sequence[int], members: t
     """
     fixed_policy = FIXED_POLICY_OF[policy]
     values = (required_static_common(replay, combos, windows, members) if fixed_policy == "static"
-              else required_kslack(replay, combos))
+              else required_kslack(replay, combos, members))
     pidx = period_index(replay, members[1], period_us)
-    needs = period_needs(values, pidx, q)
+    by_value = np.argsort(values, kind="stable")   # one sort of the values serves every grouping
+    groups = period_groups(pidx, values, by_value)
+    needs = group_needs(*groups[:3], q) if len(values) else np.empty(0, np.int64)
     setting = fixed_for_share(needs)
-    overall = exact_quantile(values, q) if len(values) else 0
+    m = needed_count(len(values), q)
+    overall = int(values[by_value[m - 1]]) if m else 0   # exact_quantile, from the sort at hand
     plus = max(setting, overall)
     C = len(combos)
 
     def replayed(s: int) -> dict[str, Any]:
         emitted = int(np.count_nonzero(values <= s))
         ev = evaluate(replay, combos, windows, policy_for(fixed_policy, replay.n, s), row_bytes, emitted=emitted)
-        met = periods_meeting(values, pidx, s, q)
+        met = periods_meeting(groups, s, q)
         return {"setting_us": int(s), "recall": ev["recall"], "periods_meeting_target": met,
                 "periods_share": met / len(needs) if len(needs) else 1.0,
                 "memory_tuples_mean": ev["memory_tuples"]["mean"], "latency_us_mean": ev["latency_us"]["mean"]}
@@ -186,9 +203,8 @@ def hindsight(replay: Replay, combos: Combos, windows: Sequence[int], members: t
         "adaptive": dict(adaptive),
         "ratio": _ratio(adaptive.get(measure), fixed[measure]),
         "ratio_plus": _ratio(adaptive.get(measure), fixed_plus[measure]),
-        "stationarity": stationarity(values, pidx, q, needs, setting,
-                                     block_shuffles(replay.arrival[members[1]], int(replay.arrival[0]), period_us))
-        if len(values) else
+        "stationarity": stationarity(values, q, needs, setting, block_shuffles(replay.arrival, members[1], period_us),
+                                     by_value) if len(values) else
         {"headroom": 0.0, "headroom_by_chance": 0.0, "adaptable": 0.0, "threshold": CHANGE_THRESHOLD, "changed": False},
     }
     out.update(verdict(out))

@@ -165,12 +165,14 @@ def required_k_per_tuple(replay: Replay) -> np.ndarray:
     return np.where(before == NEG_INF, 0, np.maximum(before - replay.ts, 0))
 
 
-def required_kslack(replay: Replay, combos: Combos) -> np.ndarray:
-    """Required common ``K`` per combination: the largest ``k(x)`` of its members."""
+def required_kslack(replay: Replay, combos: Combos,
+                    members: tuple[list[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Required common ``K`` per combination: the largest ``k(x)`` of its members
+    (``members``: ``(a, last)`` already known, as :func:`required_static_common`)."""
     if not len(combos):
         return np.empty(0, np.int64)
     per_tuple = required_k_per_tuple(replay)
-    a, _ = member_indexes(replay, combos)
+    a, _ = members if members is not None else member_indexes(replay, combos)
     return np.maximum.reduce([per_tuple[ak] for ak in a])
 
 
@@ -257,11 +259,22 @@ def period_index(replay: Replay, last: np.ndarray, period_us: int) -> np.ndarray
     return (replay.arrival[last] - replay.arrival[0]) // period_us
 
 
-def period_groups(pidx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def period_groups(pidx: np.ndarray, values: np.ndarray, by_value: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The values sorted by (period, value), and per period with values (in period order):
-    its first position in that order, its size and its id.  One sort: O(C log C), never
-    O(span / P)."""
-    order = np.lexsort((values, pidx))
+    its first position in that order, its size and its id.  O(C log C), never O(span / P).
+
+    ``by_value``: ``np.argsort(values, kind="stable")`` when already known (several
+    groupings of the same values sort them once); the periods are then ordered by a
+    stable sort of small integers (a radix sort below 65,536 periods), faster than
+    ``np.lexsort``."""
+    if by_value is None:
+        by_value = np.argsort(values, kind="stable")
+    p = pidx[by_value]
+    low = int(p.min()) if len(p) else 0
+    span = int(p.max()) - low if len(p) else 0
+    small = (p - low).astype(np.uint16 if span < 2 ** 16 else np.uint32 if span < 2 ** 32 else np.int64)
+    order = by_value[np.argsort(small, kind="stable")]
     pv, pp = values[order], pidx[order]
     heads = np.flatnonzero(np.concatenate([[True], pp[1:] != pp[:-1]])) if len(pp) else np.empty(0, np.int64)
     sizes = np.diff(np.append(heads, len(pv)))
