@@ -9,7 +9,7 @@ same per-period criterion on the same data.  It is exact, from every
 combination's required slack (SPEC §7, :mod:`.tuning`, what ``tune-buffer
 --per-period`` computes): a period meets ``Q`` at setting ``s`` iff ``s`` is at
 least the period's need (the exact least setting meeting ``Q`` in it,
-:func:`~.tuning.group_needs`), so the fixed setting is the ``m``-th smallest
+:func:`~.quantiles.group_needs`), so the fixed setting is the ``m``-th smallest
 need with ``m`` the least count of periods whose share is ``>= PERIOD_SHARE``.
 **fixed+** is the least fixed setting meeting the whole promise, ``Q``
 overall as well: the larger of that and the exact overall quantile.
@@ -49,8 +49,9 @@ from ..base.timeunits import format_duration
 from ..replay.candidates import Combos
 from ..replay.progress import Replay
 from .metrics import fmt_recall
-from .tuning import (FIXED_POLICY_OF, evaluate, exact_quantile, group_needs, needed_count, period_groups,
-                     period_index, policy_for, required_kslack, required_static_common)
+from ..base.sorting import stable_order
+from .quantiles import exact_quantile, group_needs, needed_count, period_groups
+from .tuning import FIXED_POLICY_OF, evaluate, period_index, policy_for, required_kslack, required_static_common
 
 #: share of the periods with results in which the adaptive policies promise ``Q`` (issue 15 item 3)
 PERIOD_SHARE = 0.95
@@ -67,7 +68,7 @@ SETTING_NAME = {"static": "retention", "kslack": "K"}
 
 def period_needs(values: np.ndarray, pidx: np.ndarray, q: float, by_value: np.ndarray | None = None) -> np.ndarray:
     """Per period with results: the exact least setting meeting ``q`` in it (period order;
-    ``by_value``: as :func:`~.tuning.period_groups`)."""
+    ``by_value``: as :func:`~.quantiles.period_groups`)."""
     if not len(values):
         return np.empty(0, np.int64)
     pv, heads, sizes, _ = period_groups(pidx, values, by_value)
@@ -88,7 +89,7 @@ def hindsight_fixed(required: np.ndarray, period: np.ndarray, q: float, share: f
 
 def periods_meeting(groups: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], setting: int, q: float) -> int:
     """Periods with results whose recall at ``setting`` is ``>= q``, from the required slacks
-    grouped by period (:func:`~.tuning.period_groups`)."""
+    grouped by period (:func:`~.quantiles.period_groups`)."""
     pv, heads, sizes, _ = groups
     if not len(pv):
         return 0
@@ -165,7 +166,7 @@ def hindsight(replay: Replay, combos: Combos, windows: Sequence[int], members: t
     values = (required_static_common(replay, combos, windows, members) if fixed_policy == "static"
               else required_kslack(replay, combos, members))
     pidx = period_index(replay, members[1], period_us)
-    by_value = np.argsort(values, kind="stable")   # one sort of the values serves every grouping
+    by_value = stable_order(values)[0]   # one sort of the values serves every grouping
     groups = period_groups(pidx, values, by_value)
     needs = group_needs(*groups[:3], q) if len(values) else np.empty(0, np.int64)
     setting = fixed_for_share(needs)

@@ -88,6 +88,7 @@ import numpy as np
 from ..replay.candidates import Combos
 from ..replay.emit import emission
 from .metrics import fmt_recall, latency_summary, memory_summary
+from .quantiles import exact_quantile, group_needs, needed_count, period_groups  # noqa: F401 (tuning's API)
 from ..policies import SYMMETRIC, PolicySpec
 from ..replay.progress import Replay, decide, memory_per_stream
 from ..base.timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration, format_durations
@@ -176,26 +177,6 @@ def required_kslack(replay: Replay, combos: Combos,
     return np.maximum.reduce([per_tuple[ak] for ak in a])
 
 
-def needed_count(total: int, q: float) -> int:
-    """Least ``m`` with ``m / total >= q`` in float arithmetic (0 when ``total`` is 0)."""
-    if total == 0:
-        return 0
-    m = min(total, max(0, math.ceil(q * total)))
-    while m < total and m / total < q:
-        m += 1
-    while m > 0 and (m - 1) / total >= q:
-        m -= 1
-    return m
-
-
-def exact_quantile(values: np.ndarray, q: float) -> int:
-    """The smallest setting ``s`` (us) with ``#{v <= s} / len >= q``."""
-    m = needed_count(len(values), q)
-    if m == 0:
-        return 0
-    return int(np.partition(values, m - 1)[m - 1])
-
-
 def grid_index(values: np.ndarray, g: int) -> np.ndarray:
     """``ceil(v / g)``: the first grid step at which a value is met."""
     return -(-np.asarray(values, dtype=np.int64) // g)
@@ -257,36 +238,6 @@ def period_index(replay: Replay, last: np.ndarray, period_us: int) -> np.ndarray
     if replay.N == 0:
         return np.empty(0, np.int64)
     return (replay.arrival[last] - replay.arrival[0]) // period_us
-
-
-def period_groups(pidx: np.ndarray, values: np.ndarray, by_value: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The values sorted by (period, value), and per period with values (in period order):
-    its first position in that order, its size and its id.  O(C log C), never O(span / P).
-
-    ``by_value``: ``np.argsort(values, kind="stable")`` when already known (several
-    groupings of the same values sort them once); the periods are then ordered by a
-    stable sort of small integers (a radix sort below 65,536 periods), faster than
-    ``np.lexsort``."""
-    if by_value is None:
-        by_value = np.argsort(values, kind="stable")
-    p = pidx[by_value]
-    low = int(p.min()) if len(p) else 0
-    span = int(p.max()) - low if len(p) else 0
-    small = (p - low).astype(np.uint16 if span < 2 ** 16 else np.uint32 if span < 2 ** 32 else np.int64)
-    order = by_value[np.argsort(small, kind="stable")]
-    pv, pp = values[order], pidx[order]
-    heads = np.flatnonzero(np.concatenate([[True], pp[1:] != pp[:-1]])) if len(pp) else np.empty(0, np.int64)
-    sizes = np.diff(np.append(heads, len(pv)))
-    return pv, heads, sizes, pp[heads]
-
-
-def group_needs(pv: np.ndarray, heads: np.ndarray, sizes: np.ndarray, q: float) -> np.ndarray:
-    """Per group of :func:`period_groups`: the exact least setting meeting ``q`` in it
-    (its ``m``-th smallest value, :func:`needed_count`; one count per distinct size)."""
-    need = {int(t): needed_count(int(t), q) for t in np.unique(sizes)}
-    m = np.array([need[int(t)] for t in sizes.tolist()], dtype=np.int64)
-    return np.where(m > 0, pv[heads + np.maximum(m - 1, 0)], 0) if len(pv) else np.empty(0, np.int64)
 
 
 def per_period_settings(replay: Replay, last: np.ndarray, values: np.ndarray, period_us: int, q: float, g: int,

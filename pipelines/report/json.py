@@ -3,7 +3,9 @@
 Keys listed in the SPEC keep their meaning forever; extra keys are allowed.
 One such extra key is ``time_origin`` (:func:`calendar_origin`): what replay
 time 0 is, so that pages can show calendar dates; another is ``capacity``
-(``run --capacity``, issue 20: :data:`CAPACITY_KEYS`), checked when present.
+(``run --capacity``, issue 20: :data:`CAPACITY_KEYS`), and ``hindsight`` (``qjoin`` /
+``qkslack`` against the best fixed setting chosen in hindsight, issue 15:
+:data:`HINDSIGHT_KEYS`), each checked when present.
 :func:`validate` checks a report against that contract and is used by the
 tests and before publishing.
 """
@@ -59,6 +61,14 @@ CAPACITY_KEYS = ("settings", "offered_load", "processed", "shed", "queueing_dela
                  "recall_without_capacity", "recall_lost_to_disorder", "recall_lost_to_capacity",
                  "recall_gained_under_capacity", "results_lost", "occupancy_series", "queueing_histogram")
 SHED_CAUSES = ("queue_drop_new", "queue_replaced", "state_evicted")
+#: ``hindsight`` (extra key, issue 15 item 4; present only for ``qjoin`` / ``qkslack`` runs with a
+#: recall target): its keys when computed, and per setting (``fixed``, ``fixed_plus``, ``adaptive``)
+#: the numbers compared.  Added in schema_version 1 without a version bump, as ``capacity``: other
+#: runs have no ``hindsight`` key at all, and no existing key changes meaning.
+HINDSIGHT_KEYS = ("computed", "policy", "fixed_policy", "measure", "recall_target", "period_share", "period_us",
+                  "periods_with_results", "overall_need_us", "per_period_need_us", "fixed", "fixed_plus",
+                  "adaptive", "ratio", "ratio_plus", "stationarity", "verdict", "reason", "text")
+HINDSIGHT_SETTING_KEYS = ("recall", "periods_meeting_target", "memory_tuples_mean", "latency_us_mean")
 ROUTING_KEYS = ("router", "partitions", "replication_factor", "overhead_measured", "overhead_predicted", "load_imbalance")
 #: a routed run's ``routing.per_partition`` entries (docs/semantics.md, "Load of a partition")
 PARTITION_KEYS = ("partition", "cpu", "mem", "net", "phi_cpu", "phi_mem", "phi_net", "load")
@@ -105,6 +115,22 @@ def validate(report: dict[str, Any]) -> None:
                 raise ValueError(f"report.json: routing.per_partition {k!r} should be a number")
     if "capacity" in report:
         _validate_capacity(report["capacity"], len(report["streams"]))
+    if "hindsight" in report:
+        _validate_hindsight(report["hindsight"])
+
+
+def _validate_hindsight(h: Any) -> None:
+    if not isinstance(h, dict) or not isinstance(h.get("computed"), bool) or not isinstance(h.get("text"), str):
+        raise ValueError("report.json: 'hindsight' should be dict with 'computed' and 'text'")
+    if not h["computed"]:
+        return
+    for k in HINDSIGHT_KEYS:
+        if k not in h:
+            raise ValueError(f"report.json: hindsight missing {k!r}")
+    for part in ("fixed", "fixed_plus", "adaptive"):
+        for k in HINDSIGHT_SETTING_KEYS:
+            if k not in h[part]:
+                raise ValueError(f"report.json: hindsight.{part} missing {k!r}")
 
 
 def _validate_capacity(cap: Any, streams: int) -> None:

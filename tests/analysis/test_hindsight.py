@@ -31,6 +31,7 @@ from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.emit import emission
 from streamjoin.pipelines.replay.progress import decide, memory_per_stream
+from streamjoin.pipelines.report.json import validate
 
 from helpers.adapters import key_frames
 from helpers.strategies import ref_streams
@@ -210,6 +211,10 @@ def test_section_only_for_adaptive_policies_with_a_target(tmp_path):
                            (out / "report.html").read_text())
     report, stdout, page = reports["qkslack"]
     assert report["hindsight"]["computed"] is True and "hindsight" in report["timings_s"]
+    validate(report)   # report.json's contract checks the section when present
+    del report["hindsight"]["fixed_plus"]["latency_us_mean"]
+    with pytest.raises(ValueError, match="hindsight.fixed_plus missing 'latency_us_mean'"):
+        validate(report)
     assert "Against the best fixed setting (hindsight)" in page and "kslack (fixed+)" in page
     for policy in ("static", "kslack", "none"):
         report, stdout, page = reports[policy]
