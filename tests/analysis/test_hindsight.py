@@ -8,8 +8,9 @@
 * The verdict: constructed stationary vs shifting delay distributions flip
   ``stationarity.changed`` and the sentence's reason, end to end through
   ``streamjoin run``; each reason of :func:`verdict` from its own numbers.
-* The section is in the report (JSON, terminal line, HTML) of qjoin / qkslack
-  runs with a target and absent for every other policy.
+* The section is in the report (JSON, terminal line, HTML, which renders in
+  headless Chromium) of qjoin / qkslack runs with a target and absent for
+  every other policy; report.json's contract checks it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.browser import CHROMIUM, probe
 from helpers.cli import run_cli
 
 from streamjoin.pipelines.analysis import hindsight as H
@@ -216,6 +218,9 @@ def test_section_only_for_adaptive_policies_with_a_target(tmp_path):
     with pytest.raises(ValueError, match="hindsight.fixed_plus missing 'latency_us_mean'"):
         validate(report)
     assert "Against the best fixed setting (hindsight)" in page and "kslack (fixed+)" in page
+    assert CHROMIUM is not None, "headless Chromium is required: run `bash .ci/bootstrap --test`"
+    facts = probe(tmp_path / "qkslack" / "report.html", tmp_path)   # the page with the section renders cleanly
+    assert facts["errors"] == [] and facts["external"] == 0 and facts["decoded"] == facts["images"] >= 2, facts
     for policy in ("static", "kslack", "none"):
         report, stdout, page = reports[policy]
         assert "hindsight" not in report and "hindsight" not in report["timings_s"]
