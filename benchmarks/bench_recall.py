@@ -16,7 +16,8 @@ replay span):
   retention (``static``) / ``K`` (``kslack``) that reaches ``Q`` in it; the
   fixed setting is the least one meeting ``Q`` in at least 95 % of those
   periods -- the per-period criterion of issue 15 -- and is then replayed
-  like the others;
+  like the others (``hindsight_fixed``: the function behind every qjoin /
+  qkslack run's ``report.json`` ``hindsight``);
 * **fixed+**: the least fixed setting meeting the adaptive policies' whole
   promise, Q overall as well (the larger of the above and the exact overall
   quantile of the required settings); where it differs from "fixed" (the

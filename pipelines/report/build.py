@@ -13,6 +13,8 @@ curve over its watermark delay,
 :func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`; none for
 ``flink-sql``, whose recall is not monotone in the delay), so that
 ``report.html`` can be rendered from ``report.json`` alone.
+:func:`hindsight_of` adds a ``qjoin`` / ``qkslack`` run's ``hindsight``
+(:mod:`~streamjoin.pipelines.analysis.hindsight`).
 """
 
 from __future__ import annotations
