@@ -241,3 +241,16 @@ def test_the_default_interval_follows_the_span_so_a_year_costs_what_its_tuples_c
     assert report["settings"]["interval_us"] == 600_000_000 and report["interval_source"].startswith("default")
     short = delay_arrivals([np.array([0, 30_000_000], dtype=np.int64)], FlowControl(buffer=3, rate=10.0))
     assert short.interval_us == 10_000                   # 30 s: the 10ms of short replays
+
+
+def test_added_delay_percentiles_are_nearest_rank_like_every_report_percentile() -> None:
+    """Ten delays 0, 10, ..., 90 us: nearest rank gives p99 = the 10th smallest (90; numpy's
+    "lower" rule would give 80) and p50 = the 5th smallest (40)."""
+    from streamjoin.pipelines.capacity.flow import FlowOutcome, flow_report
+
+    original = np.zeros(10, np.int64)
+    flow = FlowOutcome([np.arange(10, dtype=np.int64) * 10], 0, 1000, np.zeros((1, 1)), np.zeros((0, 1)),
+                       np.zeros((0, 1)), np.zeros((0, 1), np.int64), np.ones(1))
+    d = flow_report(flow, FlowControl(buffer=4, rate=1000.0, interval_us=1000), ["s"], [original])["added_delay_us"]
+    assert d["all"] == {"mean": 45.0, "p50": 40, "p99": 90, "max": 90, "delayed": 9}
+    assert d["streams"]["s"] == d["all"]
