@@ -23,6 +23,7 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
+import marshal
 import os
 import sys
 import tempfile
@@ -56,8 +57,12 @@ def _module_name(fn: Callable, signature: str) -> str:
         numba_version = importlib.metadata.version("numba")
     except importlib.metadata.PackageNotFoundError:
         numba_version = "none"
-    text = "\n".join((inspect.getsource(fn), signature, numba_version, sys.version))
-    return f"_sj_{fn.__name__.strip('_')}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    try:
+        source = inspect.getsource(fn).encode()
+    except OSError:   # no source file (a frozen install): the bytecode names the kernel
+        source = marshal.dumps(fn.__code__)
+    digest = hashlib.sha256(b"\n".join((source, signature.encode(), numba_version.encode(), sys.version.encode())))
+    return f"_sj_{fn.__name__.strip('_')}_{digest.hexdigest()[:16]}"
 
 
 def _cache_dirs() -> list[Path]:
