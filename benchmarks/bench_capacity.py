@@ -2,7 +2,8 @@
 
     python benchmarks/bench_capacity.py [--runs 5] [--scale 0.1] [--svg docs/img/capacity.svg]
     python benchmarks/bench_capacity.py --quick        # a small smoke run (a few seconds per row)
-    python benchmarks/bench_capacity.py --kernels      # the bounded-queue kernel: numba vs plain Python
+    python benchmarks/bench_capacity.py --kernels      # the bounded-queue kernel: compiled vs plain Python
+    python benchmarks/bench_capacity.py --cost-only    # only the cost relative to the plain replay
 
 Two datasets: the core synthetic data (``streamjoin generate bench``, the set
 ``bench_core.py`` uses; ``--scale`` multiplies its 2M + 1M tuples over 30 s;
@@ -25,9 +26,10 @@ p99 (from each tuple's own arrival), tuples shed, tuples delayed, the model's
 own stage (``join.capacity`` / ``flow_control`` in ``report.json`` timings).
 
 Cost: whole-process wall and CPU time of the plain replay, shedding
-(drop-new), the same ``--capacity`` without a queue cap (unbounded: numpy
-only, no numba) and flow control (max-flow), all at ``f = 1``, in rotating
-order (after one warm-up round), medians.
+(drop-new; the bounded-queue kernel), the same ``--capacity`` without a
+queue cap (unbounded: numpy only) and flow control (max-flow; the interval
+kernel), all at ``f = 1``, in rotating order (after one warm-up round),
+medians.  ``--cost-only``: only these tables.
 
 Placement: ``samples/flights/flights.toml --engine spark --router atr
 --partitions 3 --segment 6h`` with ``--load-weights 5,0.1,0.1`` and
@@ -109,14 +111,15 @@ def row(report: dict) -> dict:
     t = report["timings_s"]
     return {"recall": report["recall"], **{p: report["latency_us"][p] for p in ("p50", "p95", "p99")},
             "shed": shed, "delayed": delayed, "model_s": t.get("join.capacity", t.get("flow_control", 0.0)),
-            "wall_s": report["wall_s"], "cpu_s": report["cpu_s"]}
+            "stages_s": t.get("total", 0.0), "wall_s": report["wall_s"], "cpu_s": report["cpu_s"]}
 
 
 def sweep(config: Path, policy: str | None, facts: dict, factors, modes) -> list[dict]:
     """The plain run, then one run per (model, setting, factor); first an uncounted shedding run
-    (a fresh checkout compiles the numba kernels once into their cache)."""
+    and an uncounted flow-control run (a fresh checkout builds the kernels once: capacity/jit.py)."""
     base = _policy_args(policy)
     one_run(config, [*base, *model_args("shed", "drop-new", 1.0, facts)])
+    one_run(config, [*base, *model_args("flow", "max-flow", 1.0, facts)])
     rows = [{"model": "none", "setting": "-", "factor": None, **row(one_run(config, base))}]
     for model, setting in modes:
         for f in factors:
@@ -142,7 +145,7 @@ def cost(config: Path, policy: str | None, facts: dict, runs: int) -> dict:
             rep = row(one_run(config, kinds[k]))
             if r:
                 got[k].append(rep)
-    med = {k: {m: statistics.median(x[m] for x in v) for m in ("wall_s", "cpu_s", "model_s")} for k, v in got.items()}
+    med = {k: {m: statistics.median(x[m] for x in v) for m in ("wall_s", "cpu_s", "stages_s", "model_s")} for k, v in got.items()}
     for k in names[1:]:
         med[k]["wall_ratio"] = med[k]["wall_s"] / med["plain"]["wall_s"]
         med[k]["cpu_ratio"] = med[k]["cpu_s"] / med["plain"]["cpu_s"]
@@ -190,13 +193,13 @@ def print_sweep(name: str, facts: dict, rows: list[dict]) -> None:
 
 def print_cost(name: str, med: dict, runs: int) -> None:
     print(f"\n{name}: cost at 1x, medians of {runs} rotating runs\n")
-    print("| run | wall s | CPU s | wall / plain | CPU / plain | model stage s |")
-    print("|---|---|---|---|---|---|")
-    for k, label in (("plain", "plain replay"), ("shed", "--capacity, queue=B, shed=drop-new (numba)"),
-                     ("queue", "--capacity, unbounded queue (numpy only)"), ("flow", "--flow-control, max-flow")):
+    print("| run | wall s | CPU s | wall / plain | CPU / plain | stages s | model stage s |")
+    print("|---|---|---|---|---|---|---|")
+    for k, label in (("plain", "plain replay"), ("shed", "--capacity, queue=B, shed=drop-new (kernel)"),
+                     ("queue", "--capacity, unbounded queue (numpy only)"), ("flow", "--flow-control, max-flow (kernel)")):
         m = med[k]
         ratios = "1.00 | 1.00" if k == "plain" else f"{m['wall_ratio']:.2f} | {m['cpu_ratio']:.2f}"
-        print(f"| {label} | {m['wall_s']:.2f} | {m['cpu_s']:.2f} | {ratios} | "
+        print(f"| {label} | {m['wall_s']:.2f} | {m['cpu_s']:.2f} | {ratios} | {m['stages_s']:.2f} | "
               f"{'-' if k == 'plain' else format(m['model_s'], '.3f')} |")
 
 
@@ -236,7 +239,7 @@ def figure(results: dict[str, list[dict]]):
     return fig
 
 
-# -- the bounded-queue kernel (the numba decision, docs/performance.md) ------------------------
+# -- the bounded-queue kernel (the compiled-kernel decision, docs/performance.md) ---------------
 
 def python_bounded(arrival, stream, service, n, cap, replace):
     """The compiled kernel's body run by the Python interpreter (for the comparison only)."""
@@ -245,7 +248,8 @@ def python_bounded(arrival, stream, service, n, cap, replace):
 
 
 def kernels(config: Path) -> dict[str, float]:
-    """The bounded queue compiled (numba) vs the same loop in Python, and numpy's Lindley closed form."""
+    """The bounded queue compiled (capacity/jit.py) vs the same loop in Python, numpy's Lindley closed
+    form, and what loading the compiled kernel costs in this process."""
     from streamjoin.pipelines.capacity import queueing
     from streamjoin.pipelines.config.settings import Flags, resolve
     from streamjoin.pipelines.io.load import load_all
@@ -258,9 +262,10 @@ def kernels(config: Path) -> dict[str, float]:
     t_ns = queueing.relative_ns(replay.arrival)
     stream = replay.stream.astype(np.int64)
     service = np.full(replay.N, 700_000, np.int64)
-    queueing.bounded_queue(t_ns[:10], stream[:10], service[:10], replay.n, 50, True)   # compile / load the cache
-    out = {"N": replay.N}
-    for name, fn in (("numba", queueing.bounded_queue), ("python", python_bounded)):
+    t0 = time.perf_counter()
+    queueing.compiled_kernel()     # load (or, the first time on this machine, build) the kernel
+    out = {"N": replay.N, "load_s": time.perf_counter() - t0}
+    for name, fn in (("compiled", queueing.bounded_queue), ("python", python_bounded)):
         t0 = time.perf_counter()
         fn(t_ns, stream, service, replay.n, 50, True)
         out[f"bounded_{name}_s"] = time.perf_counter() - t0
@@ -286,12 +291,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=None, help="rotating runs for the cost table (default 5; quick 1)")
     ap.add_argument("--svg", type=Path, default=None, help="write the recall / latency p99 plot here")
     ap.add_argument("--no-placement", action="store_true", help="skip the Spark placement example")
+    ap.add_argument("--cost-only", action="store_true", help="only the cost tables (no sweep, no placement)")
     ap.add_argument("--kernels", action="store_true", help="only time the bounded-queue kernel on samples/sensors")
     a = ap.parse_args()
     if a.kernels:
         k = kernels(ROOT / "samples" / "sensors" / "sensors.toml")
-        print(f"kernels over N={k['N']:,} arrivals: bounded queue numba {k['bounded_numba_s']:.4f} s, "
-              f"plain Python {k['bounded_python_s']:.3f} s, Lindley numpy {k['lindley_numpy_s']:.4f} s")
+        print(f"kernels over N={k['N']:,} arrivals: bounded queue compiled {k['bounded_compiled_s']:.4f} s "
+              f"(loaded in {k['load_s']:.4f} s), plain Python {k['bounded_python_s']:.3f} s, "
+              f"Lindley numpy {k['lindley_numpy_s']:.4f} s")
         return
     scale = a.scale if a.scale is not None else (0.02 if a.quick else 0.1)
     runs = a.runs if a.runs is not None else (1 if a.quick else 5)
@@ -301,12 +308,13 @@ def main() -> None:
     results = {}
     for name, (config, policy) in datasets(scale, 0.1 if a.quick else 1.0).items():
         facts = load_facts(config)
-        results[name] = rows = sweep(config, policy, facts, factors, modes)
-        print_sweep(f"{name} ({policy or 'job.toml policy'})", facts, rows)
+        if not a.cost_only:
+            results[name] = rows = sweep(config, policy, facts, factors, modes)
+            print_sweep(f"{name} ({policy or 'job.toml policy'})", facts, rows)
         print_cost(name, cost(config, policy, facts, runs), runs)
-    if not a.no_placement:
+    if not (a.no_placement or a.cost_only):
         print_placement(placement())
-    if a.svg:
+    if a.svg and results:
         a.svg.parent.mkdir(parents=True, exist_ok=True)
         a.svg.write_text(figure(results).svg())
         print(f"\nwrote {a.svg}")

@@ -3,8 +3,9 @@
 From a :class:`~streamjoin.pipelines.capacity.model.CapacityOutcome`: the
 settings, the offered load, tuples shed per stream and cause, the queueing
 delay, recall lost to capacity beside recall lost to disorder (the same
-policy without the capacity model), and, with a state cap, when the budget
-rather than the recall-target controller limited recall (issue 20 item 5).
+policy without the capacity model), and, with a state cap, whether the
+budget, the queue's shedding or the recall-target controller missed the
+target in a period (issue 20 item 5).
 The series the HTML report draws (occupancy, queueing-delay histogram) are
 added by the job (:func:`~streamjoin.pipelines.report.build.capacity_series`).
 """
@@ -55,7 +56,8 @@ def capacity_section(cap: CapacityOutcome, names: Sequence[str], replay: Replay,
     all_kept = np.ones(truth, bool)
     for k in range(replay.n if truth else 0):
         all_kept &= q.kept[em.a[k]]
-    lost_shed = int(np.count_nonzero(lost & ~all_kept))
+    shed_lost = lost & ~all_kept     # results the infinite machine emitted, with a member the queue shed
+    lost_shed = int(np.count_nonzero(shed_lost))
     lost_state = int(np.count_nonzero(lost & all_kept & cap.uncapped_emitted)) if cap.uncapped_emitted is not None else 0
     occ_total = cap.occupancy.sum(axis=0) if N else np.zeros(0, np.int64)
     section: dict[str, Any] = {
@@ -77,19 +79,36 @@ def capacity_section(cap: CapacityOutcome, names: Sequence[str], replay: Replay,
         "results_lost": {"shed_member": lost_shed, "state_eviction": lost_state,
                          "other": int(np.count_nonzero(lost)) - lost_shed - lost_state},
         "latency_without_capacity_us": metrics.latency_summary_of(cap.plain_latency_us, cap.plain_emitted),
-        "state_budget": _state_budget(cap, names, replay, period_us, target) if cap.uncapped_emitted is not None else None,
+        "state_budget": (_state_budget(cap, names, replay, period_us, target, shed_lost)
+                         if cap.uncapped_emitted is not None else None),
     }
     assert plain_n - int(np.count_nonzero(lost)) + int(np.count_nonzero(gained)) == emitted_n
     return section
 
 
-def _state_budget(cap: CapacityOutcome, names: Sequence[str], replay: Replay, period_us: int,
-                  target: float | None) -> dict[str, Any]:
-    """Issue 20 item 5: did the state cap, or the controller, limit recall?
+def missed_periods(capped: Sequence[dict], free: Sequence[dict], shed_lost: Sequence[dict],
+                   target: float) -> dict[str, int]:
+    """Who missed the recall target, per period (entries of :func:`.metrics.periods`
+    for the same results, so the lists align): ``periods_limited_by_budget`` --
+    recall under the state cap is below the target while the same survivors
+    without the cap meet it; of the periods that miss it even without the cap,
+    ``periods_missed_by_shedding`` -- the queue shed a member of a result the
+    infinite machine emitted in the period (``shed_lost``'s ``emitted`` > 0),
+    the capacity model's loss -- and ``periods_missed_by_controller`` -- the rest."""
+    out = {"periods_limited_by_budget": 0, "periods_missed_by_shedding": 0, "periods_missed_by_controller": 0}
+    for c, f, s in zip(capped, free, shed_lost, strict=True):
+        if f["recall"] < target:
+            out["periods_missed_by_shedding" if s["emitted"] else "periods_missed_by_controller"] += 1
+        elif c["recall"] < target:
+            out["periods_limited_by_budget"] += 1
+    return out
 
-    Per period (with a target): ``periods_limited_by_budget`` -- recall under
-    the cap missed the target while the same survivors without the cap met
-    it; ``periods_missed_by_controller`` -- missed even without the cap.  Per
+
+def _state_budget(cap: CapacityOutcome, names: Sequence[str], replay: Replay, period_us: int,
+                  target: float | None, shed_lost: np.ndarray) -> dict[str, Any]:
+    """Issue 20 item 5: did the state cap, the queue's shedding or the controller limit recall?
+
+    Per period (with a target): :func:`missed_periods`.  Per
     controller decision (recall-target policies): ``decisions_wanting_more_state``
     -- until the next decision the retention it chose held more than the cap
     in some stream's buffer (so the cap, not the decision, set the state).
@@ -103,9 +122,8 @@ def _state_budget(cap: CapacityOutcome, names: Sequence[str], replay: Replay, pe
     if target is not None and len(em.emitted):
         capped = metrics.periods(em.last, em.emitted, replay.arrival, period_us, target)
         free = metrics.periods(em.last, cap.uncapped_emitted, replay.arrival, period_us, target)
-        out["periods_limited_by_budget"] = sum(1 for c, f in zip(capped, free)
-                                               if c["recall"] < target <= f["recall"])
-        out["periods_missed_by_controller"] = sum(1 for f in free if f["recall"] < target)
+        shed = metrics.periods(em.last, shed_lost, replay.arrival, period_us, target)
+        out.update(missed_periods(capped, free, shed, target))
     log = cap.decisions.policy_log
     if log:
         times = np.array([e["time_us"] for e in log], dtype=np.int64)

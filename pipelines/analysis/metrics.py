@@ -1,8 +1,9 @@
 """Metrics of a replay (SPEC §5): recall, latency, memory, per-stream facts.
 
 Percentiles are *nearest-rank* (the smallest value with at least ``q`` of the
-data at or below it), so every reported latency and delay is a value that
-actually occurred, and every engine reports the same integers.
+data at or below it; :mod:`~streamjoin.pipelines.base.percentiles`), so every
+reported latency and delay is a value that actually occurred, and every engine
+reports the same integers.
 """
 
 from __future__ import annotations
@@ -14,33 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..policies import SYMMETRIC
-from ..base.sorting import sort_values
+from ..base.percentiles import distribution
 
 #: results per block of the per-period count
 BLOCK = 1 << 20
-
-
-def nearest_rank(values: np.ndarray, q: float) -> int | None:
-    """The nearest-rank ``q``-quantile (``0 < q <= 1``) of ``values``; None if empty."""
-    n = len(values)
-    if n == 0:
-        return None
-    k = max(1, math.ceil(q * n)) - 1
-    return int(np.partition(values, k)[k])
-
-
-def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[str, int | None]:
-    values = np.asarray(values)
-    if len(values) == 0:
-        return {name: None for name, _ in qs}
-    ks = sorted({max(1, math.ceil(q * len(values))) - 1 for _, q in qs})
-    # several order statistics: a (vectorised) full sort beats repeated selection
-    if len(ks) > 1:
-        part = values.copy()
-        sort_values(part)
-    else:
-        part = np.partition(values, ks)
-    return {name: int(part[max(1, math.ceil(q * len(values))) - 1]) for name, q in qs}
 
 
 def latency_summary(latency: np.ndarray) -> dict[str, float | int | None]:

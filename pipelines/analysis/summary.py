@@ -18,7 +18,7 @@ duplicates             duplicates among the task's own results     sum (see belo
 =====================  ==========================================  ===========================
 
 Value counts are exact: a percentile is the nearest-rank value
-(:func:`.metrics.nearest_rank`), read off the cumulative counts; the mean is
+(:func:`~streamjoin.pipelines.base.percentiles.nearest_rank`), read off the cumulative counts; the mean is
 the exact integer sum over the count, equal to numpy's float mean while the
 sum stays below 2**53.  Their size is the number of *distinct* values (the
 symmetric family: one latency, 0).
@@ -95,7 +95,7 @@ def merge(parts: Sequence[ResultSummary], periods: int) -> ResultSummary:
 
 
 def nearest_rank_of_counts(values: np.ndarray, cum: np.ndarray, q: float) -> int | None:
-    """:func:`.metrics.nearest_rank` of the data ``values`` repeated by counts (``cum``: their cumulative sum)."""
+    """:func:`~streamjoin.pipelines.base.percentiles.nearest_rank` of the data ``values`` repeated by counts (``cum``: their cumulative sum)."""
     n = int(cum[-1]) if len(cum) else 0
     if n == 0:
         return None

@@ -1,3 +1,3 @@
 """Layer 1 -- primitives with no knowledge of runs: errors and exit codes,
-time units and durations, column sorting, the streaming tally, the memory
+time units and durations, column sorting, nearest-rank percentiles, the streaming tally, the memory
 allocator settings."""

@@ -4,7 +4,7 @@ number of *distinct* values.
 Latencies and delays are microsecond integers bounded by the disorder span,
 so a value -> count table stays small however many results a run has, and
 nearest-rank percentiles computed from it are exactly those of the whole
-column (:func:`streamjoin.pipelines.analysis.metrics.distribution`).
+column (:func:`streamjoin.pipelines.base.percentiles.distribution`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Tally:
         return float((self.values.astype(np.float64) * self.counts).sum() / n) if n else None
 
     def quantiles(self, qs: Sequence[tuple[str, float]]) -> dict[str, int | None]:
-        """Nearest-rank quantiles, the same integers as ``metrics.distribution`` on the raw values."""
+        """Nearest-rank quantiles, the same integers as ``percentiles.distribution`` on the raw values."""
         n = self.n
         if n == 0:
             return {name: None for name, _ in qs}

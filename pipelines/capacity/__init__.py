@@ -5,9 +5,8 @@ the instant it arrives and no buffer ever fills.  This layer models the
 machine under them -- processing queues, bounded buffers and load shedding
 (seeds 000, 002), flow control (seed 001) -- as functions over the replay's
 arrival order: column operations, except the sequential recursions (bounded
-queue, state cap), which run as compiled loops (:mod:`.jit`), and flow
-control's control law, a Python loop over control intervals (not tuples; at
-most ~100,000 intervals with the default interval).  It sits above
+queue, state cap, and flow control's control law over control intervals),
+which run as machine code built ahead of time once per machine (:mod:`.jit`).  It sits above
 ``replay`` (it may use its orders and facts) and below ``analysis`` (metrics
 report what capacity cost).  ``run --capacity``: :mod:`.spec` (settings),
 :mod:`.queueing`, :mod:`.shedding`, :mod:`.model`; :mod:`.reference` is the

@@ -24,8 +24,9 @@ Time is cut into control intervals ``[t_m, t_m + Δt)``, ``t_m = t_0 + m·Δt``
 A tuple that finds credit on arrival reaches the join unchanged; one that
 waited leaves paced over the interval that admits it, in FIFO order
 (:func:`paced`): never earlier than it came, never before the tuple ahead of
-it.  The interval loop (a loop over intervals, not tuples) counts admissions;
-which tuple gets which interval and slot is then a ``searchsorted`` and a
+it.  The interval loop (over intervals, not tuples; machine code built once per
+machine, :mod:`.jit`, in the float operations' order of the reference) counts admissions;
+which tuple gets which interval and slot is then a ``repeat`` and a
 running maximum per FIFO.  :mod:`.flow_reference` is the independent
 per-tuple replay the tests compare this with.  Rules and sources:
 docs/semantics.md, "Flow control (seed 001)".
@@ -41,7 +42,9 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import InputError
+from ..base.percentiles import distribution
 from ..config.flow_control import MAX_DEFAULT_INTERVALS, FlowControl
+from . import jit
 
 #: the interval loop refuses to run longer than this (choose a larger interval=)
 MAX_INTERVALS = 5_000_000
@@ -113,7 +116,7 @@ def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequ
         raise InputError(f"--flow-control interval={D}us: the arrivals span {span:,} control intervals, more than "
                          f"{MAX_INTERVALS:,}; give interval= of at least {-(-(last - t0) // MAX_INTERVALS)}us")
     bounds = t0 + D * np.arange(1, span + 1, dtype=np.int64)
-    arrived = [np.searchsorted(f, bounds, side="left").tolist() for f in fifo]   # arrived before t_{m+1}
+    arrived = [np.searchsorted(f, bounds, side="left") for f in fifo]   # arrived before t_{m+1}
     min_flow = fc.policy == "min-flow"
     if min_flow:   # the one FIFO: replay order (arrival, stream, row); pos[j] = where stream j's tuples sit in it
         stream = np.concatenate([np.full(s, j, dtype=np.int64) for j, s in enumerate(sizes)])
@@ -123,64 +126,20 @@ def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequ
         where[glob] = np.arange(N)
         offsets = np.cumsum([0, *sizes])
         pos = [where[offsets[j]:offsets[j + 1]] for j in range(n)]
-        arrived_all = np.sum(arrived, axis=0).tolist()
+        arrived_all = np.sum(arrived, axis=0).astype(np.int64)
     C = fc.rate * D / 1e6                 # service capacity of the node per interval (tuples)
-    share = [float(x) * C for x in c]     # tokens a unit accrues per interval
-    cap = [fc.bucket * s for s in share]
-    B, b0, surge = float(fc.buffer), float(fc.b0), float(fc.surge)
-    lambdas, mus = tuple(fc.lambdas), tuple(fc.mus)
-    K, L = len(lambdas), len(mus)
-    b = [0.0] * n
-    tokens = list(cap)
-    kappa = [0.0] * n
-    admitted_n = [0] * n
-    b_hist = [[0.0] * K for _ in range(n)]     # b_j(m), b_j(m-1), ...; 0 before the first interval
-    r_hist = [[] for _ in range(n)]            # r_max,j(m-1), r_max,j(m-2), ...
-    rho_hist = [[] for _ in range(n)]
-    occ, rates, procs, ins = [list(b)], [], [], []
-    m = 0
-    while sum(admitted_n) < N:
-        if m >= MAX_INTERVALS:
-            raise InputError(f"--flow-control: more than {MAX_INTERVALS:,} control intervals of "
-                             f"{D} us; give a larger interval=")
-        hot = [j for j in range(n) if b[j] > b0]
-        rho = [min((1.0 - surge) * float(c[j]) * C + (surge * C / len(hot) if b[j] > b0 else 0.0), tokens[j])
-               for j in range(n)]
-        r = []
-        credit = []
-        for j in range(n):
-            bh = b_hist[j]
-            bh.insert(0, b[j])
-            del bh[K:]
-            rj = control_law(rho[j], bh, r_hist[j], rho_hist[j], b0, lambdas, mus)
-            r.append(rj)
-            credit.append(math.floor(min(rj + kappa[j], B - b[j] + rho[j])))
-        if min_flow:
-            end = arrived_all[m] if m < span else N
-            for j in range(n):
-                nxt = admitted_n[j] + credit[j]
-                if nxt < sizes[j]:
-                    end = min(end, int(pos[j][nxt]))
-            got = [int(np.searchsorted(pos[j], end)) - admitted_n[j] for j in range(n)]
-        else:
-            got = [min(credit[j], (arrived[j][m] if m < span else sizes[j]) - admitted_n[j]) for j in range(n)]
-        for j in range(n):
-            tot = b[j] + got[j]
-            p = min(rho[j], tot)
-            b[j] = tot - p
-            tokens[j] = min(cap[j], tokens[j] - p + share[j])
-            kappa[j] = (r[j] + kappa[j]) - math.floor(r[j] + kappa[j])
-            admitted_n[j] += got[j]
-            if L:
-                r_hist[j].insert(0, r[j])
-                rho_hist[j].insert(0, rho[j])
-                del r_hist[j][L:], rho_hist[j][L:]
-        occ.append(list(b))
-        rates.append(r)
-        procs.append(rho)
-        ins.append(got)
-        m += 1
-    admitted = np.asarray(ins, dtype=np.int64).reshape(m, n)
+    share = np.array([float(x) * C for x in c])     # tokens a unit accrues per interval
+    cap = fc.bucket * share
+    empty = np.zeros(0, np.int64)
+    occ, rates, procs, admitted, m = interval_kernel()(
+        np.asarray(sizes, dtype=np.int64), np.asarray(arrived, dtype=np.int64).reshape(n, -1) if not min_flow
+        else np.zeros((n, 0), np.int64), min_flow, np.concatenate(pos) if min_flow else empty,
+        offsets.astype(np.int64) if min_flow else empty, arrived_all if min_flow else empty,
+        c.astype(np.float64), share, cap, float(C), float(fc.buffer), float(fc.b0), float(fc.surge),
+        np.asarray(fc.lambdas, dtype=np.float64), np.asarray(fc.mus, dtype=np.float64), MAX_INTERVALS)
+    if m < 0:
+        raise InputError(f"--flow-control: more than {MAX_INTERVALS:,} control intervals of "
+                         f"{D} us; give a larger interval=")
     out = [np.empty(s, dtype=np.int64) for s in sizes]
     if min_flow:   # one FIFO: paced over the interval by all the units' admissions
         late = paced(times[glob], admitted.sum(axis=1), t0, D)
@@ -191,9 +150,118 @@ def delay_arrivals(arrivals: Sequence[np.ndarray], fc: FlowControl, shares: Sequ
     else:          # a FIFO per unit
         for j in range(n):
             out[j][order[j]] = paced(fifo[j], admitted[:, j], t0, D)
-    return FlowOutcome(out, t0, D, np.asarray(occ, dtype=np.float64).reshape(m + 1, n),
-                       np.asarray(rates, dtype=np.float64).reshape(m, n),
-                       np.asarray(procs, dtype=np.float64).reshape(m, n), admitted, c)
+    return FlowOutcome(out, t0, D, occ, rates, procs, admitted, c)
+
+
+def interval_kernel():
+    """The interval loop (:func:`_interval_loop`) as machine code, built once per machine (:mod:`.jit`)."""
+    return jit.compiled(_interval_loop, "Tuple((f8[:, :], f8[:, :], f8[:, :], i8[:, :], i8))(i8[:], i8[:, :], b1, "
+                                        "i8[:], i8[:], i8[:], f8[:], f8[:], f8[:], f8, f8, f8, f8, f8[:], f8[:], i8)")
+
+
+def _interval_loop(sizes, arrived, min_flow, pos, offsets, arrived_all, c, share, cap, C, B, b0, surge,
+                   lambdas, mus, max_intervals):
+    """Steps 1-4 of the module docstring, one control interval at a time, until every tuple is
+    admitted.  ``arrived[j, m]`` (max-flow) / ``arrived_all[m]`` (min-flow): tuples arrived
+    before ``t_{m+1}``; ``pos[offsets[j]:offsets[j+1]]``: where unit ``j``'s tuples sit in the
+    one FIFO (min-flow).  Returns ``(occupancy, rate, processing, admitted, M)``; ``M = -1``
+    past ``max_intervals``.  The arithmetic is written in the order of equation 8 and
+    :mod:`.flow_reference`, so the floats are the reference's."""
+    n = sizes.shape[0]
+    N = sizes.sum()
+    span = arrived.shape[1] if not min_flow else arrived_all.shape[0]
+    K = lambdas.shape[0]
+    L = mus.shape[0]
+    room = span + 16
+    occ = np.zeros((room + 1, n))
+    rates = np.zeros((room, n))
+    procs = np.zeros((room, n))
+    ins = np.zeros((room, n), np.int64)
+    b = np.zeros(n)
+    tokens = cap.copy()
+    kappa = np.zeros(n)
+    admitted_n = np.zeros(n, np.int64)
+    b_hist = np.zeros((n, K))        # b_j(m), b_j(m-1), ...; 0 before the first interval
+    r_hist = np.zeros((n, L))        # r_max,j(m-1), r_max,j(m-2), ...
+    rho_hist = np.zeros((n, L))
+    rho = np.zeros(n)
+    r = np.zeros(n)
+    credit = np.zeros(n, np.int64)
+    got = np.zeros(n, np.int64)
+    total = 0
+    m = 0
+    while total < N:
+        if m >= max_intervals:
+            return occ[:1], rates[:0], procs[:0], ins[:0], -1
+        if m == room:                 # past the last arrival: the buffers drain
+            room *= 2
+            occ2 = np.zeros((room + 1, n))
+            occ2[:m + 1] = occ[:m + 1]
+            occ = occ2
+            rates2 = np.zeros((room, n))
+            rates2[:m] = rates[:m]
+            rates = rates2
+            procs2 = np.zeros((room, n))
+            procs2[:m] = procs[:m]
+            procs = procs2
+            ins2 = np.zeros((room, n), np.int64)
+            ins2[:m] = ins[:m]
+            ins = ins2
+        hot = 0
+        for j in range(n):
+            if b[j] > b0:
+                hot += 1
+        for j in range(n):
+            want = (1.0 - surge) * c[j] * C + (surge * C / hot if b[j] > b0 else 0.0)
+            rho[j] = want if want <= tokens[j] else tokens[j]
+            for k in range(K - 1, 0, -1):
+                b_hist[j, k] = b_hist[j, k - 1]
+            if K:
+                b_hist[j, 0] = b[j]
+            rj = rho[j]                            # equation 8
+            for k in range(K):
+                rj -= lambdas[k] * (b_hist[j, k] - b0)
+            for l in range(min(m, L)):
+                rj -= mus[l] * (r_hist[j, l] - rho_hist[j, l])
+            r[j] = rj if rj > 0.0 else 0.0
+            x = r[j] + kappa[j]
+            y = B - b[j] + rho[j]
+            credit[j] = np.int64(np.floor(x if x <= y else y))
+        if min_flow:
+            end = arrived_all[m] if m < span else N
+            for j in range(n):
+                nxt = admitted_n[j] + credit[j]
+                if nxt < sizes[j]:
+                    at = pos[offsets[j] + nxt]
+                    if at < end:
+                        end = at
+            for j in range(n):
+                got[j] = np.searchsorted(pos[offsets[j]:offsets[j + 1]], end) - admitted_n[j]
+        else:
+            for j in range(n):
+                avail = (arrived[j, m] if m < span else sizes[j]) - admitted_n[j]
+                got[j] = credit[j] if credit[j] <= avail else avail
+        for j in range(n):
+            tot = b[j] + got[j]
+            p = rho[j] if rho[j] <= tot else tot
+            b[j] = tot - p
+            t = tokens[j] - p + share[j]
+            tokens[j] = cap[j] if cap[j] <= t else t
+            kappa[j] = (r[j] + kappa[j]) - np.floor(r[j] + kappa[j])
+            admitted_n[j] += got[j]
+            total += got[j]
+            for l in range(L - 1, 0, -1):
+                r_hist[j, l] = r_hist[j, l - 1]
+                rho_hist[j, l] = rho_hist[j, l - 1]
+            if L:
+                r_hist[j, 0] = r[j]
+                rho_hist[j, 0] = rho[j]
+            occ[m + 1, j] = b[j]
+            rates[m, j] = r[j]
+            procs[m, j] = rho[j]
+            ins[m, j] = got[j]
+        m += 1
+    return occ[:m + 1].copy(), rates[:m].copy(), procs[:m].copy(), ins[:m].copy(), m
 
 
 def paced(arrival: np.ndarray, admitted: np.ndarray, t0: int, D: int) -> np.ndarray:
@@ -203,11 +271,12 @@ def paced(arrival: np.ndarray, admitted: np.ndarray, t0: int, D: int) -> np.ndar
     arrival, and no tuple overtakes the one before it (running maximum)."""
     if len(arrival) == 0:
         return arrival.astype(np.int64)
-    cum = np.cumsum(admitted)
-    when = np.searchsorted(cum, np.arange(len(arrival)), side="right")   # the interval admitting each
-    start = t0 + D * when.astype(np.int64)
-    rank = np.arange(len(arrival), dtype=np.int64) - (cum[when] - admitted[when])
-    slot = start + rank * D // admitted[when]
+    m = np.flatnonzero(admitted)                 # intervals that admit, each a run of the FIFO
+    a = admitted[m]
+    per = np.repeat(a, a)                        # a_m of the interval admitting each tuple
+    start = np.repeat(t0 + D * m.astype(np.int64), a)
+    rank = np.arange(len(arrival), dtype=np.int64) - np.repeat(np.cumsum(a) - a, a)
+    slot = start + rank * D // per
     return np.maximum.accumulate(np.where(arrival < start, slot, arrival))
 
 
@@ -222,11 +291,9 @@ def end_to_end_latency(emit_us: np.ndarray, rows: Sequence[np.ndarray], original
 
 
 def _quantiles(x: np.ndarray) -> dict[str, Any]:
-    if len(x) == 0:
-        return {"mean": None, "p50": None, "p99": None, "max": None, "delayed": 0}
-    return {"mean": float(x.mean()), "p50": int(np.quantile(x, 0.5, method="lower")),
-            "p99": int(np.quantile(x, 0.99, method="lower")), "max": int(x.max()),
-            "delayed": int(np.count_nonzero(x))}
+    """Mean, nearest-rank p50 / p99 (the report's one percentile rule), max and how many were delayed."""
+    return {"mean": float(x.mean()) if len(x) else None,
+            **distribution(x, [("p50", 0.5), ("p99", 0.99), ("max", 1.0)]), "delayed": int(np.count_nonzero(x))}
 
 
 def series(flow: FlowOutcome, names: Sequence[str], points: int = SERIES_POINTS) -> dict[str, Any]:

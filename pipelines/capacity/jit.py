@@ -1,26 +1,115 @@
-"""numba, lazily: the capacity model's two sequential kernels (the bounded
-queue, the state cap) are compiled -- cached on disk -- the first time they
-are needed, and numba is imported only then (a plain run never loads it;
-docs/performance.md, "Capacity model")."""
+"""The capacity model's sequential kernels, compiled ahead of time once per machine.
+
+The bounded queue, the state cap and flow control's interval loop are
+sequential recursions; they run as machine code.  Importing numba and loading
+a ``cache=True`` kernel costs about 0.4-0.5 s CPU in every process (numba's
+typing and target registries; docs/performance.md, "Capacity"), as much as
+the rest of the capacity model.  So the first use builds each kernel ahead of
+time (``numba.pycc``: a CPython extension module, written into
+``__pycache__`` next to this file, or the user's cache directory when that is
+not writable) and every later process imports that module (about 1 ms, numba
+not imported).  The module's name carries a digest of the kernel's source,
+its signature, numba's version and the interpreter, so an edited kernel is
+rebuilt.  Where the build is impossible (no C compiler, a numba without
+``pycc``) the kernel is compiled with ``numba.njit(cache=True)`` instead --
+the same code, the per-process load cost back.  numba is imported only when
+a kernel has to be built or jitted (a plain run never loads it).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import inspect
+import marshal
+import os
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 _KERNELS: dict[Callable, Callable] = {}
+_HOW: dict[Callable, str] = {}
 _LOCK = threading.Lock()
 
 
-def compiled(fn: Callable, *warm_args) -> Callable:
-    """``fn`` compiled by numba (``nogil``, cached), once per process; the first
-    call with ``warm_args`` loads its machine code before anyone waits on it."""
+def compiled(fn: Callable, signature: str) -> Callable:
+    """``fn`` as machine code for ``signature`` (numba's notation), once per process."""
     with _LOCK:
         kernel = _KERNELS.get(fn)
         if kernel is None:
-            from numba import njit
-
-            kernel = njit(cache=True, nogil=True)(fn)
-            kernel(*warm_args)
+            kernel, _HOW[fn] = _ahead_of_time(fn, signature)
             _KERNELS[fn] = kernel
     return kernel
+
+
+def how(fn: Callable) -> str | None:
+    """How ``fn``'s kernel was loaded in this process: ``"aot"`` (an existing
+    module), ``"aot-built"`` (built now), ``"jit"`` (the fallback), ``None`` (not yet)."""
+    return _HOW.get(fn)
+
+
+def _module_name(fn: Callable, signature: str) -> str:
+    try:
+        numba_version = importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        numba_version = "none"
+    try:
+        source = inspect.getsource(fn).encode()
+    except OSError:   # no source file (a frozen install): the bytecode names the kernel
+        source = marshal.dumps(fn.__code__)
+    digest = hashlib.sha256(b"\n".join((source, signature.encode(), numba_version.encode(), sys.version.encode())))
+    return f"_sj_{fn.__name__.strip('_')}_{digest.hexdigest()[:16]}"
+
+
+def _cache_dirs() -> list[Path]:
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return [Path(__file__).resolve().parent / "__pycache__", Path(home) / "streamjoin" / "kernels"]
+
+
+def _import(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kernel
+
+
+def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
+    name = _module_name(fn, signature)
+    filename = name + importlib.machinery.EXTENSION_SUFFIXES[0]
+    dirs = _cache_dirs()
+    for d in dirs:
+        if (d / filename).is_file():
+            try:
+                return _import(d / filename, name), "aot"
+            except ImportError:   # a broken file: build it again below
+                pass
+    for d in dirs:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
+                _build(fn, signature, name, tmp)
+                os.replace(Path(tmp) / filename, d / filename)   # atomic: a concurrent build wins or loses whole
+            return _import(d / filename, name), "aot-built"
+        except Exception:   # noqa: BLE001 - unwritable directory, no compiler, no numba.pycc: try the next, then jit
+            continue
+    from numba import njit
+
+    return njit(signature, cache=True, nogil=True)(fn), "jit"
+
+
+def _build(fn: Callable, signature: str, name: str, out_dir: str) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # numba.pycc announces its deprecation
+        from numba.pycc import CC
+
+        cc = CC(name)
+        cc.output_dir = out_dir
+        cc.verbose = False
+        cc.export("kernel", signature)(fn)
+        cc.compile()

@@ -78,9 +78,10 @@ class CapacityOutcome:
 
 
 def warm_up(spec: CapacitySpec) -> threading.Thread | None:
-    """Import numba and load the kernels ``spec`` needs on a background thread,
-    so that (about 1.7 s in a fresh process) overlaps loading and the plain
-    join; ``None`` when the spec needs no kernel (an unbounded queue, no state cap)."""
+    """Load the kernels ``spec`` needs on a background thread (about 1 ms each;
+    the first time on a machine they are built, :mod:`.jit`, which then
+    overlaps loading and the plain join); ``None`` when the spec needs no
+    kernel (an unbounded queue, no state cap)."""
     needs = [f for f, used in ((queueing.compiled_kernel, spec.queue is not None),
                                (shedding.compiled_kernel, spec.state is not None)) if used]
     if not needs:
@@ -98,8 +99,8 @@ def trigger_index(replay: Replay, decisions: Decisions, combos: Combos, em: Emis
         return np.asarray(em.last, dtype=np.int64)
     rel = None
     for k in range(replay.n):
-        r = decisions.release[replay.index_of[k][combos.rows[k]]]
-        rel = r if rel is None else np.maximum(rel, r)
+        r = decisions.release[replay.index_of[k]][combos.rows[k]]   # per row first: one combination-sized gather
+        rel = r if rel is None else np.maximum(rel, r, out=rel)
     return np.minimum(rel, replay.N - 1).astype(np.int64)
 
 
@@ -151,7 +152,12 @@ def apply(spec: CapacitySpec, replay: Replay, decisions: Decisions, combos: Comb
     C = len(combos)
     emitted = _spread(em_s.emitted, combo_keep, C)
     emit_full = _spread(emit_us, combo_keep, C, fill=origin)
-    latency = emit_full - replay.arrival[plain.last] if C else np.empty(0, np.int64)
+    if not C:
+        latency = np.empty(0, np.int64)
+    elif decisions.family == SORTING:   # the plain latency is emit - arrival[last] for every row: no gather
+        latency = emit_full - (plain.emit_us - plain.latency_us)
+    else:
+        latency = emit_full - replay.arrival[plain.last]
     em = Emission(a=plain.a, last=plain.last, emitted=emitted, emit_us=emit_full, latency_us=latency)
     return CapacityOutcome(
         spec=spec, origin_us=origin, arrival_ns=arrival_ns, emission=em, memory=_repeat_shed(mem_s, keep),
@@ -166,9 +172,10 @@ def _survivors(replay: Replay, combos: Combos, keep: np.ndarray, W: np.ndarray, 
                bad_arrivals):
     """The replay without the shed tuples: its order, decisions and the
     combinations of survivors (rows renumbered within each stream)."""
-    kept_rows, ranks = [], []
+    kept_rows, ranks, row_keep = [], [], []
     for k in range(replay.n):
         mine = keep[replay.index_of[k]]
+        row_keep.append(mine)
         kept_rows.append(np.flatnonzero(mine))
         ranks.append(np.cumsum(mine, dtype=np.int64) - 1)
     surv = build_replay([replay.ts_of[k][r] for k, r in enumerate(kept_rows)],
@@ -180,7 +187,7 @@ def _survivors(replay: Replay, combos: Combos, keep: np.ndarray, W: np.ndarray, 
     dec = decide(surv, W, policy, bad_arrivals=bad_arrivals, keys=ids)
     combo_keep = np.ones(len(combos), bool)
     for k in range(replay.n):
-        combo_keep &= keep[replay.index_of[k][combos.rows[k]]]
+        combo_keep &= row_keep[k][combos.rows[k]]
     sub = Combos([ranks[k][combos.rows[k][combo_keep]] for k in range(replay.n)], surv.ts_of)
     return surv, dec, sub, np.flatnonzero(keep), combo_keep
 

@@ -12,8 +12,8 @@ from the first arrival) needs ``s_a`` ns of service
   stream; full -> drop the new tuple or replace an old one) -- sequential:
   whether a tuple is admitted depends on the finish times of the tuples
   before it, and a replaced tuple moves every later start earlier.
-  :func:`bounded_queue` runs it in one compiled pass (numba, imported only
-  here and only when a capacity model with a queue cap runs).
+  :func:`bounded_queue` runs it in one compiled pass (:mod:`.jit`: built
+  ahead of time once, loaded only when a capacity model with a queue cap runs).
 
 A stream's queue holds the tuples of that stream that arrived, were not
 shed and have not finished service (the one in service included).  At the
@@ -133,9 +133,8 @@ def bounded_queue(arrival_ns: np.ndarray, stream: np.ndarray, service_ns: np.nda
 
 
 def compiled_kernel():
-    """The bounded queue's kernel, compiled (and cached on disk) on first use."""
-    one = np.zeros(1, np.int64)
-    return jit.compiled(_bounded_kernel, one, one, one, 1, 1, True)
+    """The bounded queue's kernel (machine code, built once per machine: :mod:`.jit`)."""
+    return jit.compiled(_bounded_kernel, "Tuple((i8[:], i1[:], i8[:]))(i8[:], i8[:], i8[:], i8, i8, b1)")
 
 
 def _bounded_kernel(arrival, stream, service, n, cap, replace):

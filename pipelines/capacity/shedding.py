@@ -18,7 +18,7 @@ An insertion raises a buffer by one, so each insertion evicts at most one
 tuple, and a tuple's natural expiry never comes before its insertion unless
 it expired on arrival (never inserted).  One pass per stream in insertion
 order with a pointer over the tuples sorted by natural expiry
-(:func:`evict_oldest`, compiled by numba on first use).
+(:func:`evict_oldest`, machine code: :mod:`.jit`).
 """
 
 from __future__ import annotations
@@ -53,9 +53,8 @@ def evict_oldest(index_of: Sequence[np.ndarray], ends: Sequence[np.ndarray], cap
 
 
 def compiled_kernel():
-    """The state cap's kernel, compiled (and cached on disk) on first use."""
-    one = np.zeros(1, np.int64)
-    return jit.compiled(_evict_kernel, one, one, one, 1)
+    """The state cap's kernel (machine code, built once per machine: :mod:`.jit`)."""
+    return jit.compiled(_evict_kernel, "Tuple((i8[:], b1[:]))(i8[:], i8[:], i8[:], i8)")
 
 
 def _evict_kernel(p, e, by_end, cap):

@@ -179,7 +179,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         raise InputError(f"--capacity state=N: the join-state cap (seed 002 step 3) is modelled for the symmetric "
                          f"policies static and qjoin; policy {cfg.policy.name} keeps a sort buffer")
     if capacity is not None:
-        capacity_model.warm_up(capacity)   # numba loads while the input loads and the plain join runs
+        capacity_model.warm_up(capacity)   # kernels load (or build) while the input loads and the plain join runs
     from .chunked import chunk_rows_for, run_chunked_job
 
     # flow control replays in memory (settings.resolve refuses --chunk-rows N with it)

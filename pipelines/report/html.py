@@ -440,8 +440,9 @@ def _capacity_section(cap: dict[str, Any], time_origin: str | None) -> list[str]
     budget = cap.get("state_budget")
     if budget and budget.get("periods_limited_by_budget") is not None:
         lines.append(f"state budget {budget['cap_tuples']:,} tuples: {budget['periods_limited_by_budget']} periods "
-                     f"missed the target because of the budget, {budget['periods_missed_by_controller']} "
-                     "would have missed it without the budget")
+                     f"missed the target because of the budget, {budget.get('periods_missed_by_shedding', 0)} "
+                     f"because the queue shed results, {budget['periods_missed_by_controller']} "
+                     "because of the controller (missed without the budget and without shedding losses)")
     if budget and budget.get("decisions") is not None:
         lines.append(f"{budget['decisions_wanting_more_state']} of {budget['decisions']} controller decisions wanted "
                      "more state than the budget")

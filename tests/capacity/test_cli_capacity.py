@@ -187,3 +187,39 @@ def test_qjoin_under_a_state_budget_says_when_the_budget_limits_recall(data: Pat
     assert budget["decisions_wanting_more_state"] == 0 and budget["periods_limited_by_budget"] == 0
     assert roomy["capacity"]["shed"]["state_evicted"] == 0
     assert roomy["recall"] == roomy["capacity"]["recall_without_capacity"]
+
+
+def _entry(recall: float, emitted: int = 0) -> dict:
+    return {"recall": recall, "emitted": emitted}
+
+
+def test_a_missed_period_is_attributed_once_budget_then_shedding_then_controller():
+    """Hand-made periods (target 0.9): the budget misses the first (met without the cap), the
+    second and third miss even without the cap -- shedding lost results in the second, nothing in
+    the third -- and the fourth meets the target under the cap."""
+    from streamjoin.pipelines.analysis.capacity import missed_periods
+
+    capped = [_entry(0.5), _entry(0.5), _entry(0.5), _entry(0.95)]
+    free = [_entry(0.95), _entry(0.6), _entry(0.6), _entry(0.95)]
+    shed_lost = [_entry(0.0, 3), _entry(0.0, 2), _entry(0.0, 0), _entry(0.0, 1)]
+    assert missed_periods(capped, free, shed_lost, 0.9) == {
+        "periods_limited_by_budget": 1, "periods_missed_by_shedding": 1, "periods_missed_by_controller": 1}
+
+
+def test_periods_missed_under_shedding_are_capacity_s_not_the_controller_s(data: Path):
+    """qjoin with a state budget, once behind an overloaded bounded queue (it sheds) and once
+    with no queue cap: each period that misses the target is counted once (against report.json's
+    own periods); with shedding some missed periods are capacity's, without it none is."""
+    qjoin = ["--policy", "qjoin", "--recall", "0.99", "--period", "200ms", "--interval", "100ms"]
+    got = {}
+    for out, cap in (("shedding", "tuple=6ms,queue=2,shed=drop-new,state=4"), ("no-shedding", "tuple=0,state=4")):
+        base = [a for a in args(data, out) if a not in ("--policy", "static", "--retention", "30ms")]
+        run_cli([*base, *qjoin, "--capacity", cap], data)
+        r = report(data, out)
+        budget = r["capacity"]["state_budget"]
+        missed = sum(1 for p in r["periods"] if p["recall"] < 0.99)
+        assert budget["periods_limited_by_budget"] + budget["periods_missed_by_shedding"] + \
+            budget["periods_missed_by_controller"] == missed
+        got[out] = (r["capacity"]["shed"]["queue_drop_new"], budget["periods_missed_by_shedding"])
+    assert got["shedding"][0] > 0 and got["shedding"][1] >= 1
+    assert got["no-shedding"] == (0, 0)

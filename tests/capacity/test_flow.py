@@ -219,6 +219,19 @@ def test_a_span_of_too_many_intervals_is_refused_before_any_work() -> None:
         delay_arrivals([np.array([0, year], dtype=np.int64)], FlowControl(buffer=5, rate=10.0, interval_us=1000))
 
 
+def test_a_drain_past_the_interval_bound_is_an_input_error(monkeypatch) -> None:
+    """Ten tuples in the first interval, a unit that processes one per interval: the drain needs
+    more intervals than a bound of 5 allows (the kernel stops and says so, nothing is returned)."""
+    from streamjoin.pipelines.capacity import flow
+
+    monkeypatch.setattr(flow, "MAX_INTERVALS", 5)
+    with pytest.raises(InputError, match="more than 5 control intervals of 1000 us"):
+        delay_arrivals([np.arange(10, dtype=np.int64)], FlowControl(buffer=2, rate=1000.0, interval_us=1000))
+    monkeypatch.setattr(flow, "MAX_INTERVALS", 100)
+    assert delay_arrivals([np.arange(10, dtype=np.int64)], FlowControl(buffer=2, rate=1000.0, interval_us=1000)
+                          ).rate.shape[0] > 5
+
+
 def test_the_default_interval_follows_the_span_so_a_year_costs_what_its_tuples_cost() -> None:
     """Without interval=, Δt is the smallest human step keeping <= 100,000 intervals: a year of
     readings (200 per stream, one every ~44 h) runs at 10min (52,560 intervals over the span) --
@@ -241,3 +254,16 @@ def test_the_default_interval_follows_the_span_so_a_year_costs_what_its_tuples_c
     assert report["settings"]["interval_us"] == 600_000_000 and report["interval_source"].startswith("default")
     short = delay_arrivals([np.array([0, 30_000_000], dtype=np.int64)], FlowControl(buffer=3, rate=10.0))
     assert short.interval_us == 10_000                   # 30 s: the 10ms of short replays
+
+
+def test_added_delay_percentiles_are_nearest_rank_like_every_report_percentile() -> None:
+    """Ten delays 0, 10, ..., 90 us: nearest rank gives p99 = the 10th smallest (90; numpy's
+    "lower" rule would give 80) and p50 = the 5th smallest (40)."""
+    from streamjoin.pipelines.capacity.flow import FlowOutcome, flow_report
+
+    original = np.zeros(10, np.int64)
+    flow = FlowOutcome([np.arange(10, dtype=np.int64) * 10], 0, 1000, np.zeros((1, 1)), np.zeros((0, 1)),
+                       np.zeros((0, 1)), np.zeros((0, 1), np.int64), np.ones(1))
+    d = flow_report(flow, FlowControl(buffer=4, rate=1000.0, interval_us=1000), ["s"], [original])["added_delay_us"]
+    assert d["all"] == {"mean": 45.0, "p50": 40, "p99": 90, "max": 90, "delayed": 9}
+    assert d["streams"]["s"] == d["all"]

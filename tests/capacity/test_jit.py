@@ -1,0 +1,45 @@
+"""capacity/jit.py: the kernels are built ahead of time once and later processes load them
+without importing numba; where no module can be built, numba's jit gives the same results."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from streamjoin.pipelines.capacity import jit, queueing
+
+
+def _queue_case():
+    rng = np.random.default_rng(3)
+    arrival = np.sort(rng.integers(0, 1_000_000, 400)).astype(np.int64)
+    stream = rng.integers(0, 2, 400).astype(np.int64)
+    service = rng.integers(1_000, 9_000, 400).astype(np.int64)
+    return arrival, stream, service
+
+
+def test_a_built_kernel_is_loaded_without_importing_numba():
+    queueing.compiled_kernel()          # builds the module if this machine has none yet
+    code = ("import sys\nfrom streamjoin.pipelines.capacity import jit, queueing\nqueueing.compiled_kernel()\n"
+            "print(jit.how(queueing._bounded_kernel), 'numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["aot", "False"]
+
+
+def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, monkeypatch):
+    arrival, stream, service = _queue_case()
+    expected = queueing.compiled_kernel()(arrival, stream, service, 2, 3, True)
+
+    def no_compiler(*_args):
+        raise OSError("no C compiler")
+
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(jit, "_build", no_compiler)
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    fallback = queueing.compiled_kernel()
+    assert jit.how(queueing._bounded_kernel) == "jit"
+    got = fallback(arrival, stream, service, 2, 3, True)
+    assert all(np.array_equal(g, e) for g, e in zip(got, expected))
+    assert (got[1] != 0).any()          # the case sheds: the comparison covers the queue cap
