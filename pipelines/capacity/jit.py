@@ -87,6 +87,10 @@ def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
                 return _import(d / filename, name), "aot"
             except ImportError:   # a broken file: build it again below
                 pass
+    # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
+    sys.stderr.write(f"streamjoin: building the capacity model's {fn.__name__.strip('_')} kernel once for this "
+                     "machine (10-40 s; later runs load it in milliseconds)\n")
+    sys.stderr.flush()
     for d in dirs:
         try:
             d.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ def test_a_built_kernel_is_loaded_without_importing_numba():
     assert out == ["aot", "False"]
 
 
-def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, monkeypatch):
+def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, monkeypatch, capsys):
     arrival, stream, service = _queue_case()
     expected = queueing.compiled_kernel()(arrival, stream, service, 2, 3, True)
 
@@ -38,8 +38,11 @@ def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, m
     monkeypatch.setattr(jit, "_build", no_compiler)
     monkeypatch.setattr(jit, "_KERNELS", {})
     monkeypatch.setattr(jit, "_HOW", {})
+    capsys.readouterr()
     fallback = queueing.compiled_kernel()
     assert jit.how(queueing._bounded_kernel) == "jit"
+    # a build announces itself (it can take 10-40 s), once per kernel
+    assert capsys.readouterr().err.count("building the capacity model's bounded_kernel kernel") == 1
     got = fallback(arrival, stream, service, 2, 3, True)
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
     assert (got[1] != 0).any()          # the case sheds: the comparison covers the queue cap
