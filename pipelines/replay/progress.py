@@ -91,6 +91,11 @@ class Replay:
             stream_running_max(self.stream, self.ts, i, out=M[i])
         return M
 
+    def drop_running_max(self) -> None:
+        """Free ``M`` (``n`` int64 columns) once the policy has decided; it is
+        computed again if something reads it later."""
+        self.__dict__.pop("M", None)
+
     @cached_property
     def ts_of(self) -> list[np.ndarray]:
         """Per stream, event times in row order (``ts[index_of[i]]``; the
@@ -447,14 +452,14 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
             delta -= np.bincount(end, minlength=N + 1)[:N]  # same-kind cast into int32
             np.cumsum(delta, out=out[i], dtype=counts)
         return out
-    start = np.arange(N, dtype=np.int64)  # a tuple is held from its own index on
     limit = W[replay.stream]
     limit += replay.ts
-    window_end = np.searchsorted(decisions.R, limit, side="right")
-    end = np.maximum(decisions.release, window_end)
-    np.maximum(end, start, out=end)
+    end = np.searchsorted(decisions.R, limit, side="right")   # where the window has passed
+    del limit
+    np.maximum(end, decisions.release, out=end)
+    # a tuple is held from its own index on (the narrowest index type: fewer temporary bytes)
+    np.maximum(end, np.arange(N, dtype=counts), out=end)
     held = ~decisions.dropped
-    del start, limit, window_end
     for i in range(n):
         mask = replay.stream == i
         mask &= held

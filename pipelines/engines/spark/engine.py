@@ -44,7 +44,7 @@ from ...analysis.metrics import occupied_periods
 from ...analysis.summary import merge
 from ...config.options import HANDOFF_CONF_KEY, RESULTS_CONF_KEY, results_mode
 from ...base.errors import InputError
-from ...policies import INTERVAL_JOIN, MICROBATCH, PolicySpec
+from ...policies import INTERVAL_JOIN, MICROBATCH, SORTING, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
 from ...replay.probe_order import ProbeOrder, probe_order
@@ -143,11 +143,20 @@ def spark_join(
     else:
         raise AssertionError(progress)
     replay, dec = sp.replay_from_facts(f, n, policy, sizes)
+    replay.drop_running_max()   # the policy has decided; nothing below reads M
+    if policy.family == SORTING and not policy.adaptive:
+        dec.K = None   # the fixed policy's slack per arrival: R is decided from it, nothing reads it after
     timings["progress"] = time.perf_counter() - t0
-    # memory per arrival needs only the replay: counted on the driver while the join runs
+    # memory per arrival needs only the replay: counted on the driver while the join
+    # runs -- on the none / ATR Spark plane once the tasks' columns are handed off
+    # (its temporaries never sit beside them), otherwise from here on
     pool = ThreadPoolExecutor(max_workers=1)
-    memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
-    pool.shutdown(wait=False)
+    memory_job = None
+
+    def start_memory():
+        nonlocal memory_job
+        memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
+
     t0 = time.perf_counter()
     route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
                              if settings.router != "none" else ({}, None, None))
@@ -158,6 +167,8 @@ def spark_join(
         router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
     route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
+    if not (plane == "spark" and router != "ctr"):
+        start_memory()
     t0 = time.perf_counter()
     distance_in_kernel = router != "ctr"
     threshold = space.threshold if space is not None else None
@@ -176,11 +187,13 @@ def spark_join(
     try:
         if plane == "spark" and router != "ctr":
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
+            ids = None   # the tasks' (narrowed) copies are in per
             if sink is not None:
                 per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family,
                                        write=results_dir is not None)
+                f = None   # with its cached columns: the results' facts are in per
             res = spark_plane(spark, per, n, W, policy.family, router, route_plan, keyed, kdims, threshold, hand,
-                              sink=sink)
+                              sink=sink, alongside=start_memory)
             del per
         elif plane == "spark":
             res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
@@ -189,6 +202,7 @@ def spark_join(
     if plane != "spark":
         res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, route_plan, keyed, kdims, threshold)
     tables.clear()
+    pool.shutdown(wait=False)
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if sink is not None:
