@@ -44,7 +44,7 @@ from ...analysis.metrics import occupied_periods
 from ...analysis.summary import merge
 from ...config.options import HANDOFF_CONF_KEY, RESULTS_CONF_KEY, results_mode
 from ...base.errors import InputError
-from ...policies import INTERVAL_JOIN, MICROBATCH, SORTING, PolicySpec
+from ...policies import INTERVAL_JOIN, MICROBATCH, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
 from ...replay.probe_order import ProbeOrder, probe_order
@@ -144,8 +144,6 @@ def spark_join(
         raise AssertionError(progress)
     replay, dec = sp.replay_from_facts(f, n, policy, sizes)
     replay.drop_running_max()   # the policy has decided; nothing below reads M
-    if policy.family == SORTING and not policy.adaptive:
-        dec.K = None   # the fixed policy's slack per arrival: R is decided from it, nothing reads it after
     timings["progress"] = time.perf_counter() - t0
     # memory per arrival needs only the replay: counted on the driver while the join
     # runs -- on the none / ATR Spark plane once the tasks' columns are handed off
