@@ -1,33 +1,44 @@
 """The Spark engine: the same answer as the local engine, spread over partitions.
 
 :func:`spark_join` runs one replay and join; what the driver holds at each
-stage (N input tuples, C combinations, P partitions)::
+stage (N input tuples, C combinations, P partitions, J segments; bytes per
+input tuple at the core benchmark's 3M, two keyed streams, mpkslack, ATR,
+docs/performance.md "Driver memory stage by stage")::
 
-    tuples on the driver (loaded by io/load.py)                       O(N)
-      -> key ids, probe order (replay/probe_order.py)                  O(N)
+    tuples on the driver (loaded by io/load.py: ts, arrival, key and
+      payload columns)                                                 O(N)  ~40 B
+      -> key ids, probe order (replay/probe_order.py)                  O(N)  8 B, freed after
+                                                                             the tasks' columns
       -> progress facts: on the driver (replay/partitioned_progress.driver_facts;
-         what the CLI uses), or with progress="spark" the partition-wise
-         pass on Spark (.progress)                                     O(N)
-      -> memory per arrival, on a driver thread while the join runs    O(N x streams)
-      -> routing plan (driver, .routing): none | atr | ctr (auto: least
-         predicted overhead); each partition's tuples gathered on the
-         driver and handed to its task (.handoff)                      O(N x replication)
+         what the CLI uses: the replay order, frontier, delays, releases --
+         a fixed policy's running maxima and slack one stream at a time),
+         or with progress="spark" the partition-wise pass on Spark
+         (.progress)                                                   O(N)  ~57 B kept
+      -> routing plan (driver, .routing, from a rate histogram): none | atr
+         | ctr (auto: least predicted overhead)                        O(J)
       -> data plane (.plane): none / atr as one job of per-partition tasks,
-         ctr as hops of partial combinations
+         ctr as hops of partial combinations.  The tasks' columns are built
+         per stream (.columns.kernel_inputs, + .sink's) and handed off: as
+         files (local masters) each stream once, and every ATR task picks
+         its own rows from the plan; inline (other masters) the driver
+         gathers each partition's rows (.handoff)                      O(N) while handed off
+                                                                             (inline: x replication)
+      -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
          the job writes results.parquet there                          O(C)
          results="executors" (none / atr): each task writes its results as a
          Parquet part file and returns a summary (.sink) -> SummaryOutcome,
-         the merged summaries                                          O(P + periods + distinct values)
+         the merged summaries and each partition's tuple counts        O(P + periods + distinct values)
 
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
 SparkSession, warms the workers up and joins; the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
 :func:`results_path` picks the results path (``spark.streamjoin.results``:
 ``auto`` = executors on a non-local master).  Not yet distributed: reading
-and validating the inputs, the progress facts, the memory series and the
-routing of tuples (docs/semantics.md, "Results on the executors").
+and validating the inputs, the progress facts and the memory series, and with
+the inline hand-off the routing of tuples (docs/semantics.md, "Results on the
+executors").
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 * :func:`run_plane` -- in-process, no Spark (the tests use it to check the
   routing exhaustively).
 * :func:`spark_plane` -- ``none`` / ATR as one Spark job: ``parallelize``
-  places one record per partition (its tuples as numpy columns, routed on the
-  driver) in task ``p``; ``mapPartitionsWithIndex`` joins it; the
-  combinations come back as one record.  No shuffle, no per-row conversion.
+  places one record per partition in task ``p`` (its tuples as numpy
+  columns, routed on the driver; with the files hand-off, the streams'
+  columns, from which the task picks its own rows); ``mapPartitionsWithIndex``
+  joins it; the combinations come back as one record.  No shuffle, no
+  per-row conversion.
 * :func:`ctr_spark` -- CTR: hop 1 joins each partition's stored tuples with
   the probers routed to it; later hops (``n >= 3``) move partial combinations
   with ``partitionBy(P, identity)``.
@@ -156,9 +158,13 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     driver derives emission times itself (:func:`outcome_from`).  Both
     records travel through ``handoff`` (:mod:`.handoff`: in band, or as files
     on the driver's host when the executors share it).  Routing
-    (which partition gets which tuples) is computed where the tuples are: on
-    the driver, which has loaded them and computed their progress facts.
-    ``per``: :func:`kernel_inputs`.
+    (which partition gets which tuples): with the files hand-off each
+    stream's columns are written once and each task computes its own rows
+    from the plan (:func:`~streamjoin.pipelines.route.atr.assign`: the plan is
+    O(segments), the driver never gathers a partition); inline, the driver
+    gathers each partition's rows.  Either way each task counts the rows of
+    each stream it received (:attr:`PlaneResult.stored`).  ``per``:
+    :func:`kernel_inputs`; emptied once handed off (the caller's list).
 
     ``alongside``: called (to start work on another thread) once the tasks'
     records are handed off, before the job runs.
