@@ -29,17 +29,14 @@ def nearest_rank(values: np.ndarray, q: float) -> int | None:
     return int(np.partition(values, k)[k])
 
 
-def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]], *,
-                 overwrite: bool = False) -> dict[str, int | None]:
-    """Nearest-rank order statistics; ``overwrite``: ``values`` is the caller's
-    own copy and may be sorted in place."""
+def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[str, int | None]:
     values = np.asarray(values)
     if len(values) == 0:
         return {name: None for name, _ in qs}
     ks = sorted({max(1, math.ceil(q * len(values))) - 1 for _, q in qs})
     # several order statistics: a (vectorised) full sort beats repeated selection
     if len(ks) > 1:
-        part = values if overwrite else values.copy()
+        part = values.copy()
         sort_values(part)
     else:
         part = np.partition(values, ks)
@@ -179,7 +176,7 @@ def stream_facts(names, rows, quarantined, ts_by_stream, replay, decisions) -> l
             "rows": int(rows[i]),
             "quarantined": int(quarantined[i]),
             "rate_per_s": (rows[i] / span_s) if span_s > 0 else None,
-            "delay_us": distribution(delay, [("p50", 0.5), ("p95", 0.95), ("max", 1.0)], overwrite=True),
+            "delay_us": distribution(delay, [("p50", 0.5), ("p95", 0.95), ("max", 1.0)]),
             "dropped_late": dropped,
             "expired_on_arrival": expired,
         })
