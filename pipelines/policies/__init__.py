@@ -183,6 +183,30 @@ def slack_matrix(replay, policy: PolicySpec):
     return {"none": none, "kslack": kslack, "mpkslack": mpkslack}[policy.name].slack(replay, policy)
 
 
+class Rows:
+    """``n`` rows of an ``(n, N)`` matrix, each computed when read (never all at once)."""
+
+    def __init__(self, n: int, row):
+        self.n, self.row = n, row
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return self.row(i)
+
+
+def slack_rows(replay, policy: PolicySpec):
+    """:func:`slack_matrix` for reading one stream at a time: ``mpkslack``'s
+    ``(n, N)`` slack as :class:`Rows` (one row alive at a time), the others'
+    ``(n, 1)`` matrix itself."""
+    from . import mpkslack
+
+    if policy.name == "mpkslack":
+        return Rows(replay.n, lambda i: mpkslack.slack_row(replay, i))
+    return slack_matrix(replay, policy)
+
+
 def retention_matrix(replay, policy: PolicySpec):
     """``d_i(a)`` for a symmetric-family policy: shape ``(n, N)`` or ``(n, 1)``."""
     from . import static

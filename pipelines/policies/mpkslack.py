@@ -14,5 +14,12 @@ import numpy as np
 def slack(replay, policy) -> np.ndarray:
     K = np.empty((replay.n, replay.N), dtype=np.int64)
     for i in range(replay.n):
-        K[i] = np.maximum.accumulate(np.where(replay.stream == i, replay.delay, 0)) if replay.N else 0
+        K[i] = slack_row(replay, i)
     return K
+
+
+def slack_row(replay, i: int) -> np.ndarray:
+    """Stream ``i``'s row of :func:`slack`."""
+    if not replay.N:
+        return np.zeros(0, np.int64)
+    return np.maximum.accumulate(np.where(replay.stream == i, replay.delay, 0))

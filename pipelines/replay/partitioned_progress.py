@@ -310,8 +310,8 @@ def driver_facts(ts, arrival, windows, policy: PolicySpec, bad_arrivals=None, ke
     the driver; each column is built when first read (the Spark engine's
     planes read a few of them and mostly use :attr:`Facts.replay` /
     :attr:`Facts.decisions`)."""
-    replay = build_replay(list(ts), list(arrival),
-                          keep_running_max=policy.family == SORTING or policy.adaptive)
+    # M is kept for the recall-target controllers; a fixed sorting policy reads it one stream at a time
+    replay = build_replay(list(ts), list(arrival), keep_running_max=policy.adaptive)
     dec = decide(replay, np.asarray(windows, dtype=INT), policy, bad_arrivals=bad_arrivals, keys=keys)
     return facts_from_replay(replay, dec)
 

@@ -47,8 +47,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..policies import (INTERVAL_JOIN, MICROBATCH, SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec, adaptive_schedule,
-                        slack_matrix, retention_matrix)
+from ..policies import (INTERVAL_JOIN, MICROBATCH, SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec, Rows,
+                        adaptive_schedule, slack_rows, retention_matrix)
 from . import interval_join, microbatch, sql_interval_join
 from ..base.sorting import search_sorted_queries, stable_order
 from ..base.timeunits import NEG_INF
@@ -90,6 +90,11 @@ class Replay:
         for i in range(self.n):
             stream_running_max(self.stream, self.ts, i, out=M[i])
         return M
+
+    def drop_running_max(self) -> None:
+        """Free ``M`` (``n`` int64 columns) once the policy has decided; it is
+        computed again if something reads it later."""
+        self.__dict__.pop("M", None)
 
     @cached_property
     def ts_of(self) -> list[np.ndarray]:
@@ -289,12 +294,15 @@ def _horizons(T: np.ndarray, d: np.ndarray, n: int) -> np.ndarray:
     return H
 
 
-def _release_horizon(M: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """``R = running_max(min_i minus(M_i, K_i))``, one stream at a time."""
+def _release_horizon(M, K) -> np.ndarray:
+    """``R = running_max(min_i minus(M_i, K_i))``, one stream at a time; ``M``
+    and ``K``: ``(n, N)`` / ``(n, 1)`` matrices or :class:`~streamjoin.pipelines.policies.Rows`."""
     R = None
-    for i in range(M.shape[0]):
-        v = np.subtract(M[i], K[i])
-        np.copyto(v, NEG_INF, where=M[i] == NEG_INF)
+    for i in range(len(M)):
+        Mi, Ki = M[i], K[i]
+        v = np.subtract(Mi, Ki)
+        np.copyto(v, NEG_INF, where=Mi == NEG_INF)
+        del Mi, Ki
         R = v if R is None else np.minimum(R, v, out=R)
     np.maximum.accumulate(R, out=R)
     return R
@@ -328,8 +336,14 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
     log = schedule.log if schedule is not None else None
     settings = schedule.settings if schedule is not None else None
     if policy.family == SORTING:
-        K = schedule.values if schedule is not None else slack_matrix(replay, policy)   # (n, N) or (n, 1)
-        R = _release_horizon(replay.M, np.asarray(K)) if N else np.empty(0, np.int64)
+        # (n, N) or (n, 1); a fixed policy's rows one at a time, and M's too unless kept
+        K = schedule.values if schedule is not None else slack_rows(replay, policy)
+        M = replay.__dict__.get("M")   # kept by build_replay, or computed already
+        if M is None:
+            M = Rows(replay.n, lambda i: stream_running_max(replay.stream, replay.ts, i, out=np.empty(N, np.int64)))
+        R = _release_horizon(M, K if isinstance(K, Rows) else np.asarray(K)) if N else np.empty(0, np.int64)
+        del M
+        K = None if isinstance(K, Rows) else K   # mpkslack's slack is not kept: R is what it decided
         R_before = np.concatenate([[NEG_INF], R[:-1]]) if N else R
         dropped = replay.ts < R_before
         # R never decreases, so the first a with R(a) >= ts is a binary search;
@@ -447,14 +461,14 @@ def memory_per_stream(replay: Replay, windows: np.ndarray, decisions: Decisions,
             delta -= np.bincount(end, minlength=N + 1)[:N]  # same-kind cast into int32
             np.cumsum(delta, out=out[i], dtype=counts)
         return out
-    start = np.arange(N, dtype=np.int64)  # a tuple is held from its own index on
     limit = W[replay.stream]
     limit += replay.ts
-    window_end = np.searchsorted(decisions.R, limit, side="right")
-    end = np.maximum(decisions.release, window_end)
-    np.maximum(end, start, out=end)
+    end = np.searchsorted(decisions.R, limit, side="right")   # where the window has passed
+    del limit
+    np.maximum(end, decisions.release, out=end)
+    # a tuple is held from its own index on (the narrowest index type: fewer temporary bytes)
+    np.maximum(end, np.arange(N, dtype=counts), out=end)
     held = ~decisions.dropped
-    del start, limit, window_end
     for i in range(n):
         mask = replay.stream == i
         mask &= held

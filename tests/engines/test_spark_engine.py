@@ -87,6 +87,34 @@ def test_spark_equals_local(spark, seed, n, policy, router, partitions, handoff)
         ref.dropped if policy.family == "sorting" else ref.expired)
 
 
+def test_atr_tasks_route_themselves_as_the_driver_would(spark):
+    """Files hand-off: each stream is handed off once and every ATR task picks its
+    own rows from the plan; inline, the driver routes.  Same combinations (the
+    reference's), same copies per partition and stream (the routing report's
+    mem / net use, shipped tuples) -- with the driver's progress pass, whose
+    mpkslack slack and running maxima are read one stream at a time."""
+    streams, W = random_streams(12, 3, rows=(30, 60))
+    policy = PolicySpec("mpkslack")
+    ref = local_engine(streams, W, policy)
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    outs = {h: spark_join(ts, ar, key_frames(streams), W, policy, spark=spark, progress="driver",
+                          settings=RouteSettings("atr", 3, 7), handoff=h) for h in ("files", "inline")}
+    for h, out in outs.items():
+        rows = list(zip(*[r.tolist() for r in out.combos.rows]))
+        assert set(rows) == ref.truth and len(rows) == len(set(rows)), h
+        em = out.emission
+        assert {c for c, m in zip(rows, em.emitted.tolist()) if m} == set(ref.emitted), h
+        assert out.memory.sum(axis=0).tolist() == ref.memory, h
+    f, i = outs["files"].routing, outs["inline"].routing
+    assert f["shipped_tuples"] > sum(len(s) for s in streams)   # segments near a boundary went to both
+    for key in ("shipped_tuples", "replication_factor", "overhead_measured"):
+        assert f[key] == i[key], key
+    drop = ("t_us",)   # the kernels' measured time
+    assert ([{k: v for k, v in p.items() if k not in drop} for p in f["per_partition"]]
+            == [{k: v for k, v in p.items() if k not in drop} for p in i["per_partition"]])
+
+
 def _write_sample(tmp: Path) -> Path:
     rng = np.random.default_rng(11)
     for name, m in (("a", 400), ("b", 300), ("c", 200)):

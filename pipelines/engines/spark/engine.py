@@ -1,33 +1,44 @@
 """The Spark engine: the same answer as the local engine, spread over partitions.
 
 :func:`spark_join` runs one replay and join; what the driver holds at each
-stage (N input tuples, C combinations, P partitions)::
+stage (N input tuples, C combinations, P partitions, J segments; bytes per
+input tuple at the core benchmark's 3M, two keyed streams, mpkslack, ATR,
+docs/performance.md "Driver memory stage by stage")::
 
-    tuples on the driver (loaded by io/load.py)                       O(N)
-      -> key ids, probe order (replay/probe_order.py)                  O(N)
+    tuples on the driver (loaded by io/load.py: ts, arrival, key and
+      payload columns)                                                 O(N)  ~40 B
+      -> key ids, probe order (replay/probe_order.py)                  O(N)  8 B, freed after
+                                                                             the tasks' columns
       -> progress facts: on the driver (replay/partitioned_progress.driver_facts;
-         what the CLI uses), or with progress="spark" the partition-wise
-         pass on Spark (.progress)                                     O(N)
-      -> memory per arrival, on a driver thread while the join runs    O(N x streams)
-      -> routing plan (driver, .routing): none | atr | ctr (auto: least
-         predicted overhead); each partition's tuples gathered on the
-         driver and handed to its task (.handoff)                      O(N x replication)
+         what the CLI uses: the replay order, frontier, delays, releases --
+         a fixed policy's running maxima and slack one stream at a time),
+         or with progress="spark" the partition-wise pass on Spark
+         (.progress)                                                   O(N)  ~57 B kept
+      -> routing plan (driver, .routing, from a rate histogram): none | atr
+         | ctr (auto: least predicted overhead)                        O(J)
       -> data plane (.plane): none / atr as one job of per-partition tasks,
-         ctr as hops of partial combinations
+         ctr as hops of partial combinations.  The tasks' columns are built
+         per stream (.columns.kernel_inputs, + .sink's) and handed off: as
+         files (local masters) each stream once, and every ATR task picks
+         its own rows from the plan; inline (other masters) the driver
+         gathers each partition's rows (.handoff)                      O(N) while handed off
+                                                                             (inline: x replication)
+      -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
          the job writes results.parquet there                          O(C)
          results="executors" (none / atr): each task writes its results as a
          Parquet part file and returns a summary (.sink) -> SummaryOutcome,
-         the merged summaries                                          O(P + periods + distinct values)
+         the merged summaries and each partition's tuple counts        O(P + periods + distinct values)
 
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
 SparkSession, warms the workers up and joins; the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
 :func:`results_path` picks the results path (``spark.streamjoin.results``:
 ``auto`` = executors on a non-local master).  Not yet distributed: reading
-and validating the inputs, the progress facts, the memory series and the
-routing of tuples (docs/semantics.md, "Results on the executors").
+and validating the inputs, the progress facts and the memory series, and with
+the inline hand-off the routing of tuples (docs/semantics.md, "Results on the
+executors").
 """
 
 from __future__ import annotations
@@ -143,11 +154,18 @@ def spark_join(
     else:
         raise AssertionError(progress)
     replay, dec = sp.replay_from_facts(f, n, policy, sizes)
+    replay.drop_running_max()   # the policy has decided; nothing below reads M
     timings["progress"] = time.perf_counter() - t0
-    # memory per arrival needs only the replay: counted on the driver while the join runs
+    # memory per arrival needs only the replay: counted on the driver while the join
+    # runs -- on the none / ATR Spark plane once the tasks' columns are handed off
+    # (its temporaries never sit beside them), otherwise from here on
     pool = ThreadPoolExecutor(max_workers=1)
-    memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
-    pool.shutdown(wait=False)
+    memory_job = None
+
+    def start_memory():
+        nonlocal memory_job
+        memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
+
     t0 = time.perf_counter()
     route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
                              if settings.router != "none" else ({}, None, None))
@@ -158,6 +176,8 @@ def spark_join(
         router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
     route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
+    if not (plane == "spark" and router != "ctr"):
+        start_memory()
     t0 = time.perf_counter()
     distance_in_kernel = router != "ctr"
     threshold = space.threshold if space is not None else None
@@ -176,11 +196,13 @@ def spark_join(
     try:
         if plane == "spark" and router != "ctr":
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
+            ids = None   # the tasks' (narrowed) copies are in per
             if sink is not None:
                 per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family,
                                        write=results_dir is not None)
+                f = None   # with its cached columns: the results' facts are in per
             res = spark_plane(spark, per, n, W, policy.family, router, route_plan, keyed, kdims, threshold, hand,
-                              sink=sink)
+                              sink=sink, alongside=start_memory)
             del per
         elif plane == "spark":
             res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
@@ -189,6 +211,7 @@ def spark_join(
     if plane != "spark":
         res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, route_plan, keyed, kdims, threshold)
     tables.clear()
+    pool.shutdown(wait=False)
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if sink is not None:

@@ -124,10 +124,13 @@ def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_ke
 
 def partition_use(router: str, plan, res: PlaneResult, ts, windows, span_us: float, costs) -> np.ndarray:
     """``(3, P)`` measured cpu, mem, net of each partition (:func:`~streamjoin.pipelines.route.resource_use`):
-    what the plan ships where (from the tuples' times, on the driver) and the
+    what the plan ships where (counted by the Spark plane's tasks, or from the
+    tuples' times on the driver) and the
     join's candidates and intermediate results (the plane's statistics)."""
     n = len(ts)
-    if router == "atr":
+    if router == "atr" and res.stored is not None:   # counted by the tasks (Spark plane)
+        stored = res.stored
+    elif router == "atr":
         stored = atr_mod.copies_per_partition(plan, ts)
     elif router == "ctr":
         stored = ctr_mod.stored_per_partition(plan, ts)

@@ -3,9 +3,11 @@
 * :func:`run_plane` -- in-process, no Spark (the tests use it to check the
   routing exhaustively).
 * :func:`spark_plane` -- ``none`` / ATR as one Spark job: ``parallelize``
-  places one record per partition (its tuples as numpy columns, routed on the
-  driver) in task ``p``; ``mapPartitionsWithIndex`` joins it; the
-  combinations come back as one record.  No shuffle, no per-row conversion.
+  places one record per partition in task ``p`` (its tuples as numpy
+  columns, routed on the driver; with the files hand-off, the streams'
+  columns, from which the task picks its own rows); ``mapPartitionsWithIndex``
+  joins it; the combinations come back as one record.  No shuffle, no
+  per-row conversion.
 * :func:`ctr_spark` -- CTR: hop 1 joins each partition's stored tuples with
   the probers routed to it; later hops (``n >= 3``) move partial combinations
   with ``partitionBy(P, identity)``.
@@ -47,6 +49,7 @@ class PlaneResult:
     shipped_tuples: int                # copies of original tuples sent to partitions
     shipped_intermediate: int = 0      # CTR partial results sent to another partition
     summaries: list | None = None      # results on the executors (.sink): one ResultSummary per task
+    stored: np.ndarray | None = None   # ATR on Spark: (n, P) tuples of each stream each partition received
 
 
 def _concat(parts: list[dict], n: int) -> dict:
@@ -144,7 +147,7 @@ def _identity(k):
 
 
 def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, plan, keyed: bool, dims: int,
-                threshold, handoff: Handoff = Handoff(), sink: Sink | None = None) -> PlaneResult:
+                threshold, handoff: Handoff = Handoff(), sink: Sink | None = None, alongside=None) -> PlaneResult:
     """``none`` / ``atr`` as one Spark job: one task per partition, no shuffle.
 
     Data moves as blocks of numpy columns, never as rows: partition ``p``'s
@@ -155,9 +158,16 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     driver derives emission times itself (:func:`outcome_from`).  Both
     records travel through ``handoff`` (:mod:`.handoff`: in band, or as files
     on the driver's host when the executors share it).  Routing
-    (which partition gets which tuples) is computed where the tuples are: on
-    the driver, which has loaded them and computed their progress facts.
-    ``per``: :func:`kernel_inputs`.
+    (which partition gets which tuples): with the files hand-off each
+    stream's columns are written once and each task computes its own rows
+    from the plan (:func:`~streamjoin.pipelines.route.atr.assign`: the plan is
+    O(segments), the driver never gathers a partition); inline, the driver
+    gathers each partition's rows.  Either way each task counts the rows of
+    each stream it received (:attr:`PlaneResult.stored`).  ``per``:
+    :func:`kernel_inputs`; emptied once handed off (the caller's list).
+
+    ``alongside``: called (to start work on another thread) once the tasks'
+    records are handed off, before the job runs.
 
     With ``sink`` (:mod:`.sink`) the combinations stay on the executors: each
     task writes its results and returns only its summary;
@@ -165,19 +175,22 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     """
     sc = spark.sparkContext
     rdt = np.int32 if sum(len(d["ts"]) for d in per) < 2**31 else INT
+    # files hand-off: each stream's columns are written once and every task picks
+    # its own rows from the plan (O(segments)); inline, the driver routes
+    on_tasks = router != "none" and handoff.directory is not None
     if router == "none":
         P = 1
-        parts = [per]
+        parts = [list(per)]
+    elif on_tasks:
+        P = plan.partitions
+        parts = []
     else:
         P = plan.partitions
         parts = [[None] * n for _ in range(P)]
         for k in range(n):
             i, p = atr_mod.assign(plan, k, per[k]["ts"])
             for q in range(P):
-                sel = i[p == q]                       # ascending rows of stream k
-                d = {c: (take_rows(v, sel) if c == "payload" else v[sel]) for c, v in per[k].items()}
-                d["row"] = sel.astype(rdt)
-                parts[q][k] = d
+                parts[q][k] = _take(per[k], i[p == q], rdt)
     shipped = int(sum(len(d["ts"]) for part in parts for d in part))
     # after routing, which reads absolute times; one base for every partition.
     # Only through the JVM (inline): as files, the tasks would pay fresh memory
@@ -188,10 +201,19 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
     def task(index, records):
         reuse_freed_memory()  # as the CLI does for the driver: large temporaries reuse the heap
         for q, token in records:
-            part = restore_times(handoff.get(token), base)
+            if on_tasks:   # this partition's rows of each stream (atr.assign, as the driver would)
+                part = []
+                for k, t in enumerate(token):
+                    d = handoff.get(t)
+                    i, p = atr_mod.assign(plan, k, d["ts"])
+                    part.append(_take(d, i[p == q], rdt))
+                    del d, i, p
+            else:
+                part = restore_times(handoff.get(token), base)
             own = None if router == "none" else (lambda mt, q=q: atr_mod.owner_partition(plan, mt) == q)
             out = join_streams(part, n, W, family, keyed, dims, threshold, own, timing=False)
             stats = out.pop("_stats")
+            stats["_stored"] = [len(d["ts"]) for d in part]   # per stream (the report's mem and net use)
             if sink is not None:   # results written here, only the summary goes back
                 yield q, stats, sink.finish(q, part, out)
                 continue
@@ -199,15 +221,32 @@ def spark_plane(spark, per: list[dict], n: int, W, family: str, router: str, pla
             yield q, stats, handoff.put(pack_emitted(out))
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # file writes release the GIL
-        records = list(pool.map(lambda q: (q, handoff.put(parts[q])), range(P)))
+        if on_tasks:
+            streams = list(pool.map(handoff.put, per))
+            records = [(q, streams) for q in range(P)]
+        else:
+            records = list(pool.map(lambda q: (q, handoff.put(parts[q])), range(P)))
     parts.clear()
+    per.clear()   # the caller's list: its columns are in the records now
+    if alongside is not None:   # driver work that overlaps the job (the engine's memory series)
+        alongside()
     got = sc.parallelize(records, P).mapPartitionsWithIndex(task).collect()
     got.sort(key=lambda g: g[0])
+    stored = np.array([g[1].pop("_stored") for g in got], dtype=np.int64).T.reshape(n, P)
+    if on_tasks:
+        shipped = int(stored.sum())   # each task's rows: the copies routed to it
     if sink is not None:
         return PlaneResult(_concat_emitted([], n), {int(g[0]): g[1] for g in got}, shipped,
-                           summaries=[g[2] for g in got])
+                           summaries=[g[2] for g in got], stored=stored)
     return PlaneResult(_concat_emitted([unpack_emitted(handoff.get(g[2], consume=True)) for g in got], n),
-                       {int(g[0]): g[1] for g in got}, shipped)
+                       {int(g[0]): g[1] for g in got}, shipped, stored=stored)
+
+
+def _take(d: dict, sel: np.ndarray, rdt) -> dict:
+    """Rows ``sel`` (ascending) of one stream's columns, with their ``row`` numbers."""
+    out = {c: (take_rows(v, sel) if c == "payload" else v[sel]) for c, v in d.items()}
+    out["row"] = sel.astype(rdt)
+    return out
 
 
 def _concat_emitted(parts: list[dict], n: int) -> dict:
