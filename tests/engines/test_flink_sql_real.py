@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.flink import columns_flink_sql, local_flink, local_flink_sql
-from test_flink_real import DRIVER, MS, REPEATS, S, case_lines, disordered, run_cases
+from test_flink_real import DRIVER, MS, REPEATS, S, assert_identical_runs, case_lines, disordered, run_cases
 
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import replay_order
@@ -97,8 +97,7 @@ def test_policy_flink_sql_gives_flink_sqls_pairs_and_padded_rows(sql_runs, c):
 
 @pytest.mark.parametrize("c", range(len(CASES)))
 def test_five_runs_of_the_same_sql_job_are_identical(sql_runs, c):
-    runs = sql_runs[c]
-    assert all(run == runs[0] for run in runs[1:]) and runs[0]
+    assert_identical_runs(sql_runs[c])
 
 
 def test_sql_joins_rows_the_datastream_join_drops_as_late():
