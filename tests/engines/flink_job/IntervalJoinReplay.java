@@ -212,7 +212,7 @@ public class IntervalJoinReplay {
         for (String line : lines.subList(1, lines.size())) {
             String[] f = line.trim().split(" ");
             elements.add(new E(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3])));
-            TICKS |= Integer.parseInt(f[0]) >= 2;
+            TICKS |= Integer.parseInt(f[0]) == 2 || Integer.parseInt(f[0]) == 3;
         }
         elements.addAll(END);
         RELEASED.set(0); PROCESSED.set(0); RECORDS.set(0); OUT.clear();

@@ -110,7 +110,7 @@ public class SqlIntervalJoinReplay {
             String[] f = line.trim().split(" ");
             elements.add(new IntervalJoinReplay.E(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]),
                     Long.parseLong(f[3])));
-            IntervalJoinReplay.TICKS |= Integer.parseInt(f[0]) >= 2;
+            IntervalJoinReplay.TICKS |= Integer.parseInt(f[0]) == 2 || Integer.parseInt(f[0]) == 3;
         }
         elements.addAll(IntervalJoinReplay.END);
         IntervalJoinReplay.RELEASED.set(0); IntervalJoinReplay.PROCESSED.set(0); IntervalJoinReplay.RECORDS.set(0);
