@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import pytest
 from helpers.flink import columns_flink_sql, local_flink, local_flink_sql
-from test_flink_real import DRIVER, MS, REPEATS, S, assert_identical_runs, case_lines, disordered, run_cases
+from test_flink_real import (DRIVER, MS, REPEATS, S, assert_identical_runs, case_lines, disordered, other_end_first,
+                             run_cases)
 
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import replay_order
@@ -56,14 +57,6 @@ def sql_case_lines(c: int) -> list[str]:
 
 
 RACED = 3   # the case whose runs once differed in CI
-
-
-def other_end_first(lines: list[str]) -> list[str]:
-    """A case file whose OTHER input ends (its generator's MAX watermark, the driver's
-    marker 4 / 5) just before the last record: what a live job does when the join takes
-    the other input's end-of-input watermark before that record."""
-    side = int(lines[-1].split()[0])
-    return [*lines[:-1], f"{5 - side} -1 0 0", lines[-1]]
 
 
 @pytest.fixture(scope="module")
