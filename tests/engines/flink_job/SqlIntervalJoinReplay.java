@@ -7,7 +7,7 @@
 // Usage: SqlIntervalJoinReplay CASE OUT [CASE OUT ...]  (compiled with IntervalJoinReplay.java,
 // whose source, gate, watermark generators and counters it reuses)
 // Case file: as IntervalJoinReplay's, the first line followed by " JOIN MINCLEANUP_MS"
-// (JOIN: INNER | LEFT | RIGHT | FULL).
+// (JOIN: INNER | LEFT | RIGHT | FULL).  Gated end of input as there (its END markers).
 // Output: "P leftRow rightRow index" per joined pair, "LP leftRow index" / "RP rightRow index"
 // per null-padded row (index: arrival index of the last record released when it came out).
 //
@@ -60,11 +60,11 @@ public class SqlIntervalJoinReplay {
         public void processElement2(StreamRecord<RowData> r) throws Exception { super.processElement2(r); IntervalJoinReplay.PROCESSED.incrementAndGet(); }
         public void processWatermark1(org.apache.flink.streaming.api.watermark.Watermark m) throws Exception {
             super.processWatermark1(m);
-            if (m.getTimestamp() != Long.MAX_VALUE) IntervalJoinReplay.PROCESSED.incrementAndGet();
+            IntervalJoinReplay.PROCESSED.incrementAndGet();
         }
         public void processWatermark2(org.apache.flink.streaming.api.watermark.Watermark m) throws Exception {
             super.processWatermark2(m);
-            if (m.getTimestamp() != Long.MAX_VALUE) IntervalJoinReplay.PROCESSED.incrementAndGet();
+            IntervalJoinReplay.PROCESSED.incrementAndGet();
         }
         protected void processWatermarkStatus(WatermarkStatus status, int index) throws Exception {
             super.processWatermarkStatus(status, index);
@@ -110,8 +110,9 @@ public class SqlIntervalJoinReplay {
             String[] f = line.trim().split(" ");
             elements.add(new IntervalJoinReplay.E(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]),
                     Long.parseLong(f[3])));
-            IntervalJoinReplay.TICKS |= Integer.parseInt(f[0]) >= 2;
+            IntervalJoinReplay.TICKS |= Integer.parseInt(f[0]) == 2 || Integer.parseInt(f[0]) == 3;
         }
+        elements.addAll(IntervalJoinReplay.END);
         IntervalJoinReplay.RELEASED.set(0); IntervalJoinReplay.PROCESSED.set(0); IntervalJoinReplay.RECORDS.set(0);
         IntervalJoinReplay.OUT.clear();
 
@@ -141,7 +142,7 @@ public class SqlIntervalJoinReplay {
                 .transform("Interval Join (SQL)", OUT_TYPE, new CountingSqlJoin(function));
         joined.map(new Record()).sinkTo(new DiscardingSink<>());
         env.execute("sql interval join replay");
-        Files.write(outFile, new ArrayList<>(IntervalJoinReplay.OUT));
+        Files.write(outFile, IntervalJoinReplay.checked(IntervalJoinReplay.OUT));
     }
 
     public static void main(String[] args) throws Exception {
