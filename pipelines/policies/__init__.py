@@ -162,13 +162,18 @@ class PolicySpec:
 
     @property
     def in_memory_only(self) -> str | None:
-        """The setting the bounded-memory and Spark engines do not emulate yet (as the
-        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``.
-        ``flink-sql`` runs in memory only, with any setting."""
+        """The setting the bounded-memory engine (``--chunk-rows``) does not emulate yet
+        (as the user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``."""
         if self.name == "flink-sql":
             return "any setting"
         if self.name == "spark-ss" and self.join != "inner":
             return f"--join {self.join}"
+        return self.not_on_spark
+
+    @property
+    def not_on_spark(self) -> str | None:
+        """The setting the Spark engine (``--engine spark``) does not emulate yet, or ``None``:
+        ``--trigger-files`` (``spark-ss``), ``--idleness`` (``flink``)."""
         if self.name == "spark-ss" and self.trigger_files is not None:
             return "--trigger-files"
         if self.name == "flink" and self.idleness_us:

@@ -80,8 +80,6 @@ out = "{tmp_path / 'out'}"
 @pytest.mark.parametrize("args,needle", [
     (["run", "--policy", "flink-sql", "--watermark", "1s", "--chunk-rows", "50"],
      "--chunk-rows: flink-sql with any setting runs in memory for now"),
-    (["run", "--policy", "flink-sql", "--watermark", "1s", "--engine", "spark"],
-     "--engine spark: flink-sql with any setting runs on --engine local for now"),
     (["run", "--policy", "flink-sql", "--watermark", "1s", "--watermark-interval", "100ms", "--idleness", "1s"],
      "policy flink-sql does not emulate withIdleness"),
     (["run", "--policy", "flink-sql", "--watermark", "1s", "--date", "2023-11-14"],

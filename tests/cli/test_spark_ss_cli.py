@@ -135,7 +135,6 @@ out = "{tmp_path / 'out'}"
 
 @pytest.mark.parametrize("extra,streams,needle", [
     (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
-    (["--join", "left", "--engine", "spark"], (), "--join left runs on --engine local for now"),
     (["--join", "right", "--chunk-rows", "50"], (), "--join right runs in memory for now"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--join", "left", "--date", "2023-11-14"], (), "nightly runs support the inner join"),
