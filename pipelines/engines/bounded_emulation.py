@@ -38,7 +38,7 @@ import polars as pl
 from ..base.errors import InputError
 from ..base.timeunits import NEG_INF
 from ..io.chunks import read_chunks
-from ..policies import INTERVAL_JOIN, MICROBATCH
+from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN
 from ..replay import interval_join, microbatch
 from ..replay.candidates import Combos
 from ..replay.results import with_emission
@@ -81,11 +81,16 @@ def check_flink_times(sv) -> None:
 
 def bounded_replay(cfg, sv, sink, row_bytes: list[float]) -> BoundedReplay:
     """The bounded engine for ``cfg``'s policy: :class:`EmulationReplay` for ``spark-ss`` /
-    ``flink`` (after ``spark-ss``'s first pass), else :class:`BoundedReplay`."""
-    if cfg.policy.family not in (MICROBATCH, INTERVAL_JOIN):
+    ``flink`` (after ``spark-ss``'s first pass), :class:`~.bounded_sql.SqlReplay` for
+    ``flink-sql`` (after its first pass), else :class:`BoundedReplay`."""
+    if cfg.policy.family not in (MICROBATCH, INTERVAL_JOIN, SQL_INTERVAL_JOIN):
         return BoundedReplay(cfg, sv, sink, row_bytes)
     if cfg.policy.in_memory_only is not None:   # chunk_rows_for() refuses it first; this guards direct callers
         raise InputError(f"--chunk-rows: {cfg.policy.name} with {cfg.policy.in_memory_only} runs in memory for now")
+    if cfg.policy.family == SQL_INTERVAL_JOIN:
+        from .bounded_sql import SqlReplay, sql_first_pass
+
+        return SqlReplay(cfg, sv, sink, row_bytes, *sql_first_pass(cfg, sv))
     if cfg.policy.family == INTERVAL_JOIN:
         check_flink_times(sv)
     table, base = spark_batch_table(sv, cfg.policy) if cfg.policy.family == MICROBATCH else (None, 0)

@@ -164,8 +164,6 @@ class PolicySpec:
     def in_memory_only(self) -> str | None:
         """The setting the bounded-memory engine (``--chunk-rows``) does not emulate yet
         (as the user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``."""
-        if self.name == "flink-sql":
-            return "any setting"
         if self.name == "spark-ss" and self.join != "inner":
             return f"--join {self.join}"
         return self.not_on_spark

@@ -116,8 +116,17 @@ def assert_same(cfg: RunConfig, chunk_rows: int) -> None:
     assert got_rows.equals(want_rows)          # every emitted result, its emission time, latency and order
     for key in ("truth_results", "emitted_results", "recall", "duplicates", "periods", "memory_tuples"):
         assert got[key] == want[key], key
-    if cfg.policy.name in ("spark-ss", "flink"):
+    if cfg.policy.name in ("spark-ss", "flink", "flink-sql"):
         assert got["policy_settings"] == want["policy_settings"]
+    assert ("outer_join" in got) == ("outer_join" in want) == (cfg.policy.join != "inner")
+    if "outer_join" in want:   # the null-padded rows: how many, of which stream, their latency
+        g, w = dict(got["outer_join"]), dict(want["outer_join"])
+        gl, wl = dict(g.pop("latency_us")), dict(w.pop("latency_us"))
+        assert g == w and (gl.pop("mean") is None) == (wl["mean"] is None)
+        if wl["mean"] is not None:
+            assert math.isclose(got["outer_join"]["latency_us"]["mean"], wl.pop("mean"), rel_tol=1e-9)
+        wl.pop("mean", None)
+        assert gl == wl
     for g, w in zip(got["streams"], want["streams"]):
         assert g == w
     lat_g, lat_w = dict(got["latency_us"]), dict(want["latency_us"])
@@ -140,15 +149,16 @@ def assert_same(cfg: RunConfig, chunk_rows: int) -> None:
 
 
 @st.composite
-def emulation_inputs(draw):
+def emulation_inputs(draw, sql: bool = False):
     """Two streams on a millisecond scale (event times whole ms, arrivals any µs) with
-    heavy disorder, and a ``spark-ss`` or ``flink`` policy."""
+    heavy disorder, and a ``spark-ss`` or ``flink`` policy (``sql``: ``flink-sql``, inner
+    or outer; event times from 1 ms, as Flink SQL needs)."""
     MS = 1000
     keyed = draw(st.booleans())
     tables = []
     for _ in range(2):
         size = draw(st.integers(0, 40))
-        ts = [t * MS for t in draw(st.lists(st.integers(0, 60), min_size=size, max_size=size))]
+        ts = [(t + sql) * MS for t in draw(st.lists(st.integers(0, 60), min_size=size, max_size=size))]
         delay = draw(st.lists(st.one_of(st.integers(0, 5 * MS), st.integers(0, 40 * MS)), min_size=size, max_size=size))
         cols = {"ts": ts, "arrival": [t + d for t, d in zip(ts, delay)], "payload": list(range(size))}
         if keyed:
@@ -160,7 +170,11 @@ def emulation_inputs(draw):
         tables.append((frame, draw(st.integers(1, 16))))
     windows = tuple(draw(st.integers(0, 8)) * MS for _ in range(2))
     watermark = tuple(draw(st.integers(0, 10)) * MS for _ in range(2))
-    if draw(st.booleans()):
+    if sql:
+        policy = PolicySpec("flink-sql", watermark=watermark,
+                            watermark_interval_us=draw(st.sampled_from([0, 0, 500, 3 * MS, 10 * MS])),
+                            join=draw(st.sampled_from(["inner", "left", "right", "full"])))
+    elif draw(st.booleans()):
         policy = PolicySpec("spark-ss", watermark=watermark, trigger_us=draw(st.sampled_from([1, 3, 7, 20])) * MS,
                             watermark_policy=draw(st.sampled_from(["min", "max"])))
     else:
@@ -175,6 +189,19 @@ def test_bounded_emulations_equal_in_memory_engine(problem):
     """spark-ss and flink in chunks: micro-batches and watermark ticks cut by chunk
     boundaries, late rows, state carried between chunks -- the same results, report
     and policy_settings as in memory."""
+    tables, windows, policy, keyed, chunk_rows, period = problem
+    with tempfile.TemporaryDirectory() as tmp:
+        assert_same(_config(Path(tmp), tables, windows, policy, keyed, period), chunk_rows)
+
+
+@SETTINGS
+@given(emulation_inputs(sql=True))
+def test_bounded_flink_sql_equals_in_memory_engine(problem):
+    """flink-sql in chunks, inner and outer: the caches' facts from the first pass, the pairs
+    chunk by chunk, each null-padded row in the chunk where it leaves its cache (from the
+    join state or the pending pads) -- the same results file row for row (pairs and padded
+    rows, emission times, order), memory after every arrival, report and policy_settings as
+    in memory."""
     tables, windows, policy, keyed, chunk_rows, period = problem
     with tempfile.TemporaryDirectory() as tmp:
         assert_same(_config(Path(tmp), tables, windows, policy, keyed, period), chunk_rows)
