@@ -35,13 +35,13 @@ import time
 import numpy as np
 import polars as pl
 
-from ..base.tally import Tally
 from ..io.chunks import read_chunks
 from ..replay import sql_interval_join
 from ..replay.candidates import key_ids
 from ..replay.progress import build_replay, decide
 from ..replay.results import member_columns, with_emission
 from .bounded import BoundedReplay, Slab
+from .bounded_outer import OuterTally, padded_row_types
 
 
 def sql_first_pass(cfg, sv):
@@ -88,8 +88,7 @@ class SqlReplay(BoundedReplay):
         self.sides = cfg.policy.padded_sides
         self.matched = np.zeros(self.N, bool) if self.sides else None
         self.pads: dict[int, Slab | None] = {s: None for s in self.sides}
-        self.outer_latency = Tally()
-        self.outer_rows = [0] * self.n
+        self.outer = OuterTally(self.n)
 
     def _replay(self, batches, C: int, j: int) -> None:
         n, W, A0 = self.n, self.W, self.A0
@@ -114,7 +113,7 @@ class SqlReplay(BoundedReplay):
         frames += [self._padded(side, windows[side], arr) for side in self.sides]
         t0 = self._timed("emit", t0)
         if self.sink is not None and sum(f.height for f in frames):
-            self.sink(pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0])
+            self.sink(padded_row_types(pl.concat(frames, how="diagonal_relaxed"), self.names, self.sides))
         t0 = self._timed("results", t0)
         bound = int(self.survey.future_min_ts[j + 1]) if j + 1 < self.survey.chunks else None
         keep = [w.ts + W[i] >= bound if bound is not None else np.zeros(len(w), bool) for i, w in enumerate(windows)]
@@ -166,16 +165,18 @@ class SqlReplay(BoundedReplay):
         out = rows.take(now)
         emit_us = arr[at[now] - A0]
         latency = emit_us - out.arrival
-        self.outer_latency.add(latency)
-        self.outer_rows[side] += len(out)
+        self.outer.add(side, latency)
         if self.sink is None:
             return pl.DataFrame()
-        return with_emission(member_columns(self.names[side], out.row.astype(self.row_dtype), out.ts, out.arrival,
-                                            out.payload), emit_us, latency, out.a)
+        return with_emission(member_columns(self.names[side], out.row, out.ts, out.arrival, out.payload),
+                             emit_us, latency, out.a)
 
     def on_eof(self) -> None:
         super().on_eof()
         assert all(p is None or not len(p) for p in self.pads.values()), "every pending pad left its cache"
+
+    def empty_frame(self) -> pl.DataFrame:
+        return padded_row_types(super().empty_frame(), self.names, self.sides)
 
     def policy_settings(self) -> dict:
         """``report.json`` ``policy_settings``, as the in-memory engine reports them."""
@@ -185,10 +186,4 @@ class SqlReplay(BoundedReplay):
         """``report.json``'s ``outer_join`` section and each stream's ``outer_rows``
         (as :func:`~streamjoin.pipelines.analysis.metrics.outer_join_summary`), or ``None``
         for an inner join."""
-        if not self.sides:
-            return None
-        t = self.outer_latency
-        latency = {"mean": t.mean()}
-        latency.update(t.quantiles([("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]))
-        return ({"join": self.policy.join, "stream": " and ".join(self.names[s] for s in self.sides),
-                 "rows": int(sum(self.outer_rows)), "latency_us": latency}, list(self.outer_rows))
+        return self.outer.report(self.policy.join, self.names, self.sides)

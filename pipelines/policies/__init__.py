@@ -163,9 +163,8 @@ class PolicySpec:
     @property
     def in_memory_only(self) -> str | None:
         """The setting the bounded-memory engine (``--chunk-rows``) does not emulate yet
-        (as the user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``."""
-        if self.name == "spark-ss" and self.join != "inner":
-            return f"--join {self.join}"
+        (as the user gives it: ``--trigger-files``, ``--idleness``), or ``None``: the same as
+        :attr:`not_on_spark`."""
         return self.not_on_spark
 
     @property

@@ -135,7 +135,6 @@ out = "{tmp_path / 'out'}"
 
 @pytest.mark.parametrize("extra,streams,needle", [
     (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
-    (["--join", "right", "--chunk-rows", "50"], (), "--join right runs in memory for now"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--join", "left", "--date", "2023-11-14"], (), "nightly runs support the inner join"),
 ])
@@ -157,8 +156,6 @@ def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, ext
     (["--policy", "static", "--retention", "1s", "--join", "left"], "--join left: outer joins are emulated for "
                                                                     "--policy spark-ss, flink-sql only, not static"),
     (["--policy", "flink", "--watermark", "1s", "--join", "right"], "--join right: outer joins"),
-    (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--join", "full", "--chunk-rows", "50"],
-     "--chunk-rows: spark-ss with --join full runs in memory for now"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--trigger-files", "2"], "not both"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "0"], "--trigger-files 0: expected"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2"], "drop the arrival column of left, right"),
@@ -226,7 +223,10 @@ def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> Non
     assert set(results["left_arrival_us"].to_list()) == {(1_700_000_000 + t) * S + 250 for t in (110, 120, 150)}
 
 
-def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> None:
-    """--chunk-rows: the bounded engine publishes what the in-memory engine publishes."""
-    args = base_args(data, tmp_path / "unused") + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s"]
+@pytest.mark.parametrize("join", ["inner", "full"])
+def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path, join) -> None:
+    """--chunk-rows: the bounded engine publishes what the in-memory engine publishes (a full outer
+    join: the null-padded rows of both sides too, in the same order, and the outer_join section)."""
+    args = base_args(data, tmp_path / "unused") + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s",
+                                                   "--join", join]
     assert_chunked_run_equals_in_memory(args[:args.index("--out")] + args[args.index("--out") + 2:], tmp_path)
