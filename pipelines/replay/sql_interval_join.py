@@ -373,4 +373,5 @@ def settings_report(st: SqlJoinState, stream: np.ndarray, n: int, policy) -> dic
     out["not_cached"] = [int(np.count_nonzero(~st.cached & (stream == i))) for i in range(n)]
     out["probes_skipped"] = int(np.count_nonzero(~st.probes))
     out["join"] = policy.join
+    out["min_cleanup_interval_us"] = int(policy.min_cleanup_us)
     return out

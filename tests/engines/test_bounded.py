@@ -174,7 +174,8 @@ def emulation_inputs(draw, sql: bool = False):
     if sql:
         policy = PolicySpec("flink-sql", watermark=watermark,
                             watermark_interval_us=draw(st.sampled_from([0, 0, 500, 3 * MS, 10 * MS])),
-                            join=draw(st.sampled_from(["inner", "left", "right", "full"])))
+                            join=draw(st.sampled_from(["inner", "left", "right", "full"])),
+                            min_cleanup_us=draw(st.sampled_from([0, 0, 2 * MS, 30 * MS])))
     elif draw(st.booleans()):
         policy = PolicySpec("spark-ss", watermark=watermark, trigger_us=draw(st.sampled_from([1, 3, 7, 20])) * MS,
                             watermark_policy=draw(st.sampled_from(["min", "max"])),
