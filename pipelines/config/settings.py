@@ -595,8 +595,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--router {router} needs --engine spark")
     if router == "ctr" and policy_name in ("spark-ss", *FLINK):
         raise InputError(f"--router ctr: policy {policy_name} runs with --router none, atr or auto (= atr)")
-    if engine == "spark" and policy.not_on_spark is not None:
-        raise InputError(f"--engine spark: {policy_name} with {policy.not_on_spark} runs on --engine local for now")
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")

@@ -169,14 +169,8 @@ class PolicySpec:
     @property
     def in_memory_only(self) -> str | None:
         """The setting the bounded-memory engine (``--chunk-rows``) does not emulate yet
-        (as the user gives it: ``--trigger-files``, ``--idleness``), or ``None``: the same as
-        :attr:`not_on_spark`."""
-        return self.not_on_spark
-
-    @property
-    def not_on_spark(self) -> str | None:
-        """The setting the Spark engine (``--engine spark``) does not emulate yet, or ``None``:
-        ``--trigger-files`` (``spark-ss``), ``--idleness`` (``flink``)."""
+        (as the user gives it: ``--trigger-files``, ``--idleness``), or ``None``.  The Spark
+        engine runs every emulation setting (its facts come from the driver's replay)."""
         if self.name == "spark-ss" and self.trigger_files is not None:
             return "--trigger-files"
         if self.name == "flink" and self.idleness_us:

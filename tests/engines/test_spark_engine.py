@@ -214,6 +214,24 @@ def _local_settings(streams, W, policy) -> dict:
     return join(ts, ar, key_frames(streams), W, policy).decisions.policy_settings
 
 
+def _file_batches(seed: int, streams):
+    """``spark-ss --trigger-files 2`` on ``streams``: each row put in one of 4 files per stream
+    with random modification times; arrivals become the batch times (``file_arrivals``)."""
+    from dataclasses import replace
+
+    from streamjoin.pipelines.policies.spark_ss import file_arrivals
+
+    rng = np.random.default_rng(seed)
+    owner = [rng.integers(0, 4, len(s)) for s in streams]
+    mtimes = [(rng.integers(0, 80, 4) * 1000).tolist() for _ in streams]
+    paths = [[f"part-{k}" for k in range(4)] for _ in streams]
+    arrivals, times = file_arrivals(owner, mtimes, paths, 2)
+    streams = [[replace(x, arrival=int(a)) for x, a in zip(s, arr)] for s, arr in zip(streams, arrivals)]
+    policy = PolicySpec("spark-ss", watermark=(2000, 3000), trigger_files=2, watermark_policy="min",
+                        batch_times_us=tuple(int(t) for t in times))
+    return policy, streams
+
+
 def _cli_on_both_engines(tmp_path, policy_args, seed=24):
     """``streamjoin run`` on the local engine and on ``--engine spark --router auto`` (ATR for
     the emulations, 3 partitions, local[2]): results.parquet byte for byte and the report's
@@ -282,15 +300,20 @@ def _answer(out) -> tuple[dict, dict, dict]:
     (32, PolicySpec("flink-sql", watermark=(1000, 3000), watermark_interval_us=3000, join="full"), "atr", 3),
     (33, PolicySpec("spark-ss", watermark=(2000, 4000), trigger_us=7000, watermark_policy="min", join="left"),
      "atr", 2),
+    (34, PolicySpec("flink", watermark=(1000, 2000), watermark_interval_us=2000, idleness_us=5000), "atr", 2),
+    (35, "trigger-files", "atr", 2),
 ])
 def test_sql_join_and_outer_joins_on_spark_equal_local(spark, seed, policy, router, partitions):
-    """flink-sql (caches and probes from the driver, each pair's emission test in the tasks) and
-    the outer joins of flink-sql and spark-ss on Spark: the same emitted pairs with their
-    emission times, latencies and batch ids, the same null-padded rows with theirs, the same
-    memory per arrival and policy_settings as the local engine."""
+    """flink-sql (caches and probes from the driver, each pair's emission test in the tasks),
+    the outer joins of flink-sql and spark-ss, flink --idleness and spark-ss --trigger-files on
+    Spark: the same emitted pairs with their emission times, latencies and batch ids, the same
+    null-padded rows with theirs, the same memory per arrival and policy_settings as the local
+    engine."""
     from streamjoin.pipelines.engines.local import join
 
     streams, W = emulation_streams(seed)
+    if policy == "trigger-files":   # spark-ss --trigger-files: rows arrive when their file's batch runs
+        policy, streams = _file_batches(seed, streams)
     ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
     ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
     want = join(ts, ar, key_frames(streams), W, policy)
@@ -299,5 +322,11 @@ def test_sql_join_and_outer_joins_on_spark_equal_local(spark, seed, policy, rout
     assert got.routing["router"] == router
     (gp, go, gs), (wp, wo, ws) = _answer(got), _answer(want)
     assert gp == wp and gs == ws and len(gp) > 0
+    if policy.name == "flink":   # idleness changes the answer here: the case tests it
+        from dataclasses import replace
+
+        assert _answer(join(ts, ar, key_frames(streams), W, replace(policy, idleness_us=None)))[0] != wp
+    if policy.trigger_files:   # batches of files: the driver's pass, batch ids as in memory
+        assert got.routing["progress_pass"] == "driver" and {b for _, _, b in gp.values()} != {None}
     assert go == wo and (policy.join == "inner" or len(go) > 0)
     assert np.array_equal(got.memory, want.memory)

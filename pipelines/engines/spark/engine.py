@@ -92,8 +92,6 @@ def spark_join(
     ``names`` and ``payloads``; ``--router auto`` is ATR there).
     """
     settings = settings or RouteSettings()
-    if policy.not_on_spark is not None:   # resolve() refuses it first; this guards direct callers
-        raise InputError(f"--engine spark: {policy.name} with {policy.not_on_spark} runs on --engine local for now")
     if policy.family in EMULATIONS:
         # the emulations' facts come from the driver's columns; the join runs none / ATR (CTR's
         # partial combinations carry no per-member facts): auto is ATR
@@ -101,8 +99,9 @@ def spark_join(
             raise InputError(f"--router ctr: policy {policy.name} runs with --router none, atr or auto (= atr)")
         if settings.router == "auto":
             settings = replace(settings, router="atr")
-        if policy.family in (INTERVAL_JOIN, SQL_INTERVAL_JOIN):
-            progress = "driver"   # flink's watermark scan and flink-sql's caches run on the driver (not on Spark yet)
+        if policy.family in (INTERVAL_JOIN, SQL_INTERVAL_JOIN) or policy.trigger_files is not None:
+            # flink's watermark scan, flink-sql's caches and spark-ss's batches of files run on the driver
+            progress = "driver"
     if results == "executors":
         why = unsupported(settings.router, policy.family, where)
         if why is not None:
