@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers.cli import pair_job_toml, run_cli
+from helpers.cli import assert_chunked_run_equals_in_memory, pair_job_toml, run_cli
 from helpers.flink import local_flink_sql, reference_flink_sql
 from test_flink_cli import base_args, data  # noqa: F401  (the module's input fixture)
 
@@ -140,24 +140,11 @@ def test_default_min_cleanup_interval_stays_out_of_the_config(tmp_path: Path) ->
 def test_bounded_engine_equals_in_memory(data: Path, tmp_path: Path) -> None:  # noqa: F811
     """`run --policy flink-sql --join left --chunk-rows 50` (the bounded engine, several chunks)
     publishes the in-memory run's results.parquet row for row -- pairs and null-padded rows
-    with their emission times, in the same order -- and the same report numbers."""
-    runs = {}
-    for label, rows in (("memory", "0"), ("chunked", "50")):
-        out = tmp_path / label
-        run_cli(base_args(data, out) + ["--policy", "flink-sql", "--watermark", "1s", "--watermark-interval", "0",
-                                        "--join", "left", "--chunk-rows", rows], tmp_path)
-        runs[label] = (json.loads((out / "report.json").read_text()), pl.read_parquet(out / "results.parquet"))
-    (want, want_rows), (got, got_rows) = runs["memory"], runs["chunked"]
-    assert got["bounded"]["chunks"] > 5 and "bounded" not in want
-    assert got_rows.equals(want_rows) and got_rows.schema == want_rows.schema
-    assert got_rows["right_row"].null_count() > 0
-    for key in ("truth_results", "emitted_results", "streams", "periods", "memory_tuples", "policy_settings"):
-        assert got[key] == want[key], key
-    g, w = got["outer_join"], want["outer_join"]
-    assert (g["rows"], g["stream"]) == (w["rows"], w["stream"]) and g["rows"] > 0
-    assert {k: v for k, v in g["latency_us"].items() if k != "mean"} == \
-        {k: v for k, v in w["latency_us"].items() if k != "mean"}
-    assert g["latency_us"]["mean"] == pytest.approx(w["latency_us"]["mean"], rel=1e-12)
+    with their emission times, in the same order -- and the same report numbers (no late drop)."""
+    args = base_args(data, tmp_path / "unused") + ["--policy", "flink-sql", "--watermark", "1s",
+                                                   "--watermark-interval", "0", "--join", "left"]
+    assert_chunked_run_equals_in_memory(args[:args.index("--out")] + args[args.index("--out") + 2:], tmp_path,
+                                        late=False)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -75,10 +75,11 @@ def run_tty(args: list[str], cwd: Path, columns: int = 80, env: dict[str, str] |
     return code, "\n".join(line.rstrip("\r").split("\r")[-1] for line in text.split("\n"))
 
 
-def assert_chunked_run_equals_in_memory(args: list[str], tmp_path: Path) -> None:
+def assert_chunked_run_equals_in_memory(args: list[str], tmp_path: Path, late: bool = True) -> None:
     """``run ARGS --chunk-rows 50`` (the bounded engine) publishes the same results.parquet
-    and report numbers (drops, memory, latency, periods, policy_settings) as ``--chunk-rows 0``;
-    the input has late rows and spans several chunks."""
+    and report numbers (drops, memory, latency, periods, policy_settings, an outer join's
+    padded rows) as ``--chunk-rows 0``; the input spans several chunks and (``late``) has
+    late rows."""
     import json
 
     import polars as pl
@@ -100,7 +101,7 @@ def assert_chunked_run_equals_in_memory(args: list[str], tmp_path: Path) -> None
         assert g == w and g["rows"] > 0
     assert {k: v for k, v in got["latency_us"].items() if k != "mean"} == \
         {k: v for k, v in want["latency_us"].items() if k != "mean"}
-    assert sum(s["dropped_late"] for s in got["streams"]) > 0
+    assert (sum(s["dropped_late"] for s in got["streams"]) > 0) == late
 
 
 def pair_job_toml(data: Path, run: str, right_extra: str = "") -> str:
