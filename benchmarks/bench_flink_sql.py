@@ -75,7 +75,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="250000,500000")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--engines", action="store_true", help="flink-sql --join full on the local, bounded and Spark engines")
+    ap.add_argument("--engines", action="store_true",
+                    help="flink-sql --join full on the local, bounded and Spark engines")
     args = ap.parse_args()
     if args.engines:
         return engines(args)

@@ -223,7 +223,8 @@ class EmulationReplay(BoundedReplay):
         if upper is not None:
             self.decided_below = upper
         self.state = [w.take(k) if bound is not None else None for w, k in zip(windows, keep)]
-        held = sum(len(s) for s in self.state if s is not None) + sum(len(p) for p in self.pads.values() if p is not None)
+        held = (sum(len(s) for s in self.state if s is not None)
+                + sum(len(p) for p in self.pads.values() if p is not None))
         self.acc.state_peak = max(self.acc.state_peak, held)
         self.A0 += C
         self._timed("progress", t0)

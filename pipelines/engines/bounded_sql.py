@@ -126,7 +126,8 @@ class SqlReplay(BoundedReplay):
             pad = self.pads[side]
             self.pads[side] = Slab.concat(pad, gone.take(later)) if pad is not None else gone.take(later)
         self.state = [w.take(k) if bound is not None else None for w, k in zip(windows, keep)]
-        held = sum(len(s) for s in self.state if s is not None) + sum(len(p) for p in self.pads.values() if p is not None)
+        held = (sum(len(s) for s in self.state if s is not None)
+                + sum(len(p) for p in self.pads.values() if p is not None))
         self.acc.state_peak = max(self.acc.state_peak, held)
         self.A0 += C
         self._timed("progress", t0)
