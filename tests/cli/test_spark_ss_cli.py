@@ -196,15 +196,17 @@ def write_file_streams(root: Path) -> list:
     return files
 
 
-def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [["--engine", "local"], ["--engine", "spark", "--master", "local[2]"]])
+def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path, engine) -> None:
     """--trigger-files 2: two files per stream per batch by modification time, then
     path; rows arrive when their batch runs.  The run's rows, batches, drops and
-    emission times are the per-batch reference's, which cuts the files itself."""
+    emission times are the per-batch reference's, which cuts the files itself -- on the
+    local engine and on --engine spark."""
     files = write_file_streams(tmp_path)
     out = tmp_path / "out"
     run_cli(["run", "--stream", f"left={tmp_path / 'left'}", "--stream", f"right={tmp_path / 'right'}",
              "--key", "key", "--window", "2s", "--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2",
-             "--join", "left", "--out", str(out)], tmp_path)
+             "--join", "left", *engine, "--out", str(out)], tmp_path)
     policy = PolicySpec("spark-ss", watermark=(S, S), trigger_files=2, watermark_policy="min", join="left")
     ref = replay_micro_batches_files(files, (2 * S, 2 * S), policy)
     results = pl.read_parquet(out / "results.parquet")
@@ -217,6 +219,7 @@ def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> Non
         {(row, b, e) for (_, row), (b, e, _) in ref.outer.items()}
     assert [s["dropped_late"] for s in report["streams"]] == [sum(1 for s, _ in ref.dropped if s == i) for i in (0, 1)]
     assert report["policy_settings"]["trigger_files"] == 2 and report["policy_settings"]["trigger_us"] is None
+    assert ("routing" in report) == (engine[1] == "spark")   # the Spark engine ran it
     assert report["policy_settings"]["batches"] == 3 and len(pairs) < report["truth_results"]
     # a row arrives when its batch runs: the latest modification time of its batch's files (s 110, 120 -- two
     # files -- and 150, + 250 µs)
