@@ -55,7 +55,7 @@ from ..replay import interval_join, microbatch
 from ..replay.candidates import Combos
 from ..replay.results import member_columns, with_emission
 from .bounded import BIG, BoundedReplay, Slab, replay_order_of
-from .bounded_outer import OuterTally, padded_row_types
+from .bounded_outer import OuterTally, compact_with_pads, padded_row_types
 
 
 def spark_batch_table(sv, policy) -> tuple[microbatch.BatchTable | None, int]:
@@ -214,18 +214,11 @@ class EmulationReplay(BoundedReplay):
         elif self.sink is not None and frames and frames[0].height:
             self.sink(frames[0])
         t0 = self._timed("results", t0)
-        keep = [w.ts + W[i] >= bound if bound is not None else np.zeros(len(w), bool) for i, w in enumerate(windows)]
-        for side in self.sides:   # unmatched rows out of the join state, still in Spark's: pad them later
-            gone = windows[side].take(~keep[side])
-            later = ~gone.dropped & (gone.rel != microbatch.NEVER) & (gone.rel >= upper) & ~self.matched[gone.a]
-            pad = self.pads[side]
-            self.pads[side] = Slab.concat(pad, gone.take(later)) if pad is not None else gone.take(later)
+        # unmatched rows out of the join state, still in Spark's, removal batch not decided: pad them later
+        compact_with_pads(self, windows, bound, lambda side, gone: (
+            ~gone.dropped & (gone.rel != microbatch.NEVER) & (gone.rel >= upper) & ~self.matched[gone.a]))
         if upper is not None:
             self.decided_below = upper
-        self.state = [w.take(k) if bound is not None else None for w, k in zip(windows, keep)]
-        held = (sum(len(s) for s in self.state if s is not None)
-                + sum(len(p) for p in self.pads.values() if p is not None))
-        self.acc.state_peak = max(self.acc.state_peak, held)
         self.A0 += C
         self._timed("progress", t0)
 

@@ -8,6 +8,25 @@ import numpy as np
 import polars as pl
 
 from ..base.tally import Tally
+from .bounded import Slab
+
+
+def compact_with_pads(engine, windows: list[Slab], bound: int | None, pending) -> None:
+    """The end of a chunk of an outer join on the bounded engine: the join state compacted
+    by ``bound`` (``L_{j+1}``; ``None``: the last chunk), and the padded streams' rows it
+    drops that ``pending(side, rows)`` says still wait for their padded row kept in
+    ``engine.pads``; the state's peak counts both (the engine holds them)."""
+    keep = [w.ts + engine.W[i] >= bound if bound is not None else np.zeros(len(w), bool)
+            for i, w in enumerate(windows)]
+    for side in engine.sides:
+        gone = windows[side].take(~keep[side])
+        more = gone.take(pending(side, gone))
+        pad = engine.pads[side]
+        engine.pads[side] = Slab.concat(pad, more) if pad is not None else more
+    engine.state = [w.take(k) if bound is not None else None for w, k in zip(windows, keep)]
+    held = sum(len(s) for s in engine.state if s is not None) + sum(len(p) for p in engine.pads.values()
+                                                                    if p is not None)
+    engine.acc.state_peak = max(engine.acc.state_peak, held)
 
 
 def padded_row_types(frame: pl.DataFrame, names, sides) -> pl.DataFrame:

@@ -44,7 +44,7 @@ from ..replay.candidates import key_ids
 from ..replay.progress import build_replay, decide
 from ..replay.results import member_columns, with_emission
 from .bounded import BoundedReplay, Slab
-from .bounded_outer import OuterTally, padded_row_types
+from .bounded_outer import OuterTally, compact_with_pads, padded_row_types
 
 
 def sql_first_pass(cfg, sv):
@@ -94,7 +94,7 @@ class SqlReplay(BoundedReplay):
         self.outer = OuterTally(self.n)
 
     def _replay(self, batches, C: int, j: int) -> None:
-        n, W, A0 = self.n, self.W, self.A0
+        n, A0 = self.n, self.A0
         t0 = time.perf_counter()
         st, ts, arr, sel, M = self._chunk_order(batches, C)
         delay = M[st, np.arange(C)] - ts
@@ -119,16 +119,9 @@ class SqlReplay(BoundedReplay):
             self.sink(padded_row_types(pl.concat(frames, how="diagonal_relaxed"), self.names, self.sides))
         t0 = self._timed("results", t0)
         bound = int(self.survey.future_min_ts[j + 1]) if j + 1 < self.survey.chunks else None
-        keep = [w.ts + W[i] >= bound if bound is not None else np.zeros(len(w), bool) for i, w in enumerate(windows)]
-        for side in self.sides:   # dropped from the join state, still in Flink's cache: pad later
-            gone = windows[side].take(~keep[side])
-            later = (self.sql.left_at[gone.a] >= A0 + C) & ~self.matched[gone.a]
-            pad = self.pads[side]
-            self.pads[side] = Slab.concat(pad, gone.take(later)) if pad is not None else gone.take(later)
-        self.state = [w.take(k) if bound is not None else None for w, k in zip(windows, keep)]
-        held = (sum(len(s) for s in self.state if s is not None)
-                + sum(len(p) for p in self.pads.values() if p is not None))
-        self.acc.state_peak = max(self.acc.state_peak, held)
+        # rows dropped from the join state, still in Flink's cache, unmatched: pad them later
+        compact_with_pads(self, windows, bound,
+                          lambda side, gone: (self.sql.left_at[gone.a] >= A0 + C) & ~self.matched[gone.a])
         self.A0 += C
         self._timed("progress", t0)
 
