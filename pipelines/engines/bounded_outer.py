@@ -1,6 +1,8 @@
 """An outer join's null-padded rows on the bounded engine (``spark-ss`` in
-:mod:`.bounded_emulation`, ``flink-sql`` in :mod:`.bounded_sql`): their count and
-latency for the report, and the results columns' types."""
+:mod:`.bounded_emulation`, ``flink-sql`` in :mod:`.bounded_sql`): the compaction
+that keeps the unmatched rows still waiting for their padded row
+(:func:`compact_with_pads`), their count and latency for the report
+(:class:`OuterTally`), and the results columns' types (:func:`padded_row_types`)."""
 
 from __future__ import annotations
 
