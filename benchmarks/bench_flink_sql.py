@@ -1,6 +1,11 @@
 """``--policy flink-sql`` against ``--policy flink`` on the same input (issue 18).
 
     python benchmarks/bench_flink_sql.py [--rows 250000,500000] [--runs 3]
+    python benchmarks/bench_flink_sql.py --engines [--rows 250000] [--runs 2]
+
+``--engines``: ``--policy flink-sql --join full`` on the three engines instead --
+local in memory, the bounded engine (``--chunk-rows 100000``) and ``--engine
+spark --master local[2] --router atr`` -- alternating, with the same checks.
 
 Data (synthetic, written under ``benchmarks/data/flink_sql/``): two streams of
 ``rows`` rows each over one hour of event time (whole ms), 1,000 keys, 90 % of
@@ -49,11 +54,17 @@ def write_input(rows: int) -> Path:
     return root
 
 
-def run(root: Path, policy: str) -> tuple[float, dict]:
-    out = root / f"out_{policy}"
+#: --engines: the engine arguments of each measured run (flink-sql --join full)
+ENGINES = {"local": ["--engine", "local", "--chunk-rows", "0"],
+           "bounded": ["--engine", "local", "--chunk-rows", "100000"],
+           "spark": ["--engine", "spark", "--master", "local[2]", "--router", "atr", "--partitions", "2"]}
+
+
+def run(root: Path, policy: str, extra: list[str] | None = None, label: str | None = None) -> tuple[float, dict]:
+    out = root / f"out_{label or policy}"
     cmd = [sys.executable, "-m", "streamjoin.cli.main", "run", "--stream", f"left={root / 'left.parquet'}",
            "--stream", f"right={root / 'right.parquet'}", "--arrival", "arrival", "--key", "key", "--window", "10s",
-           "--policy", policy, "--watermark", "5s", "--engine", "local", "--out", str(out)]
+           "--policy", policy, "--watermark", "5s", *(extra or ["--engine", "local"]), "--out", str(out)]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
     wall = time.perf_counter() - t0
@@ -64,7 +75,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="250000,500000")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--engines", action="store_true",
+                    help="flink-sql --join full on the local, bounded and Spark engines")
     args = ap.parse_args()
+    if args.engines:
+        return engines(args)
     print("| rows per stream | policy | process s | join s | join.progress s | emitted | memory peak |")
     print("|---|---|---|---|---|---|---|")
     for rows in (int(r) for r in args.rows.split(",")):
@@ -84,6 +99,28 @@ def main() -> None:
             med = [statistics.median(x[i] for x in xs) for i in range(3)]
             print(f"| {rows:,} | {policy} | {med[0]:.2f} | {med[1]:.2f} | {med[2]:.2f} | {facts[policy][0]:,} "
                   f"| {facts[policy][1]:,} |")
+
+
+def engines(args) -> None:
+    """``--engines``: one policy, three engines; results and report numbers must agree."""
+    print("| rows per stream | engine | process s | join s | emitted | padded rows | memory peak |")
+    print("|---|---|---|---|---|---|---|")
+    for rows in (int(r) for r in args.rows.split(",")):
+        root = write_input(rows)
+        got: dict[str, list] = {e: [] for e in ENGINES}
+        facts: dict[str, tuple] = {}
+        for r in range(args.runs + 1):
+            for engine, extra in ENGINES.items():
+                wall, report = run(root, "flink-sql", [*extra, "--join", "full"], engine)
+                fact = (report["emitted_results"], report["outer_join"]["rows"], report["memory_tuples"]["peak"])
+                if facts.setdefault("all", fact) != fact:
+                    raise SystemExit(f"{engine}: {fact} != {facts['all']}")
+                if r:   # round 0 warms up
+                    got[engine].append((wall, report["timings_s"]["join"]))
+        for engine, xs in got.items():
+            med = [statistics.median(x[i] for x in xs) for i in range(2)]
+            f = facts["all"]
+            print(f"| {rows:,} | {engine} | {med[0]:.2f} | {med[1]:.2f} | {f[0]:,} | {f[1]:,} | {f[2]:,} |")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ WatermarkOpt = Annotated[Multi, typer.Option("--watermark", help="spark-ss: with
 WatermarkIntervalOpt = Annotated[Optional[str], typer.Option("--watermark-interval", help="flink, flink-sql: watermark emission every DUR of arrival time, as pipeline.auto-watermark-interval (default: 200ms; 0 = after every record)")]
 TriggerFilesOpt = Annotated[Optional[int], typer.Option("--trigger-files", help="spark-ss: micro-batches of N input files per stream (maxFilesPerTrigger; files by modification time, then path; rows arrive when their batch runs), instead of --trigger DUR; default: batches by --trigger")]
 JoinOpt = Annotated[Optional[str], typer.Option("--join", help="spark-ss, flink-sql: inner | left | right | full; an outer join emits the side's unmatched rows null-padded when the engine evicts them (default: inner)")]
+MinCleanupOpt = Annotated[Optional[str], typer.Option("--min-cleanup-interval", help="flink-sql: table.exec.interval-join.min-cleanup-interval DUR, how much later than a cached row's expiry its cleanup timer fires (whole ms; default: 0, Flink's)")]
 IdlenessOpt = Annotated[Optional[str], typer.Option("--idleness", help="flink: withIdleness timeout DUR of arrival time: an input with no records for that long leaves the operator's watermark minimum (needs --watermark-interval > 0; default: none)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
@@ -261,6 +262,7 @@ def run(
     trigger_files: TriggerFilesOpt = None,
     watermark_interval: WatermarkIntervalOpt = None,
     idleness: IdlenessOpt = None,
+    min_cleanup_interval: MinCleanupOpt = None,
     engine: EngineOpt = None,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,
@@ -306,7 +308,8 @@ def run(
         load_weights=load_weights, partition_capacity=partition_capacity, adapt_segment=adapt_segment,
         chunk_rows=chunk_rows, max_quarantine=max_quarantine, optional_streams=optional_stream or [], watermark=watermark or [], watermark_policy=watermark_policy,
         watermark_interval=watermark_interval, join=join, trigger_files=trigger_files,
-        idleness=idleness, flow_control=flow_control, capacity=capacity,
+        idleness=idleness, min_cleanup_interval=min_cleanup_interval, flow_control=flow_control,
+        capacity=capacity,
     )
     command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)

@@ -1,6 +1,6 @@
 """Option values parsed and checked where the configuration is resolved, so a
 bad value fails before any work is done: ``--distance``, ``--load-weights``,
-``--partition-capacity``,
+``--partition-capacity``, ``--min-cleanup-interval`` (:func:`min_cleanup_setting`),
 the Spark engine's ``spark.streamjoin.handoff`` and ``spark.streamjoin.results``
 confs (:func:`results_mode`) and ``--out`` (what it
 holds, :func:`check_target`, and whether it can be written at all,
@@ -86,6 +86,27 @@ def parse_partition_capacity(text: str | dict | None) -> tuple[float | None, flo
 
 
 #: the Spark conf that chooses the record hand-off (engines/spark/handoff.py) and its values
+#: the TOML keys of each engine emulation's own settings (a tuning of another policy drops them)
+ENGINE_KEYS = {"flink": ("watermark_interval", "idleness"), "flink-sql": ("watermark_interval", "min_cleanup_interval"),
+               "spark-ss": ("trigger", "trigger_files", "watermark_policy")}
+
+
+def min_cleanup_setting(flag: str | None, toml, policy_name: str) -> int:
+    """``--min-cleanup-interval`` (or ``[run] min_cleanup_interval``, the flag first) in µs:
+    Flink SQL's ``table.exec.interval-join.min-cleanup-interval``, default 0; a setting
+    of ``flink-sql`` only (one line for another policy)."""
+    from ..base.timeunits import parse_duration
+
+    value = flag if flag is not None else toml
+    if value is None:
+        return 0
+    if policy_name != "flink-sql":
+        raise InputError(f"--min-cleanup-interval: a setting of --policy flink-sql, not of {policy_name}")
+    if not (isinstance(value, str) or (type(value) is int and value == 0)):
+        raise InputError(f"bad min_cleanup_interval {value!r}: expected a string with a unit, e.g. \"250ms\", \"2s\"")
+    return parse_duration(value, what="min_cleanup_interval")
+
+
 HANDOFF_CONF_KEY = "spark.streamjoin.handoff"
 HANDOFF_MODES = ("auto", "files", "inline")
 #: the Spark conf that chooses where results and metrics are made (engines/spark/sink.py) and its values

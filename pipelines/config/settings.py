@@ -34,8 +34,8 @@ from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
 from .machine import capacity_setting, check_flow_control, flow_control_setting
-from .options import (HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
-                      check_writable, parse_distance, parse_partition_capacity, parse_weights)
+from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
+                      check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
 
@@ -68,7 +68,7 @@ RUN_KEYS = ("policy", "router", "engine", "out", "no_results", "recall", "period
             # spark-ss: Spark Structured Streaming emulation (pipelines/policies/spark_ss.py)
             "watermark", "trigger", "trigger_files", "watermark_policy", "join",
             # flink, flink-sql: Flink interval join emulations (pipelines/policies/flink.py, flink_sql.py)
-            "watermark_interval", "idleness",
+            "watermark_interval", "idleness", "min_cleanup_interval",
             # seed 001 flow control (pipelines/capacity/flow.py)
             "flow_control",
             # the capacity model (pipelines/capacity/, issue 20)
@@ -161,8 +161,9 @@ class RunConfig:
                     "trigger_files", "idleness_us"):
             if d["policy"].get(key) is None:
                 d["policy"].pop(key, None)
-        if d["policy"].get("join") == "inner":   # left out, so a nightly config hash stays what it was
-            d["policy"].pop("join")
+        for key, default in (("join", "inner"), ("min_cleanup_us", 0)):   # left out at the default, so a
+            if d["policy"].get(key) == default:                              # nightly config hash stays what it was
+                d["policy"].pop(key)
         if self.flow_control is None:   # off: left out, so the report is what it was
             d.pop("flow_control")
         else:
@@ -204,6 +205,7 @@ class Flags:
     trigger_files: int | None = None                     # spark-ss: N input files per micro-batch
     watermark_interval: str | None = None                # flink: DUR, 0 = per record
     idleness: str | None = None                          # flink: withIdleness timeout DUR
+    min_cleanup_interval: str | None = None              # flink-sql: minCleanUpInterval DUR
     distance: str | None = None
     where: str | None = None
     master: str | None = None
@@ -361,7 +363,7 @@ def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], fla
 
 
 def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any], name: str = "flink",
-                  join: str = "inner") -> PolicySpec:
+                  join: str = "inner", cleanup: int = 0) -> PolicySpec:
     """``flink`` / ``flink-sql``: out-of-orderness per stream and the watermark interval
     (``--watermark-interval`` or ``[run] watermark_interval``, default 200ms)."""
     from ..policies.flink import DEFAULT_WATERMARK_INTERVAL_US, check_windows
@@ -372,7 +374,7 @@ def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]
     raw = flags.idleness if flags.idleness is not None else run.get("idleness")
     idleness = _duration(raw, "idleness") if raw is not None else None
     return PolicySpec(name=name, watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval,
-                      idleness_us=idleness, join=join)
+                      idleness_us=idleness, join=join, min_cleanup_us=cleanup)
 
 
 def engine_source(config_path: Path | None, flags: Flags) -> str:
@@ -518,11 +520,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     flags = replace(flags, triggers=[t for t in flags.triggers if "=" in t])
     if output_kind == "tune-buffer":
         # an emulation job's engine keys change nothing a tuning of another policy replays
-        engine_keys = {"flink": ("watermark_interval", "idleness"), "flink-sql": ("watermark_interval",),
-                       "spark-ss": ("trigger", "trigger_files", "watermark_policy")}
         run = {key: v for key, v in run.items()
-               if key in engine_keys.get(policy_name, ())
-               or not any(key in keys and name != policy_name for name, keys in engine_keys.items())}
+               if key in ENGINE_KEYS.get(policy_name, ())
+               or not any(key in keys and name != policy_name for name, keys in ENGINE_KEYS.items())}
     if policy_name != "spark-ss" and flags.trigger_files is not None:
         raise InputError(f"--trigger-files: a setting of --policy spark-ss, not of {policy_name}")
     if policy_name not in FLINK and (flags.watermark_interval is not None or "watermark_interval" in run):
@@ -539,10 +539,11 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
                          f"not {policy_name}")
     if policy_name not in FLINK and (flags.idleness is not None or "idleness" in run):
         raise InputError(f"--idleness: a setting of --policy flink, not of {policy_name}")
+    cleanup = min_cleanup_setting(flags.min_cleanup_interval, run.get("min_cleanup_interval"), policy_name)
     if policy_name == "spark-ss":
         policy = _spark_ss_policy(resolved, batch_triggers, flags, run, join)
     elif policy_name in FLINK and not (flags.watermark_policy or batch_triggers):
-        policy = _flink_policy(resolved, flags, run, policy_name, join)
+        policy = _flink_policy(resolved, flags, run, policy_name, join, cleanup)
     else:
         given = (["--watermark"] if flags.watermark and policy_name not in FLINK else []) \
             + (["--watermark-policy"] if flags.watermark_policy else []) + [f"--trigger {t}" for t in batch_triggers]
@@ -594,8 +595,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--router {router} needs --engine spark")
     if router == "ctr" and policy_name in ("spark-ss", *FLINK):
         raise InputError(f"--router ctr: policy {policy_name} runs with --router none, atr or auto (= atr)")
-    if engine == "spark" and policy.in_memory_only is not None:
-        raise InputError(f"--engine spark: {policy_name} with {policy.in_memory_only} runs on --engine local for now")
     chunk_rows = flags.chunk_rows if flags.chunk_rows is not None else run.get("chunk_rows")
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0):
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")

@@ -1,4 +1,5 @@
-"""The bounded-memory engine for the engine emulations, ``spark-ss`` and ``flink``.
+"""The bounded-memory engine for the engine emulations ``spark-ss`` and ``flink``
+(``flink-sql``: :mod:`.bounded_sql`).
 
 Both have a global watermark that is a prefix maximum over arrival order, then
 state per key.  So each tuple's policy facts come from a scan, and the join
@@ -21,6 +22,17 @@ stays the chunked truth of :class:`~streamjoin.pipelines.engines.bounded.Bounded
   emitted on its later member's arrival iff the earlier one's threshold is
   above the watermark then.
 
+Outer joins (``spark-ss --join left|right|full``): an unmatched row of a padded
+stream is emitted at the end of its removal batch ``r``.  Every pair that holds
+it has its later member in a batch ``<= r``, so once a chunk ends in a batch
+``> r`` the row's fate is known: each chunk decides the rows whose removal
+batch is below its last batch (the last chunk: all).  A row the compaction
+drops from the join state before then waits in a *pending pads* slab (Spark
+still holds it).  The results emitted at or after the end of the chunk's last
+batch -- which the next chunk may still fill, and whose evictions may still
+pad rows -- are kept back and written with the next chunk's, so the results
+file has the in-memory engine's order row for row.
+
 A tuple's stay in the state (memory) ends at an index found by a binary search
 in a non-decreasing column -- the batch (``spark-ss``), the watermark after each
 record (``flink``) -- carried open into later chunks like the symmetric
@@ -38,11 +50,12 @@ import polars as pl
 from ..base.errors import InputError
 from ..base.timeunits import NEG_INF
 from ..io.chunks import read_chunks
-from ..policies import INTERVAL_JOIN, MICROBATCH
+from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN
 from ..replay import interval_join, microbatch
 from ..replay.candidates import Combos
-from ..replay.results import with_emission
-from .bounded import BoundedReplay, Slab, replay_order_of
+from ..replay.results import member_columns, with_emission
+from .bounded import BIG, BoundedReplay, Slab, replay_order_of
+from .bounded_outer import OuterTally, compact_with_pads, padded_row_types
 
 
 def spark_batch_table(sv, policy) -> tuple[microbatch.BatchTable | None, int]:
@@ -81,11 +94,16 @@ def check_flink_times(sv) -> None:
 
 def bounded_replay(cfg, sv, sink, row_bytes: list[float]) -> BoundedReplay:
     """The bounded engine for ``cfg``'s policy: :class:`EmulationReplay` for ``spark-ss`` /
-    ``flink`` (after ``spark-ss``'s first pass), else :class:`BoundedReplay`."""
-    if cfg.policy.family not in (MICROBATCH, INTERVAL_JOIN):
+    ``flink`` (after ``spark-ss``'s first pass), :class:`~.bounded_sql.SqlReplay` for
+    ``flink-sql`` (after its first pass), else :class:`BoundedReplay`."""
+    if cfg.policy.family not in (MICROBATCH, INTERVAL_JOIN, SQL_INTERVAL_JOIN):
         return BoundedReplay(cfg, sv, sink, row_bytes)
     if cfg.policy.in_memory_only is not None:   # chunk_rows_for() refuses it first; this guards direct callers
         raise InputError(f"--chunk-rows: {cfg.policy.name} with {cfg.policy.in_memory_only} runs in memory for now")
+    if cfg.policy.family == SQL_INTERVAL_JOIN:
+        from .bounded_sql import SqlReplay, sql_first_pass
+
+        return SqlReplay(cfg, sv, sink, row_bytes, *sql_first_pass(cfg, sv))
     if cfg.policy.family == INTERVAL_JOIN:
         check_flink_times(sv)
     table, base = spark_batch_table(sv, cfg.policy) if cfg.policy.family == MICROBATCH else (None, 0)
@@ -112,6 +130,13 @@ class EmulationReplay(BoundedReplay):
         self.tick_M = np.full(self.n, NEG_INF, np.int64)   # flink: running maxima at the latest tick so far
         self.last_tick: int | None = None
         self.last_after = NEG_INF
+        # spark-ss outer joins (module doc, "Outer joins")
+        self.sides = cfg.policy.padded_sides if self.spark else ()
+        self.matched = np.zeros(self.N, bool) if self.sides else None
+        self.pads: dict[int, Slab | None] = {s: None for s in self.sides}
+        self.decided_below = np.iinfo(np.int64).min     # removal batches below it: padded already
+        self.tail: pl.DataFrame | None = None           # results not written yet (the open batch's)
+        self.outer = OuterTally(self.n)
 
     # ------------------------------------------------------------------ policy facts
 
@@ -178,13 +203,22 @@ class EmulationReplay(BoundedReplay):
         combos = self._truth(windows, kept)
         t0 = self._timed("candidates", t0)
         frames = self._emit_emulated(combos, windows, arr) if len(combos) else []
+        bound = int(self.survey.future_min_ts[j + 1]) if j + 1 < self.survey.chunks else None
+        upper = None
+        if self.sides:   # removal batches below the chunk's last batch are final: pad those rows
+            upper = BIG if bound is None else int(batch[-1])
+            frames += [self._spark_pads(side, windows[side], upper) for side in self.sides]
         t0 = self._timed("emit", t0)
-        if self.sink is not None and frames and frames[0].height:
+        if self.sides:
+            self._write(frames, None if bound is None else (self.base + int(batch[-1]) + 1) * self.T)
+        elif self.sink is not None and frames and frames[0].height:
             self.sink(frames[0])
         t0 = self._timed("results", t0)
-        bound = int(self.survey.future_min_ts[j + 1]) if j + 1 < self.survey.chunks else None
-        self.state = [w.take(w.ts + W[i] >= bound) if bound is not None else None for i, w in enumerate(windows)]
-        self.acc.state_peak = max(self.acc.state_peak, sum(len(s) for s in self.state if s is not None))
+        # unmatched rows out of the join state, still in Spark's, removal batch not decided: pad them later
+        compact_with_pads(self, windows, bound, lambda side, gone: (
+            ~gone.dropped & (gone.rel != microbatch.NEVER) & (gone.rel >= upper) & ~self.matched[gone.a]))
+        if upper is not None:
+            self.decided_below = upper
         self.A0 += C
         self._timed("progress", t0)
 
@@ -240,6 +274,9 @@ class EmulationReplay(BoundedReplay):
         if self.trace is not None:
             self.trace[-1]["truth"] = [windows[k].row[rows[k]] for k in range(2)]
         acc.emitted += int(emitted.sum())
+        if self.matched is not None:
+            self.matched[a[0][emitted]] = True
+            self.matched[a[1][emitted]] = True
         self._count_periods(last - A0, emitted, arr)
         acc.duplicates += self._duplicates([r[emitted] for r in rows], [len(w) for w in windows])
         acc.latency.add(latency[emitted])
@@ -251,11 +288,68 @@ class EmulationReplay(BoundedReplay):
             frame = frame.with_columns(pl.Series("batch", batch[emitted], dtype=pl.Int64))
         return [frame]
 
+    # ------------------------------------------------------------------ outer joins (spark-ss)
+
+    def _spark_pads(self, side: int, window: Slab, upper: int) -> pl.DataFrame:
+        """Stream ``side``'s null-padded rows whose removal batch is decided now (in
+        ``[decided_below, upper)``), in no emitted pair, from the join state and the pending
+        pads: emitted at the end of that batch."""
+        pad = self.pads[side]
+        rows = Slab.concat(window, pad) if pad is not None else window
+        r = rows.rel
+        now = (~rows.dropped & (r != microbatch.NEVER) & (r >= self.decided_below) & (r < upper)
+               & ~self.matched[rows.a])
+        if pad is not None:
+            self.pads[side] = pad.take(pad.rel >= upper)
+        out = rows.take(now)
+        emit_us = (self.base + out.rel + 1) * self.T
+        latency = emit_us - out.arrival
+        self.outer.add(side, latency)
+        if self.sink is None:
+            return pl.DataFrame()
+        frame = with_emission(member_columns(self.names[side], out.row, out.ts, out.arrival, out.payload),
+                              emit_us, latency, out.a)
+        return frame.with_columns(pl.Series("batch", out.rel, dtype=pl.Int64))
+
+    def _write(self, frames: list[pl.DataFrame], cut: int | None) -> None:
+        """Hand the results to the sink, keeping back those emitted at or after ``cut`` (the end
+        of the chunk's last batch, which the next chunk may still fill, and whose evictions may
+        still pad rows): they are written with the next chunk's, so the file keeps the
+        in-memory engine's order.  ``cut=None``: everything (the last chunk)."""
+        if self.sink is None:
+            return
+        parts = [f for f in ([self.tail] if self.tail is not None else []) + frames if f.height]
+        self.tail = None
+        if not parts:
+            return
+        # (padded rows alone lack the other stream's columns: the schema's empty frame adds them)
+        frame = padded_row_types(pl.concat([self.empty_frame(), *parts], how="diagonal_relaxed"), self.names,
+                                 self.sides)
+        if cut is None:
+            self.sink(frame)
+            return
+        late = frame["emit_us"] >= cut
+        if late.any():
+            self.tail = frame.filter(late)
+        if not late.all():
+            self.sink(frame.filter(~late))
+
+    def on_eof(self) -> None:
+        if self.sides and any(w is not None for w in self.state):   # the last chunks held no rows
+            self._write([self._spark_pads(side, self.state[side], BIG) for side in self.sides], None)
+        super().on_eof()
+        assert self.tail is None and all(p is None or not len(p) for p in self.pads.values())
+
+    def outer_join(self) -> tuple[dict, list[int]] | None:
+        """``report.json``'s ``outer_join`` section and each stream's ``outer_rows``, or ``None``."""
+        return self.outer.report(self.policy.join, self.names, self.sides)
+
     # ------------------------------------------------------------------ report
 
     def empty_frame(self) -> pl.DataFrame:
         frame = super().empty_frame()
-        return frame.with_columns(pl.Series("batch", [], dtype=pl.Int64)) if self.spark else frame
+        frame = frame.with_columns(pl.Series("batch", [], dtype=pl.Int64)) if self.spark else frame
+        return padded_row_types(frame, self.names, self.sides)
 
     def policy_settings(self) -> dict:
         """``report.json`` ``policy_settings``, as the in-memory engine reports them."""

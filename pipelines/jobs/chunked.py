@@ -49,7 +49,8 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
         return None
     p = cfg.policy
     if p.in_memory_only is not None:
-        # the bounded engine emulates spark-ss's inner join on a trigger interval, flink without idleness
+        # the bounded engine emulates spark-ss's inner join on a trigger interval, flink without
+        # idleness, flink-sql
         if cfg.chunk_rows is not None:
             raise InputError(f"--chunk-rows: {p.name} with {p.in_memory_only} runs in memory for now; "
                              "use --chunk-rows 0")
@@ -211,6 +212,10 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
             "dropped_late": acc.dropped[i],
             "expired_on_arrival": acc.expired[i],
         })
+    outer = engine.outer_join() if hasattr(engine, "outer_join") else None
+    if outer is not None:   # an outer join's null-padded rows, as the in-memory report counts them
+        for entry, rows in zip(streams, outer[1]):
+            entry["outer_rows"] = rows
     latency = {"mean": acc.latency.mean()}
     latency.update(acc.latency.quantiles([("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]))
     if N:
@@ -241,6 +246,7 @@ def chunked_report(cfg: RunConfig, command: str, sv: Survey, engine: BoundedRepl
             "latency_histogram": acc.latency.histogram(LATENCY_BINS),
             # the tuning curve needs every result's required slack: `streamjoin tune-buffer` computes it
             "tuning": None,
+            **({"outer_join": outer[0]} if outer is not None else {}),
         },
     )
 

@@ -95,6 +95,9 @@ class PolicySpec:
             (:data:`OUTER_JOIN` policies only: ``spark-ss``, ``flink-sql``).
         idleness_us: ``WatermarkStrategy.withIdleness`` timeout, of arrival
             time; None = no idleness detection (``flink`` only).
+        min_cleanup_us: ``table.exec.interval-join.min-cleanup-interval``, the
+            ``minCleanUpInterval`` of Flink SQL's interval join, whole ms; 0 = Flink's
+            default (``flink-sql`` only).
     """
 
     name: str
@@ -109,6 +112,7 @@ class PolicySpec:
     trigger_files: int | None = None
     batch_times_us: tuple[int, ...] | None = None
     idleness_us: int | None = None
+    min_cleanup_us: int = 0
 
     def __post_init__(self) -> None:
         if self.name not in FAMILY:
@@ -118,6 +122,8 @@ class PolicySpec:
         if self.join != "inner" and self.name not in OUTER_JOIN:
             raise InputError(f"--join {self.join}: outer joins are emulated for --policy "
                              f"{', '.join(OUTER_JOIN)} only, not {self.name}")
+        if self.min_cleanup_us and self.name != "flink-sql":
+            raise InputError(f"--min-cleanup-interval: a setting of --policy flink-sql, not of {self.name}")
         if self.name == "kslack" and self.k is None:
             raise InputError("policy kslack needs --k DURATION")
         if self.name == "static" and self.retention is None:
@@ -162,13 +168,9 @@ class PolicySpec:
 
     @property
     def in_memory_only(self) -> str | None:
-        """The setting the bounded-memory and Spark engines do not emulate yet (as the
-        user gives it: ``--join left``, ``--trigger-files``, ``--idleness``), or ``None``.
-        ``flink-sql`` runs in memory only, with any setting."""
-        if self.name == "flink-sql":
-            return "any setting"
-        if self.name == "spark-ss" and self.join != "inner":
-            return f"--join {self.join}"
+        """The setting the bounded-memory engine (``--chunk-rows``) does not emulate yet
+        (as the user gives it: ``--trigger-files``, ``--idleness``), or ``None``.  The Spark
+        engine runs every emulation setting (its facts come from the driver's replay)."""
         if self.name == "spark-ss" and self.trigger_files is not None:
             return "--trigger-files"
         if self.name == "flink" and self.idleness_us:

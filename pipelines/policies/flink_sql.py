@@ -12,8 +12,9 @@ on row-time attributes whose watermarks are those of ``--policy flink``
 ``RowTimeIntervalJoin`` (flink-table-runtime, ``operators/join/interval/``,
 subclass of ``TimeIntervalJoin``) with ``allowedLateness = 0`` and
 ``minCleanUpInterval`` = ``table.exec.interval-join.min-cleanup-interval``
-(default 0, the value emulated).  Settings: ``--watermark`` per stream,
-``--watermark-interval`` (as ``flink``) and ``--join inner|left|right|full``.
+(default 0; ``--min-cleanup-interval DUR`` sets it).  Settings: ``--watermark``
+per stream, ``--watermark-interval`` (as ``flink``), ``--join
+inner|left|right|full`` and ``--min-cleanup-interval``.
 
 What differs from ``flink`` (the DataStream ``IntervalJoinOperator``), rule by
 rule; the column form is :mod:`streamjoin.pipelines.replay.sql_interval_join`,
@@ -66,4 +67,8 @@ def check_settings(policy) -> None:
     """One-line errors for a ``flink-sql`` :class:`~streamjoin.pipelines.policies.PolicySpec`."""
     if policy.idleness_us is not None:
         raise InputError("--idleness: policy flink-sql does not emulate withIdleness yet (policy flink does)")
+    cleanup = policy.min_cleanup_us
+    if isinstance(cleanup, bool) or not isinstance(cleanup, int) or cleanup < 0 or cleanup % flink.MS:
+        raise InputError(f"--min-cleanup-interval {cleanup}us: expected whole milliseconds >= 0 "
+                         "(table.exec.interval-join.min-cleanup-interval)")
     flink.check_settings(policy)

@@ -411,6 +411,20 @@ def _emission_microbatch(combos: Combos, replay: Replay, decisions: Decisions, a
                     latency_us=emit_us - arrivals.arrival_us, batch=batch, outer=outer)
 
 
+def outer_rows_of(replay: Replay, decisions: Decisions, a0: np.ndarray, a1: np.ndarray,
+                  emitted: np.ndarray) -> list[microbatch.OuterRows] | None:
+    """An outer join's null-padded rows (``spark-ss``, ``flink-sql``; ``None`` for an inner
+    join or another family), given every valid pair's members' arrival indexes and the
+    emitted mask: what :func:`emission` attaches as ``Emission.outer`` (the Spark engine
+    calls it on the pairs it collected)."""
+    matched = [np.asarray(a0)[emitted], np.asarray(a1)[emitted]]
+    if decisions.family == MICROBATCH:
+        return _outer_rows(replay, decisions, matched)
+    if decisions.family == SQL_INTERVAL_JOIN:
+        return _sql_padded(replay, decisions, matched)
+    return None
+
+
 def _outer_rows(replay: Replay, decisions: Decisions, matched: list) -> list[microbatch.OuterRows] | None:
     """An outer join's null-padded rows, one part per padded stream (``None`` for an inner
     join); ``matched[s]``: the arrival indexes of stream ``s``'s members of the emitted pairs."""

@@ -328,7 +328,7 @@ def decide(replay: Replay, windows: np.ndarray, policy: PolicySpec, bad_arrivals
         return Decisions(family=INTERVAL_JOIN, dropped=dropped, watermarks=wm,
                          policy_settings=interval_join.settings_report(wm, dropped, policy))
     if policy.family == SQL_INTERVAL_JOIN:   # keys: the caches and timers are per key
-        st = sql_interval_join.sql_state(replay, W, policy, keys)
+        st = sql_interval_join.sql_state(replay, W, policy, keys, min_cleanup_us=policy.min_cleanup_us)
         return Decisions(family=SQL_INTERVAL_JOIN, dropped=np.zeros(N, bool), sql=st,
                          padded_sides=policy.padded_sides,
                          policy_settings=sql_interval_join.settings_report(st, replay.stream, replay.n, policy))

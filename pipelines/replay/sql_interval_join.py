@@ -333,6 +333,17 @@ def emitted_pairs(st: SqlJoinState, a0: np.ndarray, a1: np.ndarray) -> np.ndarra
     return st.cached[earlier] & st.probes[later] & (later < st.visible_until[earlier])
 
 
+def pair_emitted(a0, a1, cached, probes, visible_until) -> np.ndarray:
+    """:func:`emitted_pairs` on facts the members carry (the Spark kernel, the bounded
+    engine): ``a0`` / ``a1`` the members' arrival indexes, and each fact a pair
+    ``(member 0's, member 1's)``."""
+    first = np.asarray(a0) < np.asarray(a1)
+    cached_e = np.where(first, cached[0], cached[1])
+    probes_l = np.where(first, probes[1], probes[0])
+    visible_e = np.where(first, visible_until[0], visible_until[1])
+    return cached_e.astype(bool) & probes_l.astype(bool) & (np.maximum(a0, a1) < visible_e)
+
+
 def padded_rows(st: SqlJoinState, stream: np.ndarray, side: int, matched: np.ndarray) -> np.ndarray:
     """Arrival indexes of ``side``'s rows in no emitted pair (``matched``: arrival
     indexes of that side's members of the emitted pairs): the outer join pads them
@@ -362,4 +373,5 @@ def settings_report(st: SqlJoinState, stream: np.ndarray, n: int, policy) -> dic
     out["not_cached"] = [int(np.count_nonzero(~st.cached & (stream == i))) for i in range(n)]
     out["probes_skipped"] = int(np.count_nonzero(~st.probes))
     out["join"] = policy.join
+    out["min_cleanup_interval_us"] = int(policy.min_cleanup_us)
     return out

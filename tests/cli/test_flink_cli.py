@@ -97,8 +97,6 @@ out = "{tmp_path / 'out'}"
     (["--chunk-rows", "50"], ("left", "fine"), "not a whole millisecond"),
     (["--watermark-interval", "100ms", "--idleness", "1s", "--chunk-rows", "50"], (),
      "flink with --idleness runs in memory for now"),
-    (["--watermark-interval", "100ms", "--idleness", "1s", "--engine", "spark"], (),
-     "flink with --idleness runs on --engine local for now"),
 ])
 def test_not_emulated_is_refused_in_one_line(data: Path, tmp_path: Path, extra, streams, needle) -> None:
     out = tmp_path / "out"

@@ -135,8 +135,6 @@ out = "{tmp_path / 'out'}"
 
 @pytest.mark.parametrize("extra,streams,needle", [
     (["--engine", "spark", "--router", "ctr"], (), "runs with --router none, atr or auto"),
-    (["--join", "left", "--engine", "spark"], (), "--join left runs on --engine local for now"),
-    (["--join", "right", "--chunk-rows", "50"], (), "--join right runs in memory for now"),
     ([], ("left", "right", "third"), "exactly two streams"),
     (["--join", "left", "--date", "2023-11-14"], (), "nightly runs support the inner join"),
 ])
@@ -158,8 +156,6 @@ def test_not_emulated_yet_is_refused_in_one_line(data: Path, tmp_path: Path, ext
     (["--policy", "static", "--retention", "1s", "--join", "left"], "--join left: outer joins are emulated for "
                                                                     "--policy spark-ss, flink-sql only, not static"),
     (["--policy", "flink", "--watermark", "1s", "--join", "right"], "--join right: outer joins"),
-    (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--join", "full", "--chunk-rows", "50"],
-     "--chunk-rows: spark-ss with --join full runs in memory for now"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s", "--trigger-files", "2"], "not both"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "0"], "--trigger-files 0: expected"),
     (["--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2"], "drop the arrival column of left, right"),
@@ -200,15 +196,17 @@ def write_file_streams(root: Path) -> list:
     return files
 
 
-def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [["--engine", "local"], ["--engine", "spark", "--master", "local[2]"]])
+def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path, engine) -> None:
     """--trigger-files 2: two files per stream per batch by modification time, then
     path; rows arrive when their batch runs.  The run's rows, batches, drops and
-    emission times are the per-batch reference's, which cuts the files itself."""
+    emission times are the per-batch reference's, which cuts the files itself -- on the
+    local engine and on --engine spark."""
     files = write_file_streams(tmp_path)
     out = tmp_path / "out"
     run_cli(["run", "--stream", f"left={tmp_path / 'left'}", "--stream", f"right={tmp_path / 'right'}",
              "--key", "key", "--window", "2s", "--policy", "spark-ss", "--watermark", "1s", "--trigger-files", "2",
-             "--join", "left", "--out", str(out)], tmp_path)
+             "--join", "left", *engine, "--out", str(out)], tmp_path)
     policy = PolicySpec("spark-ss", watermark=(S, S), trigger_files=2, watermark_policy="min", join="left")
     ref = replay_micro_batches_files(files, (2 * S, 2 * S), policy)
     results = pl.read_parquet(out / "results.parquet")
@@ -221,13 +219,17 @@ def test_trigger_files_cuts_batches_by_files_as_the_model(tmp_path: Path) -> Non
         {(row, b, e) for (_, row), (b, e, _) in ref.outer.items()}
     assert [s["dropped_late"] for s in report["streams"]] == [sum(1 for s, _ in ref.dropped if s == i) for i in (0, 1)]
     assert report["policy_settings"]["trigger_files"] == 2 and report["policy_settings"]["trigger_us"] is None
+    assert ("master" in (report.get("routing") or {})) == (engine[1] == "spark")   # the Spark engine ran it
     assert report["policy_settings"]["batches"] == 3 and len(pairs) < report["truth_results"]
     # a row arrives when its batch runs: the latest modification time of its batch's files (s 110, 120 -- two
     # files -- and 150, + 250 µs)
     assert set(results["left_arrival_us"].to_list()) == {(1_700_000_000 + t) * S + 250 for t in (110, 120, 150)}
 
 
-def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path) -> None:
-    """--chunk-rows: the bounded engine publishes what the in-memory engine publishes."""
-    args = base_args(data, tmp_path / "unused") + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s"]
+@pytest.mark.parametrize("join", ["inner", "full"])
+def test_chunked_run_equals_the_in_memory_run(data: Path, tmp_path: Path, join) -> None:
+    """--chunk-rows: the bounded engine publishes what the in-memory engine publishes (a full outer
+    join: the null-padded rows of both sides too, in the same order, and the outer_join section)."""
+    args = base_args(data, tmp_path / "unused") + ["--policy", "spark-ss", "--watermark", "1s", "--trigger", "5s",
+                                                   "--join", join]
     assert_chunked_run_equals_in_memory(args[:args.index("--out")] + args[args.index("--out") + 2:], tmp_path)

@@ -6,6 +6,8 @@ differ from ``--policy flink`` (docs/semantics.md "flink-sql")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -49,6 +51,10 @@ def test_min_cleanup_interval_equals_reference(problem, cleanup):
                                    policy.join, cleanup)
     fast = columns_flink_sql(streams, windows, policy, cleanup)
     assert (fast.emitted, fast.padded, fast.cached) == (ref.emitted, ref.padded, ref.cached)
+    # the policy's setting (--min-cleanup-interval) through the local engine: the same answer
+    engine = local_flink_sql(streams, windows, replace(policy, min_cleanup_us=cleanup))
+    timed = reference_flink_sql(streams, windows, policy, cleanup)
+    assert (engine.emitted, engine.padded, engine.cached) == (timed.emitted, timed.padded, timed.cached)
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from ...replay.candidates import Space
 from ...replay.partitioned_progress import Facts
 from .kernels import INT
@@ -86,6 +86,9 @@ def kernel_inputs(ts, ids, space: Space | None, dims: int, replay, dec, family: 
             d["b"], d["rm"] = dec.batches.batch[pos], dec.batches.removal[pos]
         elif family == INTERVAL_JOIN:  # flink: watermark before the record, cleanup threshold
             d["a"], d["bf"], d["th"] = pos, dec.watermarks.before[pos], dec.watermarks.threshold[pos]
+        elif family == SQL_INTERVAL_JOIN:   # flink-sql: cached, probes, first index that no longer finds it
+            st = dec.sql
+            d["a"], d["ca"], d["pr"], d["vu"] = pos, st.cached[pos], st.probes[pos], st.visible_until[pos]
         out.append(d)
     return out
 

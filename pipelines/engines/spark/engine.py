@@ -55,7 +55,7 @@ from ...analysis.metrics import occupied_periods
 from ...analysis.summary import merge
 from ...config.options import HANDOFF_CONF_KEY, RESULTS_CONF_KEY, results_mode
 from ...base.errors import InputError
-from ...policies import INTERVAL_JOIN, MICROBATCH, PolicySpec
+from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
 from ...replay.probe_order import ProbeOrder, probe_order
@@ -65,7 +65,8 @@ from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import run_plane, spark_plane, ctr_spark
-from .outcome import SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter, routing_report
+from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter,
+                      routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
 from .session import spark_session, warm_up
 from .progress import spark_micro_batches, spark_progress
@@ -102,17 +103,16 @@ def spark_join(
     ``names`` and ``payloads``; ``--router auto`` is ATR there).
     """
     settings = settings or RouteSettings()
-    if policy.in_memory_only is not None:   # resolve() refuses it first; this guards direct callers
-        raise InputError(f"--engine spark: {policy.name} with {policy.in_memory_only} runs on --engine local for now")
-    if policy.family in (MICROBATCH, INTERVAL_JOIN):
+    if policy.family in EMULATIONS:
         # the emulations' facts come from the driver's columns; the join runs none / ATR (CTR's
         # partial combinations carry no per-member facts): auto is ATR
         if settings.router == "ctr":
             raise InputError(f"--router ctr: policy {policy.name} runs with --router none, atr or auto (= atr)")
         if settings.router == "auto":
             settings = replace(settings, router="atr")
-        if policy.family == INTERVAL_JOIN:
-            progress = "driver"   # flink's watermark scan runs on the driver (not on Spark yet)
+        if policy.family in (INTERVAL_JOIN, SQL_INTERVAL_JOIN) or policy.trigger_files is not None:
+            # flink's watermark scan, flink-sql's caches and spark-ss's batches of files run on the driver
+            progress = "driver"
     if results == "executors":
         why = unsupported(settings.router, policy.family, where)
         if why is not None:
@@ -150,7 +150,8 @@ def spark_join(
         f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
     elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
         f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
-                            keys=key_ids(list(keys)) if policy.adaptive else None)
+                            keys=key_ids(list(keys)) if policy.adaptive or policy.family == SQL_INTERVAL_JOIN
+                            else None)
     else:
         raise AssertionError(progress)
     replay, dec = sp.replay_from_facts(f, n, policy, sizes)
@@ -223,6 +224,7 @@ def spark_join(
     else:
         out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe, memory_job.result())
         post_filter(out, where, space, distance_in_kernel)
+        with_outer_rows(out)   # an outer join's null-padded rows: from the pairs left after --where
     timings["collect"] = time.perf_counter() - t0
     nonempty = [t for t in ts if len(t)]
     duration_s = ((max(int(t.max()) for t in nonempty) - min(int(t.min()) for t in nonempty)) / 1e6) if nonempty else 0.0
@@ -269,7 +271,8 @@ def _spark_micro_batch_facts(spark, tab: dict, ts, arrival, W, policy: PolicySpe
     batch, dropped, removal = np.empty(N, INT), np.empty(N, bool), np.empty(N, INT)
     batch[a], dropped[a], removal[a] = g["batch"], g["dropped"], g["removal"]
     mb = microbatch.MicroBatches(batch=batch, removal=removal, origin_us=base * T, trigger_us=T,
-                                 occupied=table.occupied, watermark_ms=table.current, late_ms=table.before)
+                                 occupied=table.occupied, watermark_ms=table.current, late_ms=table.before,
+                                 outer_sides=policy.padded_sides)
     dec = Decisions(family=MICROBATCH, dropped=dropped, batches=mb,
                     policy_settings=microbatch.settings_report(mb, dropped, replay.stream, n, policy))
     return sp.facts_from_replay(replay, dec)

@@ -28,9 +28,10 @@ import numpy as np
 import polars as pl
 
 from ...base.sorting import band_ranges, gather_ranges, range_blocks, stable_order
-from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from ...replay.candidates import Space, enumerate_truth
 from ...replay.microbatch import pair_emitted
+from ...replay.sql_interval_join import pair_emitted as sql_pair_emitted
 from ...route import ctr as ctr_mod
 
 
@@ -118,6 +119,9 @@ def join_streams(per: list[dict], n: int, W, family: str, keyed: bool, dims: int
             later_bf = np.where(a0 < a1, per[1]["bf"][rows[1]], per[0]["bf"][rows[0]])
             emitted = ~per[0]["dropped"][rows[0]].astype(bool) & ~per[1]["dropped"][rows[1]].astype(bool) \
                 & (later_bf < earlier_th)
+        elif family == SQL_INTERVAL_JOIN:   # flink-sql: the earlier member cached, the later one probes it in time
+            emitted = sql_pair_emitted(*[per[k]["a"][rows[k]] for k in range(2)],
+                                       *[tuple(per[k][c][rows[k]] for k in range(2)) for c in ("ca", "pr", "vu")])
         else:
             emitted = ~np.logical_or.reduce([per[k]["dropped"][rows[k]].astype(bool) for k in range(n)]) if m \
                 else np.ones(0, bool)

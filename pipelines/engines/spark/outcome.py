@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from ...replay.candidates import Combos, Space
-from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals
+from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals, outer_rows_of
 from ...replay.partitioned_progress import Facts
 from ...route import DEFAULT_COSTS, RESOURCE_UNITS, Capacity, Loads, imbalance, resource_use
 from ...route import atr as atr_mod
@@ -24,6 +24,10 @@ from ...route import ctr as ctr_mod
 from ..local import JoinOutcome
 from .kernels import INT
 from .plane import PlaneResult
+
+
+#: the engine emulations: facts from the driver, the join with --router none or ATR
+EMULATIONS = (MICROBATCH, INTERVAL_JOIN, SQL_INTERVAL_JOIN)
 
 
 @dataclass
@@ -87,7 +91,7 @@ def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe
             emit_us = dec.batches.end_us(batch)
             em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=emit_us - replay.arrival[last],
                           batch=batch)
-        elif dec.family in (SYMMETRIC, INTERVAL_JOIN):
+        elif dec.family in (SYMMETRIC, INTERVAL_JOIN, SQL_INTERVAL_JOIN):
             # emitted on arrival of the last member: the time is gathered if read, latency 0
             em = EmittedOnArrival(a, last, emitted, np.broadcast_to(np.zeros(1, dtype=INT), (len(last),)),
                                   replay.arrival)
@@ -98,6 +102,16 @@ def outcome_from(replay, dec, f: Facts, combos: dict, ts, n: int, timings, probe
             em = Emission(a=a, last=last, emitted=emitted, emit_us=emit_us, latency_us=latency)
     return SparkOutcome(replay=replay, decisions=dec, combos=c, emission=em, memory=memory, timings_s=timings,
                         probe_order=probe_order)
+
+
+def with_outer_rows(outcome: JoinOutcome) -> None:
+    """An outer join's null-padded rows (``spark-ss``, ``flink-sql``), from the emitted
+    pairs the driver holds after :func:`post_filter` (a pair removed by ``--where`` does
+    not match its members), as the local engine's
+    :func:`~streamjoin.pipelines.replay.emit.emission` makes them."""
+    em, dec = outcome.emission, outcome.decisions
+    if dec.family in (MICROBATCH, SQL_INTERVAL_JOIN):   # None for an inner join
+        em.outer = outer_rows_of(outcome.replay, dec, em.a[0], em.a[1], em.emitted)
 
 
 def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_kernel: bool) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 from ...analysis.summary import ResultSummary, summarise
 from ...analysis.tuning import required_k_per_tuple, static_need
 from ...io.output import RESULTS_COMPRESSION
-from ...policies import INTERVAL_JOIN, MICROBATCH, SYMMETRIC
+from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from ...replay.results import results_frame
 
 #: the columns a task needs on this path besides the kernel's (per stream)
@@ -120,8 +120,8 @@ def unsupported(router: str, family: str, where) -> str | None:
     """Why this run's results cannot be made on the executors (None: they can)."""
     if router == "ctr":
         return "--router ctr (a CTR task's last hop lacks the other members' columns)"
-    if family in (MICROBATCH, INTERVAL_JOIN):
-        return "the spark-ss and flink emulations"
+    if family in (MICROBATCH, INTERVAL_JOIN, SQL_INTERVAL_JOIN):
+        return "the spark-ss, flink and flink-sql emulations"
     if where is not None:
         return "--where (evaluated on the driver)"
     return None
