@@ -12,7 +12,10 @@ not imported).  The module's name carries a digest of the kernel's source,
 its signature, numba's version and the interpreter, so an edited kernel is
 rebuilt.  Where the build is impossible (no C compiler, a numba without
 ``pycc``) the kernel is compiled with ``numba.njit(cache=True)`` instead --
-the same code, the per-process load cost back.  numba is imported only when
+the same code, the per-process load cost back -- and a ``.nobuild`` marker
+beside where the module would be says so to later processes, which then use
+the jit at once, without another attempt or line on stderr (delete the
+marker to try again).  numba is imported only when
 a kernel has to be built or jitted (a plain run never loads it).
 """
 
@@ -87,10 +90,13 @@ def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
                 return _import(d / filename, name), "aot"
             except ImportError:   # a broken file: build it again below
                 pass
+    if any((d / (name + NOBUILD)).is_file() for d in dirs):   # a build failed here before: no retry, no line
+        return _jit(fn, signature), "jit"
     # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
     sys.stderr.write(f"streamjoin: building the capacity model's {fn.__name__.strip('_')} kernel once for this "
                      "machine (10-40 s; later runs load it in milliseconds)\n")
     sys.stderr.flush()
+    why = "no writable cache directory"
     for d in dirs:
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -98,11 +104,34 @@ def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
                 _build(fn, signature, name, tmp)
                 os.replace(Path(tmp) / filename, d / filename)   # atomic: a concurrent build wins or loses whole
             return _import(d / filename, name), "aot-built"
-        except Exception:   # noqa: BLE001 - unwritable directory, no compiler, no numba.pycc: try the next, then jit
+        except Exception as e:   # noqa: BLE001 - unwritable directory, no compiler, no numba.pycc: try the next, then jit
+            why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
             continue
+    # later processes go to the jit at once (no build attempt, no line promising fast loads)
+    marker = next((m for m in (d / (name + NOBUILD) for d in dirs) if _write_marker(m, why)), None)
+    sys.stderr.write(f"streamjoin: could not build the {fn.__name__.strip('_')} kernel ({why}); using numba's jit "
+                     "instead (about 0.5 s per process)"
+                     + (f"; delete {marker} to try the build again\n" if marker is not None else "\n"))
+    sys.stderr.flush()
+    return _jit(fn, signature), "jit"
+
+
+#: a file ``<module name>`` + this in a cache directory: building that module failed on this machine
+NOBUILD = ".nobuild"
+
+
+def _write_marker(path: Path, why: str) -> bool:
+    try:
+        path.write_text(why + "\n")
+        return True
+    except OSError:
+        return False
+
+
+def _jit(fn: Callable, signature: str) -> Callable:
     from numba import njit
 
-    return njit(signature, cache=True, nogil=True)(fn), "jit"
+    return njit(signature, cache=True, nogil=True)(fn)
 
 
 def _build(fn: Callable, signature: str, name: str, out_dir: str) -> None:

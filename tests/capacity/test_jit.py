@@ -11,6 +11,9 @@ import numpy as np
 from streamjoin.pipelines.capacity import jit, queueing
 
 
+QUEUE_SIGNATURE = "Tuple((i8[:], i1[:], i8[:]))(i8[:], i8[:], i8[:], i8, i8, b1)"   # queueing.compiled_kernel's
+
+
 def _queue_case():
     rng = np.random.default_rng(3)
     arrival = np.sort(rng.integers(0, 1_000_000, 400)).astype(np.int64)
@@ -46,3 +49,35 @@ def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, m
     got = fallback(arrival, stream, service, 2, 3, True)
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
     assert (got[1] != 0).any()          # the case sheds: the comparison covers the queue cap
+
+
+def test_a_failed_build_is_not_retried_or_announced_by_every_later_process(tmp_path, monkeypatch, capsys):
+    """Where no module can be built (no C compiler), the first process says so and uses the jit;
+    later processes go to the jit at once -- no second 'building ... once' line that promises
+    millisecond loads, no second build attempt -- until the marker it names is deleted."""
+    builds = []
+
+    def no_compiler(*_args):
+        builds.append(1)
+        raise OSError("no C compiler")
+
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path / "ro", tmp_path / "user"])
+    monkeypatch.setattr(jit, "_build", no_compiler)
+    capsys.readouterr()
+    kernel, how = jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
+    assert how == "jit"
+    err = capsys.readouterr().err
+    assert err.count("building the capacity model's bounded_kernel kernel") == 1
+    assert "could not build" in err and "no C compiler" in err and len(err.splitlines()) == 2
+    tried = len(builds)
+    markers = list(tmp_path.rglob("*.nobuild"))
+    assert len(markers) == 1 and markers[0].name in err
+    # a later process (the same lookup again): straight to the jit, silently
+    kernel, how = jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
+    assert how == "jit" and len(builds) == tried and capsys.readouterr().err == ""
+    arrival, stream, service = _queue_case()
+    assert (kernel(arrival, stream, service, 2, 3, True)[1] != 0).any()
+    # deleting the marker tries the build again
+    markers[0].unlink()
+    jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
+    assert len(builds) > tried and "building" in capsys.readouterr().err
