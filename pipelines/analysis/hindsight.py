@@ -228,7 +228,8 @@ def verdict(h: dict[str, Any]) -> dict[str, str]:
     """``verdict`` (``cheaper`` / ``costlier`` / ``not comparable``), ``reason`` (a key) and ``text``
     (one sentence), from the numbers of a computed ``hindsight`` alone.
 
-    Reasons, first that applies: ``target_missed`` (the run did not keep its own
+    Reasons, first that applies: ``no_results`` (no period has results: nothing to
+    compare); ``target_missed`` (the run did not keep its own
     promise: a cost comparison would flatter it); cheaper: ``need_changed`` /
     ``cheaper_stationary``; costlier: ``nothing_to_save`` (the fixed setting is 0),
     ``overall_promise`` (the per-period fixed setting misses ``Q`` overall, and
@@ -246,7 +247,10 @@ def verdict(h: dict[str, Any]) -> dict[str, str]:
     change = (f"per-period need: headroom {st['headroom']:.2f} of the fixed {name}, {st['headroom_by_chance']:.2f} "
               f"by chance alone")
     times = "-" if ratio is None else f"{ratio:.2f}x"
-    share = a.get("periods_meeting_target", 0) / h["periods_with_results"] if h["periods_with_results"] else 1.0
+    if not h["periods_with_results"]:
+        return {"verdict": "not comparable", "reason": "no_results",
+                "text": f"{policy} has nothing to compare: the input joins to no results, so every setting does as well."}
+    share = a.get("periods_meeting_target", 0) / h["periods_with_results"]
     if a["recall"] < q or share < h["period_share"]:
         return {"verdict": "not comparable", "reason": "target_missed",
                 "text": f"{policy} missed its own target (recall {fmt_recall(a['recall'])}, Q in "

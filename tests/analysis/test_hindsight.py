@@ -193,12 +193,14 @@ def _section(**over) -> dict:
     ({"ratio": 1.2, "ratio_plus": 1.2, "stationarity": {"changed": False}}, "stationary"),
     ({"ratio": 1.2, "ratio_plus": 0.7, "fixed_plus": {"setting_us": 5000}}, "overall_promise"),
     ({"ratio": 1.2, "ratio_plus": 1.2, "fixed": {"setting_us": 0}}, "nothing_to_save"),
+    ({"periods_with_results": 0, "ratio": None, "ratio_plus": None, "adaptive": {"periods_meeting_target": 0}},
+     "no_results"),
 ])
 def test_each_reason_follows_from_its_numbers(over, reason):
     v = H.verdict(_section(**over))
     assert v["reason"] == reason
     assert v["verdict"] == {"need_changed": "cheaper", "cheaper_stationary": "cheaper",
-                            "target_missed": "not comparable"}.get(reason, "costlier")
+                            "target_missed": "not comparable", "no_results": "not comparable"}.get(reason, "costlier")
     assert v["text"].startswith("qjoin ") and v["text"].endswith(".")
 
 
