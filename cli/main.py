@@ -25,9 +25,11 @@ def _exit_without_teardown() -> None:
     exits with ``main()``'s code without the interpreter's teardown (freeing every
     module and object of numpy, polars, pyarrow, ...: 0.1-0.4 s of every run,
     docs/performance.md, issue 21).  Not with PySpark loaded (its JVM is left to
-    its own shutdown), and not if flushing fails (the interpreter reports that)."""
+    its own shutdown), not under coverage.py (its handler, registered before
+    ours, saves the data after ours), and not if flushing fails (the
+    interpreter reports that)."""
     code = _FINISHED.get("code")
-    if code is None or "pyspark" in sys.modules:
+    if code is None or "pyspark" in sys.modules or "coverage" in sys.modules:
         return
     try:
         sys.stdout.flush()
