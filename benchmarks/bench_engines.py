@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import ensure_data, streamjoin_cmd  # noqa: E402
+from bench_core import child_env, ensure_data, streamjoin_cmd  # noqa: E402
 
 POLICY = ["--policy", "static", "--retention", "50ms"]
 
@@ -76,7 +76,7 @@ def main() -> None:
                          "for its executors' Python workers anyway; see docs/performance.md)")
     ap.add_argument("--results", action="store_true", help="write results.parquet too (adds the write stage)")
     args = ap.parse_args()
-    env = dict(os.environ, NUMPY_MADVISE_HUGEPAGE="0") if args.no_thp else None
+    env = child_env(**({"NUMPY_MADVISE_HUGEPAGE": "0"} if args.no_thp else {}))
     config = ensure_data(args.scale)
     runs = variants([r for r in args.routers.split(",") if r], args.partitions, args.master)
     for name, engine_args in runs.items():  # warm-up round, not counted

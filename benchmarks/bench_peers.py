@@ -2,6 +2,7 @@
 
     python benchmarks/bench_peers.py [--runs 5] [--skip-sss] [--slow] [--with-results]
                                      [--spark-seconds 60] [--batch 1s] [--delays 0ms,50ms,1s]
+    python benchmarks/bench_peers.py --whole [--runs 5] [--compare PYTHONPATH]
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``: DuckDB); polars and
 PySpark are streamjoin dependencies already.
@@ -30,6 +31,14 @@ and latency) and a DuckDB child that writes the exact band join's pairs with
 both sides' columns to Parquet (``COPY (...) TO ... (FORMAT parquet)``, DuckDB's
 default codec snappy, streamjoin's too).  Wall time from spawn to the file
 written; the file sizes are printed beside.
+
+``--whole`` (issue 21) runs only the whole-process rows: ``run --engine local
+--no-results`` on the flights sample (2,888 rows), the bench set at 1/30 scale
+(99,990 tuples, generated once into ``benchmarks/data/small100k/``) and the core
+data, next to DuckDB's bucketed exact count on the core data, in alternating
+rounds; ``--compare PYTHONPATH`` adds another checkout's code (B) beside this
+one's (A), their order swapped every round.  Timed streamjoin processes run
+without ``PYTHONDONTWRITEBYTECODE`` (``bench_core.child_env``).
 
 Part 2 -- Spark Structured Streaming (stream-stream inner join with
 ``withWatermark``), unless ``--skip-sss``: the first ``--spark-seconds`` of
@@ -70,7 +79,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import DATA, ensure_data, streamjoin_cmd  # noqa: E402  (benchmarks/ is not a package)
+from bench_core import DATA, child_env, ensure_data, streamjoin_cmd  # noqa: E402  (benchmarks/ is not a package)
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "data" / "peers"
@@ -291,20 +300,23 @@ ONCE_FORMS = ["duckdb-range-iejoin"]                      # ~1 min: run once
 SLOW_FORMS = ["duckdb-range", "polars-join_where"]       # minutes: only with --slow, once
 
 
-def run_streamjoin(config: Path, policy_args: list[str], *, results: bool = False, out_dir: Path | None = None) -> dict:
+def run_streamjoin(config: Path, policy_args: list[str], *, results: bool = False, out_dir: Path | None = None,
+                   pythonpath: str | None = None) -> dict:
     """bench_core's command as a fresh process: report.json plus wall, user and system CPU, peak RSS.
 
     (User and system time are kept apart: on this VM, system time is mostly first-touch page
     faults, whose cost depends on the host -- see "Machine" in docs/performance.md.)  ``out_dir``:
     the run's ``--out`` (kept, e.g. for its results.parquet; a fresh temporary folder otherwise).
+    ``pythonpath``: another checkout's code (``--compare``), run as ``python -m streamjoin.cli.main``.
     """
     with tempfile.TemporaryDirectory() as tmp:
         out = out_dir or Path(tmp) / "out"
         with open(Path(tmp) / "stderr", "w+") as err:
             t = time.perf_counter()
-            proc = subprocess.Popen([*streamjoin_cmd(), "run", str(config), "--engine", "local", "--router", "none",
+            cmd = [sys.executable, "-m", "streamjoin.cli.main"] if pythonpath else streamjoin_cmd()
+            proc = subprocess.Popen([*cmd, "run", str(config), "--engine", "local", "--router", "none",
                                      *policy_args, *([] if results else ["--no-results"]), "--out", str(out)],
-                                    stdout=subprocess.DEVNULL, stderr=err)
+                                    stdout=subprocess.DEVNULL, stderr=err, env=child_env(pythonpath))
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - t
             if os.waitstatus_to_exitcode(status) != 0:
@@ -588,6 +600,77 @@ def with_results(config: Path, W: int, runs: int) -> None:
     print(f"streamjoin / DuckDB, wall: median {med(rs):.2f}x (rounds: " + ", ".join(f"{x:.2f}" for x in rs) + ")")
 
 
+# --------------------------------------------------------------------------- whole process, A/B (issue 21)
+
+SAMPLES = HERE.parent / "samples"
+SMALL = HERE / "data" / "small100k"
+
+
+def ensure_small() -> Path:
+    """The bench set at 1/30 scale (66,660 + 33,330 = 99,990 tuples, 10 s): issue 21's small input."""
+    config = SMALL / "bench.toml"
+    if not config.exists():
+        SMALL.mkdir(parents=True, exist_ok=True)
+        subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", str(SMALL), "--seed", "7", "--scale", "0.03333"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return config
+
+
+def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, compare: str | None) -> None:
+    """Whole ``run --engine local --no-results`` processes on three inputs, this checkout
+    (A) against ``--compare`` (B, if given) and, on the core data, DuckDB's bucketed
+    exact count: per round every process once, the order of A and B swapped every
+    round, one uncounted warm-up round; medians of wall and CPU (user + system)."""
+    inputs = [("flights sample", SAMPLES / "flights" / "flights.toml", []),
+              ("bench 1/30 (100k)", ensure_small(), ["--policy", "static", "--retention", "50ms"]),
+              ("core 2M + 1M", config, ["--policy", "static", "--retention", "50ms"])]
+    sides = ["A"] + (["B"] if compare else [])
+    got: dict[tuple[str, str], list[dict]] = {(n, side): [] for n, _, _ in inputs for side in sides + ["DuckDB"]}
+    for rnd in range(runs + 1):
+        order = sides if rnd % 2 == 0 else sides[::-1]
+        for name, cfg, policy in inputs:
+            for side in order:
+                r = run_streamjoin(cfg, policy, pythonpath=compare if side == "B" else None)
+                r["cpu_s"] = r["user_s"] + r["sys_s"]
+                if rnd:
+                    got[(name, side)].append(r)
+            if cfg == config:
+                d = run_child("duckdb-bucketed", W, kmin, tmin)
+                d["cpu_s"] = d["user_s"] + d["sys_s"]
+                if rnd:
+                    got[(name, "DuckDB")].append(d)
+        print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: load average {os.getloadavg()[0]:.1f}", flush=True)
+    med = statistics.median
+    print()
+    print(f"Whole process, `run --engine local --no-results`, {runs} rounds after a warm-up (A = this checkout"
+          + (f", B = {compare}" if compare else "") + "); medians, spread = min..max")
+    hdr = f"{'input':<20} {'side':<7} {'wall s':>7} {'spread':>11} {'CPU s':>6} {'job s':>6} {'outside s':>9}  walls"
+    print(hdr)
+    print("-" * len(hdr))
+    for name, _, _ in inputs:
+        for side in sides + ["DuckDB"]:
+            rs = got[(name, side)]
+            if not rs:
+                continue
+            w = [r["wall_s"] for r in rs]
+            job = med([r["timings_s"]["total"] for r in rs]) if "timings_s" in rs[0] else None
+            print(f"{name:<20} {side:<7} {med(w):>7.2f} {min(w):>5.2f}..{max(w):<5.2f} {med([r['cpu_s'] for r in rs]):>6.2f} "
+                  f"{fmt_s(job):>6} {fmt_s(None if job is None else med(w) - job):>9}  " + " ".join(f"{x:.2f}" for x in w))
+        if len(sides) == 2:
+            rs = [a["wall_s"] / b["wall_s"] for a, b in zip(got[(name, "A")], got[(name, "B")])]
+            print(f"{'':<20} A / B wall: median {med(rs):.2f} (rounds: " + ", ".join(f"{x:.2f}" for x in rs) + ")")
+    db = got[("core 2M + 1M", "DuckDB")]
+    for side in sides:
+        for what in ("wall_s", "cpu_s"):
+            rs = [a[what] / b[what] for a, b in zip(got[("core 2M + 1M", side)], db)]
+            print(f"core, {side} / DuckDB bucketed count, {what[:-2]}: median {med(rs):.2f}x (rounds: "
+                  + ", ".join(f"{x:.2f}" for x in rs) + ")")
+    for side in sides:
+        stage = {k: med([r["timings_s"].get(k, 0.0) for r in got[("core 2M + 1M", side)]])
+                 for k in ("load", "join", "join.candidates", "join.progress", "metrics", "write", "total")}
+        print(f"core stages, {side} (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
+
+
 def fmt_s(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
 
@@ -604,6 +687,10 @@ def main() -> None:
     ap.add_argument("--delays", default="0ms,50ms,1s", help="watermark delay = streamjoin static retention")
     ap.add_argument("--with-results", action="store_true",
                     help="part 1b: streamjoin writing results.parquet vs DuckDB writing the pairs to Parquet")
+    ap.add_argument("--whole", action="store_true",
+                    help="only the whole-process rows (issue 21): flights sample, a 100k input, the core data vs DuckDB")
+    ap.add_argument("--compare", metavar="PYTHONPATH",
+                    help="with --whole: alternate with another checkout's code (as in bench_core.py --compare)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--band", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--kmin", type=int, help=argparse.SUPPRESS)
@@ -637,6 +724,13 @@ def main() -> None:
         raise SystemExit("DuckDB missing: pip install -e '.[bench]'")
     import pyspark
     print(f"versions: duckdb {duck_version}, polars {pl.__version__}, pyspark {pyspark.__version__}")
+
+    stats = pl.concat([pl.scan_parquet(LEFT).select("key", "ts"), pl.scan_parquet(RIGHT).select("key", "ts")]) \
+        .select(kmin=pl.col("key").min(), tmin=pl.col("ts").min()).collect().row(0, named=True)
+    if args.whole:
+        whole_process_ab(config, W, stats["kmin"], stats["tmin"], args.runs, args.compare)
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
 
     if not args.skip_offline:
         stats = pl.concat([pl.scan_parquet(LEFT).select("key", "ts"), pl.scan_parquet(RIGHT).select("key", "ts")]) \

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import ensure_data  # noqa: E402  (benchmarks/ is not a package)
+from bench_core import child_env, ensure_data  # noqa: E402  (benchmarks/ is not a package)
 
 HERE = Path(__file__).resolve().parent
 POLICY = ["--policy", "static", "--retention", "50ms"]
@@ -55,7 +55,7 @@ def _measure(cmd: list[str], env: dict | None, stdout=subprocess.DEVNULL) -> tup
 
 
 def run_streamjoin(config: Path, pythonpath: str | None) -> dict:
-    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+    env = child_env(pythonpath)
     with tempfile.TemporaryDirectory() as tmp:
         r, _ = _measure([sys.executable, "-m", "streamjoin.cli.main", "run", str(config), "--engine", "local",
                          "--router", "none", *POLICY, "--out", f"{tmp}/out"], env)

@@ -87,8 +87,18 @@ def period_code_counts(last: np.ndarray, emitted_mask: np.ndarray, upper: np.nda
     N = int(upper[-1]) if U else 0
     upper = upper.astype(last.dtype if last.dtype.kind == "i" and N < 2**31 else np.int64)
     both = np.zeros(2 * U, dtype=np.int64)
+    # the period of every arrival index, looked up, when that table is no larger
+    # than ``last`` itself (a gather is ~2.5x cheaper than a binary search per
+    # result); otherwise (a Spark task's few results, a chunk of a long input)
+    # the binary search, with no table the size of the input
+    table = None
+    if 0 < N <= len(last) and U < 2**31 and int(last.min()) >= 0 and int(last.max()) < N:
+        table = np.repeat(np.arange(U, dtype=np.int32), np.diff(upper, prepend=0))
     for c0 in range(0, len(last), BLOCK):  # a block at a time: small temporaries
-        code = np.searchsorted(upper, last[c0:c0 + BLOCK], side="right")
+        if table is not None:
+            code = table[last[c0:c0 + BLOCK]].astype(np.int64)
+        else:
+            code = np.searchsorted(upper, last[c0:c0 + BLOCK], side="right")
         code <<= 1
         code |= emitted_mask[c0:c0 + BLOCK]
         both += np.bincount(code, minlength=2 * U)[:2 * U]

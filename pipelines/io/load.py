@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config.settings import MAX_QUARANTINE, StreamConfig
@@ -248,11 +247,10 @@ def _years(lo: int, hi: int, unit: str) -> str:
     return f"{1970 + lo / per_year:.0f}..{1970 + hi / per_year:.0f}"
 
 
-def _check_unit(values: pa.ChunkedArray, column: str, unit: str, where: str) -> None:
+def _check_unit(values: pl.Series, column: str, unit: str, where: str) -> None:
     """Refuse integer times that the declared unit puts in an implausible year
     while another unit would put them in 1990..2100 (:func:`likely_epoch_unit`)."""
-    bounds = pc.min_max(values).as_py()
-    lo, hi = bounds["min"], bounds["max"]
+    lo, hi = values.min(), values.max()
     if lo is None:
         return
     likely = likely_epoch_unit(lo, hi, unit)
@@ -262,27 +260,40 @@ def _check_unit(values: pa.ChunkedArray, column: str, unit: str, where: str) -> 
             f"{_years(lo, hi, likely)}: looks like epoch {_UNIT_NAMES[likely]}: pass --unit {likely}")
 
 
-def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pa.ChunkedArray:
-    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds."""
+def _int64_series(col: pa.ChunkedArray, column: str, where: str) -> pl.Series:
+    """A timestamp (its raw count in its own unit) or integer column as an Int64
+    series, without ``pyarrow.compute``: importing it costs ~0.1 s CPU of every
+    run (docs/performance.md, issue 21), and polars imports it for any Arrow
+    array it converts on its own -- a table it converts does not.  Timestamps
+    are reinterpreted (``Array.view``: the same 8 bytes, nulls kept); narrower
+    integers widen exactly; an unsigned value past int64 is bad input."""
+    if pa.types.is_timestamp(col.type):
+        col = pa.chunked_array([c.view(pa.int64()) for c in col.chunks], type=pa.int64())
+    s = pl.from_arrow(pa.table({column: col}))[column]
+    try:
+        return s.cast(pl.Int64).alias("")
+    except pl.exceptions.InvalidOperationError:
+        raise InputError(f"{where}: column {column!r} ({col.type}) has values beyond the int64 range") from None
+
+
+def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pl.Series:
+    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds (an Int64 series)."""
     t = col.type
     if pa.types.is_timestamp(t):
         if unit is not None and unit != t.unit:
             warn_once(f"{where}: column {column!r} is a Parquet {t}, which carries its own unit; --unit {unit} is ignored")
         unit = t.unit
-        values = pc.cast(col, pa.int64())
+        s = _int64_series(col, column, where)
     elif pa.types.is_integer(t):
         if unit is None:
             raise InputError(f"{where}: column {column!r} is an integer ({t}); give its unit with --unit s|ms|us|ns|ps")
-        values = pc.cast(col, pa.int64())
-        _check_unit(values, column, unit, where)
+        s = _int64_series(col, column, where)
+        _check_unit(s, column, unit, where)
     else:
         raise InputError(f"{where}: column {column!r} has type {t}; expected a timestamp or an integer with --unit")
     mul, div = _TS_DIV[unit]
-    if mul == 1 and div == 1:
-        return values
     # in polars: pyarrow imports pandas (~0.25 s) the first time it converts a
     # Python or numpy value, as pa.scalar would here
-    s = pl.from_arrow(values)
     if mul != 1:
         # guard before multiplying: an overflow would wrap silently
         limit = MAX_ABS_TS // mul
@@ -290,7 +301,7 @@ def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -
     if div != 1:
         # floor division (towards -inf), so ordering of times is preserved
         s = s // div
-    return s.to_arrow()
+    return s.alias("")
 
 
 @dataclass
@@ -324,9 +335,8 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     for c in configured_columns(cfg):
         if c not in names:
             raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
-    ts = pl.Series(to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where), dtype=pl.Int64)
-    arrival = (pl.Series(to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where), dtype=pl.Int64)
-               if cfg.arrival else ts)
+    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
+    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
     original = pl.from_arrow(table)
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()

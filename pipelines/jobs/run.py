@@ -20,17 +20,13 @@ import numpy as np
 
 from ..analysis import metrics
 from ..analysis import summary as result_summary
-from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
-from ..analysis.capacity import capacity_section, queueing_delay_us
 from ..base.errors import InputError
-from ..capacity import model as capacity_model
 from ..capacity.spec import parse_capacity
 from ..config.settings import RunConfig, with_period
 from ..engines.local import JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import AtomicOutput, locks_out
-from ..io.results_file import write_row_groups
 from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
 from ..replay.results import emitted_row_groups
@@ -179,6 +175,10 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         raise InputError(f"--capacity state=N: the join-state cap (seed 002 step 3) is modelled for the symmetric "
                          f"policies static and qjoin; policy {cfg.policy.name} keeps a sort buffer")
     if capacity is not None:
+        # imported only here and for --flow-control: a plain run never loads the capacity model
+        from ..analysis.capacity import capacity_section, queueing_delay_us
+        from ..capacity import model as capacity_model
+
         capacity_model.warm_up(capacity)   # kernels load (or build) while the input loads and the plain join runs
     from .chunked import chunk_rows_for, run_chunked_job
 
@@ -197,6 +197,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         # seed 001 flow control: the join sees each tuple when its unit admits it (capacity/flow.py)
         original, flow = streams, None
         if cfg.flow_control is not None:   # timed apart too (timings_s.flow_control, part of load)
+            from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
+
             t0 = time.perf_counter()
             flow = delay_arrivals([s.arrival for s in streams], cfg.flow_control)
             stages.timings["flow_control"] = time.perf_counter() - t0
@@ -273,6 +275,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         outputs: dict[str, str] = {}
         with stages("write"):
             if cfg.write_results and not executors:
+                from ..io.results_file import write_row_groups
+
                 # the combinations are on the driver, and so is --out (the staging
                 # directory is renamed into place there); one file, the same bytes
                 # from either engine, one row group at a time (the next built while
