@@ -26,10 +26,14 @@ def _exit_without_teardown() -> None:
     module and object of numpy, polars, pyarrow, ...: 0.1-0.4 s of every run,
     docs/performance.md, issue 21).  Not with PySpark loaded (its JVM is left to
     its own shutdown), not under coverage.py (its handler, registered before
-    ours, saves the data after ours), and not if flushing fails (the
-    interpreter reports that)."""
+    ours, saves the data after ours), not if flushing fails (the interpreter
+    reports that), and not after an uncaught exception (``sys.last_value``: a
+    caller that caught ``main()``'s exit and failed afterwards exits 1, not with
+    ``main()``'s code)."""
     code = _FINISHED.get("code")
     if code is None or "pyspark" in sys.modules or "coverage" in sys.modules:
+        return
+    if getattr(sys, "last_value", None) is not None:   # set by the interpreter's report of an uncaught exception
         return
     try:
         sys.stdout.flush()

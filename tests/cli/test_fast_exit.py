@@ -62,3 +62,14 @@ def test_the_usual_teardown_under_coverage_or_pyspark(tmp_path: Path, loaded: st
     proc = drive(tmp_path, loaded, "run", str(FLIGHTS), "--engine", "local", "--no-results", "--out", "out")
     assert proc.returncode == 0, proc.stderr
     assert "teardown" in proc.stderr
+
+
+def test_an_error_after_main_keeps_its_exit_code(tmp_path: Path) -> None:
+    """A caller that runs ``main()``, catches its exit and then fails (an uncaught
+    exception: a test's assertion) exits 1 as Python does, not with ``main()``'s 0:
+    the fast exit must not hide that failure."""
+    code = ("import sys; from streamjoin.cli.main import main; sys.argv = ['streamjoin', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nassert False, 'checked after main'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "AssertionError: checked after main" in proc.stderr
+    assert proc.returncode == 1
