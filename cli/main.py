@@ -27,13 +27,13 @@ def _exit_without_teardown() -> None:
     docs/performance.md, issue 21).  Not with PySpark loaded (its JVM is left to
     its own shutdown), not under coverage.py (its handler, registered before
     ours, saves the data after ours), not if flushing fails (the interpreter
-    reports that), and not after an uncaught exception (``sys.last_value``: a
+    reports that), and not after an uncaught exception (``sys.last_exc``: a
     caller that caught ``main()``'s exit and failed afterwards exits 1, not with
     ``main()``'s code)."""
     code = _FINISHED.get("code")
     if code is None or "pyspark" in sys.modules or "coverage" in sys.modules:
         return
-    if getattr(sys, "last_value", None) is not None:   # set by the interpreter's report of an uncaught exception
+    if getattr(sys, "last_exc", getattr(sys, "last_value", None)) is not None:   # an uncaught exception was reported
         return
     try:
         sys.stdout.flush()
