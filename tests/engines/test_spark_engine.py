@@ -325,15 +325,16 @@ def _answer(out) -> tuple[dict, dict, dict]:
 
 @pytest.mark.parametrize("seed,policy,router,partitions", [
     (31, PolicySpec("flink-sql", watermark=(2000, 1000), watermark_interval_us=0), "none", 1),
-    (32, PolicySpec("flink-sql", watermark=(1000, 3000), watermark_interval_us=3000, join="full"), "atr", 3),
+    (32, PolicySpec("flink-sql", watermark=(1000, 3000), watermark_interval_us=3000, join="full",
+                    min_cleanup_us=5000), "atr", 3),
     (33, PolicySpec("spark-ss", watermark=(2000, 4000), trigger_us=7000, watermark_policy="min", join="left"),
      "atr", 2),
     (34, PolicySpec("flink", watermark=(1000, 2000), watermark_interval_us=2000, idleness_us=5000), "atr", 2),
     (35, "trigger-files", "atr", 2),
 ])
 def test_sql_join_and_outer_joins_on_spark_equal_local(spark, seed, policy, router, partitions):
-    """flink-sql (caches and probes from the driver, each pair's emission test in the tasks),
-    the outer joins of flink-sql and spark-ss, flink --idleness and spark-ss --trigger-files on
+    """flink-sql (caches and probes from the driver, each pair's emission test in the tasks;
+    --min-cleanup-interval included), the outer joins of flink-sql and spark-ss, flink --idleness and spark-ss --trigger-files on
     Spark: the same emitted pairs with their emission times, latencies and batch ids, the same
     null-padded rows with theirs, the same memory per arrival and policy_settings as the local
     engine."""
@@ -354,6 +355,11 @@ def test_sql_join_and_outer_joins_on_spark_equal_local(spark, seed, policy, rout
         from dataclasses import replace
 
         assert _answer(join(ts, ar, key_frames(streams), W, replace(policy, idleness_us=None)))[0] != wp
+    if policy.min_cleanup_us:   # the cleanup timers fire later: the case tests it
+        from dataclasses import replace
+
+        assert not np.array_equal(join(ts, ar, key_frames(streams), W, replace(policy, min_cleanup_us=0)).memory,
+                                  want.memory)
     if policy.trigger_files:   # batches of files: the driver's pass, batch ids as in memory
         assert got.routing["progress_pass"] == "driver" and {b for _, _, b in gp.values()} != {None}
     assert go == wo and (policy.join == "inner" or len(go) > 0)
