@@ -30,6 +30,12 @@ def needed_count(total: int, q: float) -> int:
     return m
 
 
+def needed_counts(totals: np.ndarray, q: float) -> np.ndarray:
+    """:func:`needed_count` of each total (int64), computed once per distinct total."""
+    distinct, inverse = np.unique(np.asarray(totals, dtype=np.int64), return_inverse=True)
+    return np.array([needed_count(int(t), q) for t in distinct], dtype=np.int64)[inverse.reshape(-1)]
+
+
 def exact_quantile(values: np.ndarray, q: float) -> int:
     """The smallest setting ``s`` (us) with ``#{v <= s} / len >= q``."""
     m = needed_count(len(values), q)
@@ -56,7 +62,6 @@ def period_groups(pidx: np.ndarray, values: np.ndarray, by_value: np.ndarray | N
 
 def group_needs(pv: np.ndarray, heads: np.ndarray, sizes: np.ndarray, q: float) -> np.ndarray:
     """Per group of :func:`period_groups`: the exact least setting meeting ``q`` in it
-    (its ``m``-th smallest value, :func:`needed_count`; one count per distinct size)."""
-    need = {int(t): needed_count(int(t), q) for t in np.unique(sizes)}
-    m = np.array([need[int(t)] for t in sizes.tolist()], dtype=np.int64)
+    (its ``m``-th smallest value, :func:`needed_counts`)."""
+    m = needed_counts(sizes, q)
     return np.where(m > 0, pv[heads + np.maximum(m - 1, 0)], 0) if len(pv) else np.empty(0, np.int64)

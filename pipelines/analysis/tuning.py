@@ -88,7 +88,7 @@ import numpy as np
 from ..replay.candidates import Combos
 from ..replay.emit import emission
 from .metrics import fmt_recall, latency_summary, memory_summary
-from .quantiles import exact_quantile, group_needs, needed_count, period_groups  # noqa: F401 (tuning's API)
+from .quantiles import exact_quantile, group_needs, needed_count, needed_counts, period_groups  # noqa: F401 (tuning's API)
 from ..policies import SYMMETRIC, PolicySpec
 from ..replay.progress import Replay, decide, memory_per_stream
 from ..base.timeunits import GRID_STEPS_PER_RANGE, NEG_INF, default_granularity, format_duration, format_durations
@@ -327,7 +327,7 @@ class Constraint:
     q: float
 
     def needs(self, total_per_group: np.ndarray) -> np.ndarray:
-        return np.array([needed_count(int(t), self.q) for t in total_per_group], dtype=np.int64)
+        return needed_counts(total_per_group, self.q)
 
 
 def _group_ids(constraint: Constraint, C: int) -> tuple[np.ndarray, int]:
