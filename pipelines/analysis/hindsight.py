@@ -77,8 +77,7 @@ def period_needs(values: np.ndarray, pidx: np.ndarray, q: float, by_value: np.nd
 
 def fixed_for_share(needs: np.ndarray, share: float = PERIOD_SHARE) -> int:
     """The least setting at or above the need of a ``share`` of the periods (0 without periods)."""
-    m = needed_count(len(needs), share)
-    return int(np.partition(needs, m - 1)[m - 1]) if m else 0
+    return exact_quantile(needs, share)
 
 
 def hindsight_fixed(required: np.ndarray, period: np.ndarray, q: float, share: float = PERIOD_SHARE) -> int:
