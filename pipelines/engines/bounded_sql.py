@@ -9,7 +9,7 @@ facts are (:mod:`.bounded_emulation`).  So a first pass reads the time and key
 columns of the whole input (never the payload), replays it in order and keeps
 each row's facts -- cached, probes, first index that no longer finds it, the
 index at which it leaves its cache, and the rows held per stream after every
-index: about 45 bytes per row held through the join (the ``before``,
+index: about 37 bytes per row held through the join (the
 ``visible_until``, ``left_at``, ``held_until`` columns, two flags, the rows
 held per stream, the outer join's matched flags), and about twice that while
 the first pass builds them (docs/semantics.md, "flink-sql", "Engines").  The

@@ -151,12 +151,6 @@ class PolicySpec:
         return FAMILY[self.name]
 
     @property
-    def outer_side(self) -> int | None:
-        """The stream whose unmatched rows a left / right outer join emits (0 left, 1 right),
-        or ``None`` (inner, full)."""
-        return {"left": 0, "right": 1}.get(self.join)
-
-    @property
     def padded_sides(self) -> tuple[int, ...]:
         """The streams whose unmatched rows the join emits null-padded: ``()`` for an
         inner join, both for a full outer join."""

@@ -444,7 +444,7 @@ def _sql_padded(replay: Replay, decisions: Decisions, matched: list[np.ndarray])
     st = decisions.sql
     parts = []
     for side in decisions.padded_sides:
-        index = sql_interval_join.padded_rows(st, replay.stream, side, matched[side])
+        index = sql_interval_join.padded_rows(replay.stream, side, matched[side])
         emit_us = replay.arrival[st.left_at[index]]
         parts.append(microbatch.OuterRows(stream=side, index=index, row=replay.row[index], batch=None,
                                           emit_us=emit_us, latency_us=emit_us - replay.arrival[index]))

@@ -100,6 +100,16 @@ def sub_ms_error(stream: int, row: int, ts: int, count: int, policy: str = "flin
                       f"({count} such rows); Flink's record timestamps are milliseconds")
 
 
+def check_times(replay, W: np.ndarray, policy: str = "flink") -> None:
+    """The windows (:func:`check_windows`) and the event times, whole milliseconds
+    (:func:`sub_ms_error` names the first that is not)."""
+    check_windows(W)
+    odd = np.flatnonzero(replay.ts % MS)
+    if len(odd):
+        a = int(odd[0])
+        raise sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd), policy)
+
+
 def counted(replay, interval_us: int) -> tuple[np.ndarray, np.ndarray]:
     """Per arrival index, the last arrival index whose record the generators had
     seen at their latest emission when the record is processed, and once it
@@ -199,11 +209,7 @@ def watermarks(replay, windows, policy) -> tuple[Watermarks, np.ndarray]:
     N = replay.N
     interval = int(policy.watermark_interval_us)
     W = np.asarray(windows, dtype=np.int64)
-    check_windows(W)
-    odd = np.flatnonzero(replay.ts % MS)
-    if len(odd):
-        a = int(odd[0])
-        raise sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd))
+    check_times(replay, W)
     idx = np.arange(N, dtype=np.int64)
     if N == 0:
         empty = np.empty(0, np.int64)
@@ -225,14 +231,20 @@ def emitted_pairs(wm: Watermarks, dropped: np.ndarray, a0: np.ndarray, a1: np.nd
 def memory(wm: Watermarks, dropped: np.ndarray, stream: np.ndarray, n: int) -> np.ndarray:
     """Records buffered after every arrival index, per stream ``(n, N)``: a record
     that was not late is held from its own index up to ``held_until`` (excluded)."""
+    return held_memory(~dropped, wm.held_until, stream, n)
+
+
+def held_memory(held: np.ndarray, held_until: np.ndarray, stream: np.ndarray, n: int) -> np.ndarray:
+    """Rows held after every arrival index, per stream ``(n, N)``: a row with ``held`` set
+    is held from its own index up to ``held_until`` (excluded)."""
     N = len(stream)
     counts = np.int32 if N < 2**31 else np.int64
     out = np.zeros((n, N), dtype=counts)
     start = np.arange(N)
     for i in range(n):
-        mine = (stream == i) & ~dropped
+        mine = (stream == i) & held
         delta = np.bincount(start[mine], minlength=N + 1)[:N].astype(counts)
-        delta -= np.bincount(wm.held_until[mine], minlength=N + 1)[:N].astype(counts)
+        delta -= np.bincount(held_until[mine], minlength=N + 1)[:N].astype(counts)
         np.cumsum(delta, out=out[i], dtype=counts)
     return out
 

@@ -41,7 +41,6 @@ from .emit import Emission, emission_order
 LAST = "__last"
 
 #: rows per slice of :func:`emitted_row_groups` (one Parquet row group each)
-ROWS_PER_GROUP = ROW_GROUP_ROWS
 
 
 class MemberSource(Protocol):
@@ -122,7 +121,7 @@ def emitted_frame(combos: Combos, em: Emission, streams: Sequence[MemberSource])
 
 
 def emitted_row_groups(combos: Combos, em: Emission, streams: Sequence[MemberSource], *,
-                       rows_per_group: int | None = ROWS_PER_GROUP) -> Iterator[pl.DataFrame]:
+                       rows_per_group: int | None = ROW_GROUP_ROWS) -> Iterator[pl.DataFrame]:
     """:func:`emitted_frame` as consecutive slices of at most ``rows_per_group``
     rows (``None``: one), each built when asked for -- so a writer can encode
     one while the next is gathered, and the whole frame never exists at once.

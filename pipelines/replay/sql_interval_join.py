@@ -62,7 +62,6 @@ class SqlJoinState:
     """The facts of a ``flink-sql`` replay (arrays indexed by arrival index).
 
     Attributes:
-        before: operator watermark when each record is processed.
         cached: the record was put into its side's cache.
         probes: the record walked the other side's cache (joined what it found there).
         visible_until: first arrival index whose probe no longer finds the row in
@@ -77,7 +76,6 @@ class SqlJoinState:
         interval_us: the watermark interval (0 = per record).
     """
 
-    before: np.ndarray
     cached: np.ndarray
     probes: np.ndarray
     visible_until: np.ndarray
@@ -245,16 +243,11 @@ def sql_state(replay, windows, policy, keys=None, min_cleanup_us: int = 0) -> Sq
     ``keys``: per stream, key ids in row order (``None``: one key)."""
     N = replay.N
     W = np.asarray(windows, dtype=np.int64)
-    check_windows(W)
+    interval_join.check_times(replay, W, "flink-sql")
     interval = int(policy.watermark_interval_us)
     if N == 0:
         e = np.empty(0, np.int64)
-        return SqlJoinState(e, np.empty(0, bool), np.empty(0, bool), e, e, e, NEG_INF, interval)
-    odd = np.flatnonzero(replay.ts % MS)
-    if len(odd):
-        a = int(odd[0])
-        raise interval_join.sub_ms_error(int(replay.stream[a]), int(replay.row[a]), int(replay.ts[a]), len(odd),
-                                          "flink-sql")
+        return SqlJoinState(np.empty(0, bool), np.empty(0, bool), e, e, e, NEG_INF, interval)
     low = np.flatnonzero(replay.ts <= 0)
     if len(low):
         a = int(low[0])
@@ -322,7 +315,7 @@ def sql_state(replay, windows, policy, keys=None, min_cleanup_us: int = 0) -> Sq
     held_until = idx.copy()
     with_tick = (interval == 0) & (adv_G[fire_of] != END)   # a per-record advance is part of the record before it
     held_until[c] = np.where(by_probe, probe_at, np.where(with_tick, timer_pos - 1, timer_pos))
-    return SqlJoinState(before=before, cached=cached, probes=probes, visible_until=visible_until,
+    return SqlJoinState(cached=cached, probes=probes, visible_until=visible_until,
                         left_at=left_at, held_until=held_until, last_watermark=int(after[-1]),
                         interval_us=interval)
 
@@ -344,7 +337,7 @@ def pair_emitted(a0, a1, cached, probes, visible_until) -> np.ndarray:
     return cached_e.astype(bool) & probes_l.astype(bool) & (np.maximum(a0, a1) < visible_e)
 
 
-def padded_rows(st: SqlJoinState, stream: np.ndarray, side: int, matched: np.ndarray) -> np.ndarray:
+def padded_rows(stream: np.ndarray, side: int, matched: np.ndarray) -> np.ndarray:
     """Arrival indexes of ``side``'s rows in no emitted pair (``matched``: arrival
     indexes of that side's members of the emitted pairs): the outer join pads them
     at ``left_at``."""
@@ -355,16 +348,7 @@ def padded_rows(st: SqlJoinState, stream: np.ndarray, side: int, matched: np.nda
 
 def memory(st: SqlJoinState, stream: np.ndarray, n: int) -> np.ndarray:
     """Rows in both caches after every arrival index, per stream ``(n, N)``."""
-    N = len(stream)
-    counts = np.int32 if N < 2**31 else np.int64
-    out = np.zeros((n, N), dtype=counts)
-    start = np.arange(N)
-    for i in range(n):
-        mine = (stream == i) & st.cached
-        delta = np.bincount(start[mine], minlength=N + 1)[:N].astype(counts)
-        delta -= np.bincount(st.held_until[mine], minlength=N + 1)[:N].astype(counts)
-        np.cumsum(delta, out=out[i], dtype=counts)
-    return out
+    return interval_join.held_memory(st.cached, st.held_until, stream, n)
 
 
 def settings_report(st: SqlJoinState, stream: np.ndarray, n: int, policy) -> dict:
