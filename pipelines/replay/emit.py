@@ -417,12 +417,24 @@ def outer_rows_of(replay: Replay, decisions: Decisions, a0: np.ndarray, a1: np.n
     join or another family), given every valid pair's members' arrival indexes and the
     emitted mask: what :func:`emission` attaches as ``Emission.outer`` (the Spark engine
     calls it on the pairs it collected)."""
+    if not padded_sides_of(decisions):   # no gathers for an inner join
+        return None
     matched = [np.asarray(a0)[emitted], np.asarray(a1)[emitted]]
     if decisions.family == MICROBATCH:
         return _outer_rows(replay, decisions, matched)
     if decisions.family == SQL_INTERVAL_JOIN:
         return _sql_padded(replay, decisions, matched)
     return None
+
+
+def padded_sides_of(decisions: Decisions) -> tuple[int, ...]:
+    """The streams whose unmatched rows an outer join pads (``()``: an inner join, or a
+    family without outer joins)."""
+    if decisions.family == MICROBATCH:
+        return tuple(decisions.batches.outer_sides)
+    if decisions.family == SQL_INTERVAL_JOIN:
+        return tuple(decisions.padded_sides)
+    return ()
 
 
 def _outer_rows(replay: Replay, decisions: Decisions, matched: list) -> list[microbatch.OuterRows] | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from ...replay.candidates import Combos, Space
-from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals, outer_rows_of
+from ...replay.emit import Emission, EmittedOnArrival, MemberIndexes, last_arrivals, outer_rows_of, padded_sides_of
 from ...replay.partitioned_progress import Facts
 from ...route import DEFAULT_COSTS, RESOURCE_UNITS, Capacity, Loads, imbalance, resource_use
 from ...route import atr as atr_mod
@@ -110,8 +110,8 @@ def with_outer_rows(outcome: JoinOutcome) -> None:
     not match its members), as the local engine's
     :func:`~streamjoin.pipelines.replay.emit.emission` makes them."""
     em, dec = outcome.emission, outcome.decisions
-    if dec.family in (MICROBATCH, SQL_INTERVAL_JOIN):   # None for an inner join
-        em.outer = outer_rows_of(outcome.replay, dec, em.a[0], em.a[1], em.emitted)
+    if dec.family in (MICROBATCH, SQL_INTERVAL_JOIN):   # an inner join: None, without gathering the members
+        em.outer = outer_rows_of(outcome.replay, dec, em.a[0], em.a[1], em.emitted) if padded_sides_of(dec) else None
 
 
 def post_filter(outcome: JoinOutcome, where, space: Space | None, distance_in_kernel: bool) -> None:
