@@ -441,7 +441,7 @@ def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: s
     each of ``targets`` (and ``q``) to its grid setting.
     """
     values = (required_static_common(replay, combos, windows, members) if policy == "static"
-              else required_kslack(replay, combos))
+              else required_kslack(replay, combos, members))
     return curve_summary(Curve(values, g), policy, q, targets)
 
 

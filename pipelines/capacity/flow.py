@@ -34,7 +34,6 @@ docs/semantics.md, "Flow control (seed 001)".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -119,7 +119,7 @@ def tuned_policy(job: PolicySpec, replay, combos, windows, members, q: float) ->
     if job.family == SYMMETRIC:
         d = exact_quantile(required_static_common(replay, combos, windows, members), q) if C else 0
         return PolicySpec("static", retention=(d,) * replay.n), None
-    d = exact_quantile(required_kslack(replay, combos), q) if C else 0
+    d = exact_quantile(required_kslack(replay, combos, members), q) if C else 0
     return PolicySpec("kslack", k=(d,) * replay.n), None
 
 
