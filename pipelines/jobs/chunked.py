@@ -45,7 +45,8 @@ DEFAULT_CHUNK_ROWS = 1_000_000
 
 def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
-    if cfg.chunk_rows == 0 or cfg.engine != "local" or cfg.capacity is not None:  # --capacity: in memory
+    # --capacity and count windows: in memory
+    if cfg.chunk_rows == 0 or cfg.engine != "local" or cfg.capacity is not None or cfg.window_counts is not None:
         return None
     p = cfg.policy
     if p.in_memory_only is not None:

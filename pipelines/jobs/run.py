@@ -225,7 +225,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
-                    space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad,
+                    space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad, counts=cfg.window_counts,
                 )
                 if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
                     t0 = time.perf_counter()
