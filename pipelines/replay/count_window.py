@@ -149,6 +149,10 @@ def enumerate_counted(replay: Replay, keys: list[np.ndarray] | None, windows: Se
     rest = [k for k in (order if order is not None else range(n)) if k != anchor]
     for k in rest:
         x = rows[anchor]
+        if not len(x) or not len(replay.index_of[k]):   # an empty stream: no combination at all
+            rows = {j: r[:0] for j, r in rows.items()}
+            rows[k] = np.empty(0, np.int64)
+            continue
         st = _Sorted(replay, k, ids[k])
         qkey = ids[anchor][x]
         # the group of each query: key ids are compared through their position among stream k's keys
