@@ -3,9 +3,7 @@
 Precedence: command line > TOML ``[run]`` / ``[[stream]]`` > defaults.
 Flags that name a column or duration take either a plain value (applies to
 every stream) or ``NAME=VALUE`` (that stream only), e.g. ``--window 5ms``
-and ``--window ball=1ms``.  A window is a duration or a tuple count
-(``--window 1000tuples``, ``window = "1000 tuples"``: the stream's last 1000
-arrivals, seed 000's ``S_i[N]``; docs/semantics.md, "Count windows").
+and ``--window ball=1ms``; a count window is ``1000tuples`` (config/windows.py).
 
 TOML layout (paths are relative to the TOML file)::
 
@@ -36,6 +34,7 @@ from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
 from .machine import capacity_setting, check_flow_control, flow_control_setting
+from .windows import count_windows_engine, static_retention, window_fields
 from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
                       check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
@@ -108,13 +107,6 @@ class StreamConfig:
     vectors: tuple[str, ...] = ()   # columns of the distance predicate, if any
     optional: bool = False          # nightly: a day without a partition replays it empty
 
-    @property
-    def window_text(self) -> str:
-        """The window as a user wrote it: ``"1000 tuples"`` or a duration (``"250ms"``)."""
-        if self.window_count is not None:
-            return f"{self.window_count} tuple{'s' if self.window_count != 1 else ''}"
-        return format_duration(self.window_us)
-
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -155,13 +147,6 @@ class RunConfig:
     def windows(self) -> tuple[int, ...]:
         return tuple(s.window_us for s in self.streams)
 
-    @property
-    def window_counts(self) -> tuple[int | None, ...] | None:
-        """``N_i`` of every stream with a count window (``None`` for a duration
-        window); ``None`` when no stream has one."""
-        counts = tuple(s.window_count for s in self.streams)
-        return counts if any(c is not None for c in counts) else None
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for ``report.json``'s ``config``."""
         d = asdict(self)
@@ -185,11 +170,8 @@ class RunConfig:
             d.pop("flow_control")
         else:
             d["flow_control"] = self.flow_control.to_dict()
-        for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
-            if stream.get("watermark_us") is None:
-                stream.pop("watermark_us", None)
-            if stream.get("window_count") is None:
-                stream.pop("window_count", None)
+        d["streams"] = [{k: v for k, v in s.items() if v is not None or k not in ("watermark_us", "window_count")}
+                        for s in d["streams"]]   # unset: left out, so a nightly config hash stays what it was
         return d
 
 
@@ -290,43 +272,6 @@ def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> None:
     unknown = [k for k in table if k not in allowed]
     if unknown:
         raise InputError(f"{where}: unknown key {unknown[0]!r} (expected one of {', '.join(allowed)})")
-
-
-#: a count window, ``1000 tuples`` / ``1000tuples`` / ``1 tuple``
-COUNT_WINDOW = re.compile(r"\s*(\d+)\s*tuples?\s*")
-
-
-def window_setting(value: Any, what: str) -> tuple[int, int | None]:
-    """A window from a flag or the TOML: ``(W_us, None)`` for a duration,
-    ``(0, N)`` for a count window (``N >= 1``)."""
-    m = COUNT_WINDOW.fullmatch(value) if isinstance(value, str) else None
-    if m is None:
-        return _duration(value, what), None
-    count = int(m.group(1))
-    if count < 1:
-        raise InputError(f"bad {what} {value!r}: a count window holds at least 1 tuple")
-    return 0, count
-
-
-def check_count_windows(streams: list[StreamConfig], policy: str, engine: str, *, output_kind: str,
-                        nightly: bool, chunk_rows: int | None, capacity: Any, flow: Any) -> None:
-    """Count windows run on ``streamjoin run --engine local --policy static`` in
-    memory only: refuse every other combination in one line (docs/semantics.md)."""
-    counted = [s for s in streams if s.window_count is not None]
-    if not counted:
-        return
-    s = counted[0]
-    what = f"--window {s.window_count}tuples (stream {s.name!r})"
-    refusal = ("`streamjoin nightly`" if nightly else
-               f"`streamjoin {output_kind}`" if output_kind != "run" else
-               f"--policy {policy}" if policy != "static" else
-               f"--engine {engine}" if engine != "local" else
-               f"--chunk-rows {chunk_rows}" if chunk_rows else
-               "--capacity" if capacity is not None else
-               "--flow-control" if flow is not None else None)
-    if refusal is not None:
-        raise InputError(f"{what}: count windows run with `streamjoin run --engine local --policy static` "
-                         f"(in memory) only, not {refusal}")
 
 
 def _duration(value: Any, what: str) -> int:
@@ -545,15 +490,13 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             keys = [keys]
         if not isinstance(keys, list):
             raise InputError(f"stream {name!r}: keys {keys!r}: expected a list of column names")
-        window_us, window_count = window_setting(s["window"], f"window of stream {name!r}")
         resolved.append(StreamConfig(
             name=name,
             path=str(s["path"]),
             ts=str(s.get("ts", "ts")),
             arrival=s.get("arrival"),
             unit=unit,
-            window_us=window_us,
-            window_count=window_count,
+            **window_fields(s["window"], f"window of stream {name!r}", _duration),
             keys=tuple(str(k) for k in keys),
             k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
             retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
@@ -568,9 +511,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if policy_name not in POLICY_NAMES:
         raise InputError(f"--policy {policy_name}: expected one of {', '.join(POLICY_NAMES)}")
     k = tuple(s.k_us for s in resolved) if policy_name == "kslack" else None
-    # a count window is no event-time window: retention does not apply to it (docs/semantics.md)
-    retention = tuple(0 if s.window_count is not None and s.retention_us is None else s.retention_us
-                      for s in resolved) if policy_name == "static" else None
+    retention = static_retention(resolved) if policy_name == "static" else None
     if k is not None and any(v is None for v in k):
         raise InputError("policy kslack needs --k DURATION (for every stream)")
     if retention is not None and any(v is None for v in retention):
@@ -621,8 +562,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     if policy_name in ("spark-ss", *FLINK) and engine == "spark" and not (flags.engine or run.get("engine")):
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
-    if any(s.window_count is not None for s in resolved) and engine == "spark" and not (flags.engine or run.get("engine")):
-        engine = "local"   # count windows run on the local engine: the default for them, not the user's choice
     flow, engine = flow_control_setting(flags.flow_control if flags.flow_control is not None
                                         else run.get("flow_control"), output_kind, engine,
                                         engine_given=bool(flags.engine or run.get("engine")))
@@ -672,8 +611,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     capacity, engine = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
                                         policy_name, engine, chunk_rows, output_kind=output_kind,
                                         engine_given=bool(flags.engine or run.get("engine")), router=router)
-    check_count_windows(resolved, policy_name, engine, output_kind=output_kind, nightly=not check_out,
-                        chunk_rows=chunk_rows, capacity=capacity, flow=flow)
+    engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow)
     if flow is not None and capacity is not None:
         raise InputError("--capacity with --flow-control: the processing queue and seed 001's flow control are "
                          "not modelled together yet; give one of them")
