@@ -148,8 +148,9 @@ def join(
             first = next(k for k, c in enumerate(counted) if c is not None)
             rest = [k for k in (given.order if given is not None else range(len(ts))) if k != first]
             chosen = ProbeOrder(order=[first, *rest])
-            combos = timed("candidates", enumerate_counted, replay_ready.result(), key_ids(list(keys)), W.tolist(),
-                           counted, space=space, order=rest)
+            ids = key_ids(list(keys))   # while the replay order is built
+            combos = timed("candidates", enumerate_counted, replay_ready.result(), ids, W.tolist(), counted,
+                           space=space, order=rest)
         elif from_truth:
             probe = smaller_first(sizes)
         else:

@@ -84,8 +84,18 @@ def _grouped_search(group: np.ndarray, values: np.ndarray, q_group: np.ndarray, 
     ``value >= q_value`` (``side="left"``) or ``value > q_value`` (``"right"``);
     the group's end if none.
 
-    ``(group, value)`` is packed into one int64 through the values' ranks
-    (fewer than the rows), so it never overflows."""
+    ``(group, value)`` is packed into one int64, ``group * span + value -
+    min + 1`` with queries clipped to one past either end (which changes no
+    answer); when that could overflow, through the values' ranks instead
+    (fewer than the rows)."""
+    if not len(values):
+        return np.zeros(len(q_value), np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 3
+    if span * (int(group[-1]) + 1) < 2**62:
+        packed = group * span + (values - (lo - 1))
+        q = q_group * span + (np.clip(q_value, lo - 1, hi + 1) - (lo - 1))
+        return np.searchsorted(packed, q, side=side)
     uniq = np.unique(values)
     radix = np.int64(len(uniq) + 1)
     packed = group * radix + np.searchsorted(uniq, values)
@@ -105,19 +115,16 @@ class _Sorted:
         self.a = replay.index_of[k][self.rows].astype(np.int64)
         self.ts = replay.ts_of[k][self.rows]
         start = np.r_[True, self.key[1:] != self.key[:-1]] if len(self.rows) else np.zeros(0, bool)
-        # running max within each key: shift each group above every earlier one, accumulate, shift back
+        # running max within each key: lift each group above every earlier one, accumulate, lift back
+        # (through the ranks of ts when span x keys could overflow int64)
         if len(self.rows):
-            span = int(self.ts.max()) - int(self.ts.min()) + 1
             group = np.cumsum(start) - 1
-            lifted = (self.ts - int(self.ts.min())) + group.astype(np.int64) * span if span * (group[-1] + 1) < 2**62 \
-                else None
-            if lifted is not None:
-                self.ts_max = np.maximum.accumulate(lifted) - group * span + int(self.ts.min())
-            else:   # enormous spans times many keys: one key at a time
-                self.ts_max = np.empty_like(self.ts)
-                bounds = np.r_[np.flatnonzero(start), len(self.ts)]
-                for lo, hi in zip(bounds[:-1], bounds[1:]):
-                    self.ts_max[lo:hi] = np.maximum.accumulate(self.ts[lo:hi])
+            lo, span = int(self.ts.min()), int(self.ts.max()) - int(self.ts.min()) + 1
+            uniq, values = (None, self.ts - lo) if span * (int(group[-1]) + 1) < 2**62 else \
+                np.unique(self.ts, return_inverse=True)
+            width = span if uniq is None else len(uniq)
+            lifted = np.maximum.accumulate(values + group * width) - group * width
+            self.ts_max = lifted + lo if uniq is None else uniq[lifted]
         else:
             self.ts_max = self.ts
 
@@ -156,7 +163,7 @@ def enumerate_counted(replay: Replay, keys: list[np.ndarray] | None, windows: Se
         st = _Sorted(replay, k, ids[k])
         qkey = ids[anchor][x]
         # the group of each query: key ids are compared through their position among stream k's keys
-        ukeys = np.unique(st.key)
+        ukeys = st.key[np.r_[True, st.key[1:] != st.key[:-1]]]   # sorted already
         gk = np.searchsorted(ukeys, st.key)
         qg = np.searchsorted(ukeys, qkey)
         present = (qg < len(ukeys)) & (ukeys[np.minimum(qg, max(len(ukeys) - 1, 0))] == qkey) if len(ukeys) \
@@ -175,17 +182,19 @@ def enumerate_counted(replay: Replay, keys: list[np.ndarray] | None, windows: Se
         member = gather_ranges(st.rows.astype(np.int64), lo.astype(np.int64), size)
         rows = {j: r[parent] for j, r in rows.items()}
         rows[k] = member
-        keep = _pair_conditions(replay, windows, counts, expiry, rows, k, space)
+        keep = _pair_conditions(replay, windows, counts, expiry, rows, k, anchor, space)
         if keep is not None:
             rows = {j: r[keep] for j, r in rows.items()}
     return Combos([rows[k] for k in range(n)], replay.ts_of)
 
 
 def _pair_conditions(replay: Replay, windows: Sequence[int], counts: Sequence[int | None],
-                     expiry: dict[int, np.ndarray], rows: dict[int, np.ndarray], k: int,
+                     expiry: dict[int, np.ndarray], rows: dict[int, np.ndarray], k: int, anchor: int,
                      space: Space | None) -> np.ndarray | None:
     """Mask of the combinations whose new member ``k`` meets every pairwise
-    condition with the members already there (``None``: all do)."""
+    condition with the members already there (``None``: all do).  With the
+    (counted) anchor only a duration ``k``'s ``ts`` bound is left to check:
+    the range met the arrival bounds exactly."""
     keep = None
 
     def both(mask):
@@ -193,11 +202,17 @@ def _pair_conditions(replay: Replay, windows: Sequence[int], counts: Sequence[in
         keep = mask if keep is None else keep & mask
 
     tk = replay.ts_of[k][rows[k]]
-    ak = replay.index_of[k][rows[k]]
+    ak = replay.index_of[k][rows[k]] if len(rows) > 2 else None   # only read against non-anchor members
     for j in rows:
         if j == k:
             continue
         tj = replay.ts_of[j][rows[j]]
+        if space is not None:
+            both(space.within(j, rows[j], k, rows[k]))
+        if j == anchor:
+            if counts[k] is None:
+                both(tj - tk <= int(windows[k]))
+            continue
         aj = replay.index_of[j][rows[j]]
         if counts[j] is None:
             both(tk - tj <= int(windows[j]))
@@ -207,6 +222,4 @@ def _pair_conditions(replay: Replay, windows: Sequence[int], counts: Sequence[in
             both(tj - tk <= int(windows[k]))
         else:
             both(aj < expiry[k][rows[k]])
-        if space is not None:
-            both(space.within(j, rows[j], k, rows[k]))
     return keep
