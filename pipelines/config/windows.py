@@ -63,7 +63,7 @@ def count_windows_engine(streams: Sequence[Any], policy: str, engine: str, flags
     if engine == "spark" and not (flags.engine or run.get("engine")):
         engine = "local"   # the default for count windows, not the user's choice
     s = counted[0]
-    refusal = ("`streamjoin nightly`" if nightly else
+    refusal = ("a nightly run (--date, backfill)" if nightly else
                f"`streamjoin {output_kind}`" if output_kind != "run" else
                f"--policy {policy}" if policy != "static" else
                f"--engine {engine}" if engine != "local" else

@@ -94,10 +94,18 @@ def test_count_window_refuses_what_it_does_not_run_with(data: Path, extra: list[
     assert not (data / "out").exists()
 
 
-def test_tune_buffer_refuses_a_count_window(data: Path) -> None:
-    proc = run_cli(["tune-buffer", *BASE, "--window", "3tuples", "--recall", "0.9", "--out", "tune"], data, ok=False)
+@pytest.mark.parametrize("command", [["tune-buffer", "--recall", "0.9"], ["compare"]])
+def test_tune_buffer_and_compare_refuse_a_count_window(data: Path, command: list[str]) -> None:
+    proc = run_cli([*command, *BASE, "--window", "3tuples", "--out", "other"], data, ok=False)
     assert proc.returncode == 2, proc.stderr
-    assert "not `streamjoin tune-buffer`" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert f"not `streamjoin {command[0]}`" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_nightly_run_refuses_a_count_window(data: Path) -> None:
+    proc = run_cli(["run", *BASE, "--window", "3tuples", "--policy", "static", "--date", "2026-01-01",
+                    "--out", "nightly"], data, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "not a nightly run (--date, backfill)" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_a_count_window_holds_at_least_one_tuple(data: Path) -> None:
