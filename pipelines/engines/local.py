@@ -128,7 +128,8 @@ def join(
     # recall-target controllers; the fixed-retention policy needs only T
     keep_M = policy.family == SORTING or policy.adaptive
 
-    # Truth does not depend on arrival order, and memory does not depend on
+    # Truth does not depend on arrival order (count windows aside: their truth
+    # waits for the replay order), and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL
     # in their column loops), which is what a 2-core machine can give.  The
     # probe order is only needed by truth, so it is chosen on truth's thread,
