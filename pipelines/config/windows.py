@@ -17,7 +17,7 @@ from ..base.errors import InputError
 from ..base.timeunits import format_duration
 
 #: a count window, ``1000 tuples`` / ``1000tuples`` / ``1 tuple``
-COUNT_WINDOW = re.compile(r"\s*(\d+)\s*tuples?\s*")
+COUNT_WINDOW = re.compile(r"\s*(\d+)\s*tuples?\s*", re.IGNORECASE)
 
 
 def window_fields(value: Any, what: str, duration: Callable[[Any, str], int]) -> dict[str, Any]:
@@ -25,7 +25,10 @@ def window_fields(value: Any, what: str, duration: Callable[[Any, str], int]) ->
     (``duration(value, what)``; 0 for a count) and ``window_count`` (``N >= 1``, or None)."""
     m = COUNT_WINDOW.fullmatch(value) if isinstance(value, str) else None
     if m is None:
-        return {"window_us": duration(value, what), "window_count": None}
+        try:
+            return {"window_us": duration(value, what), "window_count": None}
+        except InputError as exc:   # say the other kind too
+            raise InputError(f"{exc}; or a count window, e.g. 1000tuples") from None
     if int(m.group(1)) < 1:
         raise InputError(f"bad {what} {value!r}: a count window holds at least 1 tuple")
     return {"window_us": 0, "window_count": int(m.group(1))}

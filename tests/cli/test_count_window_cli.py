@@ -112,3 +112,11 @@ def test_a_count_window_holds_at_least_one_tuple(data: Path) -> None:
     proc = run_cli(["run", *BASE, "--window", "0tuples", "--policy", "static", "--out", "out"], data, ok=False)
     assert proc.returncode == 2
     assert "at least 1 tuple" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_window_names_both_kinds(data: Path) -> None:
+    proc = run_cli(["run", *BASE, "--window", "a=1000t", "--window", "b=5ms", "--policy", "static", "--out", "out"],
+                   data, ok=False)
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert "window of stream 'a'" in line and "250ms" in line and "1000tuples" in line and "\n" not in line
