@@ -3,7 +3,7 @@
 Precedence: command line > TOML ``[run]`` / ``[[stream]]`` > defaults.
 Flags that name a column or duration take either a plain value (applies to
 every stream) or ``NAME=VALUE`` (that stream only), e.g. ``--window 5ms``
-and ``--window ball=1ms``.
+and ``--window ball=1ms``; a count window is ``1000tuples`` (config/windows.py).
 
 TOML layout (paths are relative to the TOML file)::
 
@@ -34,6 +34,7 @@ from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
 from .machine import capacity_setting, check_flow_control, flow_control_setting
+from .windows import count_windows_engine, static_retention, window_fields
 from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
                       check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
@@ -98,6 +99,7 @@ class StreamConfig:
     arrival: str | None = None
     unit: str | None = None
     window_us: int = 0
+    window_count: int | None = None   # a count window: the last N arrivals (window_us is then 0)
     keys: tuple[str, ...] = ()
     k_us: int | None = None
     retention_us: int | None = None
@@ -168,9 +170,8 @@ class RunConfig:
             d.pop("flow_control")
         else:
             d["flow_control"] = self.flow_control.to_dict()
-        for stream in d["streams"]:   # unset: left out, so a nightly config hash stays what it was
-            if stream.get("watermark_us") is None:
-                stream.pop("watermark_us", None)
+        d["streams"] = [{k: v for k, v in s.items() if v is not None or k not in ("watermark_us", "window_count")}
+                        for s in d["streams"]]   # unset: left out, so a nightly config hash stays what it was
         return d
 
 
@@ -480,7 +481,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         if unit is not None and unit not in TS_UNITS:
             raise InputError(f"stream {name!r}: unit {unit!r} is not one of {', '.join(TS_UNITS)}")
         if "window" not in s:
-            raise InputError(f"stream {name!r} has no window: give --window DURATION")
+            raise InputError(f"stream {name!r} has no window: give --window DURATION (or a count, 1000tuples)")
         optional = s.get("optional", False)
         if not isinstance(optional, bool):
             raise InputError(f"stream {name!r}: optional = {optional!r}: expected true or false")
@@ -495,7 +496,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             ts=str(s.get("ts", "ts")),
             arrival=s.get("arrival"),
             unit=unit,
-            window_us=_duration(s["window"], f"window of stream {name!r}"),
+            **window_fields(s["window"], f"window of stream {name!r}", _duration),
             keys=tuple(str(k) for k in keys),
             k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
             retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
@@ -510,7 +511,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if policy_name not in POLICY_NAMES:
         raise InputError(f"--policy {policy_name}: expected one of {', '.join(POLICY_NAMES)}")
     k = tuple(s.k_us for s in resolved) if policy_name == "kslack" else None
-    retention = tuple(s.retention_us for s in resolved) if policy_name == "static" else None
+    retention = static_retention(resolved) if policy_name == "static" else None
     if k is not None and any(v is None for v in k):
         raise InputError("policy kslack needs --k DURATION (for every stream)")
     if retention is not None and any(v is None for v in retention):
@@ -610,6 +611,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     capacity, engine = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
                                         policy_name, engine, chunk_rows, output_kind=output_kind,
                                         engine_given=bool(flags.engine or run.get("engine")), router=router)
+    engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow)
     if flow is not None and capacity is not None:
         raise InputError("--capacity with --flow-control: the processing queue and seed 001's flow control are "
                          "not modelled together yet; give one of them")

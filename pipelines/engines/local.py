@@ -22,6 +22,12 @@ On two cores the stages run as two chains that meet at emission::
 
 Only emission's policy phase (is the last member's arrival still inside
 every other member's buffer?) waits for both chains.
+
+Count windows (``counts``, seed 000's ``S_i[N]``; policy ``static`` only):
+truth is :func:`~streamjoin.pipelines.replay.count_window.enumerate_counted`
+(it needs the replay order, so it waits for chain B's first stage), and a
+counted stream's buffer is its last ``N`` arrivals: its expiry index is the
+count expiry, which memory and emission then read as they read any other.
 """
 
 from __future__ import annotations
@@ -35,10 +41,16 @@ import numpy as np
 import polars as pl
 
 from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
+from ..replay.count_window import enumerate_counted, with_count_expiry
 from ..replay.emit import Emission, emission, last_arrivals
 from ..replay.probe_order import ProbeOrder, probe_order, smaller_first, two_stream_order
 from ..policies import SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec
 from ..replay.progress import Decisions, Replay, build_replay, decide, expiry, memory_per_stream
+
+
+#: the window the policy's horizon sees for a count-window stream: never passed
+#: (timestamps and retentions are at most 2**60 us, so ts + this + d fits int64)
+COUNTED_WINDOW_US = 2**61
 
 
 @dataclass
@@ -71,6 +83,7 @@ def join(
     where: Callable[[Combos], np.ndarray] | None = None,
     order: Sequence[int] | None = None,
     bad_arrivals: Sequence[np.ndarray] | None = None,
+    counts: Sequence[int | None] | None = None,
 ) -> JoinOutcome:
     """Replay ``n`` streams through ``policy`` and join them.
 
@@ -88,6 +101,9 @@ def join(
             (:mod:`~streamjoin.pipelines.replay.probe_order`).
         bad_arrivals: per stream, arrival times of quarantined rows (recall-target
             policies re-decide early on a burst of them).
+        counts: per stream, ``N`` of a count window (the last ``N`` arrivals;
+            its ``windows`` entry is ignored) or ``None`` for a duration;
+            ``None``: no count window.  Policy ``static`` only.
     """
     timings: dict[str, float] = {}
 
@@ -98,12 +114,22 @@ def join(
         return result
 
     W = np.asarray(windows, dtype=np.int64)
+    if counts is not None and any(c is not None for c in counts):
+        if policy.family != SYMMETRIC or policy.adaptive:
+            raise ValueError(f"count windows replay with policy static, not {policy.name}")
+        counted = list(counts)
+        # the horizon never evicts a counted tuple (its window is a count): the
+        # decisions see an endless window there, the expiry index the count
+        W_policy = np.where([c is not None for c in counted], COUNTED_WINDOW_US, W).astype(np.int64)
+    else:
+        counted, W_policy = None, W
 
     # M is read by the sorting family's release horizon and by the
     # recall-target controllers; the fixed-retention policy needs only T
     keep_M = policy.family == SORTING or policy.adaptive
 
-    # Truth does not depend on arrival order, and memory does not depend on
+    # Truth does not depend on arrival order (count windows aside: their truth
+    # waits for the replay order), and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL
     # in their column loops), which is what a 2-core machine can give.  The
     # probe order is only needed by truth, so it is chosen on truth's thread,
@@ -118,15 +144,23 @@ def join(
     def truth():
         # two streams: no sample; the probe order is the smaller stream first, with
         # the exact selectivity taken from truth (before --where)
-        from_truth = given is None and len(ts) == 2
-        if from_truth:
+        from_truth = given is None and len(ts) == 2 and counted is None
+        if counted is not None:
+            first = next(k for k, c in enumerate(counted) if c is not None)
+            rest = [k for k in (given.order if given is not None else range(len(ts))) if k != first]
+            chosen = ProbeOrder(order=[first, *rest])
+            ids = key_ids(list(keys))   # while the replay order is built
+            combos = timed("candidates", enumerate_counted, replay_ready.result(), ids, W.tolist(), counted,
+                           space=space, order=rest)
+        elif from_truth:
             probe = smaller_first(sizes)
         else:
             # (timed as "plan": report.json's join.plan)
             chosen = given if given is not None else timed("plan", probe_order, ts, keys, W.tolist(), space)
             probe = chosen.order
-        combos = timed("candidates", enumerate_truth, ts, keys, W.tolist(), candidates_method, space=space,
-                       order=probe)
+        if counted is None:
+            combos = timed("candidates", enumerate_truth, ts, keys, W.tolist(), candidates_method, space=space,
+                           order=probe)
         if from_truth:
             chosen = two_stream_order(sizes, len(combos))
         if where is not None:
@@ -144,15 +178,19 @@ def join(
             replay_ready.set_exception(exc)  # the truth job waits for it
             raise
         replay_ready.set_result(replay)
-        decisions = decide(replay, W, policy, bad_arrivals=bad_arrivals,
+        decisions = decide(replay, W_policy, policy, bad_arrivals=bad_arrivals,
                            keys=key_ids(list(keys)) if policy.adaptive or policy.family == SQL_INTERVAL_JOIN else None)
         timings["progress"] = time.perf_counter() - t0
         # the expiry index of every tuple serves both memory and emission
-        expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)
+        if counted is None:
+            expiry_job = pool.submit(timed, "expiry", expiry, replay, W, decisions)
+        else:   # a counted stream's buffer: its last N arrivals
+            expiry_job = pool.submit(timed, "expiry", lambda: with_count_expiry(expiry(replay, W_policy, decisions),
+                                                                               replay, counted))
         memory_job = pool.submit(
-            lambda: timed("memory", memory_per_stream, replay, W, decisions, expiry_index=expiry_job.result()))
+            lambda: timed("memory", memory_per_stream, replay, W_policy, decisions, expiry_index=expiry_job.result()))
         chosen, truth, arrivals = truth_job.result()
-        emitted = timed("emit", emission, truth, replay, W, decisions, expiry_index=expiry_job.result(),
+        emitted = timed("emit", emission, truth, replay, W_policy, decisions, expiry_index=expiry_job.result(),
                         arrivals=arrivals)
         memory = memory_job.result()
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from ..analysis import metrics
 from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
+from ..config.windows import window_counts
 from ..engines.bounded import BoundedReplay
 from ..engines.bounded_emulation import bounded_replay
 from ..base.errors import InputError
@@ -45,7 +46,8 @@ DEFAULT_CHUNK_ROWS = 1_000_000
 
 def chunk_rows_for(cfg: RunConfig) -> int | None:
     """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
-    if cfg.chunk_rows == 0 or cfg.engine != "local" or cfg.capacity is not None:  # --capacity: in memory
+    # --capacity and count windows: in memory
+    if cfg.chunk_rows == 0 or cfg.engine != "local" or cfg.capacity is not None or window_counts(cfg.streams) is not None:
         return None
     p = cfg.policy
     if p.in_memory_only is not None:

@@ -23,6 +23,7 @@ from ..analysis import summary as result_summary
 from ..base.errors import InputError
 from ..capacity.spec import parse_capacity
 from ..config.settings import RunConfig, with_period
+from ..config.windows import window_counts
 from ..engines.local import JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
@@ -225,7 +226,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
-                    space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad,
+                    space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad, counts=window_counts(cfg.streams),
                 )
                 if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
                     t0 = time.perf_counter()

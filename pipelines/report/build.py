@@ -32,6 +32,7 @@ from ..analysis.tuning import curve_only, curve_summary
 from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
+from ..config.windows import window_counts, window_text
 from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from . import json as report_json
 
@@ -67,8 +68,11 @@ def report_body(cfg: RunConfig, command: str, *, streams: list[dict[str, Any]], 
     and ``policy_settings`` where the engine has them); ``probe_order``: the
     probe order's entry (under the key ``plan``); ``sections``: keys of one
     kind of run (the bounded run's), placed after ``routing``.  ``timings_s``
-    and ``outputs`` are left empty for :func:`finish`.
+    and ``outputs`` are left empty for :func:`finish`.  With a count window
+    each stream's entry says its ``window`` in words (``"3 tuples"``, ``"5ms"``).
     """
+    if window_counts(cfg.streams) is not None:
+        streams = [dict(s, window=window_text(c)) for s, c in zip(streams, cfg.streams)]
     return {
         "schema_version": report_json.SCHEMA_VERSION,
         "tool_version": tool_version(),
@@ -180,6 +184,8 @@ def extras(cfg, outcome) -> dict[str, Any]:
         # gathering em.a for every combination)
         members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
     if family == SQL_INTERVAL_JOIN:   # flink-sql: recall is not monotone in the delay, no curve to offer
+        tuning = None
+    elif window_counts(cfg.streams) is not None:   # count windows: retention tunes only the duration windows, no curve yet
         tuning = None
     elif family in (MICROBATCH, INTERVAL_JOIN):  # spark-ss / flink: the curve over the watermark delay
         tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,

@@ -347,8 +347,12 @@ def render_report(report: dict[str, Any]) -> str:
     rows = [[s["name"], f"{s['rows']:,}", s["quarantined"], format_duration(s["delay_us"]["p50"]),
              format_duration(s["delay_us"]["p95"]), format_duration(s["delay_us"]["max"]), s["dropped_late"],
              s["expired_on_arrival"]] for s in report["streams"]]
-    body += ["<h2>Streams</h2>", _table(["stream", "rows", "quarantined", "delay p50", "delay p95", "delay max",
-                                          "dropped late", "expired on arrival"], rows)]
+    head = ["stream", "rows", "quarantined", "delay p50", "delay p95", "delay max", "dropped late",
+            "expired on arrival"]
+    if any(s.get("window") for s in report["streams"]):   # a count window: each stream's window in words
+        rows = [[*r, s.get("window", "")] for r, s in zip(rows, report["streams"])]
+        head.append("window")
+    body += ["<h2>Streams</h2>", _table(head, rows)]
     outer = report.get("outer_join")
     if outer:   # spark-ss / flink-sql outer joins: the null-padded rows, apart from recall
         olat = outer["latency_us"]

@@ -81,6 +81,7 @@ def summary_lines(report: dict[str, Any], fail_under_target: bool = False) -> li
             f"stream {s['name']}: rows {s['rows']} quarantined {s['quarantined']} rate {_fmt_rate(s['rate_per_s'])} "
             f"delay p50 {format_duration(d['p50'])} p95 {format_duration(d['p95'])} max {format_duration(d['max'])} "
             f"dropped_late {s['dropped_late']} expired_on_arrival {s['expired_on_arrival']}"
+            + (f" window {s['window']}" if s.get("window") else "")   # shown with a count window
         )
     for row in routing_rows(report):
         lines.append("partition " + row[0] + ": " + " ".join(f"{c.replace(' /s', '/s')} {v}"
