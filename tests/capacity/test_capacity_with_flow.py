@@ -24,9 +24,8 @@ from streamjoin.pipelines.engines.local import join
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple
 from helpers.adapters import key_frames
-from helpers.strategies import fixed_policy, ref_streams
 
-from test_model_vs_reference import capacity_specs
+from test_model_vs_reference import problems as capacity_problems
 
 CAUSES = {0: "processed", DROPPED_NEW: "dropped-new", REPLACED: "replaced"}
 
@@ -82,11 +81,8 @@ def flow_settings(draw):
 
 @st.composite
 def problems(draw):
-    n = draw(st.integers(2, 3))
-    streams = ref_streams(draw, n, 7, keyed=draw(st.booleans()))
-    windows = tuple(draw(st.integers(0, 12)) for _ in range(n))
-    policy = fixed_policy(draw, n, 25)
-    return streams, windows, policy, draw(capacity_specs(policy.name == "static")), draw(flow_settings())
+    """The capacity model's random problems, behind random units."""
+    return (*draw(capacity_problems()), draw(flow_settings()))
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

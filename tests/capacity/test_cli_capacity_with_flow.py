@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from helpers.cli import run_cli
+from test_flow_cli import data  # noqa: F401  (the fixture: two keyed streams over ~1 s, disordered)
 from streamjoin.pipelines.analysis import metrics
 from streamjoin.pipelines.analysis.capacity import queueing_delay_us
 from streamjoin.pipelines.capacity import model
@@ -29,17 +30,6 @@ ARGS = ["--stream", "a=a.parquet", "--stream", "b=b.parquet", "--arrival", "arri
         "--key", "key", "--window", "50ms", "--policy", "static", "--retention", "30ms", "--engine", "local"]
 FLOW = "buffer=40,rate=2500,interval=5ms"
 CAP = "tuple=300us,queue=4,shed=replace-oldest,state=60"
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
-    """Two keyed streams, 1,200 + 900 tuples over ~0.5 s (integer µs), disordered arrivals."""
-    rng = np.random.default_rng(11)
-    for name, n in (("a", 1200), ("b", 900)):
-        ts = np.sort(rng.integers(0, 500_000, n)).astype(np.int64)
-        pl.DataFrame({"ts": ts, "arrival": ts + rng.integers(0, 20_000, n), "key": rng.integers(0, 20, n)}
-                     ).write_parquet(tmp_path / f"{name}.parquet")
-    return tmp_path
 
 
 def _run(data: Path, out: str, *extra: str) -> dict:
