@@ -61,7 +61,13 @@ def test_an_infinite_operator_or_ample_units_reduce_the_combined_run(data: Path)
 
 
 def test_the_combined_report_is_the_composition(data: Path) -> None:
-    r = _run(data, "both", "--flow-control", FLOW, "--capacity", CAP)
+    proc = run_cli(["run", *ARGS, "--flow-control", FLOW, "--capacity", CAP, "--out", "both"], data)
+    r = json.loads((data / "both" / "report.json").read_text())
+    validate(r)
+    # the terminal and the page show both models
+    assert {x.split(":")[0] for x in proc.stdout.splitlines()} >= {"flow_control", "capacity"}
+    html = (data / "both" / "report.html").read_text()
+    assert "<h2>Flow control (seed 001)</h2>" in html and "<h2>Capacity</h2>" in html
     src = [pl.read_parquet(data / f"{n}.parquet") for n in ("a", "b")]
     original = [s["arrival"].to_numpy().astype(np.int64) for s in src]
     flow = delay_arrivals(original, parse_flow_control(FLOW))
