@@ -27,9 +27,10 @@ own stage (``join.capacity`` / ``flow_control`` in ``report.json`` timings).
 
 Cost: whole-process wall and CPU time of the plain replay, shedding
 (drop-new; the bounded-queue kernel), the same ``--capacity`` without a
-queue cap (unbounded: numpy only) and flow control (max-flow; the interval
-kernel), all at ``f = 1``, in rotating order (after one warm-up round),
-medians.  ``--cost-only``: only these tables.
+queue cap (unbounded: numpy only), flow control (max-flow; the interval
+kernel) and both in one run (the shedding ``--capacity`` behind the
+max-flow units), all at ``f = 1``, in rotating order (after one warm-up
+round), medians.  ``--cost-only``: only these tables.
 
 Placement: ``samples/flights/flights.toml --engine spark --router atr
 --partitions 3 --segment 6h`` with ``--load-weights 5,0.1,0.1`` and
@@ -110,7 +111,7 @@ def row(report: dict) -> dict:
     delayed = fc["added_delay_us"]["all"]["delayed"] if fc else 0
     t = report["timings_s"]
     return {"recall": report["recall"], **{p: report["latency_us"][p] for p in ("p50", "p95", "p99")},
-            "shed": shed, "delayed": delayed, "model_s": t.get("join.capacity", t.get("flow_control", 0.0)),
+            "shed": shed, "delayed": delayed, "model_s": t.get("join.capacity", 0.0) + t.get("flow_control", 0.0),
             "stages_s": t.get("total", 0.0), "wall_s": report["wall_s"], "cpu_s": report["cpu_s"]}
 
 
@@ -131,13 +132,14 @@ def sweep(config: Path, policy: str | None, facts: dict, factors, modes) -> list
 
 
 def cost(config: Path, policy: str | None, facts: dict, runs: int) -> dict:
-    """Plain, shedding (drop-new), the unbounded queue and flow control (max-flow) at 1x, in rotating
-    order; a warm-up round first."""
+    """Plain, shedding (drop-new), the unbounded queue, flow control (max-flow) and shedding behind
+    flow control at 1x, in rotating order; a warm-up round first."""
     base = _policy_args(policy)
     shed = model_args("shed", "drop-new", 1.0, facts)
+    flow = model_args("flow", "max-flow", 1.0, facts)
     kinds = {"plain": base, "shed": [*base, *shed],
              "queue": [*base, shed[0], shed[1].split(",queue=")[0]],   # the same service time, no queue cap
-             "flow": [*base, *model_args("flow", "max-flow", 1.0, facts)]}
+             "flow": [*base, *flow], "both": [*base, *shed, *flow]}
     names = list(kinds)
     got: dict[str, list[dict]] = {k: [] for k in names}
     for r in range(runs + 1):
@@ -196,7 +198,8 @@ def print_cost(name: str, med: dict, runs: int) -> None:
     print("| run | wall s | CPU s | wall / plain | CPU / plain | stages s | model stage s |")
     print("|---|---|---|---|---|---|---|")
     for k, label in (("plain", "plain replay"), ("shed", "--capacity, queue=B, shed=drop-new (kernel)"),
-                     ("queue", "--capacity, unbounded queue (numpy only)"), ("flow", "--flow-control, max-flow (kernel)")):
+                     ("queue", "--capacity, unbounded queue (numpy only)"), ("flow", "--flow-control, max-flow (kernel)"),
+                     ("both", "--capacity queue=B drop-new with --flow-control max-flow")):
         m = med[k]
         ratios = "1.00 | 1.00" if k == "plain" else f"{m['wall_ratio']:.2f} | {m['cpu_ratio']:.2f}"
         print(f"| {label} | {m['wall_s']:.2f} | {m['cpu_s']:.2f} | {ratios} | {m['stages_s']:.2f} | "

@@ -22,7 +22,10 @@ same arrivals (docs/semantics.md, "Capacity (issue 20)"):
    (the last member's arrival), so it now includes queueing and service.
 
 Everything is column operations except the two sequential recursions (queue
-cap, state cap), which run compiled.
+cap, state cap), which run compiled.  With ``--flow-control`` the replay it
+takes is the one on the units' delayed arrivals (the operator sees what the
+units let through); :func:`count_from_own_arrivals` then counts latencies
+from the input's own arrivals.
 """
 
 from __future__ import annotations
@@ -166,6 +169,18 @@ def apply(spec: CapacitySpec, replay: Replay, decisions: Decisions, combos: Comb
         uncapped_emitted=uncapped, uncapped_memory=uncapped_mem,
         survivor_arrival=surv.arrival if capped else None,
     )
+
+
+def count_from_own_arrivals(cap: CapacityOutcome, plain: Emission, rows: Sequence[np.ndarray],
+                            original: Sequence[np.ndarray]) -> None:
+    """``--capacity`` with ``--flow-control``: latencies from each member's own arrival (the
+    input's, before the units delayed it), under capacity and on the infinite operator
+    (``plain``: the same replay's emission without the model), so the upstream wait counts
+    in both (docs/semantics.md, "Capacity with flow control")."""
+    from .flow import end_to_end_latency
+
+    cap.emission.latency_us = end_to_end_latency(cap.emission.emit_us, rows, original)
+    cap.plain_latency_us = end_to_end_latency(plain.emit_us, rows, original)
 
 
 def _survivors(replay: Replay, combos: Combos, keep: np.ndarray, W: np.ndarray, policy: PolicySpec, keys,

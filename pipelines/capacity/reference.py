@@ -15,7 +15,9 @@ test (:mod:`~streamjoin.pipelines.replay.reference`):
 :func:`simulate` runs the plain join (the infinite machine) to learn each
 step's results, turns them into service times, runs the queue, and joins
 the survivors again, with the state cap; a result is emitted when the
-processing of the tuple that emits it finishes.
+processing of the tuple that emits it finishes.  :func:`simulate_with_flow`
+puts seed 001's flow control (:mod:`.flow_reference`) in front of it: the
+operator sees the arrivals the units let through.
 """
 
 from __future__ import annotations
@@ -199,3 +201,40 @@ def simulate(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], poli
         finish_ns={key[a]: f for a, f in finish.items() if cause[a] == "processed"},
         cause={key[a]: c for a, c in enumerate(cause)}, occupancy=occupancy, emitted=emitted,
         memory=memory, evicted=capped.evicted, truth=brute_force_truth(streams, windows))
+
+
+@dataclass
+class CombinedReference:
+    """``--flow-control`` with ``--capacity``: ``flow`` is :func:`~.flow_reference.reference_flow`'s
+    answer (``flow["arrival"]``: when each tuple reaches the operator's queue), ``capacity`` the
+    capacity model over those arrivals with ``emitted`` latencies counted from each member's
+    **own** arrival (the input's), and ``plain_latency``: combination -> the same, for the
+    infinite operator (emitted at the arrival at the join of the step that emits it)."""
+
+    flow: dict
+    capacity: CapacityReference
+    plain_latency: dict[tuple[int, ...], int]
+
+
+def simulate_with_flow(streams: Sequence[Sequence[RefTuple]], windows: Sequence[int], policy: PolicySpec,
+                       spec: CapacitySpec, fc) -> CombinedReference:
+    """Seed 001 first, then the operator (docs/semantics.md, "Capacity with flow control"):
+    the source's tuples pass the units, which delay them; the operator's queue, shedding,
+    state cap and service then run on the delayed arrivals exactly as :func:`simulate`;
+    latency is emission minus the newest member's own arrival."""
+    from .flow_reference import reference_flow
+
+    n = len(streams)
+    flow = reference_flow([[x.arrival for x in s] for s in streams], fc)
+    delayed = [[RefTuple(x.stream, x.row, ts=x.ts, arrival=flow["arrival"][i][x.row], key=x.key, vec=x.vec)
+                for x in s] for i, s in enumerate(streams)]
+    ref = simulate(delayed, windows, policy, spec)
+
+    def newest(combo):
+        return max(streams[i][r].arrival for i, r in enumerate(combo))
+
+    ref.emitted = {combo: (at, at - newest(combo)) for combo, (at, _) in ref.emitted.items()}
+    order = replay_order(delayed)
+    plain = join_steps(order, n, windows, policy)
+    return CombinedReference(flow=flow, capacity=ref,
+                             plain_latency={c: order[step].arrival - newest(c) for c, step in plain.emitted.items()})

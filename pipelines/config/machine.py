@@ -44,7 +44,9 @@ def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int 
                      engine_given: bool, router: str) -> tuple[str | None, str]:
     """``--capacity`` / ``[run] capacity``: the text, checked against what runs it (its keys
     are parsed by pipelines/capacity/spec.py when the job starts), and the engine that runs
-    it: the local engine, which the default engine gives way to, as with ``--flow-control``."""
+    it: the local engine, which the default engine gives way to (as with ``--flow-control``),
+    or ``--engine spark`` when the user chose it (the model runs on the driver, over the
+    replay facts it computes)."""
     if value is None:
         return None, engine
     if not isinstance(value, str):
@@ -54,11 +56,9 @@ def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int 
                          "capacity model yet; run it on a config without capacity (streamjoin run applies it)")
     if engine == "spark" and not engine_given and router == "none":
         engine = "local"   # the default engine with a capacity model, not the user's choice
-    if engine != "local":
-        raise InputError(f"--capacity: the capacity model runs on --engine local only (one operator); "
-                         f"--engine {engine} does not model it yet")
     if chunk_rows not in (None, 0):
-        raise InputError("--capacity: the capacity model replays in memory; use --chunk-rows 0")
+        raise InputError("--capacity: the capacity model replays in memory; the bounded-memory engine "
+                         "(--chunk-rows N) does not model it; use --chunk-rows 0")
     if policy_name in ("spark-ss", "flink", "flink-sql"):
         raise InputError(f"--capacity: policy {policy_name} is not modelled under a capacity model yet; "
                          "use none, kslack, mpkslack, qkslack, static or qjoin")

@@ -612,9 +612,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
                                         policy_name, engine, chunk_rows, output_kind=output_kind,
                                         engine_given=bool(flags.engine or run.get("engine")), router=router)
     engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow)
-    if flow is not None and capacity is not None:
-        raise InputError("--capacity with --flow-control: the processing queue and seed 001's flow control are "
-                         "not modelled together yet; give one of them")
     return RunConfig(
         flow_control=flow,
         capacity=capacity,

@@ -82,8 +82,8 @@ def check_settings(s: CalibrateSettings) -> None:
     if s.engine not in ENGINES:
         raise InputError(f"calibrate --engine {s.engine!r}: expected local")
     if s.engine == "spark":
-        raise InputError("calibrate --engine spark: the capacity model (run --capacity) runs on the local engine "
-                         "only, so calibrate measures the local engine; use --engine local")
+        raise InputError("calibrate --engine spark: calibrate times the local engine's join only; "
+                         "use --engine local")
     if isinstance(s.runs, bool) or not isinstance(s.runs, int) or s.runs < 1:
         raise InputError(f"calibrate --runs {s.runs!r}: expected a whole number >= 1")
     if not (isinstance(s.scale, (int, float)) and np.isfinite(s.scale) and s.scale > 0):

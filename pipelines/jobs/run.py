@@ -216,30 +216,37 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     with ExitStack() as publish:
         early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
         with stages("join"):
+            keys = [s.keys if s.keys.width else None for s in streams]
+            bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
             if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
-                outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams),
-                                       bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None,
+                outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams), bad,
                                        results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None,
                                        results="executors" if executors else "driver")
             else:
-                keys = [s.keys if s.keys.width else None for s in streams]
-                bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
                     space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad, counts=window_counts(cfg.streams),
                 )
-                if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
-                    t0 = time.perf_counter()
-                    cap = capacity_model.apply(capacity, outcome.replay, outcome.decisions, outcome.combos,
-                                               outcome.emission, outcome.memory, cfg.windows, cfg.policy,
-                                               keys=keys, bad_arrivals=bad)
-                    outcome = replace(outcome, emission=cap.emission, memory=cap.memory, decisions=cap.decisions)
-                    outcome.timings_s["capacity"] = time.perf_counter() - t0
+            if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
+                # on the driver for --engine spark too: the replay facts and the combinations are
+                # there (results_path keeps them on the driver with --capacity)
+                t0 = time.perf_counter()
+                plain = outcome.emission
+                cap = capacity_model.apply(capacity, outcome.replay, outcome.decisions, outcome.combos,
+                                           plain, outcome.memory, cfg.windows, cfg.policy,
+                                           keys=keys, bad_arrivals=bad)
+                # in place: a Spark outcome keeps its session open until the write stage
+                outcome.emission, outcome.memory, outcome.decisions = cap.emission, cap.memory, cap.decisions
+                outcome.timings_s["capacity"] = time.perf_counter() - t0
         at_join = None
         if flow is not None:   # latency from each member's own arrival: the wait upstream counts
             em = outcome.emission
             at_join = metrics.latency_summary_of(em.latency_us, em.emitted)
-            em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
+            if capacity is not None:   # the infinite operator's latency from the same origin
+                capacity_model.count_from_own_arrivals(cap, plain, outcome.combos.rows,
+                                                       [s.arrival for s in original])
+            else:
+                em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
             for part in getattr(em, "outer", None) or ():   # outer joins: the padded rows too, per padded stream
                 part.latency_us = part.emit_us - original[part.stream].arrival[part.row]
         with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:

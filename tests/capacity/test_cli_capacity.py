@@ -132,8 +132,9 @@ def test_bad_capacity_options_are_one_line_errors(data: Path, option: str, messa
 @pytest.mark.parametrize("extra, message", [
     (["--policy", "kslack", "--k", "10ms", "--capacity", "tuple=5us,state=10"], "state=N"),
     (["--policy", "flink", "--watermark", "10ms", "--capacity", "tuple=5us"], "policy flink"),
-    (["--engine", "spark", "--capacity", "tuple=5us"], "--engine local only"),
-    (["--chunk-rows", "100", "--capacity", "tuple=5us"], "--chunk-rows 0"),
+    (["--engine", "spark", "--spark-conf", "spark.streamjoin.results=executors", "--capacity", "tuple=5us"],
+     "spark.streamjoin.results=executors: not with --flow-control or --capacity"),
+    (["--chunk-rows", "100", "--capacity", "tuple=5us"], "bounded-memory engine (--chunk-rows N) does not model it"),
     (["--date", "2024-01-02", "--capacity", "tuple=5us"], "nightly runs"),
 ])
 def test_capacity_refused_where_it_is_not_modelled(data: Path, extra, message):

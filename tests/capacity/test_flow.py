@@ -209,8 +209,8 @@ def test_toml_flow_control_flags_win_and_other_commands_refuse_it(tmp_path) -> N
     for kind in ("tune-buffer", "compare"):
         with pytest.raises(InputError, match=f"flow_control: {kind} replays"):
             resolve(toml, Flags(out=str(tmp_path / f"o-{kind}")), output_kind=kind)
-    with pytest.raises(InputError, match="--capacity with --flow-control: .* not modelled together"):
-        resolve(toml, Flags(out=str(tmp_path / "o3"), capacity="tuple=5us", engine="local"))
+    both = resolve(toml, Flags(out=str(tmp_path / "o3"), capacity="tuple=5us", engine="local"))
+    assert both.capacity == "tuple=5us" and both.flow_control == FlowControl(buffer=10, rate=100.0, policy="min-flow")
 
 
 def test_a_span_of_too_many_intervals_is_refused_before_any_work() -> None:

@@ -29,9 +29,13 @@ def test_capacity_runs_on_the_local_engine_when_no_engine_was_chosen(tmp_path, m
     monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)
     cfg = resolve(_toml(tmp_path, 'policy = "none"'), Flags(out=str(tmp_path / "o1"), capacity="tuple=5us"))
     assert cfg.engine == "local" and cfg.capacity == "tuple=5us"
-    with pytest.raises(InputError, match="--engine spark does not model it yet"):
-        resolve(_toml(tmp_path, 'policy = "none"'), Flags(out=str(tmp_path / "o2"), capacity="tuple=5us",
-                                                          engine="spark"))
+    # an engine the user chose runs it (on Spark: on the driver, tests/capacity/test_capacity_spark.py)
+    cfg = resolve(_toml(tmp_path, 'policy = "none"'), Flags(out=str(tmp_path / "o2"), capacity="tuple=5us",
+                                                            engine="spark"))
+    assert cfg.engine == "spark" and cfg.capacity == "tuple=5us"
+    with pytest.raises(InputError, match=r"bounded-memory engine \(--chunk-rows N\) does not model it"):
+        resolve(_toml(tmp_path, 'policy = "none"'), Flags(out=str(tmp_path / "o3"), capacity="tuple=5us",
+                                                          engine="local", chunk_rows=100))
 
 
 @pytest.mark.parametrize("kind", ["tune-buffer", "compare"])

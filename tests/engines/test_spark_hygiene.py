@@ -86,8 +86,8 @@ def test_pyspark_python_is_set_only_for_local_masters(monkeypatch, master, expec
 
 
 def test_capacity_keeps_results_on_the_driver_or_refuses_explicit_executors(tmp_path):
-    """A guard: --capacity (like --flow-control) is refused with --engine spark when the
-    configuration is resolved; should that change, results stay on the driver."""
+    """--capacity runs on --engine spark on the driver (it reworks every combination's
+    emission): ``auto`` keeps the results there, an explicit ``executors`` is refused."""
     from dataclasses import replace
 
     from streamjoin.pipelines.engines.spark.engine import results_path

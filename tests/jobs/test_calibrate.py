@@ -61,7 +61,7 @@ def test_calibrate_writes_calibrate_json_and_prints_the_capacity_line(tmp_path):
 
 def test_bad_options_are_one_line_exit_2(tmp_path):
     for args, message in (
-        (["--engine", "spark"], "runs on the local engine only"),
+        (["--engine", "spark"], "times the local engine's join only"),
         (["--engine", "flink"], "expected local"),
         (["--runs", "0"], "expected a whole number >= 1"),
         (["--scale", "0"], "expected a number > 0"),
