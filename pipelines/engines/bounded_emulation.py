@@ -144,7 +144,7 @@ class EmulationReplay(BoundedReplay):
             before = interval_join.watermark_of_maxima(np.concatenate([self.M.reshape(-1, 1), M[:, :-1]], axis=1), D)
             return before, interval_join.watermark_of_maxima(M, D)
         tick = interval_join.ticks(arr, self.first_arrival, self.interval)
-        counted = np.searchsorted(arr, tick, side="left") - 1
+        counted = interval_join.seen_at_tick(arr, self.first_arrival, self.interval)   # in the chunk
         M_at = M[:, np.maximum(counted, 0)]
         earlier = counted < 0               # the tick's records all arrived in earlier chunks
         if earlier.any():   # at the previous chunk's latest tick: its maxima then; at a later one: all of it
