@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import InputError
-from ..base.timeunits import parse_duration
 from ..policies import ADAPTIVE, POLICY_NAMES, PolicySpec, RecallTarget
+from .options import check_duration
 
 #: the words standing for the default set, in their default order
 DEFAULT_ROLES = ("job", "ideal", "tuned")
@@ -144,9 +144,7 @@ def compare_tables(doc: dict[str, Any], path) -> list[Variant]:
 
 
 def _duration(value: Any, what: str) -> int:
-    if isinstance(value, str) or (type(value) is int and value == 0):
-        return parse_duration(value, what=what)
-    raise InputError(f"bad {what} {value!r}: expected a string with a unit, e.g. \"10s\"")
+    return check_duration(value, what, example='"10s"')
 
 
 def _per_stream(variant: Variant, key: str, names: list[str], inherited: list[int | None]) -> tuple[int, ...] | None:
