@@ -5,14 +5,13 @@ Registered on the ``streamjoin`` app by ``cli/main.py``; failure handling from `
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import outcome_of
+from .common import command_line, outcome_of
 from streamjoin.pipelines.base.errors import EXIT_FAILURE
 
 
@@ -55,7 +54,7 @@ def calibrate(
     from streamjoin.pipelines.report.calibrate import calibrate_lines
     from streamjoin.pipelines.tools.generate import generate
 
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
 
     def job():
         settings = CalibrateSettings(out=Path(out), engine=engine, policy=policy or DEFAULT_POLICY, runs=runs,

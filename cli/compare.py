@@ -5,7 +5,6 @@ Registered on the ``streamjoin`` app by ``cli/main.py``; options and failure han
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
-                     WhereOpt, WindowOpt, outcome_of)
+                     WhereOpt, WindowOpt, command_line, outcome_of)
 
 
 def compare(
@@ -44,7 +43,7 @@ def compare(
     from streamjoin.pipelines.jobs.compare import check_variants, run_compare
     from streamjoin.pipelines.report.terminal import compare_lines, render_compare_rich
 
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
 
     def job():
         variants = [parse_policy_text(p) for p in policy or []]
