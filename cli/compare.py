@@ -40,7 +40,7 @@ def compare(
     """
     from streamjoin.pipelines.config.settings import Flags, read_toml, resolve
     from streamjoin.pipelines.config.variants import compare_tables, parse_policy_text
-    from streamjoin.pipelines.jobs.compare import check_variants, run_compare
+    from streamjoin.pipelines.jobs.compare import run_compare
     from streamjoin.pipelines.report.terminal import compare_lines, render_compare_rich
 
     command = command_line()
@@ -49,7 +49,6 @@ def compare(
         variants = [parse_policy_text(p) for p in policy or []]
         if not variants and config is not None:
             variants = compare_tables(read_toml(config), config)
-        check_variants(variants)
         # the job as run would resolve it, on the local engine (compare replays in-process)
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], out=out, period=period, distance=distance, where=where, recall=recall,

@@ -168,11 +168,10 @@ def _per_stream(variant: Variant, key: str, names: list[str], inherited: list[in
 def variant_policy(variant: Variant, job: PolicySpec, streams, recall_target: float | None,
                    period_us: int) -> PolicySpec:
     """The :class:`PolicySpec` of an explicit variant (not a role), settings inherited from
-    the job (module doc).  ``streams``: the job's stream configs."""
+    the job (module doc).  ``streams``: the job's stream configs.  (``flink-sql`` never gets
+    here: :func:`~streamjoin.pipelines.jobs.compare.check_variants` refuses it first.)"""
     name, s = variant.name, variant.settings
     names = [st.name for st in streams]
-    if name == "flink-sql":
-        raise InputError(f"--policy {variant.text!r}: compare does not take flink-sql yet (its lost results are not classified into causes); run it with streamjoin run")
     allowed = {"spark-ss": {"watermark", "trigger", "watermark_policy"}, "flink": {"watermark", "watermark_interval"},
                "static": {"retention"}, "kslack": {"k"}, "qjoin": {"recall"}, "qkslack": {"recall"}}.get(name, set())
     stray = [k for k in s if k not in allowed]
