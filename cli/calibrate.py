@@ -50,7 +50,7 @@ def calibrate(
     fits time = tuple * tuples + result * results + intercept, and prints the fit, the machine
     and a paste-ready --capacity option.
     """
-    from streamjoin.pipelines.jobs.calibrate import DEFAULT_POLICY, CalibrateSettings, check_settings, run_calibrate
+    from streamjoin.pipelines.jobs.calibrate import DEFAULT_POLICY, CalibrateSettings, run_calibrate
     from streamjoin.pipelines.report.calibrate import calibrate_lines
     from streamjoin.pipelines.tools.generate import generate
 
@@ -59,12 +59,8 @@ def calibrate(
     def job():
         settings = CalibrateSettings(out=Path(out), engine=engine, policy=policy or DEFAULT_POLICY, runs=runs,
                                      scale=scale)
-        check_settings(settings)   # a bad option fails before the progress bar starts
-        progress, on_run = _progress()
-        if progress is None:
-            return run_calibrate(settings, generate=generate, command=command, on_run=on_run)
-        with progress:
-            return run_calibrate(settings, generate=generate, command=command, on_run=on_run)
+        progress, on_run = _progress()   # shown once the settings are checked
+        return run_calibrate(settings, generate=generate, command=command, on_run=on_run, display=progress)
 
     result = outcome_of(job)
     if json_summary:
