@@ -13,10 +13,13 @@ tuples, ``--policy static --retention 50ms``: 7.9M emitted pairs):
   writer's parts on those combinations, alternating within each repetition:
   the writer before issue 21 (general sort, one frame, polars
   ``write_parquet``), the row-group writer, the two orders, the gathers, and
-  the Parquet options (statistics, dictionary, row group size).
+  the Parquet options (statistics, dictionary, row group size); with
+  ``--writer-at REV`` also the row-group writer of git revision ``REV``
+  (its ``io/results_file.py``) on the same combinations, and whether its
+  file is the same bytes.
 
     python benchmarks/bench_writer.py --rounds 5 --compare <old checkout>
-    python benchmarks/bench_writer.py --parts --rounds 5
+    python benchmarks/bench_writer.py --parts --rounds 5 [--writer-at main]
 
 On a loaded shared host wall time mostly measures the queue; compare CPU.
 """
@@ -104,7 +107,19 @@ class _Captured(BaseException):
     """Stops the job once the writer's inputs are captured (not an Exception: the CLI reports those)."""
 
 
-def parts(config: Path, rounds: int) -> None:
+def _writer_at(rev: str):
+    """``write_row_groups`` of git revision ``rev``'s ``io/results_file.py``, loaded beside this one."""
+    import types
+
+    where = f"{rev}:pipelines/io/results_file.py"
+    src = subprocess.run(["git", "-C", str(HERE.parent), "show", where], check=True, capture_output=True,
+                         text=True).stdout.replace("from .output import", "from streamjoin.pipelines.io.output import")
+    module = types.ModuleType(f"results_file_at_{rev}")
+    exec(compile(src, where, "exec"), module.__dict__)
+    return module.write_row_groups
+
+
+def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -153,6 +168,10 @@ def parts(config: Path, rounds: int) -> None:
         "write: pyarrow, no dictionary, 128Ki-row groups": lambda: pq.write_table(
             table, path, compression="snappy", use_dictionary=False, row_group_size=1 << 17),
     }
+    if writer_at:
+        old, old_path = _writer_at(writer_at), path.with_name(f"at-{writer_at}.parquet")
+        cases = {f"row-group writer at {writer_at} (whole)": lambda: old(old_path, R.emitted_row_groups(
+            combos, em, streams)), **cases}
     print(f"{len(rows[0]):,} emitted combinations; {rounds} repetitions, parts alternating")
     res = {k: ([], []) for k in cases}
     size = {}
@@ -163,12 +182,16 @@ def parts(config: Path, rounds: int) -> None:
             res[k][0].append(time.perf_counter() - w0)
             res[k][1].append(time.process_time() - c0)
             if k.startswith(("write", "writer", "row-group")):
-                size[k] = path.stat().st_size / 1e6
+                size[k] = (old_path if " at " in k else path).stat().st_size / 1e6
+            if writer_at and k == "row-group writer (whole)":
+                same = path.read_bytes() == old_path.read_bytes()
     med = statistics.median
     print(f"{'part':48} {'wall s':>7} {'cpu s':>6} {'file MB':>7}  walls")
     for k, (w, c) in res.items():
         mb = f"{size[k]:7.0f}" if k in size else " " * 7
         print(f"{k:48} {med(w):7.2f} {med(c):6.2f} {mb}  " + " ".join(f"{x:.2f}" for x in w))
+    if writer_at:
+        print(f"row-group writer's file the same bytes as at {writer_at}: {same}")
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 vCPU)")
 
 
@@ -177,10 +200,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="counted rounds (default 5)")
     ap.add_argument("--compare", metavar="PYTHONPATH", help="alternate with another checkout's code")
     ap.add_argument("--parts", action="store_true", help="time the writer's parts in one process")
+    ap.add_argument("--writer-at", metavar="REV", help="--parts: also the row-group writer of git revision REV")
     args = ap.parse_args()
     config = ensure_data(1.0)
     if args.parts:
-        parts(config, args.rounds)
+        parts(config, args.rounds, args.writer_at)
     else:
         whole(config, args.rounds, args.compare)
 

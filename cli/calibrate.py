@@ -5,14 +5,13 @@ Registered on the ``streamjoin`` app by ``cli/main.py``; failure handling from `
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import outcome_of
+from .common import command_line, outcome_of
 from streamjoin.pipelines.base.errors import EXIT_FAILURE
 
 
@@ -51,21 +50,17 @@ def calibrate(
     fits time = tuple * tuples + result * results + intercept, and prints the fit, the machine
     and a paste-ready --capacity option.
     """
-    from streamjoin.pipelines.jobs.calibrate import DEFAULT_POLICY, CalibrateSettings, check_settings, run_calibrate
+    from streamjoin.pipelines.jobs.calibrate import DEFAULT_POLICY, CalibrateSettings, run_calibrate
     from streamjoin.pipelines.report.calibrate import calibrate_lines
     from streamjoin.pipelines.tools.generate import generate
 
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
 
     def job():
         settings = CalibrateSettings(out=Path(out), engine=engine, policy=policy or DEFAULT_POLICY, runs=runs,
                                      scale=scale)
-        check_settings(settings)   # a bad option fails before the progress bar starts
-        progress, on_run = _progress()
-        if progress is None:
-            return run_calibrate(settings, generate=generate, command=command, on_run=on_run)
-        with progress:
-            return run_calibrate(settings, generate=generate, command=command, on_run=on_run)
+        progress, on_run = _progress()   # shown once the settings are checked
+        return run_calibrate(settings, generate=generate, command=command, on_run=on_run, display=progress)
 
     result = outcome_of(job)
     if json_summary:

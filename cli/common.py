@@ -1,10 +1,13 @@
-"""What every ``streamjoin`` command shares: the input options and how a command fails.
+"""What every ``streamjoin`` command shares: the input options, the command line a
+report records (:func:`command_line`) and how a command fails (:func:`outcome_of`).
 
 ``cli/main.py`` (run, tune-buffer, ...) and ``cli/compare.py`` both import from
 here, so neither imports the other."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -50,18 +53,25 @@ def interrupted(log=None) -> None:
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def outcome_of(job):
+def command_line() -> str:
+    """This process's command line as the outputs record it (``command``): ``streamjoin``
+    and its arguments, shell-quoted."""
+    return "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def outcome_of(job, log=None):
     """``job()``'s result; a :class:`StreamjoinError` or an interrupt before it publishes is
-    one line and an exit (:func:`fail`, :func:`interrupted`).  Interrupts are held from then on
-    (:func:`reporting`): what was published is reported."""
+    one line and an exit (:func:`fail`, :func:`interrupted`; ``log``: ``--log-format json``'s
+    events too).  Interrupts are held from then on (:func:`reporting`): what was published
+    is reported."""
     try:
         result = job()
     except StreamjoinError as exc:
         reporting()
-        fail(exc)
+        fail(exc, log)
     except KeyboardInterrupt:
         reporting()
-        interrupted()
+        interrupted(log)
     reporting()
     return result
 

@@ -5,7 +5,6 @@ Registered on the ``streamjoin`` app by ``cli/main.py``; options and failure han
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
-                     WhereOpt, WindowOpt, outcome_of)
+                     WhereOpt, WindowOpt, command_line, outcome_of)
 
 
 def compare(
@@ -41,16 +40,15 @@ def compare(
     """
     from streamjoin.pipelines.config.settings import Flags, read_toml, resolve
     from streamjoin.pipelines.config.variants import compare_tables, parse_policy_text
-    from streamjoin.pipelines.jobs.compare import check_variants, run_compare
+    from streamjoin.pipelines.jobs.compare import run_compare
     from streamjoin.pipelines.report.terminal import compare_lines, render_compare_rich
 
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
 
     def job():
         variants = [parse_policy_text(p) for p in policy or []]
         if not variants and config is not None:
             variants = compare_tables(read_toml(config), config)
-        check_variants(variants)
         # the job as run would resolve it, on the local engine (compare replays in-process)
         flags = Flags(streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
                       window=window or [], out=out, period=period, distance=distance, where=where, recall=recall,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import copy
 import json
-import shlex
 import os
 import sys
 
@@ -55,8 +54,8 @@ from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
                      WhereOpt, WindowOpt)
 from .common import fail as _fail
-from .common import interrupted as _interrupted
-from .common import reporting as _reporting
+from .common import command_line
+from .common import outcome_of as _outcome_of
 from .calibrate import calibrate as _calibrate
 from .compare import compare as _compare
 
@@ -344,14 +343,15 @@ def run(
         idleness=idleness, min_cleanup_interval=min_cleanup_interval, flow_control=flow_control,
         capacity=capacity,
     )
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
     nightly = _nightly(config, date, from_, to, lookback, force, fail_under_target, log_format, json_summary)
     if nightly.days:
         from streamjoin.pipelines.nightly.backfill import cli_run
 
         raise typer.Exit(cli_run(config, flags, nightly, command))
     log = _json_log(nightly)
-    try:
+
+    def job():
         cfg = resolve(config, flags)
         spark = cfg.engine == "spark"
         if spark and cfg.master.startswith("local") and sys.stderr.isatty() and \
@@ -361,18 +361,13 @@ def run(
         labels = {"join": f"join on Spark ({cfg.master})"} if spark else {}
         progress, on_stage = _stage_reporter(STAGES, labels) if log is None else (None, log.stage)
         on_chunk = _chunk_reporter(progress) if log is None else None
-        if progress is not None:
-            with progress:
-                report = run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
-        else:
-            report = run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
-    except StreamjoinError as exc:
-        _reporting()
-        _fail(exc, log)
-    except KeyboardInterrupt:  # before publishing; once published an interrupt is held (the run is done)
-        _reporting()
-        _interrupted(log)
-    _reporting()
+        if progress is None:
+            return cfg, run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
+        with progress:
+            return cfg, run_job(cfg, command=command, on_stage=on_stage, on_chunk=on_chunk)
+
+    # before publishing an error or interrupt is one line; once published an interrupt is held (the run is done)
+    cfg, report = _outcome_of(job, log)
     code = _target_code(nightly, cfg, report)
     if json_summary:
         typer.echo(json.dumps(report, indent=2))
@@ -524,8 +519,9 @@ is what is tuned (whole milliseconds), and the output has a PySpark snippet.  Wi
     from streamjoin.pipelines.jobs.tune import run_tune
     from streamjoin.pipelines.report.terminal import render_tune_rich, tune_lines
 
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    try:
+    command = command_line()
+
+    def job():
         nightly = _given_options(ctx, NIGHTLY)
         if nightly:
             raise InputError(f"{', '.join(nightly)}: nightly options of run; tune-buffer replays the streams as "
@@ -555,24 +551,18 @@ is what is tuned (whole milliseconds), and the output has a PySpark snippet.  Wi
                       max_quarantine=max_quarantine, **spark_flags)
         cfg = resolve(config, flags, output_kind="tune-buffer")
         notes = []
-        if FIXED_POLICY_OF.get(policy, policy) != policy:
-            notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, "
-                         f"{FIXED_POLICY_OF[policy]}")
-            policy = FIXED_POLICY_OF[policy]
+        tuned = FIXED_POLICY_OF.get(policy, policy)
+        if tuned != policy:
+            notes.append(f"--policy {policy}: tune-buffer tunes the fixed setting of its family, {tuned}")
         ignored = _given_options(ctx, set(RUN_ONLY) - ({"trigger"} if spark_ss else set()))
         if ignored:
             notes.append(f"{', '.join(ignored)} accepted from run, ignored: tune-buffer replays exactly, in-process, "
                          "and chooses K / retention / the watermark itself, so they do not change its answer")
         if notes:
             typer.echo("note: " + "; ".join(notes), err=True)
-        result = run_tune(cfg, policy=policy, q=recall, granularity=granularity, per_period=per_period, command=command)
-    except StreamjoinError as exc:
-        _reporting()
-        _fail(exc)
-    except KeyboardInterrupt:  # before publishing; once published an interrupt is held (the run is done)
-        _reporting()
-        _interrupted()
-    _reporting()
+        return run_tune(cfg, policy=tuned, q=recall, granularity=granularity, per_period=per_period, command=command)
+
+    result = _outcome_of(job)
     if json_summary:
         typer.echo(json.dumps(result, indent=2))
     elif sys.stdout.isatty():
@@ -622,7 +612,7 @@ def backfill(
     from streamjoin.pipelines.config.settings import Flags
 
     nightly = _nightly(config, None, from_, to, lookback, force, fail_under_target, log_format)
-    command = "streamjoin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
     try:
         code = cli_run(config, Flags(out=out, optional_streams=optional_stream or []), nightly, command, plan_only=plan)
     except StreamjoinError as exc:

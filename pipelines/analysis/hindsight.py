@@ -51,7 +51,7 @@ from ..replay.progress import Replay
 from .metrics import fmt_recall
 from ..base.sorting import stable_order
 from .quantiles import exact_quantile, group_needs, needed_count, period_groups
-from .tuning import FIXED_POLICY_OF, evaluate, period_index, policy_for, required_kslack, required_static_common
+from .tuning import FIXED_POLICY_OF, evaluate, period_index, policy_for, required_slacks
 
 #: share of the periods with results in which the adaptive policies promise ``Q`` (issue 15 item 3)
 PERIOD_SHARE = 0.95
@@ -153,17 +153,20 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def hindsight(replay: Replay, combos: Combos, windows: Sequence[int], members: tuple[list[np.ndarray], np.ndarray], *,
               policy: str, q: float, period_us: int, adaptive: dict[str, Any],
-              row_bytes: Sequence[float] | None = None) -> dict[str, Any]:
+              row_bytes: Sequence[float] | None = None, required: np.ndarray | None = None) -> dict[str, Any]:
     """``report.json``'s ``hindsight`` of a ``policy`` (qjoin / qkslack) run at target ``q``.
 
     ``members``: ``(a, last)``, every combination's members' arrival indexes
     (the engine's emission has them); ``adaptive``: the run's own
     ``recall``, ``periods_meeting_target``, ``periods_with_results``,
-    ``memory_tuples_mean``, ``latency_us_mean``.
+    ``memory_tuples_mean``, ``latency_us_mean``; ``required``: every combination's
+    required slack for the fixed policy (:func:`~.tuning.required_slacks`) when the
+    caller has it already (the run report's exact tuning curve), else computed here.
     """
     fixed_policy = FIXED_POLICY_OF[policy]
-    values = (required_static_common(replay, combos, windows, members) if fixed_policy == "static"
-              else required_kslack(replay, combos, members))
+    values = required_slacks(replay, combos, windows, fixed_policy, members) if required is None else required
+    if len(values) != len(combos):
+        raise ValueError(f"hindsight: {len(values)} required slacks for {len(combos)} combinations")
     pidx = period_index(replay, members[1], period_us)
     by_value = stable_order(values)[0]   # one sort of the values serves every grouping
     groups = period_groups(pidx, values, by_value)

@@ -177,6 +177,14 @@ def required_kslack(replay: Replay, combos: Combos,
     return np.maximum.reduce([per_tuple[ak] for ak in a])
 
 
+def required_slacks(replay: Replay, combos: Combos, windows: Sequence[int], policy: str,
+                    members: tuple[list[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Every combination's required slack for the fixed ``policy``: the common retention
+    (``static``, :func:`required_static_common`) or ``K`` (``kslack``, :func:`required_kslack`)."""
+    return (required_static_common(replay, combos, windows, members) if policy == "static"
+            else required_kslack(replay, combos, members))
+
+
 def grid_index(values: np.ndarray, g: int) -> np.ndarray:
     """``ceil(v / g)``: the first grid step at which a value is met."""
     return -(-np.asarray(values, dtype=np.int64) // g)
@@ -440,9 +448,7 @@ def curve_only(replay: Replay, combos: Combos, windows: Sequence[int], policy: s
     ``setting_us`` / ``exact_us`` meet ``q``; ``setting_for_recall`` maps
     each of ``targets`` (and ``q``) to its grid setting.
     """
-    values = (required_static_common(replay, combos, windows, members) if policy == "static"
-              else required_kslack(replay, combos, members))
-    return curve_summary(Curve(values, g), policy, q, targets)
+    return curve_summary(Curve(required_slacks(replay, combos, windows, policy, members), g), policy, q, targets)
 
 
 def curve_summary(curve: Curve, policy: str, q: float | None, targets: Sequence[float] = ()) -> dict[str, Any]:

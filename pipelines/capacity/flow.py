@@ -11,8 +11,8 @@ Time is cut into control intervals ``[t_m, t_m + Δt)``, ``t_m = t_0 + m·Δt``
 1. gets its processing capacity ``ρ_j(m)`` from the CPU control (token bucket;
    a fixed share ``(1 - surge)`` in the ratio of the long-term targets ``c_j``,
    plus ``surge`` split evenly among units above ``b0``; seed Fig. 12),
-2. computes the rate it admits, ``r_max,j(m)``, with the control law
-   (:func:`control_law`, seed equation 8) and feeds it back upstream,
+2. computes the rate it admits, ``r_max,j(m)``, with the control law (seed
+   equation 8; :func:`.flow_reference.control_law`) and feeds it back upstream,
 3. admits ``in_j(m) <= floor(min(r_max,j(m) + κ_j, B - b_j(m) + ρ_j(m)))`` tuples
    (``κ_j``: the fractional credit carried over; the second bound keeps the
    buffer from overflowing, so nothing is ever lost), forwarded in FIFO order:
@@ -67,22 +67,6 @@ class FlowOutcome:
     processing: np.ndarray
     admitted: np.ndarray
     shares: np.ndarray
-
-
-def control_law(rho_now: float, b_hist: Sequence[float], r_hist: Sequence[float], rho_hist: Sequence[float],
-                b0: float, lambdas: Sequence[float], mus: Sequence[float]) -> float:
-    """Seed 001 equation 8: ``r_max,j(n) = [ρ_j(n) - Σ_k λ_k (b_j(n-k) - b0) - Σ_l μ_l (r_max,j(n-l) - ρ_j(n-l))]^+``.
-
-    ``b_hist[k]`` = ``b_j(n-k)`` for ``k = 0..K``; ``r_hist[l-1]`` / ``rho_hist[l-1]`` =
-    ``r_max,j(n-l)`` / ``ρ_j(n-l)`` for the ``l = 1..L`` intervals that exist (before the
-    first interval the rate error is 0, so missing terms add nothing).
-    """
-    r = rho_now
-    for lam, b in zip(lambdas, b_hist):
-        r -= lam * (b - b0)
-    for mu, rm, rh in zip(mus, r_hist, rho_hist):
-        r -= mu * (rm - rh)
-    return r if r > 0.0 else 0.0
 
 
 def default_shares(sizes: Sequence[int]) -> np.ndarray:

@@ -5,7 +5,8 @@ unit's state in plain Python numbers, and the source walking its waiting
 tuples one by one in replay order ``(arrival, stream, row)``, handing each to
 its stream's unit while that unit has credit.  ``max-flow`` skips a tuple
 whose unit is out of credit (the others go on, seed Fig. 11); ``min-flow``
-stops there (one FIFO, paced by the slowest unit).  Rules:
+stops there (one FIFO, paced by the slowest unit).  Each unit's admitted rate
+is :func:`control_law`, seed equation 8 as written.  Rules:
 docs/semantics.md, "Flow control (seed 001)".
 """
 
@@ -15,6 +16,22 @@ import math
 from collections.abc import Sequence
 
 from ..config.flow_control import FlowControl
+
+
+def control_law(rho_now: float, b_hist: Sequence[float], r_hist: Sequence[float], rho_hist: Sequence[float],
+                b0: float, lambdas: Sequence[float], mus: Sequence[float]) -> float:
+    """Seed 001 equation 8: ``r_max,j(n) = [ρ_j(n) - Σ_k λ_k (b_j(n-k) - b0) - Σ_l μ_l (r_max,j(n-l) - ρ_j(n-l))]^+``.
+
+    ``b_hist[k]`` = ``b_j(n-k)`` for ``k = 0..K``; ``r_hist[l-1]`` / ``rho_hist[l-1]`` =
+    ``r_max,j(n-l)`` / ``ρ_j(n-l)`` for the ``l = 1..L`` intervals that exist (before the
+    first interval the rate error is 0, so missing terms add nothing).
+    """
+    r = rho_now
+    for lam, b in zip(lambdas, b_hist):
+        r -= lam * (b - b0)
+    for mu, rm, rh in zip(mus, r_hist, rho_hist):
+        r -= mu * (rm - rh)
+    return r if r > 0.0 else 0.0
 
 
 def reference_flow(arrivals: Sequence[Sequence[int]], fc: FlowControl,
@@ -56,16 +73,12 @@ def reference_flow(arrivals: Sequence[Sequence[int]], fc: FlowControl,
             if b[j] > b0:
                 want += fc.surge * per_interval / congested
             rho = min(want, tokens[j])
-            # equation 8, term by term over the history (b before the first interval: 0)
+            # equation 8 over the history (b before the first interval: 0; no rate error before it)
             past_b[j].append(b[j])
-            r = rho
-            for k, lam in enumerate(fc.lambdas):
-                bk = past_b[j][m - k] if m - k >= 0 else 0.0
-                r -= lam * (bk - b0)
-            for l, mu in enumerate(fc.mus, start=1):
-                if m - l >= 0:
-                    r -= mu * (past_r[j][m - l] - past_rho[j][m - l])
-            r = max(r, 0.0)
+            back = range(1, min(m, len(fc.mus)) + 1)
+            r = control_law(rho, [past_b[j][m - k] if m - k >= 0 else 0.0 for k in range(len(fc.lambdas))],
+                            [past_r[j][m - l] for l in back], [past_rho[j][m - l] for l in back], b0,
+                            fc.lambdas, fc.mus)
             rho_m.append(rho)
             r_m.append(r)
             credit.append(math.floor(min(r + carry[j], B - b[j] + rho)))

@@ -1,6 +1,7 @@
 """Option values parsed and checked where the configuration is resolved, so a
 bad value fails before any work is done: ``--distance``, ``--load-weights``,
 ``--partition-capacity``, ``--min-cleanup-interval`` (:func:`min_cleanup_setting`),
+a duration from a flag or the TOML (:func:`check_duration`, every config module's),
 the Spark engine's ``spark.streamjoin.handoff`` and ``spark.streamjoin.results``
 confs (:func:`results_mode`) and ``--out`` (what it
 holds, :func:`check_target`, and whether it can be written at all,
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import InputError
+from ..base.timeunits import parse_duration
 
 _DISTANCE = re.compile(r"^\s*([A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*<=\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*$")
 
@@ -91,20 +93,24 @@ ENGINE_KEYS = {"flink": ("watermark_interval", "idleness"), "flink-sql": ("water
                "spark-ss": ("trigger", "trigger_files", "watermark_policy")}
 
 
+def check_duration(value, what: str, example: str = '"250ms", "2s"') -> int:
+    """A duration from a flag or the TOML in µs: a string with a unit (``0`` alone is fine);
+    anything else is refused in one line naming ``what`` (with an ``example``)."""
+    if isinstance(value, str) or (type(value) is int and value == 0):
+        return parse_duration(value, what=what)
+    raise InputError(f"bad {what} {value!r}: expected a string with a unit, e.g. {example}")
+
+
 def min_cleanup_setting(flag: str | None, toml, policy_name: str) -> int:
     """``--min-cleanup-interval`` (or ``[run] min_cleanup_interval``, the flag first) in µs:
     Flink SQL's ``table.exec.interval-join.min-cleanup-interval``, default 0; a setting
     of ``flink-sql`` only (one line for another policy)."""
-    from ..base.timeunits import parse_duration
-
     value = flag if flag is not None else toml
     if value is None:
         return 0
     if policy_name != "flink-sql":
         raise InputError(f"--min-cleanup-interval: a setting of --policy flink-sql, not of {policy_name}")
-    if not (isinstance(value, str) or (type(value) is int and value == 0)):
-        raise InputError(f"bad min_cleanup_interval {value!r}: expected a string with a unit, e.g. \"250ms\", \"2s\"")
-    return parse_duration(value, what="min_cleanup_interval")
+    return check_duration(value, "min_cleanup_interval")
 
 
 HANDOFF_CONF_KEY = "spark.streamjoin.handoff"

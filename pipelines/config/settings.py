@@ -35,10 +35,10 @@ from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpe
 from .flow_control import FlowControl
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
-from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_target,
-                      check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
+from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_duration,
+                      check_target, check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.sorting import SORT_ENV, SORTS
-from ..base.timeunits import TS_UNITS, default_period, format_duration, parse_duration
+from ..base.timeunits import TS_UNITS, default_period, format_duration
 
 ROUTERS = ("none", "atr", "ctr", "auto")
 ENGINES = ("spark", "local")
@@ -274,13 +274,6 @@ def _check_keys(table: Any, allowed: tuple[str, ...], where: str) -> None:
         raise InputError(f"{where}: unknown key {unknown[0]!r} (expected one of {', '.join(allowed)})")
 
 
-def _duration(value: Any, what: str) -> int:
-    """A duration from a flag or the TOML: a string with a unit (``0`` alone is fine)."""
-    if isinstance(value, str) or (type(value) is int and value == 0):
-        return parse_duration(value, what=what)
-    raise InputError(f"bad {what} {value!r}: expected a string with a unit, e.g. \"250ms\", \"2s\"")
-
-
 def check_recall(value: float | None) -> float | None:
     if value is None:
         return None
@@ -330,7 +323,7 @@ def _recall_policy(name: str, recall: float | None, period: int | None, flags: F
                                     (flags.basic_window, "basic_window", "--basic-window")):
         raw = flag_value if flag_value is not None else run.get(key)
         if raw is not None:
-            value = _duration(raw, option.lstrip("-"))
+            value = check_duration(raw, option.lstrip("-"))
             if value <= 0:
                 raise InputError(f"{option} must be > 0")
             settings[f"{key}_us"] = value
@@ -350,7 +343,7 @@ def _spark_ss_policy(streams: list[StreamConfig], batch_triggers: list[str], fla
     if len(batch_triggers) > 1:
         raise InputError(f"--trigger {batch_triggers[-1]}: one micro-batch interval, given {len(batch_triggers)}")
     raw = batch_triggers[0] if batch_triggers else run.get("trigger")
-    trigger = _duration(raw, "trigger") if raw is not None else None
+    trigger = check_duration(raw, "trigger") if raw is not None else None
     files = flags.trigger_files if flags.trigger_files is not None else run.get("trigger_files")
     policy = PolicySpec(name="spark-ss", watermark=tuple(s.watermark_us for s in streams), trigger_us=trigger,
                         trigger_files=files, join=join,
@@ -371,9 +364,9 @@ def _flink_policy(streams: list[StreamConfig], flags: Flags, run: dict[str, Any]
 
     check_windows([s.window_us for s in streams])
     raw = flags.watermark_interval if flags.watermark_interval is not None else run.get("watermark_interval")
-    interval = _duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
+    interval = check_duration(raw, "watermark_interval") if raw is not None else DEFAULT_WATERMARK_INTERVAL_US
     raw = flags.idleness if flags.idleness is not None else run.get("idleness")
-    idleness = _duration(raw, "idleness") if raw is not None else None
+    idleness = check_duration(raw, "idleness") if raw is not None else None
     return PolicySpec(name=name, watermark=tuple(s.watermark_us for s in streams), watermark_interval_us=interval,
                       idleness_us=idleness, join=join, min_cleanup_us=cleanup)
 
@@ -496,11 +489,11 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
             ts=str(s.get("ts", "ts")),
             arrival=s.get("arrival"),
             unit=unit,
-            **window_fields(s["window"], f"window of stream {name!r}", _duration),
+            **window_fields(s["window"], f"window of stream {name!r}", check_duration),
             keys=tuple(str(k) for k in keys),
-            k_us=_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
-            retention_us=_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
-            watermark_us=_duration(s["watermark"], f"watermark of stream {name!r}") if s.get("watermark") is not None else None,
+            k_us=check_duration(s["k"], f"k of stream {name!r}") if s.get("k") is not None else None,
+            retention_us=check_duration(s["retention"], f"retention of stream {name!r}") if s.get("retention") is not None else None,
+            watermark_us=check_duration(s["watermark"], f"watermark of stream {name!r}") if s.get("watermark") is not None else None,
             optional=optional,
         ))
     key_counts = {len(s.keys) for s in resolved}
@@ -578,7 +571,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
     check_writable(out, into=not check_out)  # and one that could not be written (a nightly root: inside)
     period_raw = flags.period or run.get("period")
-    period = _duration(period_raw, "period") if period_raw is not None else None  # None: from the span
+    period = check_duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:
         raise InputError("--period must be > 0")
     recall = check_recall(flags.recall if flags.recall is not None else run.get("recall"))
@@ -681,7 +674,7 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
     results_mode(out.get("master", "local[*]"), out["spark_conf"])  # a bad spark.streamjoin.results fails here
     seg = flags.segment or run.get("segment")
     if seg is not None:
-        out["segment_us"] = _duration(seg, "segment")
+        out["segment_us"] = check_duration(seg, "segment")
         if out["segment_us"] <= 0:
             raise InputError("--segment must be > 0")
     weights = flags.load_weights or run.get("load_weights")

@@ -53,9 +53,9 @@ from ..io.chunks import read_chunks
 from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN
 from ..replay import interval_join, microbatch
 from ..replay.candidates import Combos
-from ..replay.results import member_columns, with_emission
+from ..replay.results import with_emission
 from .bounded import BIG, BoundedReplay, Slab, replay_order_of
-from .bounded_outer import OuterTally, compact_with_pads, padded_row_types
+from .bounded_outer import OuterRows
 
 
 def spark_batch_table(sv, policy) -> tuple[microbatch.BatchTable | None, int]:
@@ -131,12 +131,9 @@ class EmulationReplay(BoundedReplay):
         self.last_tick: int | None = None
         self.last_after = NEG_INF
         # spark-ss outer joins (module doc, "Outer joins")
-        self.sides = cfg.policy.padded_sides if self.spark else ()
-        self.matched = np.zeros(self.N, bool) if self.sides else None
-        self.pads: dict[int, Slab | None] = {s: None for s in self.sides}
+        self.outer = OuterRows(cfg.policy.padded_sides if self.spark else (), self.N, self.n, self.names)
         self.decided_below = np.iinfo(np.int64).min     # removal batches below it: padded already
         self.tail: pl.DataFrame | None = None           # results not written yet (the open batch's)
-        self.outer = OuterTally(self.n)
 
     # ------------------------------------------------------------------ policy facts
 
@@ -147,7 +144,7 @@ class EmulationReplay(BoundedReplay):
             before = interval_join.watermark_of_maxima(np.concatenate([self.M.reshape(-1, 1), M[:, :-1]], axis=1), D)
             return before, interval_join.watermark_of_maxima(M, D)
         tick = interval_join.ticks(arr, self.first_arrival, self.interval)
-        counted = np.searchsorted(arr, tick, side="left") - 1
+        counted = interval_join.seen_at_tick(arr, self.first_arrival, self.interval)   # in the chunk
         M_at = M[:, np.maximum(counted, 0)]
         earlier = counted < 0               # the tick's records all arrived in earlier chunks
         if earlier.any():   # at the previous chunk's latest tick: its maxima then; at a later one: all of it
@@ -205,18 +202,18 @@ class EmulationReplay(BoundedReplay):
         frames = self._emit_emulated(combos, windows, arr) if len(combos) else []
         bound = int(self.survey.future_min_ts[j + 1]) if j + 1 < self.survey.chunks else None
         upper = None
-        if self.sides:   # removal batches below the chunk's last batch are final: pad those rows
+        if self.outer.sides:   # removal batches below the chunk's last batch are final: pad those rows
             upper = BIG if bound is None else int(batch[-1])
-            frames += [self._spark_pads(side, windows[side], upper) for side in self.sides]
+            frames += [self._spark_pads(side, windows[side], upper) for side in self.outer.sides]
         t0 = self._timed("emit", t0)
-        if self.sides:
+        if self.outer.sides:
             self._write(frames, None if bound is None else (self.base + int(batch[-1]) + 1) * self.T)
         elif self.sink is not None and frames and frames[0].height:
             self.sink(frames[0])
         t0 = self._timed("results", t0)
         # unmatched rows out of the join state, still in Spark's, removal batch not decided: pad them later
-        compact_with_pads(self, windows, bound, lambda side, gone: (
-            ~gone.dropped & (gone.rel != microbatch.NEVER) & (gone.rel >= upper) & ~self.matched[gone.a]))
+        self.outer.compact(self, windows, bound, lambda side, gone: (
+            ~gone.dropped & (gone.rel != microbatch.NEVER) & (gone.rel >= upper) & ~self.outer.matched[gone.a]))
         if upper is not None:
             self.decided_below = upper
         self.A0 += C
@@ -274,9 +271,7 @@ class EmulationReplay(BoundedReplay):
         if self.trace is not None:
             self.trace[-1]["truth"] = [windows[k].row[rows[k]] for k in range(2)]
         acc.emitted += int(emitted.sum())
-        if self.matched is not None:
-            self.matched[a[0][emitted]] = True
-            self.matched[a[1][emitted]] = True
+        self.outer.match(a, emitted)
         self._count_periods(last - A0, emitted, arr)
         acc.duplicates += self._duplicates([r[emitted] for r in rows], [len(w) for w in windows])
         acc.latency.add(latency[emitted])
@@ -294,22 +289,11 @@ class EmulationReplay(BoundedReplay):
         """Stream ``side``'s null-padded rows whose removal batch is decided now (in
         ``[decided_below, upper)``), in no emitted pair, from the join state and the pending
         pads: emitted at the end of that batch."""
-        pad = self.pads[side]
-        rows = Slab.concat(window, pad) if pad is not None else window
-        r = rows.rel
-        now = (~rows.dropped & (r != microbatch.NEVER) & (r >= self.decided_below) & (r < upper)
-               & ~self.matched[rows.a])
-        if pad is not None:
-            self.pads[side] = pad.take(pad.rel >= upper)
-        out = rows.take(now)
-        emit_us = (self.base + out.rel + 1) * self.T
-        latency = emit_us - out.arrival
-        self.outer.add(side, latency)
-        if self.sink is None:
-            return pl.DataFrame()
-        frame = with_emission(member_columns(self.names[side], out.row, out.ts, out.arrival, out.payload),
-                              emit_us, latency, out.a)
-        return frame.with_columns(pl.Series("batch", out.rel, dtype=pl.Int64))
+        out = self.outer.due(side, window, lambda rows: (~rows.dropped & (rows.rel != microbatch.NEVER)
+                                                         & (rows.rel >= self.decided_below) & (rows.rel < upper)),
+                             lambda pad: pad.rel >= upper)
+        frame = self.outer.frame(side, out, (self.base + out.rel + 1) * self.T, self.sink)
+        return frame.with_columns(pl.Series("batch", out.rel, dtype=pl.Int64)) if self.sink is not None else frame
 
     def _write(self, frames: list[pl.DataFrame], cut: int | None) -> None:
         """Hand the results to the sink, keeping back those emitted at or after ``cut`` (the end
@@ -323,8 +307,7 @@ class EmulationReplay(BoundedReplay):
         if not parts:
             return
         # (padded rows alone lack the other stream's columns: the schema's empty frame adds them)
-        frame = padded_row_types(pl.concat([self.empty_frame(), *parts], how="diagonal_relaxed"), self.names,
-                                 self.sides)
+        frame = self.outer.types(pl.concat([self.empty_frame(), *parts], how="diagonal_relaxed"))
         if cut is None:
             self.sink(frame)
             return
@@ -335,21 +318,21 @@ class EmulationReplay(BoundedReplay):
             self.sink(frame.filter(~late))
 
     def on_eof(self) -> None:
-        if self.sides and any(w is not None for w in self.state):   # the last chunks held no rows
-            self._write([self._spark_pads(side, self.state[side], BIG) for side in self.sides], None)
+        if self.outer.sides and any(w is not None for w in self.state):   # the last chunks held no rows
+            self._write([self._spark_pads(side, self.state[side], BIG) for side in self.outer.sides], None)
         super().on_eof()
-        assert self.tail is None and all(p is None or not len(p) for p in self.pads.values())
+        assert self.tail is None and self.outer.settled()
 
     def outer_join(self) -> tuple[dict, list[int]] | None:
         """``report.json``'s ``outer_join`` section and each stream's ``outer_rows``, or ``None``."""
-        return self.outer.report(self.policy.join, self.names, self.sides)
+        return self.outer.report(self.policy.join)
 
     # ------------------------------------------------------------------ report
 
     def empty_frame(self) -> pl.DataFrame:
         frame = super().empty_frame()
         frame = frame.with_columns(pl.Series("batch", [], dtype=pl.Int64)) if self.spark else frame
-        return padded_row_types(frame, self.names, self.sides)
+        return self.outer.types(frame)
 
     def policy_settings(self) -> dict:
         """``report.json`` ``policy_settings``, as the in-memory engine reports them."""

@@ -42,9 +42,9 @@ from ..io.chunks import read_chunks
 from ..replay import sql_interval_join
 from ..replay.candidates import key_ids
 from ..replay.progress import build_replay, decide
-from ..replay.results import member_columns, with_emission
+from ..replay.results import with_emission
 from .bounded import BoundedReplay, Slab
-from .bounded_outer import OuterTally, compact_with_pads, padded_row_types
+from .bounded_outer import OuterRows
 
 
 def sql_first_pass(cfg, sv):
@@ -88,10 +88,7 @@ class SqlReplay(BoundedReplay):
         self.sql = decisions.sql
         self.settings = decisions.policy_settings
         self.held = sql_interval_join.memory(self.sql, replay.stream, self.n)   # rows held after every index
-        self.sides = cfg.policy.padded_sides
-        self.matched = np.zeros(self.N, bool) if self.sides else None
-        self.pads: dict[int, Slab | None] = {s: None for s in self.sides}
-        self.outer = OuterTally(self.n)
+        self.outer = OuterRows(cfg.policy.padded_sides, self.N, self.n, self.names)
 
     def _replay(self, batches, C: int, j: int) -> None:
         n, A0 = self.n, self.A0
@@ -113,15 +110,15 @@ class SqlReplay(BoundedReplay):
         combos = self._truth(windows, kept)
         t0 = self._timed("candidates", t0)
         frames = [self._pairs(combos, windows, arr)]
-        frames += [self._padded(side, windows[side], arr) for side in self.sides]
+        frames += [self._padded(side, windows[side], arr) for side in self.outer.sides]
         t0 = self._timed("emit", t0)
         if self.sink is not None and sum(f.height for f in frames):
-            self.sink(padded_row_types(pl.concat(frames, how="diagonal_relaxed"), self.names, self.sides))
+            self.sink(self.outer.types(pl.concat(frames, how="diagonal_relaxed")))
         t0 = self._timed("results", t0)
         bound = int(self.survey.future_min_ts[j + 1]) if j + 1 < self.survey.chunks else None
         # rows dropped from the join state, still in Flink's cache, unmatched: pad them later
-        compact_with_pads(self, windows, bound,
-                          lambda side, gone: (self.sql.left_at[gone.a] >= A0 + C) & ~self.matched[gone.a])
+        self.outer.compact(self, windows, bound,
+                           lambda side, gone: (self.sql.left_at[gone.a] >= A0 + C) & ~self.outer.matched[gone.a])
         self.A0 += C
         self._timed("progress", t0)
 
@@ -141,9 +138,7 @@ class SqlReplay(BoundedReplay):
             self._count_periods(last - A0, emitted, arr)
             acc.duplicates += self._duplicates([r[emitted] for r in rows], [len(w) for w in windows])
         acc.latency.add(np.zeros(int(emitted.sum()), np.int64))
-        if self.matched is not None:
-            self.matched[a[0][emitted]] = True
-            self.matched[a[1][emitted]] = True
+        self.outer.match(a, emitted)
         if self.sink is None:
             return pl.DataFrame()
         return with_emission(self._frame(windows, [r[emitted] for r in rows]), arr[last[emitted] - A0],
@@ -152,28 +147,17 @@ class SqlReplay(BoundedReplay):
     def _padded(self, side: int, window: Slab, arr: np.ndarray) -> pl.DataFrame:
         """Stream ``side``'s null-padded rows that leave their cache in this chunk, in no
         emitted pair: from the join state and the pending pads."""
-        A0, end = self.A0, self.A0 + len(arr)
-        pad = self.pads[side]
-        rows = Slab.concat(window, pad) if pad is not None else window
-        at = self.sql.left_at[rows.a]
-        now = (at >= A0) & (at < end) & ~self.matched[rows.a]
-        if pad is not None:
-            self.pads[side] = pad.take(self.sql.left_at[pad.a] >= end)
-        out = rows.take(now)
-        emit_us = arr[at[now] - A0]
-        latency = emit_us - out.arrival
-        self.outer.add(side, latency)
-        if self.sink is None:
-            return pl.DataFrame()
-        return with_emission(member_columns(self.names[side], out.row, out.ts, out.arrival, out.payload),
-                             emit_us, latency, out.a)
+        A0, end, left_at = self.A0, self.A0 + len(arr), self.sql.left_at
+        out = self.outer.due(side, window, lambda rows: (left_at[rows.a] >= A0) & (left_at[rows.a] < end),
+                             lambda pad: left_at[pad.a] >= end)
+        return self.outer.frame(side, out, arr[left_at[out.a] - A0], self.sink)
 
     def on_eof(self) -> None:
         super().on_eof()
-        assert all(p is None or not len(p) for p in self.pads.values()), "every pending pad left its cache"
+        assert self.outer.settled(), "every pending pad left its cache"
 
     def empty_frame(self) -> pl.DataFrame:
-        return padded_row_types(super().empty_frame(), self.names, self.sides)
+        return self.outer.types(super().empty_frame())
 
     def policy_settings(self) -> dict:
         """``report.json`` ``policy_settings``, as the in-memory engine reports them."""
@@ -183,4 +167,4 @@ class SqlReplay(BoundedReplay):
         """``report.json``'s ``outer_join`` section and each stream's ``outer_rows``
         (as :func:`~streamjoin.pipelines.analysis.metrics.outer_join_summary`), or ``None``
         for an inner join."""
-        return self.outer.report(self.policy.join, self.names, self.sides)
+        return self.outer.report(self.policy.join)

@@ -1,24 +1,26 @@
-"""results.parquet: result frames written as Parquet row groups, one per frame.
+"""results.parquet: result frames written as Parquet row groups, one per frame -- the
+one writer of every ``run`` (in memory, :mod:`~streamjoin.pipelines.jobs.run`; in
+chunks, :mod:`~streamjoin.pipelines.jobs.chunked`).
 
-:func:`write_row_groups` takes the frames from an iterator and builds the
-next one on a second thread while the current one is encoded and compressed
-(numpy's and polars' gathers and Arrow's Parquet writer release the GIL), so
-a run's results are never all in memory as one frame and building overlaps
-writing.
+:class:`ResultsFile` takes the frames one at a time and encodes and compresses
+each on a second thread while the caller builds the next one (numpy's and
+polars' gathers and Arrow's Parquet writer release the GIL); at most one frame
+is in flight, so a run's results are never all in memory as one frame and
+building overlaps writing.  :func:`write_row_groups` feeds it from an iterator.
 
 The file (docs/performance.md, "Results writer (issue 21)"): snappy
 (:data:`~streamjoin.pipelines.io.output.RESULTS_COMPRESSION`), no dictionary
 encoding (result columns are row numbers and times with few repeats: it
 costs write time and makes the file larger), min/max statistics kept (the
 file is in emission order, so readers that prune row groups -- Spark,
-DuckDB, polars -- skip by ``emit_us``), no embedded Arrow schema (the
-Parquet types alone, as polars writes them, so every reader sees the types it
-would see in a polars-written file).
+DuckDB, polars -- skip by ``emit_us``), row groups of at most
+:data:`ROW_GROUP_ROWS` rows, each frame cast to the first frame's Arrow schema,
+which the footer keeps (``ARROW:schema``, pyarrow's default).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,29 +34,71 @@ from .output import RESULTS_COMPRESSION
 ROW_GROUP_ROWS = 1 << 20
 
 
-def write_row_groups(path: Path, frames: Iterable[pl.DataFrame]) -> int:
-    """Write ``frames`` (at least one, all of one schema) to ``path``, one row
-    group each (split at :data:`ROW_GROUP_ROWS`), in order; returns the number
-    of rows written."""
-    it = iter(frames)
-    rows = 0
-    writer: pq.ParquetWriter | None = None
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(next, it, None)
+class ResultsFile:
+    """Appends result frames to the Parquet file ``path``, one row group each (split at
+    :data:`ROW_GROUP_ROWS`), in order, on a second thread (module doc).  ``prepare``: what
+    that thread does to each frame first (the chunked run: put it in results order)."""
+
+    def __init__(self, path: Path, prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None):
+        self.path = path
+        self.prepare = prepare
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.in_flight = None
+
+    def write(self, frame: pl.DataFrame) -> None:
+        """Hand ``frame`` over (once the previous one is written) and return."""
+        self._wait()
+        self.in_flight = self.pool.submit(self._write, frame, self.prepare)
+
+    def _wait(self) -> None:
+        if self.in_flight is not None:
+            done, self.in_flight = self.in_flight, None
+            done.result()  # a failure in the writer thread surfaces here
+
+    def _write(self, frame: pl.DataFrame, prepare) -> None:
+        table = (prepare(frame) if prepare is not None else frame).to_arrow()
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression=RESULTS_COMPRESSION,
+                                           use_dictionary=False, write_statistics=True)
+        elif table.schema != self.writer.schema:
+            table = table.cast(self.writer.schema)
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+
+    def close(self, empty: pl.DataFrame | None = None) -> int:
+        """Finish the file and return the rows written; if no frame came, write ``empty`` (a
+        frame with the results schema, as it is) or, without one, refuse (ValueError)."""
+        self._wait()
+        if self.writer is None:
+            if empty is None:
+                raise ValueError("write_row_groups: no frame to write (not even an empty one with the schema)")
+            self._write(empty, None)
+        self.writer.close()
+        self.pool.shutdown()
+        return self.rows
+
+    def abort(self) -> None:
+        """Stop after a failure or Ctrl-C (the staging directory is removed by the caller)."""
         try:
-            while (frame := ahead.result()) is not None:
-                ahead = pool.submit(next, it, None)
-                table = frame.to_arrow()
-                if writer is None:
-                    writer = pq.ParquetWriter(path, table.schema, compression=RESULTS_COMPRESSION,
-                                              use_dictionary=False, write_statistics=True)
-                elif table.schema != writer.schema:
-                    table = table.cast(writer.schema)
-                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-                rows += table.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-    if writer is None:
-        raise ValueError("write_row_groups: no frame to write (not even an empty one with the schema)")
-    return rows
+            self._wait()
+        except Exception:  # the run is failing already; its own error is the one to report
+            pass
+        self.pool.shutdown()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def write_row_groups(path: Path, frames: Iterable[pl.DataFrame]) -> int:
+    """Write ``frames`` (at least one, all of one schema) to ``path`` with a
+    :class:`ResultsFile`, building the next frame while the current one is written;
+    returns the number of rows written."""
+    out = ResultsFile(path)
+    try:
+        for frame in frames:
+            out.write(frame)
+        return out.close()
+    except BaseException:
+        out.abort()
+        raise

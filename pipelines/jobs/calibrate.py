@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,12 +155,21 @@ def _timed_join(case: dict[str, Any], window_us: int) -> tuple[float, int, int, 
             len(outcome.combos))
 
 
-@locks_out("calibrate")  # a second calibrate on the same --out exits 4
 def run_calibrate(s: CalibrateSettings, *, generate, command: str = "calibrate",
-                  on_run: RunCallback | None = None) -> dict[str, Any]:
+                  on_run: RunCallback | None = None, display: AbstractContextManager | None = None) -> dict[str, Any]:
     """Measure, fit, publish ``calibrate.json``; return it.  ``generate``: see the module doc.
-    ``on_run(done, total, label, seconds)`` after each measured join (progress)."""
+    ``on_run(done, total, label, seconds)`` after each measured join (progress); ``display``:
+    held open while the work runs (the CLI's progress bar).  The settings are checked once
+    (:func:`check_settings`), first: a bad one fails before ``display`` opens or ``--out``
+    is locked."""
     check_settings(s)
+    with display if display is not None else nullcontext():
+        return _measure(s, generate=generate, command=command, on_run=on_run)
+
+
+@locks_out("calibrate")  # a second calibrate on the same --out exits 4
+def _measure(s: CalibrateSettings, *, generate, command: str, on_run: RunCallback | None) -> dict[str, Any]:
+    """:func:`run_calibrate` once its settings are checked."""
     started = time.perf_counter()
     before = machine()
     with tempfile.TemporaryDirectory(prefix="streamjoin-calibrate-") as tmp:

@@ -32,7 +32,8 @@ from ..engines.bounded import BoundedReplay
 from ..engines.bounded_emulation import bounded_replay
 from ..base.errors import InputError
 from ..io.load import count_rows
-from ..io.output import RESULTS_COMPRESSION, AtomicOutput
+from ..io.output import AtomicOutput
+from ..io.results_file import ResultsFile
 from ..replay.predicates import where_of
 from ..replay.results import result_order
 from ..report import json as report_json
@@ -68,61 +69,6 @@ def chunk_rows_for(cfg: RunConfig) -> int | None:
     return DEFAULT_CHUNK_ROWS if rows > AUTO_ROWS else None
 
 
-class ResultsWriter:
-    """Appends result frames to one Parquet file (``RESULTS_COMPRESSION``), one row group per chunk.
-
-    Ordering, Arrow conversion and compression run on a second thread while
-    the engine replays the next chunk; at most one frame is in flight, so
-    memory stays bounded.  No dictionary encoding: result columns are row
-    numbers and times with few repeats, where it halves the write speed and
-    does not shrink the file.
-    """
-
-    def __init__(self, path, names: list[str]):
-        self.path = path
-        self.names = names
-        self.writer: pq.ParquetWriter | None = None
-        self.rows = 0
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        self.in_flight = None
-
-    def write(self, frame) -> None:
-        self._wait()
-        self.in_flight = self.pool.submit(self._write, frame)
-
-    def _wait(self) -> None:
-        if self.in_flight is not None:
-            done, self.in_flight = self.in_flight, None
-            done.result()  # a failure in the writer thread surfaces here
-
-    def _write(self, frame, ordered: bool = False) -> None:
-        table = (frame if ordered else result_order(frame, self.names)).to_arrow()
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, compression=RESULTS_COMPRESSION, use_dictionary=False)
-        elif table.schema != self.writer.schema:
-            table = table.cast(self.writer.schema)
-        self.writer.write_table(table)
-        self.rows += table.num_rows
-
-    def close(self, empty_frame) -> None:
-        """Finish the file (an empty one with the results schema if nothing was emitted)."""
-        self._wait()
-        if self.writer is None:
-            self._write(empty_frame, ordered=True)
-        self.writer.close()
-        self.pool.shutdown()
-
-    def abort(self) -> None:
-        """Stop after a failure or Ctrl-C (the staging directory is removed by the caller)."""
-        try:
-            self._wait()
-        except Exception:  # the run is failing already; its own error is the one to report
-            pass
-        self.pool.shutdown()
-        if self.writer is not None:
-            self.writer.close()
-
-
 def _prefetched(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
     """Read chunk ``j + 1`` on a second thread while chunk ``j`` is replayed
     (Parquet decoding releases the GIL)."""
@@ -151,7 +97,8 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
     names = [s.config.name for s in sv.streams]
     with AtomicOutput(cfg.out) as staging:
         outputs: dict[str, str] = {}
-        writer = ResultsWriter(staging / "results.parquet", names) if cfg.write_results else None
+        writer = (ResultsFile(staging / "results.parquet", lambda frame: result_order(frame, names))
+                  if cfg.write_results else None)
         quarantine: dict[int, pq.ParquetWriter] = {}
         # spark-ss: a first pass over the time columns gives every micro-batch's watermark
         engine = bounded_replay(cfg, sv, writer.write if writer else None, row_bytes)
@@ -262,4 +209,4 @@ def _periods(engine: BoundedReplay, cfg: RunConfig) -> list[dict[str, Any]]:
                                   acc.period_emitted, cfg.recall_target)
 
 
-__all__ = ["AUTO_ROWS", "DEFAULT_CHUNK_ROWS", "chunk_rows_for", "run_chunked_job", "ResultsWriter"]
+__all__ = ["AUTO_ROWS", "DEFAULT_CHUNK_ROWS", "chunk_rows_for", "run_chunked_job"]

@@ -39,6 +39,9 @@ from ..report import html as report_html
 from ..report.json import calendar_origin
 from .run import arrival_span, publish_json_and_html, resolve_period
 
+#: why a flink-sql job or variant is refused
+FLINK_SQL_REFUSED = ("does not take flink-sql yet (its lost results are not classified into causes); "
+                     "run it with streamjoin run")
 #: recall target of the tuned policy and of "periods meeting the target" when the job has none
 DEFAULT_RECALL = 0.99
 #: the definitions compare.json carries (docs/semantics.md "Why results are lost")
@@ -165,9 +168,11 @@ def run_compare(cfg, variants: list[Variant], *, command: str = "compare") -> di
 
     ``cfg``: the job's resolved :class:`~streamjoin.pipelines.config.settings.RunConfig`
     (its policy is the ``job`` role); ``variants``: what to compare (empty: the default set).
+    A policy compare does not take is refused before the inputs are read (:func:`check_variants`).
     """
     if cfg.policy.name == "flink-sql":
-        raise InputError("compare does not take flink-sql yet (its lost results are not classified into causes); run it with streamjoin run")
+        raise InputError(f"compare {FLINK_SQL_REFUSED}")
+    check_variants(variants)
     if cfg.policy.trigger_files is not None:
         # its rows arrive when their file's batch runs: every other policy would replay other arrivals
         raise InputError("compare: a spark-ss job with --trigger-files is not compared yet "
@@ -240,7 +245,11 @@ def run_compare(cfg, variants: list[Variant], *, command: str = "compare") -> di
 
 
 def check_variants(variants: list[Variant]) -> None:
-    """Refuse a list that names a role twice (one line, before any work)."""
+    """Refuse, in one line and before any input is read, a ``flink-sql`` variant and a list
+    that names a role twice."""
+    for v in variants:
+        if v.name == "flink-sql":
+            raise InputError(f"--policy {v.text!r}: compare {FLINK_SQL_REFUSED}")
     roles = [v.role for v in variants if v.role]
     for role in roles:
         if roles.count(role) > 1:

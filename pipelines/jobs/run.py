@@ -258,7 +258,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             else:
                 extras = pool.submit(report_build.extras, cfg, outcome)
                 report = build_report(cfg, command, streams, outcome)
-            report.update(extras.result())
+            keys, required = extras.result()
+            report.update(keys)
             if flow is not None:
                 report["flow_control"] = flow_report(flow, cfg.flow_control,
                                                      [s.name for s in streams], [s.arrival for s in original], at_join)
@@ -274,7 +275,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                        "--capacity: the run's memory and latency are those of a finite machine, a fixed "
                        "setting's replay those of an infinite one" if capacity is not None else None)
             t0 = time.perf_counter()
-            hs = report_build.hindsight_of(cfg, outcome, report, why_not=why_not,
+            hs = report_build.hindsight_of(cfg, outcome, report, why_not=why_not, required=required,
                                            latency_mean=at_join["mean"] if at_join is not None else None)
             if hs is not None:   # timed apart too (timings_s.hindsight, part of metrics)
                 report["hindsight"] = hs

@@ -72,18 +72,29 @@ def watermark_of_maxima(M_at: np.ndarray, delays) -> np.ndarray:
     return out
 
 
+def maxima_at(M: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """The running maxima ``M`` (shape ``(n, N)``) of the records ``<= counted`` (what the
+    generators had seen); ``NEG_INF`` where ``counted < 0``."""
+    seen = counted >= 0
+    M_at = M[:, np.where(seen, counted, 0)]
+    M_at[:, ~seen] = NEG_INF
+    return M_at
+
+
 def _operator_watermark(M: np.ndarray, counted: np.ndarray, delays) -> np.ndarray:
     """:func:`watermark_of_maxima` of the records ``<= counted``; ``NEG_INF`` where ``counted < 0``."""
-    seen = counted >= 0
-    at = np.where(seen, counted, 0)
-    M_at = M[:, at]
-    M_at[:, ~seen] = NEG_INF
-    return watermark_of_maxima(M_at, delays)
+    return watermark_of_maxima(maxima_at(M, counted), delays)
 
 
 def ticks(arrival: np.ndarray, first: int, interval: int) -> np.ndarray:
     """The latest watermark tick ``first + k I <= arrival`` of each record (rule 2, periodic)."""
     return first + (arrival - first) // interval * interval
+
+
+def seen_at_tick(arrival: np.ndarray, first: int, interval: int) -> np.ndarray:
+    """Per record of the sorted ``arrival``: the last index of ``arrival`` that arrived before
+    the record's latest tick (:func:`ticks`), ``-1``: none in ``arrival``."""
+    return np.searchsorted(arrival, ticks(arrival, first, interval), side="left") - 1
 
 
 def record_facts(ts: np.ndarray, stream: np.ndarray, before: np.ndarray, windows) -> tuple[np.ndarray, np.ndarray]:
@@ -118,8 +129,7 @@ def counted(replay, interval_us: int) -> tuple[np.ndarray, np.ndarray]:
     idx = np.arange(replay.N, dtype=np.int64)
     if interval_us == 0:   # a watermark after every record
         return idx - 1, idx
-    first = int(replay.arrival[0])   # ticks at first + k I: the records that arrived before the latest tick
-    c = np.searchsorted(replay.arrival, ticks(replay.arrival, first, interval_us), side="left") - 1
+    c = seen_at_tick(replay.arrival, int(replay.arrival[0]), interval_us)   # ticks at first + k I
     return c, c
 
 

@@ -178,13 +178,10 @@ def advances(replay, policy, before: np.ndarray, after: np.ndarray) -> tuple[np.
     if interval and N > 1:   # a tick where both inputs rise: the left one first
         c, _ = interval_join.counted(replay, interval)
         q = np.flatnonzero(c[1:] > c[:-1]) + 1
-        d = [int(x) for x in policy.watermark]
-
-        def wm(i: int, at: np.ndarray) -> np.ndarray:
-            m = np.where(at >= 0, replay.M[i][np.maximum(at, 0)], NEG_INF)
-            return np.where(m > NEG_INF, m - d[i] - MS, NEG_INF)
-
-        mid = np.minimum(wm(0, c[q]), wm(1, c[q - 1]))
+        # between the generators: the left input's watermark after the tick, the right one's before it
+        mid = interval_join.watermark_of_maxima(np.concatenate([interval_join.maxima_at(replay.M[:1], c[q]),
+                                                                interval_join.maxima_at(replay.M[1:2], c[q - 1])]),
+                                                policy.watermark)
         keep = (mid > g[q - 1]) & (mid < g[q])
         pos.append(q[keep])
         val.append(mid[keep])

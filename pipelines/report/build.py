@@ -8,13 +8,15 @@ memory (:mod:`~streamjoin.pipelines.jobs.chunked`, from the engine's sums) --
 and :func:`finish` fills in its outputs and timings once they are written.
 :func:`extras` computes, from the replay, the downsampled memory series, the
 latency histogram of the emitted results and the tuning curve
-(:func:`~streamjoin.pipelines.analysis.tuning.curve_only`; for ``spark-ss`` and ``flink`` the
+(every combination's required slack, :func:`~streamjoin.pipelines.analysis.tuning.required_slacks`,
+as a :func:`~streamjoin.pipelines.analysis.tuning.curve_summary`; for ``spark-ss`` and ``flink`` the
 curve over its watermark delay,
 :func:`~streamjoin.pipelines.analysis.watermark_tuning.watermark_curve_only`; none for
 ``flink-sql``, whose recall is not monotone in the delay), so that
 ``report.html`` can be rendered from ``report.json`` alone.
 :func:`hindsight_of` adds a ``qjoin`` / ``qkslack`` run's ``hindsight``
-(:mod:`~streamjoin.pipelines.analysis.hindsight`).
+(:mod:`~streamjoin.pipelines.analysis.hindsight`), from the required slacks the
+exact tuning curve computed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from ..analysis import metrics
 from ..analysis.hindsight import MEASURE, hindsight, not_computed
 from ..analysis.summary import CountedCurve
-from ..analysis.tuning import curve_only, curve_summary
+from ..analysis.tuning import FIXED_POLICY_OF, Curve, curve_summary, required_slacks
 from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
@@ -169,8 +171,10 @@ def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict
     return latency_histogram(latency[emitted])
 
 
-def extras(cfg, outcome) -> dict[str, Any]:
-    """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys)."""
+def extras(cfg, outcome) -> tuple[dict[str, Any], tuple[str, np.ndarray] | None]:
+    """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys), and the
+    exact tuning curve's required slacks with their fixed policy (``static`` / ``kslack``:
+    every combination's, for :func:`hindsight_of`; ``None`` for a sampled curve or none)."""
     em = outcome.emission
     family = outcome.decisions.family
     policy = "static" if family == SYMMETRIC else "kslack"
@@ -183,6 +187,7 @@ def extras(cfg, outcome) -> dict[str, Any]:
         # the sample's own members' arrival indexes (em.a[k][pick], without
         # gathering em.a for every combination)
         members = ([outcome.replay.index_of[k][r] for k, r in enumerate(combos.rows)], em.last[pick])
+    required = None
     if family == SQL_INTERVAL_JOIN:   # flink-sql: recall is not monotone in the delay, no curve to offer
         tuning = None
     elif window_counts(cfg.streams) is not None:   # count windows: retention tunes only the duration windows, no curve yet
@@ -191,8 +196,9 @@ def extras(cfg, outcome) -> dict[str, Any]:
         tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,
                                       cfg.recall_target, TUNING_TARGETS, members=members)
     else:
-        tuning = curve_only(outcome.replay, combos, cfg.windows, policy, DEFAULT_GRANULARITY_US,
-                            cfg.recall_target, TUNING_TARGETS, members=members)
+        values = required_slacks(outcome.replay, combos, cfg.windows, policy, members)
+        tuning = curve_summary(Curve(values, DEFAULT_GRANULARITY_US), policy, cfg.recall_target, TUNING_TARGETS)
+        required = (policy, values) if every == 1 else None
     out = {
         "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
         "latency_histogram": _emitted_latency_histogram(em.latency_us, em.emitted),
@@ -201,15 +207,17 @@ def extras(cfg, outcome) -> dict[str, Any]:
         tuning["truth_results"] = total
         tuning["sample_every"] = every  # 1 = exact
         out["tuning"] = tuning
-    return out
+    return out, required
 
 
 def hindsight_of(cfg, outcome, report: dict[str, Any], *, latency_mean: float | None = None,
-                 why_not: str | None = None) -> dict[str, Any] | None:
+                 why_not: str | None = None, required: tuple[str, np.ndarray] | None = None
+                 ) -> dict[str, Any] | None:
     """``report.json``'s ``hindsight`` (:mod:`~streamjoin.pipelines.analysis.hindsight`) of a
     ``qjoin`` / ``qkslack`` run with a recall target; None for every other run.  The run's own
     numbers come from ``report`` (``latency_mean``: the latency at the join, when flow control
-    moved the report's to end-to-end); ``why_not``: the reason it is not computed."""
+    moved the report's to end-to-end); ``why_not``: the reason it is not computed;
+    ``required``: :func:`extras`' required slacks (used when of the run's fixed policy)."""
     q = cfg.recall_target
     if cfg.policy.name not in MEASURE or q is None:
         return None
@@ -222,8 +230,9 @@ def hindsight_of(cfg, outcome, report: dict[str, Any], *, latency_mean: float | 
                 "memory_tuples_mean": report["memory_tuples"]["mean"],
                 "latency_us_mean": report["latency_us"]["mean"] if latency_mean is None else latency_mean}
     em = outcome.emission
+    values = required[1] if required is not None and required[0] == FIXED_POLICY_OF[cfg.policy.name] else None
     return hindsight(outcome.replay, outcome.combos, cfg.windows, (em.a, em.last), policy=cfg.policy.name, q=q,
-                     period_us=cfg.period_us, adaptive=adaptive)
+                     period_us=cfg.period_us, adaptive=adaptive, required=values)
 
 
 def latency_histogram_of_counts(values: np.ndarray, counts: np.ndarray, bins: int = LATENCY_BINS) -> dict[str, Any]:
@@ -236,10 +245,11 @@ def latency_histogram_of_counts(values: np.ndarray, counts: np.ndarray, bins: in
     return {"edges_us": edges.round(1).tolist(), "counts": hist.astype(np.int64).tolist()}
 
 
-def extras_of_summary(cfg, outcome) -> dict[str, Any]:
+def extras_of_summary(cfg, outcome) -> tuple[dict[str, Any], None]:
     """:func:`extras` of a run whose results stayed on the executors
     (``outcome.summary``: :class:`~streamjoin.pipelines.analysis.summary.ResultSummary`).
-    The tuning curve counts every combination's required slack (``sample_every`` 1)."""
+    The tuning curve counts every combination's required slack (``sample_every`` 1), as
+    value counts: no required slacks per combination (``None``)."""
     sm = outcome.summary
     policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
     tuning = curve_summary(CountedCurve(*sm.need, DEFAULT_GRANULARITY_US), policy, cfg.recall_target,
@@ -250,7 +260,7 @@ def extras_of_summary(cfg, outcome) -> dict[str, Any]:
         "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
         "latency_histogram": latency_histogram_of_counts(*sm.latency),
         "tuning": tuning,
-    }
+    }, None
 
 
 def report_entries(log: list[dict[str, Any]] | None, names: list[str]) -> list[dict[str, Any]] | None:

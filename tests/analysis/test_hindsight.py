@@ -227,3 +227,33 @@ def test_section_only_for_adaptive_policies_with_a_target(tmp_path):
         report, stdout, page = reports[policy]
         assert "hindsight" not in report and "hindsight" not in report["timings_s"]
         assert "hindsight:" not in stdout and "Against the best fixed setting" not in page
+
+
+@pytest.mark.parametrize("policy, fixed", [("qjoin", "static"), ("qkslack", "kslack")])
+def test_run_report_hands_its_curves_required_slacks_to_hindsight(tmp_path, monkeypatch, policy, fixed):
+    """The run report's exact tuning curve computes every combination's required slack for
+    the run's fixed policy; ``hindsight`` takes them (it computes none again) and gives the
+    same section as computing them itself.  A sampled curve hands none over."""
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.io.load import load_all
+    from streamjoin.pipelines.report import build as B
+
+    job = _write_job(tmp_path / "in", shifting=True, seconds=10, rate=100)
+    cfg = resolve(job, Flags(policy=policy, recall=0.9, period="1s", out=str(tmp_path / "unused")))
+    streams = load_all(list(cfg.streams))
+    outcome = join([s.ts for s in streams], [s.arrival for s in streams], [None, None], cfg.windows, cfg.policy)
+    keys, required = B.extras(cfg, outcome)
+    assert required[0] == fixed and len(required[1]) == len(outcome.combos) > 0
+    np.testing.assert_array_equal(required[1], T.required_slacks(outcome.replay, outcome.combos, cfg.windows, fixed))
+    report = {"periods": [], "recall": 1.0, "memory_tuples": {"mean": 1.0}, "latency_us": {"mean": 1.0}}
+    own = B.hindsight_of(cfg, outcome, report)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("hindsight recomputed the required slacks")
+
+    monkeypatch.setattr(H, "required_slacks", refuse)
+    assert B.hindsight_of(cfg, outcome, report, required=required) == own
+    with pytest.raises(AssertionError, match="recomputed"):   # another fixed policy's slacks are not used
+        B.hindsight_of(cfg, outcome, report, required=("kslack" if fixed == "static" else "static", required[1]))
+    monkeypatch.setattr(B, "TUNING_SAMPLE", len(outcome.combos) // 2)
+    assert B.extras(cfg, outcome)[1] is None and B.extras(cfg, outcome)[0]["tuning"]["sample_every"] > 1

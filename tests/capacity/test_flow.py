@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from helpers.adapters import local_engine
 from streamjoin.pipelines.base.errors import InputError
-from streamjoin.pipelines.capacity.flow import control_law, delay_arrivals, end_to_end_latency, series
-from streamjoin.pipelines.capacity.flow_reference import reference_flow
+from streamjoin.pipelines.capacity.flow import delay_arrivals, end_to_end_latency, series
+from streamjoin.pipelines.capacity.flow_reference import control_law, reference_flow
 from streamjoin.pipelines.config.flow_control import FlowControl, parse_flow_control
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.replay.reference import RefTuple, replay

@@ -257,3 +257,45 @@ def test_plot_groups_long_spans():
     d = compare_plot_data(c)
     assert len(d["x"]) <= MAX_COMPARE_GROUPS and d["k"] == 10
     assert d["recall"]["a"][0] == 0.6            # group of 10 periods: 5 with results, emitted 10,0,10,0,10 of 50
+
+
+def test_flink_sql_is_refused_before_the_inputs_are_read(data, tmp_path, monkeypatch):
+    """A flink-sql variant (or job) is refused in one line before any input is read: with a
+    missing input file the flink-sql message comes first (what the user asked for cannot be
+    done, whatever the inputs hold); the same variant in a [[compare]] table too."""
+    missing = ["--stream", f"left={tmp_path / 'missing.parquet'}", "--stream", f"right={data / 'right.parquet'}",
+               "--arrival", "arrival", "--window", "2s"]
+    refused = "compare does not take flink-sql yet"
+    proc = run_cli(["compare", *missing, "--policy", "static --retention 1s", "--policy", "flink-sql --watermark 1s",
+                    "--out", str(tmp_path / "x")], tmp_path, ok=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: --policy 'flink-sql --watermark 1s': {refused} (its lost results are not classified into causes); "
+        "run it with streamjoin run"]
+    proc = run_cli(["compare", *missing, "--out", str(tmp_path / "x")], tmp_path, ok=False)   # the file is read
+    assert proc.returncode == 2 and "missing.parquet" in proc.stderr and refused not in proc.stderr
+    toml = tmp_path / "job.toml"
+    toml.write_text(JOB.replace("path = \"", f"path = \"{data}/") + '\n[[compare]]\npolicy = "flink-sql"\n')
+    proc = run_cli(["compare", str(toml), "--out", str(tmp_path / "x")], tmp_path, ok=False)
+    assert proc.returncode == 2 and "--policy 'flink-sql': " + refused in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+    # in-process: run_compare refuses before it loads anything (the job's flink-sql too)
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.config.variants import parse_policy_text
+    from streamjoin.pipelines.jobs import compare as C
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("inputs read")
+
+    monkeypatch.setattr(C, "load_all", no_load)
+    cfg = resolve(data / "job.toml", Flags(out=str(tmp_path / "y"), engine="local", router="none"),
+                  output_kind="compare")
+    with pytest.raises(InputError, match="^--policy 'flink-sql': compare does not take flink-sql"):
+        C.run_compare(cfg, [parse_policy_text("none"), parse_policy_text("flink-sql")])
+    sql_job = resolve(data / "job.toml", Flags(out=str(tmp_path / "y"), engine="local", router="none",
+                                               policy="flink-sql", watermark=["1s"]), output_kind="compare")
+    with pytest.raises(InputError, match="^compare does not take flink-sql"):
+        C.run_compare(sql_job, [])
+    with pytest.raises(AssertionError, match="inputs read"):   # an accepted list goes on to load
+        C.run_compare(cfg, [parse_policy_text("none")])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from helpers.cli import run_cli
 
 from streamjoin.pipelines.capacity.spec import parse_capacity
@@ -84,3 +86,35 @@ def test_on_a_terminal_a_progress_bar_not_log_lines(tmp_path):
     assert "streamjoin: calibrate join" not in frames   # the cron lines
     assert re.search(r"calibrate: [\d,]+ tuples, W \d+ms .* \d+/9", frames), frames   # the bar: label, done/total
     assert "fit quality: R^2" in frames and (tmp_path / "cal" / "calibrate.json").exists()
+
+
+def test_settings_are_checked_once_before_the_display_opens_and_out_is_locked(tmp_path, monkeypatch):
+    from streamjoin.pipelines.base.errors import InputError
+    from streamjoin.pipelines.jobs import calibrate as C
+
+    calls, opened = [], []
+    check = C.check_settings
+    monkeypatch.setattr(C, "check_settings", lambda s: (calls.append(s), check(s))[1])
+
+    class Display:
+        def __enter__(self):
+            opened.append(len(calls))
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class Generated(Exception):
+        pass
+
+    def generate(*args, **kwargs):   # stops the job at its first piece of work
+        raise Generated
+
+    bad = C.CalibrateSettings(out=tmp_path / "cal", runs=0)
+    with pytest.raises(InputError, match="--runs 0"):
+        C.run_calibrate(bad, generate=generate, display=Display())
+    assert len(calls) == 1 and opened == [] and list(tmp_path.iterdir()) == []   # no lock file, no --out
+    good = C.CalibrateSettings(out=tmp_path / "cal", runs=1, scale=0.05)
+    with pytest.raises(Generated):
+        C.run_calibrate(good, generate=generate, display=Display())
+    assert len(calls) == 2 and opened == [2]   # checked once more (this run), then the display opened
