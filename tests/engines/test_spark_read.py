@@ -84,7 +84,7 @@ def write_stream(root: Path, spec: dict, key_kind: str) -> StreamConfig:
             cols["arr"] = time_column(spec["arrival"], arr, rng.random(n) < 0.1)
         cols["key"] = key_column(key_kind, rng.integers(0, 5, n), rng.random(n) < 0.1)
         cols["val"] = pa.array(rng.normal(size=n))
-        cols["tag"] = pa.array([f"t{j}" for j in range(n)])
+        cols["tag"] = pa.array([f"t{j}" for j in range(n)], pa.string())
         where = top / f"day={i + 1}" if spec["hive"] else top
         where.mkdir(exist_ok=True)
         pq.write_table(pa.table(cols), where / f"part-{i}.parquet", row_group_size=4)
