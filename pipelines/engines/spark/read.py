@@ -225,7 +225,7 @@ def _scan(spark, plan: _Plan):
     return df.select("*", F.col("_metadata.file_path").alias(FILE), F.col("_metadata.row_index").alias(FILE_ROW))
 
 
-def _check_units(spark, plan: _Plan, scan) -> None:
+def _check_units(plan: _Plan, scan) -> None:
     """Stage 2: integer times plausible under the declared unit (their min and max only)."""
     from pyspark.sql import functions as F
 
@@ -337,6 +337,31 @@ def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
     return offsets, kept, read
 
 
+def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFacts, list[tuple[int, int, int]]]:
+    """One stream's facts from two aggregations (per (file, task): least row
+    index, rows kept and read, time ranges; per reason: rows), refused by
+    ``load.check_quarantine`` as the local loader would; and each chunk's first ``row``."""
+    from pyspark.sql import functions as F
+
+    kept = F.col(REASON).isNull()
+    chunks = (inter.groupBy(FILE, TASK)
+              .agg(F.min(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
+                   F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL))
+              .collect())
+    offsets, rows, read = _offsets([tuple(int(x) for x in r[:5]) for r in chunks])
+    reasons = {r[0]: int(r[1]) for r in inter.filter(~kept).groupBy(REASON).count().collect()}
+    check_quarantine(plan.cfg, read, reasons, max_quarantine)
+
+    def span(lo: int, hi: int) -> tuple[int, int] | None:
+        los = [r[lo] for r in chunks if r[lo] is not None]
+        return (int(min(los)), int(max(r[hi] for r in chunks if r[hi] is not None))) if los else None
+
+    return StreamFacts(config=plan.cfg, files=plan.files, read=read, rows=rows, reasons=reasons,
+                       ts_range=span(5, 6), arrival_range=span(7, 8),
+                       payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
+                       arrow_types={f.name: f.type for f in plan.schema}), offsets
+
+
 def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
     """``KeyFacts.of`` each key column's kept values, aggregated on the executors."""
     from pyspark.sql import functions as F
@@ -385,40 +410,35 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
     plans = [_plan(c) for c in configs]
     scans = [_scan(spark, p) for p in plans]
     for plan, scan in zip(plans, scans):
-        _check_units(spark, plan, scan)
-    inters, facts, chunk_offsets = [], [], []
-    for plan, scan in zip(plans, scans):
-        inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
-        inters.append(inter)
-        chunks = (inter.groupBy(FILE, TASK)
-                  .agg(F.min(FILE_ROW), F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)), F.count(F.lit(1)))
-                  .collect())
-        offsets, kept, read = _offsets([tuple(int(x) for x in r) for r in chunks])
-        reasons = {r[0]: int(r[1]) for r in inter.filter(F.col(REASON).isNotNull()).groupBy(REASON).count().collect()}
-        check_quarantine(plan.cfg, read, reasons, max_quarantine)
-        times = inter.agg(F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL)).first()
-        facts.append(StreamFacts(
-            config=plan.cfg, files=plan.files, read=read, rows=kept, reasons=reasons,
-            ts_range=None if times[0] is None else (int(times[0]), int(times[1])),
-            arrival_range=None if times[2] is None else (int(times[2]), int(times[3])),
-            payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
-            arrow_types={f.name: f.type for f in plan.schema}))
-        chunk_offsets.append(offsets)
-    dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
-    for plan, inter, fact in zip(plans, inters, facts):
-        if fact.reasons:
-            fact.quarantine = Path(quarantine_dir) / f"{plan.cfg.name}.parquet"
-            (inter.filter(F.col(REASON).isNotNull())
-             .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-             .write.mode("overwrite").parquet(str(fact.quarantine)))
+        _check_units(plan, scan)
+    inters: list = []
+    try:
+        facts, chunk_offsets = [], []
+        for plan, scan in zip(plans, scans):
+            inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+            inters.append(inter)
+            fact, offsets = _stream_facts(plan, inter, max_quarantine)
+            facts.append(fact)
+            chunk_offsets.append(offsets)
+        dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
+        key_types = [_spark_key_type(d) for d in dtypes]
+        for plan, inter, fact in zip(plans, inters, facts):
+            if fact.reasons:
+                fact.quarantine = Path(quarantine_dir) / f"{plan.cfg.name}.parquet"
+                (inter.filter(F.col(REASON).isNotNull())
+                 .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
+                 .write.mode("overwrite").parquet(str(fact.quarantine)))
+    except BaseException:
+        for inter in inters:
+            inter.unpersist()
+        raise
     frames = []
     for i, (plan, inter, fact, offsets) in enumerate(zip(plans, inters, facts, chunk_offsets)):
         starts = spark.createDataFrame(offsets or [(0, 0, 0)], f"{FILE} int, {TASK} int, __sj_offset bigint")
         kept = inter.filter(F.col(REASON).isNull()).join(F.broadcast(starts), [FILE, TASK])
         cols = [F.lit(i).cast("int").alias("stream"), (F.col("__sj_offset") + F.col(RANK)).alias("row"),
                 F.col(TS).alias("ts"), F.col(ARRIVAL).alias("arrival")]
-        cols += [F.col(f"`{k}`").cast(_spark_key_type(d)).alias(f"__key{j}")
-                 for j, (k, d) in enumerate(zip(plan.cfg.keys, dtypes))]
+        cols += [F.col(f"`{k}`").cast(t).alias(f"__key{j}") for j, (k, t) in enumerate(zip(plan.cfg.keys, key_types))]
         cols += [F.col(f"`{c}`").alias(name) for c, name in fact.payload.items()]
         frames.append(kept.select(*cols))
     frame = frames[0]
