@@ -279,7 +279,7 @@ def test_bad_input_same_message(spark, tmp_path, case):
     with pytest.raises(InputError) as got:
         read_streams(spark, cfgs, max_quarantine=0.5, quarantine_dir=tmp_path / "q")
     assert str(got.value) == str(local.value)
-    assert "\n" not in str(got.value)
+    assert "\n" not in str(got.value) and got.value.exit_code == 2   # the CLI prints it and exits 2
     assert not (tmp_path / "q").exists()   # refused before any quarantine is written
 
 

@@ -23,9 +23,9 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    file's index and its rank among the kept rows of its file in its task.
    The result is persisted on the executors.
 4. **Facts** (executors -> driver, small aggregations): per (file, task)
-   the least row index and the rows kept and read; per reason the rows
-   quarantined; per key column its least and greatest value and the first
-   inexact float; per stream the least and greatest ``ts`` and ``arrival``.
+   the least row index, the rows kept and read and the least and greatest
+   kept ``ts`` and ``arrival``; per reason the rows quarantined; per key
+   column its least and greatest kept value and the first inexact float.
    The driver applies ``load.check_quarantine`` and ``keys.common_key_types``
    to them, and turns the per-(file, task) counts into each task's first
    ``row`` (a prefix count in sorted-file order): ``row`` is the 0-based index
@@ -68,10 +68,9 @@ from ...io.load import (check_columns, check_file_schemas, check_quarantine, che
                         input_columns, normalise, open_dataset, resolve_files, single_file, stream_where, time_unit,
                         unreadable_error)
 
-#: the working columns of the read's intermediate frame (a user column may not take these names)
-STREAM, FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
-    "__sj_stream", "__sj_file", "__sj_file_row", "__sj_task", "__sj_rank", "__sj_reason", "__sj_ts", "__sj_arrival")
-WORKING = (FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL)
+#: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
+FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
+    "__sj_file", "__sj_file_row", "__sj_task", "__sj_rank", "__sj_reason", "__sj_ts", "__sj_arrival")
 
 
 @dataclass
