@@ -67,7 +67,8 @@ def stream_specs(draw, index: int, hive: bool):
     arr_kind = draw(st.sampled_from([ts_kind] if ts_kind.startswith("int") else [f"ts:{u}" for u in units]))
     return dict(name="ab"[index] if not hive else "h", hive=hive, ts=ts_kind,
                 arrival=draw(st.booleans()) and arr_kind, key=draw(st.sampled_from(["int", "float", "str"])),
-                files=draw(st.lists(st.integers(0, 25), min_size=1, max_size=3)), seed=draw(st.integers(0, 2**16)))
+                files=draw(st.lists(st.integers(0, 25), min_size=1, max_size=3)), seed=draw(st.integers(0, 2**16)),
+                seen=draw(st.sampled_from(["ms", "us", "ms+UTC", "ns"])))
 
 
 def write_stream(root: Path, spec: dict, key_kind: str) -> StreamConfig:
@@ -85,6 +86,9 @@ def write_stream(root: Path, spec: dict, key_kind: str) -> StreamConfig:
         cols["key"] = key_column(key_kind, rng.integers(0, 5, n), rng.random(n) < 0.1)
         cols["val"] = pa.array(rng.normal(size=n))
         cols["tag"] = pa.array([f"t{j}" for j in range(n)], pa.string())
+        unit, _, tz = spec.get("seen", "us").partition("+")   # a payload timestamp
+        cols["seen"] = pa.array(ts // int(PER_US[unit]) if unit != "ns" else ts * 1000, pa.timestamp(unit, tz or None),
+                                mask=rng.random(n) < 0.1)
         where = top / f"day={i + 1}" if spec["hive"] else top
         where.mkdir(exist_ok=True)
         pq.write_table(pa.table(cols), where / f"part-{i}.parquet", row_group_size=4)
@@ -104,10 +108,10 @@ def expected_frame(streams) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed").sort("stream", "row")
 
 
-def raw_times(frame: pl.DataFrame) -> pl.DataFrame:
-    """Timestamp columns as their raw counts (how a Spark-written quarantine holds them)."""
-    return frame.with_columns([pl.col(c).cast(pl.Int64) for c, t in frame.schema.items() if t == pl.Datetime
-                               or isinstance(t, pl.Datetime)])
+def raw_times(frame: pl.DataFrame, cfg: StreamConfig) -> pl.DataFrame:
+    """The time columns and nanosecond timestamps as their raw counts (how Spark holds them)."""
+    return frame.with_columns([pl.col(c).cast(pl.Int64) for c, t in frame.schema.items() if isinstance(t, pl.Datetime)
+                               and (c in (cfg.ts, cfg.arrival) or t.time_unit == "ns")])
 
 
 def assert_same_quarantine(local, facts) -> None:
@@ -118,7 +122,7 @@ def assert_same_quarantine(local, facts) -> None:
             assert f.quarantine is None
             continue
         got = pl.read_parquet(str(f.quarantine / "*.parquet"))
-        want = raw_times(s.quarantine)
+        want = raw_times(s.quarantine, s.config)
         assert got.columns == want.columns
         got = got.cast(want.schema)
         assert got.sort(got.columns, nulls_last=True).equals(want.sort(want.columns, nulls_last=True))
@@ -167,6 +171,37 @@ def test_row_numbers_cross_tasks(spark, tmp_path):
     assert got.frame.rdd.getNumPartitions() > 1
     kept = np.arange(n)[np.arange(n) % 7 != 3]
     assert frame["row"].to_list() == list(range(len(kept))) and frame["s_v"].to_list() == kept.tolist()
+    got.release()
+
+
+def test_glob_hive_and_types(spark, tmp_path):
+    """A glob over hive directories (partition columns from the whole path, as
+    pyarrow's), and payload types Spark holds differently: a dictionary string key,
+    uint32, date, float32, a time-zone-aware timestamp; integer ms times in another
+    stream given by a glob of files."""
+    import datetime
+
+    n = 9
+    for day in (1, 2):
+        (tmp_path / f"h/day={day}").mkdir(parents=True)
+        pq.write_table(pa.table({
+            "ts": pa.array(EPOCH_US + np.arange(n) * 7 + day, pa.timestamp("us", tz="UTC"), mask=np.arange(n) == 4),
+            "k": pa.array([f"s{i % 3}" for i in range(n)]).dictionary_encode(),
+            "u": pa.array(np.arange(n), pa.uint32()), "b": pa.array([i % 2 == 0 for i in range(n)]),
+            "dt": pa.array([datetime.date(2024, 1, 1 + i) for i in range(n)]),
+            "seen": pa.array(EPOCH_US // 1000 + np.arange(n), pa.timestamp("ms", tz="Europe/Paris")),
+            "f32": pa.array(np.arange(n), pa.float32())}), tmp_path / f"h/day={day}/x.parquet", row_group_size=3)
+        pq.write_table(pa.table({"ts": pa.array(EPOCH_US // 1000 + np.arange(5), pa.int64()),
+                                 "k": pa.array(["s1"] * 5)}), tmp_path / f"g{day}.parquet")
+    cfgs = [StreamConfig("h", str(tmp_path / "h/*/*.parquet"), keys=("k",)),
+            StreamConfig("g", str(tmp_path / "g*.parquet"), unit="ms", keys=("k",))]
+    local = load_all(cfgs)
+    got = read_streams(spark, cfgs, quarantine_dir=tmp_path / "q")
+    frame = pl.from_arrow(got.frame.toArrow()).sort("stream", "row")
+    want = expected_frame(local)
+    assert frame.columns == want.columns and "h_day" in frame.columns
+    assert frame.equals(want.cast(frame.schema))
+    assert_same_quarantine(local, got.streams)
     got.release()
 
 
@@ -323,7 +358,7 @@ def test_local_cluster(tmp_path):
     assert frame.equals(want.cast(frame.schema))
     for s in local:
         got = pl.read_parquet(str(tmp_path / "q" / f"{s.name}.parquet" / "*.parquet"))
-        want_q = raw_times(s.quarantine)
+        want_q = raw_times(s.quarantine, s.config)
         assert s.quarantine.height and got.height == s.quarantine.height
         got = got.cast(want_q.schema)
         assert got.sort(got.columns, nulls_last=True).equals(want_q.sort(want_q.columns, nulls_last=True))

@@ -41,11 +41,14 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
 
 Differences from the local loader, by design: a schema error in any stream
 is reported before a quarantine share error in an earlier one (stage 1 runs
-for every stream first); timestamp columns other than ``ts`` and ``arrival``
-(payload, quarantine) hold their raw int64 count in the column's own unit
-(:attr:`StreamFacts.arrow_types` keeps the Arrow type), as Spark has no
-nanosecond type and a quarantined time may lie outside every engine's range;
-unsigned 64-bit integers are ``decimal(20,0)``.
+for every stream first); in the quarantine the ``ts`` and ``arrival``
+columns hold their raw int64 count in the column's own unit (a quarantined
+time may lie outside Spark's range), and so does a nanosecond timestamp
+column anywhere (Spark has none); other ms / us timestamps are Spark
+timestamps (``timestamp_ntz`` without a time zone); unsigned integers are
+the next wider signed type (``uint64``: ``decimal(20,0)``), dictionary
+columns their values.  :attr:`StreamFacts.arrow_types` keeps each column's
+Arrow type.
 """
 
 from __future__ import annotations
@@ -252,7 +255,8 @@ def _normaliser(plan: _Plan):
     """The ``mapInArrow`` function of one stream (see the module docstring, stage 3)."""
     cfg, schema, parts = plan.cfg, plan.schema, set(plan.partition_columns)
     file_index = {os.path.abspath(f): i for i, f in enumerate(plan.files)}
-    out_types = {f.name: spark_read_type(f.type, "", f.name)[1] for f in schema}
+    out_types = {f.name: t for f, (_, t) in zip(schema, _out_types(plan))}
+    convert = parts | {f.name for f in schema if out_types[f.name] != spark_read_type(f.type, "", f.name)[1]}
 
     def original(name: str, arr: pa.Array) -> pa.Array:
         t = schema.field(name).type
@@ -287,7 +291,7 @@ def _normaliser(plan: _Plan):
                     TS: pa.array(ts, mask=bad), ARRIVAL: pa.array(arrival, mask=bad)}
             for c in schema.names:
                 arr = batch.column(c)
-                if c in parts:
+                if c in convert:   # hive partition columns, payload timestamps
                     arr = original(c, arr).cast(out_types[c])
                 cols[c] = arr
             yield pa.RecordBatch.from_pydict(cols)
@@ -312,10 +316,27 @@ def _ranks(files: np.ndarray, rows: np.ndarray, kept: np.ndarray, seen: dict) ->
     return out
 
 
+def _out_types(plan: _Plan) -> list[tuple[str, pa.DataType]]:
+    """Each input column's Spark type (DDL) and Arrow type in the read's output:
+    the type it is read as, but a timestamp column other than ``ts`` and
+    ``arrival`` in ms or us is a Spark timestamp (``timestamp_ntz`` when the
+    Parquet one has no time zone) -- the time columns keep their raw count: a
+    quarantined row's time may lie outside Spark's range."""
+    times = {plan.cfg.ts, plan.cfg.arrival}
+    out = []
+    for f in plan.schema:
+        t = f.type
+        if pa.types.is_timestamp(t) and t.unit in ("ms", "us") and f.name not in times:
+            out.append(("timestamp" if t.tz else "timestamp_ntz", pa.timestamp("us", t.tz)))
+        else:
+            out.append(spark_read_type(t, "", f.name))
+    return out
+
+
 def _out_schema(plan: _Plan) -> str:
     working = (f"{FILE} int, {FILE_ROW} bigint, {TASK} int, {RANK} bigint, {REASON} string, "
                f"{TS} bigint, {ARRIVAL} bigint")
-    return ", ".join([working] + [f"`{f.name}` {spark_read_type(f.type, '', f.name)[0]}" for f in plan.schema])
+    return ", ".join([working] + [f"`{f.name}` {ddl}" for f, (ddl, _) in zip(plan.schema, _out_types(plan))])
 
 
 # ---------------------------------------------------------------------------
