@@ -248,9 +248,13 @@ def _years(lo: int, hi: int, unit: str) -> str:
 
 
 def _check_unit(values: pl.Series, column: str, unit: str, where: str) -> None:
-    """Refuse integer times that the declared unit puts in an implausible year
+    check_unit_range(values.min(), values.max(), column, unit, where)
+
+
+def check_unit_range(lo: int | None, hi: int | None, column: str, unit: str, where: str) -> None:
+    """Refuse integer times ``lo .. hi`` (the column's least and greatest value;
+    ``None``: no value) that the declared unit puts in an implausible year
     while another unit would put them in 1990..2100 (:func:`likely_epoch_unit`)."""
-    lo, hi = values.min(), values.max()
     if lo is None:
         return
     likely = likely_epoch_unit(lo, hi, unit)
@@ -276,21 +280,27 @@ def _int64_series(col: pa.ChunkedArray, column: str, where: str) -> pl.Series:
         raise InputError(f"{where}: column {column!r} ({col.type}) has values beyond the int64 range") from None
 
 
-def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pl.Series:
-    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds (an Int64 series)."""
-    t = col.type
+def time_unit(t: pa.DataType, column: str, unit: str | None, where: str) -> str:
+    """The unit a time column of Arrow type ``t`` is read in: a timestamp's own
+    (a declared ``unit`` that differs is ignored with a warning), the declared
+    one for an integer; any other type is bad input."""
     if pa.types.is_timestamp(t):
         if unit is not None and unit != t.unit:
             warn_once(f"{where}: column {column!r} is a Parquet {t}, which carries its own unit; --unit {unit} is ignored")
-        unit = t.unit
-        s = _int64_series(col, column, where)
-    elif pa.types.is_integer(t):
+        return t.unit
+    if pa.types.is_integer(t):
         if unit is None:
             raise InputError(f"{where}: column {column!r} is an integer ({t}); give its unit with --unit s|ms|us|ns|ps")
-        s = _int64_series(col, column, where)
+        return unit
+    raise InputError(f"{where}: column {column!r} has type {t}; expected a timestamp or an integer with --unit")
+
+
+def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pl.Series:
+    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds (an Int64 series)."""
+    unit = time_unit(col.type, column, unit, where)
+    s = _int64_series(col, column, where)
+    if not pa.types.is_timestamp(col.type):
         _check_unit(s, column, unit, where)
-    else:
-        raise InputError(f"{where}: column {column!r} has type {t}; expected a timestamp or an integer with --unit")
     mul, div = _TS_DIV[unit]
     # in polars: pyarrow imports pandas (~0.25 s) the first time it converts a
     # Python or numpy value, as pa.scalar would here
@@ -322,6 +332,21 @@ def stream_where(cfg: StreamConfig) -> str:
     return f"{cfg.path} (stream {cfg.name!r})"
 
 
+def check_columns(names: list[str], cfg: StreamConfig) -> None:
+    """The table (``names``: its columns) has every column the config names."""
+    for c in configured_columns(cfg):
+        if c not in names:
+            raise InputError(f"{stream_where(cfg)}: missing column {c!r} (has: {', '.join(names)})")
+
+
+def check_vector_types(schema: pl.Schema, cfg: StreamConfig) -> None:
+    """The distance predicate's columns are numbers (``schema``: the stream's polars schema)."""
+    for v in cfg.vectors:
+        if not schema[v].is_numeric():
+            raise InputError(f"{stream_where(cfg)}: column {v!r} has type {schema[v]}; "
+                             f"the distance predicate needs numbers")
+
+
 def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     """Validate and normalise one table of a stream: the whole stream, or one
     row group of it (the bounded-memory engine reads a stream piece by piece).
@@ -331,10 +356,7 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     may have any name (io/columns.py lists the few the outputs reserve).
     """
     where = stream_where(cfg)
-    names = table.column_names
-    for c in configured_columns(cfg):
-        if c not in names:
-            raise InputError(f"{where}: missing column {c!r} (has: {', '.join(names)})")
+    check_columns(table.column_names, cfg)
     ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
     arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
     original = pl.from_arrow(table)
@@ -348,10 +370,8 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
         reason = reason.when(a.is_null() | (a.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
     for k in cfg.keys:
         reason = reason.when(pl.col(k).is_null()).then(pl.lit(f"null key {k}"))
+    check_vector_types(original.schema, cfg)
     for v in cfg.vectors:
-        dtype = original.schema[v]
-        if not dtype.is_numeric():
-            raise InputError(f"{where}: column {v!r} has type {dtype}; the distance predicate needs numbers")
         reason = reason.when(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan()).then(pl.lit(f"null {v}"))
     reasons = original.select(reason.otherwise(None).cast(pl.String).alias("reason")).to_series()
     keys = original.select([pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)])
