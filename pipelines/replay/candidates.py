@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..base.sorting import band_ranges, gather_ranges, stable_order
+from ..base import kernels
+from ..base.sorting import gather_ranges, sorted_band_ranges, stable_order
 
 PACK_LIMIT = 2**62
 
@@ -289,12 +290,11 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             lo_q += p_tmax
             lo_q -= W[k] + base
             del qcode
-            qorder, lo, counts = band_ranges(vs, lo_q, hi_q, qidx)
+            pairs = band_pairs(vs, korder, lo_q, hi_q, qidx)
             del lo_q, hi_q
-            parents.append(np.repeat(qorder, counts))
-            del qorder
-            members.append(gather_ranges(korder, lo, counts))
-            del lo, counts
+            parents.append(pairs[0])
+            members.append(pairs[1])
+            del pairs
         parent = np.concatenate(parents) if len(parents) > 1 else parents[0]
         new_rows = np.concatenate(members) if len(members) > 1 else members[0]
         del parents, members
@@ -315,6 +315,24 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             p_key = p_key[parent] if p_key is not None else None
             p_cell = p_cell[parent] if p_cell is not None else None
     return Combos([rows[k] for k in range(n)], ts)
+
+
+def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               query_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(query, stored row)`` pair of a band join: the queries (in the
+    stable order of their band starts, ``query_dtype``) and the stored rows
+    whose values lie in each band ``[lo, hi]`` (in sorted order).  ``lo`` is
+    scratch (its contents are undefined afterwards).  The compiled fill
+    (:func:`~streamjoin.pipelines.base.kernels.band_pairs`) where it is
+    built, numpy otherwise: the same arrays."""
+    qorder, lo_sorted = stable_order(lo, query_dtype, overwrite=True)
+    hi_ordered = hi[qorder]
+    got = kernels.band_pairs(sorted_values, stored_rows, lo_sorted, hi_ordered, qorder)
+    if got is not None:
+        return got
+    start, count = sorted_band_ranges(sorted_values, lo_sorted, hi_ordered)
+    del lo_sorted, hi_ordered
+    return np.repeat(qorder, count), gather_ranges(stored_rows, start, count)
 
 
 def enumerate_bucketed(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
