@@ -19,7 +19,9 @@ For stream ``k`` the band with the anchor is a contiguous range once stream
                                     ^^^^^^^^^^ lo..hi by two binary searches
 
 so every candidate is produced exactly once by ``searchsorted`` + ``repeat``
-with no filtering at all for two streams, and for ``n >= 3`` only the bands
+(or one compiled pass that walks the sorted bands with two pointers,
+:func:`~streamjoin.pipelines.base.kernels.band_pairs`, where it is built: the
+same arrays) with no filtering at all for two streams, and for ``n >= 3`` only the bands
 between non-anchor members remain to be checked.  Work is linear in the
 output plus ``O(N log N)`` for the sorts: never a cross product.
 

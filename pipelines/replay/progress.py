@@ -3,7 +3,10 @@
 This is the *coordination clock* of the replay (seed 004): one pass over the
 tuples in arrival order that turns raw ``(ts, arrival)`` columns into the
 facts a join operator needs to decide locally what an online system would
-have done.  Everything here is whole-column numpy; no per-tuple Python.
+have done.  Everything here is whole-column numpy; no per-tuple Python.  The
+pass after the replay order's sort is also compiled
+(:func:`~streamjoin.pipelines.base.kernels.replay_facts`, used where it is
+built: the same arrays).
 
 Definitions (SPEC §2)::
 
