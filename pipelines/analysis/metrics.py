@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from ..policies import SYMMETRIC
-from ..base import kernels
 from ..base.percentiles import distribution
 
 #: results per block of the per-period count
@@ -94,9 +93,6 @@ def period_code_counts(last: np.ndarray, emitted_mask: np.ndarray, upper: np.nda
     # the binary search, with no table the size of the input
     table = None
     if 0 < N <= len(last) and U < 2**31 and int(last.min()) >= 0 and int(last.max()) < N:
-        counted = kernels.period_code_counts(last, emitted_mask, upper)   # one compiled pass, where built
-        if counted is not None:
-            return counted
         table = np.repeat(np.arange(U, dtype=np.int32), np.diff(upper, prepend=0))
     for c0 in range(0, len(last), BLOCK):  # a block at a time: small temporaries
         if table is not None:

@@ -13,12 +13,6 @@
   ``M_own - ts``.  numpy does it one stream at a time over whole columns
   (:func:`~streamjoin.pipelines.replay.progress.build_replay`); the kernel is
   one pass with ``n`` running maxima in registers.
-* :func:`period_code_counts` -- the report's per-period recall counts: per
-  occupied period, the results not emitted and the emitted ones, by the
-  arrival index of each result's last member.  numpy gathers each result's
-  period from a table, shifts, ors and counts a block at a time
-  (:func:`~streamjoin.pipelines.analysis.metrics.period_code_counts`); the
-  kernel counts in one pass.
 
 Both kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
@@ -37,7 +31,6 @@ from . import jit
 from .timeunits import NEG_INF
 
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
-PERIOD_SIGNATURE = "i8[:](i4[:], b1[:], i8[:])"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
 
 
@@ -169,36 +162,3 @@ def replay_facts(order: np.ndarray, offsets: np.ndarray, ts_all: np.ndarray, *, 
     kernel(np.ascontiguousarray(order), np.ascontiguousarray(offsets, dtype=np.int64),
            np.ascontiguousarray(ts_all, dtype=np.int64), stream, ts, positions, T, delay, M, keep_running_max, NEG_INF)
     return stream, ts, positions, T, delay, (M if keep_running_max else None)
-
-
-def _period_counts(last, emitted, upper):   # pragma: no cover - compiled
-    U = upper.shape[0]
-    N = upper[U - 1]
-    table = np.empty(N, np.int32)   # the occupied period of every arrival index
-    u = 0
-    for a in range(N):
-        while upper[u] <= a:
-            u += 1
-        table[a] = u
-    both = np.zeros(2 * U, np.int64)
-    for c in range(last.shape[0]):
-        code = 2 * table[last[c]]
-        if emitted[c]:
-            code += 1
-        both[code] += 1
-    return both
-
-
-def period_code_counts(last: np.ndarray, emitted: np.ndarray, upper: np.ndarray) -> np.ndarray | None:
-    """Per occupied period ``u`` (``upper[u]``: one past its last arrival index,
-    ascending, ``upper[-1] = N``): the results not emitted at ``2u`` and the
-    emitted ones at ``2u + 1``, or ``None`` without the kernel.  ``last``
-    (int32, every value in ``[0, N)``): the arrival index of each result's
-    last member; ``emitted``: bool per result."""
-    if last.dtype != np.int32 or emitted.dtype != np.bool_ or not len(upper):
-        return None
-    kernel = jit.prebuilt(_period_counts, PERIOD_SIGNATURE)
-    if kernel is None:
-        return None
-    return kernel(np.ascontiguousarray(last), np.ascontiguousarray(emitted),
-                  np.ascontiguousarray(upper, dtype=np.int64))

@@ -1,4 +1,4 @@
-"""base/kernels.py: the compiled band-join fill, progress pass and period counts give exactly the numpy paths' arrays.
+"""base/kernels.py: the compiled band-join fill and progress pass give exactly the numpy paths' arrays.
 
 Each property draws an input, runs the caller once with the kernel and once with
 ``$STREAMJOIN_KERNELS=numpy`` (the numpy path), and compares every array element
@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines.analysis.metrics import occupied_periods, period_code_counts
 from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.base.timeunits import NEG_INF
 from streamjoin.pipelines.replay.candidates import band_pairs, enumerate_sorted
@@ -30,9 +29,8 @@ def built():
                               np.zeros(1, np.int64), np.zeros(1, np.int32)) is not None
     assert kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64),
                                 keep_running_max=False) is not None
-    assert kernels.period_code_counts(np.zeros(1, np.int32), np.zeros(1, bool), np.ones(1, np.int64)) is not None
-    for fn in (kernels._band_fill, kernels._progress_pass, kernels._period_counts):
-        assert jit.how(fn) in ("aot", "aot-built")
+    assert jit.how(kernels._band_fill) in ("aot", "aot-built")
+    assert jit.how(kernels._progress_pass) in ("aot", "aot-built")
 
 
 def both(fn):
@@ -110,17 +108,3 @@ def test_enumeration_with_the_kernel_equals_numpy(case, windows, keys):
     assert len(fast.rows) == len(slow.rows)
     for a, b in zip(fast.rows, slow.rows):
         same(a, b)
-
-
-@SETTINGS
-@given(st.lists(st.integers(0, 5_000), min_size=1, max_size=80), st.integers(1, 2_000), st.data())
-def test_period_counts_equal_the_numpy_table(times, period, data):
-    arrival = np.sort(np.array(times, np.int64))
-    N = len(arrival)
-    m = data.draw(st.integers(N, 3 * N))   # at least one result per arrival: the table path
-    last = np.array(data.draw(st.lists(st.integers(0, N - 1), min_size=m, max_size=m)), np.int32)
-    emitted = np.array(data.draw(st.lists(st.booleans(), min_size=m, max_size=m)), bool)
-    _, upper = occupied_periods(arrival, int(arrival[0]), period)
-    fast, slow = both(lambda: period_code_counts(last, emitted, upper))
-    same(fast, slow)
-    assert fast.sum() == m
