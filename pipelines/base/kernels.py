@@ -14,7 +14,13 @@
   (:func:`~streamjoin.pipelines.replay.progress.build_replay`); the kernel is
   one pass with ``n`` running maxima in registers.
 
-Both kernels are built ahead of time once per machine by
+* :func:`key_order` -- the stable order by ``(key, ts)`` of a stream whose
+  event times already ascend within each key (rows written in time order, as
+  most inputs are): a counting sort by key, ``O(rows + keys)``, instead of
+  the packed value sort of :func:`~streamjoin.pipelines.base.sorting.stable_order`
+  (``None`` when some key's times go back: the caller sorts).
+
+The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
 never imported by a run that loads them).  Where no module can be built, or
 ``$STREAMJOIN_KERNELS=numpy``, the callers keep their numpy paths; both give
@@ -31,6 +37,7 @@ from . import jit
 from .timeunits import NEG_INF
 
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
+KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
 
 
@@ -162,3 +169,41 @@ def replay_facts(order: np.ndarray, offsets: np.ndarray, ts_all: np.ndarray, *, 
     kernel(np.ascontiguousarray(order), np.ascontiguousarray(offsets, dtype=np.int64),
            np.ascontiguousarray(ts_all, dtype=np.int64), stream, ts, positions, T, delay, M, keep_running_max, NEG_INF)
     return stream, ts, positions, T, delay, (M if keep_running_max else None)
+
+
+def _key_order(key, ts, radix):   # pragma: no cover - compiled
+    n = key.shape[0]
+    counts = np.zeros(radix + 1, np.int64)
+    newest = np.full(radix, -9223372036854775807 - 1, np.int64)
+    for i in range(n):
+        k = key[i]
+        if ts[i] < newest[k]:   # this key's times go back: not a counting sort's case
+            return np.empty(0, np.int32)
+        newest[k] = ts[i]
+        counts[k + 1] += 1
+    for r in range(radix):
+        counts[r + 1] += counts[r]
+    order = np.empty(n, np.int32)
+    for i in range(n):
+        k = key[i]
+        order[counts[k]] = i
+        counts[k] += 1
+    return order
+
+
+def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray | None:
+    """``np.argsort(key * span + ts, kind="stable")`` (int32) when ``ts`` ascends
+    within every key, else ``None`` (also without the kernel, or from ``2**31``
+    rows).  ``key``: ids in ``[0, radix)``, or ``None`` (one key); ``radix`` at
+    most a few times the row count (the caller's compact ids)."""
+    n = len(ts)
+    if n == 0 or n >= 2**31 or radix > 4 * n + 4096:
+        return None
+    kernel = jit.prebuilt(_key_order, KEY_ORDER_SIGNATURE)
+    if kernel is None:
+        return None
+    if key is not None and (int(key.min()) < 0 or int(key.max()) >= radix):   # the counts are indexed by key
+        return None
+    key = np.zeros(n, np.int64) if key is None else np.ascontiguousarray(key, dtype=np.int64)
+    order = kernel(key, np.ascontiguousarray(ts, dtype=np.int64), max(int(radix), 1))
+    return order if len(order) == n else None

@@ -1,4 +1,4 @@
-"""base/kernels.py: the compiled band-join fill and progress pass give exactly the numpy paths' arrays.
+"""base/kernels.py: the compiled band-join fill, key order and progress pass give exactly the numpy paths' arrays.
 
 Each property draws an input, runs the caller once with the kernel and once with
 ``$STREAMJOIN_KERNELS=numpy`` (the numpy path), and compares every array element
@@ -29,8 +29,9 @@ def built():
                               np.zeros(1, np.int64), np.zeros(1, np.int32)) is not None
     assert kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64),
                                 keep_running_max=False) is not None
-    assert jit.how(kernels._band_fill) in ("aot", "aot-built")
-    assert jit.how(kernels._progress_pass) in ("aot", "aot-built")
+    assert kernels.key_order(np.zeros(1, np.int64), np.zeros(1, np.int64), 1) is not None
+    for fn in (kernels._band_fill, kernels._progress_pass, kernels._key_order):
+        assert jit.how(fn) in ("aot", "aot-built")
 
 
 def both(fn):
@@ -98,11 +99,31 @@ def test_progress_pass_equals_the_numpy_pass(case, keep):
 
 
 @SETTINGS
-@given(streams(max_streams=3), st.lists(st.integers(0, 12), min_size=3, max_size=3), st.integers(1, 3))
-def test_enumeration_with_the_kernel_equals_numpy(case, windows, keys):
+@given(st.lists(st.integers(0, 6), max_size=60), st.lists(st.integers(0, 30), max_size=60), st.booleans())
+def test_key_order_is_the_stable_sort_or_none(keys, times, in_time_order):
+    n = min(len(keys), len(times))
+    key = np.array(keys[:n], np.int64)
+    ts = np.array(sorted(times[:n]) if in_time_order else times[:n], np.int64)
+    got = kernels.key_order(key, ts, 7)
+    expected = np.argsort(key * 100 + ts, kind="stable")
+    per_key_ascending = all((np.diff(ts[key == k]) >= 0).all() for k in range(7))
+    if n and per_key_ascending:
+        same(got, expected.astype(np.int32))
+    else:
+        assert got is None   # a key whose times go back (or nothing to order): the caller sorts
+    if n and key.max() >= 1:
+        assert kernels.key_order(key, ts, int(key.max())) is None   # ids outside the radix: refused
+
+
+@SETTINGS
+@given(streams(max_streams=3), st.lists(st.integers(0, 12), min_size=3, max_size=3), st.integers(1, 3),
+       st.booleans(), st.booleans())
+def test_enumeration_with_the_kernel_equals_numpy(case, windows, keys, in_time_order, keyless):
     ts, _ = case
     ts = [t - t.min() if len(t) else t for t in ts]   # a span that packs
-    ids = [np.arange(len(t), dtype=np.int64) % keys for t in ts]
+    if in_time_order:   # rows written in time order: the counting sort's case
+        ts = [np.sort(t) for t in ts]
+    ids = None if keyless else [np.arange(len(t), dtype=np.int64) % keys for t in ts]
     W = windows[:len(ts)]
     fast, slow = both(lambda: enumerate_sorted(ts, ids, W))
     assert len(fast.rows) == len(slow.rows)
