@@ -25,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from streamjoin.pipelines.base import jit, kernels
@@ -50,13 +49,9 @@ def main() -> None:
     W = [100_000, 100_000]
     # built (or loaded) before anything is timed
     os.environ.pop(jit.KERNELS_ENV, None)
-    kernels.band_pairs(np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64),
-                       np.zeros(1, np.int32))
-    kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64), keep_running_max=False)
-    kernels.key_order(np.zeros(1, np.int64), np.zeros(1, np.int64), 1)
-    how = {f.__name__: jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)}
     replay = build_replay(ts, arrival, keep_running_max=False)
     combos = enumerate_truth(ts, keys, W, order=[1, 0])
+    how = {f.__name__: jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)}
     parts = {
         "candidates": lambda: enumerate_truth(ts, keys, W, order=[1, 0]),
         "progress": lambda: build_replay(ts, arrival, keep_running_max=False),

@@ -26,7 +26,9 @@ never imported by a run that loads them).  Where no module can be built, or
 ``$STREAMJOIN_KERNELS=numpy``, the callers keep their numpy paths; both give
 the same arrays, element for element (``tests/base/test_kernels.py``).
 The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
-the numpy paths.
+the numpy paths, and so do inputs below :data:`MIN_ROWS` (loading a kernel
+costs a few ms of CPU, more than it saves there, and a small run never
+waits for a first build).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import numpy as np
 from . import jit
 from .timeunits import NEG_INF
 
+#: below this many rows (queries plus stored rows, arrivals, a stream's rows) the numpy paths run
+MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
 KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
@@ -99,7 +103,7 @@ def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarra
     ``stored_rows[start:start + count]`` of the numpy path.
     """
     if not (sorted_values.dtype == lo.dtype == hi.dtype == np.int64
-            and stored_rows.dtype == query_rows.dtype == np.int32):
+            and stored_rows.dtype == query_rows.dtype == np.int32) or len(sorted_values) + len(lo) < MIN_ROWS:
         return None
     kernel = jit.prebuilt(_band_fill, BAND_SIGNATURE)
     if kernel is None:
@@ -154,7 +158,7 @@ def replay_facts(order: np.ndarray, offsets: np.ndarray, ts_all: np.ndarray, *, 
     computes with numpy.
     """
     n = len(offsets) - 1
-    if order.dtype != np.int32 or n < 1:
+    if order.dtype != np.int32 or n < 1 or len(order) < MIN_ROWS:
         return None
     kernel = jit.prebuilt(_progress_pass, REPLAY_SIGNATURE)
     if kernel is None:
@@ -197,7 +201,7 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     rows).  ``key``: ids in ``[0, radix)``, or ``None`` (one key); ``radix`` at
     most a few times the row count (the caller's compact ids)."""
     n = len(ts)
-    if n == 0 or n >= 2**31 or radix > 4 * n + 4096:
+    if n < max(MIN_ROWS, 1) or n >= 2**31 or radix > 4 * n + 4096:
         return None
     kernel = jit.prebuilt(_key_order, KEY_ORDER_SIGNATURE)
     if kernel is None:
