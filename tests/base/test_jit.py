@@ -31,17 +31,22 @@ def test_a_built_kernel_is_loaded_without_importing_numba():
     assert out == ["aot", "False"]
 
 
+def _without_a_compiler(monkeypatch, cache) -> None:
+    """This process has loaded no kernel, its one cache directory is ``cache`` and every build fails."""
+    def no_compiler(*_args):
+        raise OSError("no C compiler")
+
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [cache])
+    monkeypatch.setattr(jit, "_build", no_compiler)
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+
+
 def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, monkeypatch, capsys):
     arrival, stream, service = _queue_case()
     expected = queueing.compiled_kernel()(arrival, stream, service, 2, 3, True)
 
-    def no_compiler(*_args):
-        raise OSError("no C compiler")
-
-    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path])
-    monkeypatch.setattr(jit, "_build", no_compiler)
-    monkeypatch.setattr(jit, "_KERNELS", {})
-    monkeypatch.setattr(jit, "_HOW", {})
+    _without_a_compiler(monkeypatch, tmp_path)
     capsys.readouterr()
     fallback = queueing.compiled_kernel()
     assert jit.how(queueing._bounded_kernel) == "jit"
@@ -89,13 +94,7 @@ def test_prebuilt_without_a_buildable_module_is_none_not_the_jit(tmp_path, monke
     caller keeps its numpy path (None here), numba is not jitted, and later lookups stay silent."""
     from streamjoin.pipelines.base import kernels
 
-    def no_compiler(*_args):
-        raise OSError("no C compiler")
-
-    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path])
-    monkeypatch.setattr(jit, "_build", no_compiler)
-    monkeypatch.setattr(jit, "_KERNELS", {})
-    monkeypatch.setattr(jit, "_HOW", {})
+    _without_a_compiler(monkeypatch, tmp_path)
     capsys.readouterr()
     assert jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE) is None
     assert jit.how(kernels._band_fill) == "none"
