@@ -211,3 +211,12 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     key = np.zeros(n, np.int64) if key is None else np.ascontiguousarray(key, dtype=np.int64)
     order = kernel(key, np.ascontiguousarray(ts, dtype=np.int64), max(int(radix), 1))
     return order if len(order) == n else None
+
+
+def ensure_built() -> None:
+    """Build (or load) every kernel of this module now: a Spark driver calls it
+    before its tasks run, so that the executors' Python workers on this machine
+    load the modules instead of each building them inside a task."""
+    for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
+                          (_progress_pass, REPLAY_SIGNATURE)):
+        jit.prebuilt(fn, signature)

@@ -148,3 +148,11 @@ def test_small_inputs_take_the_numpy_paths():
         assert kernels.replay_facts(rows, np.array([0, 60]), np.arange(60), keep_running_max=False) is None
         assert kernels.key_order(np.zeros(99, np.int64), np.arange(99), 1) is None
         assert kernels.key_order(np.zeros(100, np.int64), np.arange(100), 1) is not None
+
+
+def test_ensure_built_loads_every_kernel(monkeypatch):
+    """A Spark driver builds (or loads) them all before its tasks run."""
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    kernels.ensure_built()
+    assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
