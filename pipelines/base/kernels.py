@@ -13,7 +13,6 @@
   ``M_own - ts``.  numpy does it one stream at a time over whole columns
   (:func:`~streamjoin.pipelines.replay.progress.build_replay`); the kernel is
   one pass with ``n`` running maxima in registers.
-
 * :func:`key_order` -- the stable order by ``(key, ts)`` of a stream whose
   event times already ascend within each key (rows written in time order, as
   most inputs are): a counting sort by key, ``O(rows + keys)``, instead of
@@ -28,7 +27,9 @@ the same arrays, element for element (``tests/base/test_kernels.py``).
 The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
 the numpy paths, and so do inputs below :data:`MIN_ROWS` (loading a kernel
 costs a few ms of CPU, more than it saves there, and a small run never
-waits for a first build).
+waits for a first build).  A compiled call holds the GIL (``numba.pycc``
+exports have no ``nogil``): the engine's other thread waits for it to
+return before its next numpy call (docs/performance.md, issue 21 third pass).
 """
 
 from __future__ import annotations
