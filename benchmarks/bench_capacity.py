@@ -117,7 +117,7 @@ def row(report: dict) -> dict:
 
 def sweep(config: Path, policy: str | None, facts: dict, factors, modes) -> list[dict]:
     """The plain run, then one run per (model, setting, factor); first an uncounted shedding run
-    and an uncounted flow-control run (a fresh checkout builds the kernels once: capacity/jit.py)."""
+    and an uncounted flow-control run (a fresh checkout builds the kernels once: base/jit.py)."""
     base = _policy_args(policy)
     one_run(config, [*base, *model_args("shed", "drop-new", 1.0, facts)])
     one_run(config, [*base, *model_args("flow", "max-flow", 1.0, facts)])
@@ -251,7 +251,7 @@ def python_bounded(arrival, stream, service, n, cap, replace):
 
 
 def kernels(config: Path) -> dict[str, float]:
-    """The bounded queue compiled (capacity/jit.py) vs the same loop in Python, numpy's Lindley closed
+    """The bounded queue compiled (base/jit.py) vs the same loop in Python, numpy's Lindley closed
     form, and what loading the compiled kernel costs in this process."""
     from streamjoin.pipelines.capacity import queueing
     from streamjoin.pipelines.config.settings import Flags, resolve

@@ -268,12 +268,19 @@ def band_ranges(sorted_values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     probes -- and callers extend their queries in this order.
     """
     order, lo_sorted = stable_order(lo, order_dtype, overwrite=True)
+    start, count = sorted_band_ranges(sorted_values, lo_sorted, hi[order], pos_dtype)
+    return order, start, count
+
+
+def sorted_band_ranges(sorted_values: np.ndarray, lo_sorted: np.ndarray, hi: np.ndarray,
+                       pos_dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`band_ranges` for bands already in ascending order of their
+    starts (``hi`` in the same order): ``(start, count)`` per band."""
     start = search_sorted_queries(sorted_values, lo_sorted, "left", pos_dtype)
-    del lo_sorted
-    count = search_sorted_queries(sorted_values, hi[order], "right", pos_dtype)
+    count = search_sorted_queries(sorted_values, hi, "right", pos_dtype)
     count -= start
     np.maximum(count, 0, out=count)
-    return order, start, count
+    return start, count
 
 
 def range_blocks(counts: np.ndarray, block: int, ends: np.ndarray | None = None):

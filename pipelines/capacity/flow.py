@@ -43,7 +43,7 @@ import numpy as np
 from ..base.errors import InputError
 from ..base.percentiles import distribution
 from ..config.flow_control import MAX_DEFAULT_INTERVALS, FlowControl
-from . import jit
+from ..base import jit
 
 #: the interval loop refuses to run longer than this (choose a larger interval=)
 MAX_INTERVALS = 5_000_000

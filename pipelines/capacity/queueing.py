@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.errors import InputError
-from . import jit
+from ..base import jit
 from .spec import CapacitySpec
 
 #: ``cause`` codes per arrival index

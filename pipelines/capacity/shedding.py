@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import jit
+from ..base import jit
 
 
 def evict_oldest(index_of: Sequence[np.ndarray], ends: Sequence[np.ndarray], cap: int

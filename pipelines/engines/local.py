@@ -10,7 +10,9 @@ Stages, each a module of its own::
 
 It answers exactly what the per-arrival reference replay answers (the
 property tests prove it) but never loops over tuples in Python: every step
-is a numpy or polars operation over a whole column.
+is a numpy or polars operation over a whole column, or one of the compiled
+passes of :mod:`~streamjoin.pipelines.base.kernels` (the band-join fill, the
+progress pass) that give the same arrays.
 
 On two cores the stages run as two chains that meet at emission::
 

@@ -19,7 +19,9 @@ For stream ``k`` the band with the anchor is a contiguous range once stream
                                     ^^^^^^^^^^ lo..hi by two binary searches
 
 so every candidate is produced exactly once by ``searchsorted`` + ``repeat``
-with no filtering at all for two streams, and for ``n >= 3`` only the bands
+(or one compiled pass that walks the sorted bands with two pointers,
+:func:`~streamjoin.pipelines.base.kernels.band_pairs`, where it is built: the
+same arrays) with no filtering at all for two streams, and for ``n >= 3`` only the bands
 between non-anchor members remain to be checked.  Work is linear in the
 output plus ``O(N log N)`` for the sorts: never a cross product.
 
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..base.sorting import band_ranges, gather_ranges, stable_order
+from ..base import kernels
+from ..base.sorting import gather_ranges, sorted_band_ranges, stable_order
 
 PACK_LIMIT = 2**62
 
@@ -274,10 +277,16 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
         vk -= base
         # stable order (ties -- same key, cell and ts -- in row order), by a
         # value sort: several times faster than np.argsort (see sorting.py)
-        korder, vs = stable_order(vk, idx, overwrite=True)
-        del vk
+        # rows already in time order within each key: a counting sort by key gives the same order
+        by_key = kernels.key_order(ids[k] if ids is not None else None, ts[k], kradix) \
+            if cells is None and idx == np.int32 else None
+        korder, vs = (by_key, vk[by_key]) if by_key is not None else stable_order(vk, idx, overwrite=True)
+        del vk, by_key
         size = len(p_tmax)
         qidx = index_dtype(size)
+        # the first stream's bands start at (key, ts) shifted: the same shortcut orders them
+        q_order = kernels.key_order(p_key, ts[first], kradix) \
+            if step == 1 and cells is None and qidx == np.int32 else None
         parents, members = [], []
         for off in offsets:
             cell = None if off is None else p_cell + off
@@ -289,12 +298,11 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             lo_q += p_tmax
             lo_q -= W[k] + base
             del qcode
-            qorder, lo, counts = band_ranges(vs, lo_q, hi_q, qidx)
+            pairs = band_pairs(vs, korder, lo_q, hi_q, qidx, lo_order=q_order)
             del lo_q, hi_q
-            parents.append(np.repeat(qorder, counts))
-            del qorder
-            members.append(gather_ranges(korder, lo, counts))
-            del lo, counts
+            parents.append(pairs[0])
+            members.append(pairs[1])
+            del pairs
         parent = np.concatenate(parents) if len(parents) > 1 else parents[0]
         new_rows = np.concatenate(members) if len(members) > 1 else members[0]
         del parents, members
@@ -315,6 +323,28 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             p_key = p_key[parent] if p_key is not None else None
             p_cell = p_cell[parent] if p_cell is not None else None
     return Combos([rows[k] for k in range(n)], ts)
+
+
+def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               query_dtype, *, lo_order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(query, stored row)`` pair of a band join: the queries (in the
+    stable order of their band starts, ``query_dtype``) and the stored rows
+    whose values lie in each band ``[lo, hi]`` (in sorted order).  ``lo`` is
+    scratch (its contents are undefined afterwards); ``lo_order``: its stable
+    order, if known.  The compiled fill
+    (:func:`~streamjoin.pipelines.base.kernels.band_pairs`) where it is
+    built, numpy otherwise: the same arrays."""
+    if lo_order is not None:
+        qorder, lo_sorted = lo_order, lo[lo_order]
+    else:
+        qorder, lo_sorted = stable_order(lo, query_dtype, overwrite=True)
+    hi_ordered = hi[qorder]
+    got = kernels.band_pairs(sorted_values, stored_rows, lo_sorted, hi_ordered, qorder)
+    if got is not None:
+        return got
+    start, count = sorted_band_ranges(sorted_values, lo_sorted, hi_ordered)
+    del lo_sorted, hi_ordered
+    return np.repeat(qorder, count), gather_ranges(stored_rows, start, count)
 
 
 def enumerate_bucketed(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],

@@ -3,7 +3,10 @@
 This is the *coordination clock* of the replay (seed 004): one pass over the
 tuples in arrival order that turns raw ``(ts, arrival)`` columns into the
 facts a join operator needs to decide locally what an online system would
-have done.  Everything here is whole-column numpy; no per-tuple Python.
+have done.  Everything here is whole-column numpy; no per-tuple Python.  The
+pass after the replay order's sort is also compiled
+(:func:`~streamjoin.pipelines.base.kernels.replay_facts`, used where it is
+built: the same arrays).
 
 Definitions (SPEC §2)::
 
@@ -50,6 +53,7 @@ import numpy as np
 from ..policies import (INTERVAL_JOIN, MICROBATCH, SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec, Rows,
                         adaptive_schedule, slack_rows, retention_matrix)
 from . import interval_join, microbatch, sql_interval_join
+from ..base import kernels
 from ..base.sorting import search_sorted_queries, stable_order
 from ..base.timeunits import NEG_INF
 
@@ -232,6 +236,12 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
     idx = np.int32 if N < 2**31 else np.int64  # half the memory traffic when it fits
     order, arrival = stable_order(arrival_all, idx, overwrite=True)  # our own copy: sorted in place
     del arrival_all
+    facts = kernels.replay_facts(order, offsets, ts_all, keep_running_max=keep_running_max)
+    if facts is not None:   # the compiled pass: the same arrays as the numpy one below
+        del order, ts_all
+        stream, ts, positions, T, delay, M = facts
+        return _replay(n, stream, ts, arrival, [positions[offsets[i]:offsets[i + 1]] for i in range(n)], T, delay,
+                       M, ts_by_stream)
     # stream of each position follows from the position in the concatenation
     if n <= 8:
         stream = np.zeros(N, dtype=np.int32)
@@ -266,6 +276,10 @@ def build_replay(ts_by_stream: list[np.ndarray], arrival_by_stream: list[np.ndar
         term *= mine
         delay += term
     del scratch, mine
+    return _replay(n, stream, ts, arrival, index_of, T, delay, M, ts_by_stream)
+
+
+def _replay(n, stream, ts, arrival, index_of, T, delay, M, ts_by_stream) -> Replay:
     replay = Replay(n=n, stream=stream, ts=ts, arrival=arrival, index_of=index_of, T=T, delay=delay)
     replay.ts_of = [np.asarray(t, dtype=np.int64) for t in ts_by_stream]  # ts[index_of[i]], as given
     if M is not None:

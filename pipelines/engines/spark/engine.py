@@ -54,6 +54,7 @@ from pathlib import Path
 from ...analysis.metrics import occupied_periods
 from ...analysis.summary import merge
 from ...config.options import HANDOFF_CONF_KEY, RESULTS_CONF_KEY, results_mode
+from ...base import kernels as compiled
 from ...base.errors import InputError
 from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, PolicySpec
 from ...replay import partitioned_progress as sp
@@ -317,6 +318,8 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
     spark = stack.enter_context(spark_session(cfg.master, partitions or 4, cfg.spark_conf))
     started = {"spark_session": time.perf_counter() - t0}
     try:
+        if sum(len(s.ts) for s in streams) >= compiled.MIN_ROWS:
+            compiled.ensure_built()   # the tasks' workers on this machine load them, none builds them in a task
         t0 = time.perf_counter()
         warm_up(spark)
         started["spark_warmup"] = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""capacity/jit.py: the kernels are built ahead of time once and later processes load them
+"""base/jit.py: the kernels are built ahead of time once and later processes load them
 without importing numba; where no module can be built, numba's jit gives the same results."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 
-from streamjoin.pipelines.capacity import jit, queueing
+from streamjoin.pipelines.base import jit
+from streamjoin.pipelines.capacity import queueing
 
 
 QUEUE_SIGNATURE = "Tuple((i8[:], i1[:], i8[:]))(i8[:], i8[:], i8[:], i8, i8, b1)"   # queueing.compiled_kernel's
@@ -24,28 +25,33 @@ def _queue_case():
 
 def test_a_built_kernel_is_loaded_without_importing_numba():
     queueing.compiled_kernel()          # builds the module if this machine has none yet
-    code = ("import sys\nfrom streamjoin.pipelines.capacity import jit, queueing\nqueueing.compiled_kernel()\n"
+    code = ("import sys\nfrom streamjoin.pipelines.base import jit\nfrom streamjoin.pipelines.capacity import queueing\nqueueing.compiled_kernel()\n"
             "print(jit.how(queueing._bounded_kernel), 'numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["aot", "False"]
+
+
+def _without_a_compiler(monkeypatch, cache) -> None:
+    """This process has loaded no kernel, its one cache directory is ``cache`` and every build fails."""
+    def no_compiler(*_args):
+        raise OSError("no C compiler")
+
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [cache])
+    monkeypatch.setattr(jit, "_build", no_compiler)
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
 
 
 def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, monkeypatch, capsys):
     arrival, stream, service = _queue_case()
     expected = queueing.compiled_kernel()(arrival, stream, service, 2, 3, True)
 
-    def no_compiler(*_args):
-        raise OSError("no C compiler")
-
-    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path])
-    monkeypatch.setattr(jit, "_build", no_compiler)
-    monkeypatch.setattr(jit, "_KERNELS", {})
-    monkeypatch.setattr(jit, "_HOW", {})
+    _without_a_compiler(monkeypatch, tmp_path)
     capsys.readouterr()
     fallback = queueing.compiled_kernel()
     assert jit.how(queueing._bounded_kernel) == "jit"
     # a build announces itself (it can take 10-40 s), once per kernel
-    assert capsys.readouterr().err.count("building the capacity model's bounded_kernel kernel") == 1
+    assert capsys.readouterr().err.count("building the bounded_kernel kernel") == 1
     got = fallback(arrival, stream, service, 2, 3, True)
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
     assert (got[1] != 0).any()          # the case sheds: the comparison covers the queue cap
@@ -67,7 +73,7 @@ def test_a_failed_build_is_not_retried_or_announced_by_every_later_process(tmp_p
     kernel, how = jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
     assert how == "jit"
     err = capsys.readouterr().err
-    assert err.count("building the capacity model's bounded_kernel kernel") == 1
+    assert err.count("building the bounded_kernel kernel") == 1
     assert "could not build" in err and "no C compiler" in err and len(err.splitlines()) == 2
     tried = len(builds)
     markers = list(tmp_path.rglob("*.nobuild"))
@@ -81,3 +87,24 @@ def test_a_failed_build_is_not_retried_or_announced_by_every_later_process(tmp_p
     markers[0].unlink()
     jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
     assert len(builds) > tried and "building" in capsys.readouterr().err
+
+
+def test_prebuilt_without_a_buildable_module_is_none_not_the_jit(tmp_path, monkeypatch, capsys):
+    """The replay's kernels (base/kernels.py) ask for a built module only: where none can be built the
+    caller keeps its numpy path (None here), numba is not jitted, and later lookups stay silent."""
+    from streamjoin.pipelines.base import kernels
+
+    _without_a_compiler(monkeypatch, tmp_path)
+    capsys.readouterr()
+    assert jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE) is None
+    assert jit.how(kernels._band_fill) == "none"
+    assert "using numpy instead" in capsys.readouterr().err
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    assert jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE) is None   # the marker: no retry, no line
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv(jit.KERNELS_ENV, "numpy")   # asked for numpy: no lookup at all
+    monkeypatch.setattr(jit, "_build", lambda *_args: builds.append(1))
+    builds = []
+    assert jit.prebuilt(kernels._progress_pass, kernels.REPLAY_SIGNATURE) is None
+    assert builds == [] and jit.how(kernels._progress_pass) is None

@@ -1,7 +1,11 @@
-"""The capacity model's sequential kernels, compiled ahead of time once per machine.
+"""Compiled kernels, built ahead of time once per machine.
 
-The bounded queue, the state cap and flow control's interval loop are
-sequential recursions; they run as machine code.  Importing numba and loading
+The capacity model's bounded queue, state cap and flow control's interval
+loop are sequential recursions; they run as machine code (:func:`compiled`).
+The replay's band-join fill and progress pass use the same machinery through
+:func:`prebuilt`, which never falls back to the jit: a caller that gets
+``None`` keeps its numpy path (the same outcome; tests compare the two).
+Importing numba and loading
 a ``cache=True`` kernel costs about 0.4-0.5 s CPU in every process (numba's
 typing and target registries; docs/performance.md, "Capacity"), as much as
 the rest of the capacity model.  So the first use builds each kernel ahead of
@@ -49,9 +53,27 @@ def compiled(fn: Callable, signature: str) -> Callable:
     return kernel
 
 
+#: environment variable: ``numpy`` makes :func:`prebuilt` return ``None`` (the callers' numpy paths)
+KERNELS_ENV = "STREAMJOIN_KERNELS"
+
+
+def prebuilt(fn: Callable, signature: str) -> Callable | None:
+    """``fn`` built ahead of time (built now if this machine has none yet), or
+    ``None`` where no module can be built or ``$STREAMJOIN_KERNELS`` is
+    ``numpy``: never numba's jit, whose per-process cost (about 0.5 s) is
+    more than these kernels save.  Once per process."""
+    if os.environ.get(KERNELS_ENV) == "numpy":
+        return None
+    with _LOCK:
+        if fn not in _HOW:
+            _KERNELS[fn], _HOW[fn] = _ahead_of_time(fn, signature, jit_fallback=False)
+        return _KERNELS[fn]
+
+
 def how(fn: Callable) -> str | None:
     """How ``fn``'s kernel was loaded in this process: ``"aot"`` (an existing
-    module), ``"aot-built"`` (built now), ``"jit"`` (the fallback), ``None`` (not yet)."""
+    module), ``"aot-built"`` (built now), ``"jit"`` (the fallback), ``"none"``
+    (:func:`prebuilt` without a module), ``None`` (not yet)."""
     return _HOW.get(fn)
 
 
@@ -80,7 +102,7 @@ def _import(path: Path, name: str):
     return module.kernel
 
 
-def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
+def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -> tuple[Callable | None, str]:
     name = _module_name(fn, signature)
     filename = name + importlib.machinery.EXTENSION_SUFFIXES[0]
     dirs = _cache_dirs()
@@ -91,9 +113,9 @@ def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
             except ImportError:   # a broken file: build it again below
                 pass
     if any((d / (name + NOBUILD)).is_file() for d in dirs):   # a build failed here before: no retry, no line
-        return _jit(fn, signature), "jit"
+        return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
     # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
-    sys.stderr.write(f"streamjoin: building the capacity model's {fn.__name__.strip('_')} kernel once for this "
+    sys.stderr.write(f"streamjoin: building the {fn.__name__.strip('_')} kernel once for this "
                      "machine (10-40 s; later runs load it in milliseconds)\n")
     sys.stderr.flush()
     why = "no writable cache directory"
@@ -109,11 +131,11 @@ def _ahead_of_time(fn: Callable, signature: str) -> tuple[Callable, str]:
             continue
     # later processes go to the jit at once (no build attempt, no line promising fast loads)
     marker = next((m for m in (d / (name + NOBUILD) for d in dirs) if _write_marker(m, why)), None)
-    sys.stderr.write(f"streamjoin: could not build the {fn.__name__.strip('_')} kernel ({why}); using numba's jit "
-                     "instead (about 0.5 s per process)"
+    sys.stderr.write(f"streamjoin: could not build the {fn.__name__.strip('_')} kernel ({why}); "
+                     + ("using numba's jit instead (about 0.5 s per process)" if jit_fallback else "using numpy instead")
                      + (f"; delete {marker} to try the build again\n" if marker is not None else "\n"))
     sys.stderr.flush()
-    return _jit(fn, signature), "jit"
+    return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
 
 
 #: a file ``<module name>`` + this in a cache directory: building that module failed on this machine

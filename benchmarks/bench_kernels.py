@@ -1,0 +1,88 @@
+"""The compiled passes of base/kernels.py against their numpy paths, on the core data (issue 21).
+
+    python benchmarks/bench_kernels.py [--runs 7] [CONFIG]
+
+One process loads the core data (``bench.toml``: 2M + 1M keyed tuples, W = 100 ms)
+and times, alternating the two paths every round (kernel first on even rounds,
+numpy first on odd ones; ``$STREAMJOIN_KERNELS=numpy`` selects the numpy path),
+after one uncounted round:
+
+* ``candidates``: truth enumeration (``enumerate_truth``, the two-stream band join,
+  probe order right -> left as the engine chooses): the key-order kernel (the
+  rows are in time order) replaces both value sorts and the band kernel the fill;
+* ``progress``: ``build_replay`` (the replay order's sort, then the progress pass).
+
+Medians of wall and CPU (``time.process_time``: all threads) with min..max.  The
+kernels are built first if this machine has none (not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+from streamjoin.pipelines.base import jit, kernels
+from streamjoin.pipelines.replay.candidates import enumerate_truth
+from streamjoin.pipelines.replay.progress import build_replay
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_core import ensure_data  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7, help="counted rounds after one warm-up round (default 7)")
+    ap.add_argument("config", nargs="?", type=Path, help="a bench.toml (default: the core data, generated if absent)")
+    args = ap.parse_args()
+    root = (args.config or ensure_data(1.0)).parent
+    left, right = (pl.read_parquet(root / f"{s}.parquet") for s in ("left", "right"))
+    ts = [left["ts"].to_numpy(), right["ts"].to_numpy()]
+    arrival = [left["arrival"].to_numpy(), right["arrival"].to_numpy()]
+    keys = [left.select(pl.col("key").alias("__key0")), right.select(pl.col("key").alias("__key0"))]
+    W = [100_000, 100_000]
+    # built (or loaded) before anything is timed
+    os.environ.pop(jit.KERNELS_ENV, None)
+    replay = build_replay(ts, arrival, keep_running_max=False)
+    combos = enumerate_truth(ts, keys, W, order=[1, 0])
+    how = {f.__name__: jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)}
+    parts = {
+        "candidates": lambda: enumerate_truth(ts, keys, W, order=[1, 0]),
+        "progress": lambda: build_replay(ts, arrival, keep_running_max=False),
+    }
+    got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for rnd in range(args.runs + 1):
+        for side in (("kernel", "numpy") if rnd % 2 == 0 else ("numpy", "kernel")):
+            if side == "numpy":
+                os.environ[jit.KERNELS_ENV] = "numpy"
+            else:
+                os.environ.pop(jit.KERNELS_ENV, None)
+            for name, fn in parts.items():
+                c0, t0 = time.process_time(), time.perf_counter()
+                fn()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                if rnd:
+                    got.setdefault((name, side), []).append((wall, cpu))
+    os.environ.pop(jit.KERNELS_ENV, None)
+    med = statistics.median
+    print(f"kernels: {how}; {len(combos):,} combinations, {replay.N:,} arrivals; {args.runs} rounds after a warm-up, "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
+    hdr = f"{'part':<11} {'path':<7} {'wall s':>7} {'spread':>13} {'CPU s':>6} {'spread':>13}"
+    print(hdr)
+    print("-" * len(hdr))
+    for name in parts:
+        for side in ("numpy", "kernel"):
+            w = [x[0] for x in got[(name, side)]]
+            c = [x[1] for x in got[(name, side)]]
+            print(f"{name:<11} {side:<7} {med(w):>7.3f} {min(w):>6.3f}..{max(w):<6.3f} {med(c):>6.3f} "
+                  f"{min(c):>6.3f}..{max(c):<6.3f}")
+
+
+if __name__ == "__main__":
+    main()

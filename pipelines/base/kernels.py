@@ -1,0 +1,223 @@
+"""Compiled passes of the join's two hot loops (issue 21), with their numpy twins.
+
+* :func:`band_pairs` -- the fill of truth enumeration's band join: for
+  queries in ascending order of their band start, where each band falls in
+  the sorted stored side and every ``(query, stored row)`` pair in order.
+  numpy does it as two blocked binary searches, ``np.repeat`` and a blocked
+  gather (:func:`~streamjoin.pipelines.base.sorting.band_ranges`,
+  :func:`~streamjoin.pipelines.base.sorting.gather_ranges`); the kernel walks
+  both pointers forward once and writes the pairs in the same pass.
+* :func:`replay_facts` -- the progress pass after the replay order's sort:
+  stream, event time and arrival index of every position, each stream's
+  running maximum ``M_i``, the frontier ``T = min_i M_i`` and the delay
+  ``M_own - ts``.  numpy does it one stream at a time over whole columns
+  (:func:`~streamjoin.pipelines.replay.progress.build_replay`); the kernel is
+  one pass with ``n`` running maxima in registers.
+* :func:`key_order` -- the stable order by ``(key, ts)`` of a stream whose
+  event times already ascend within each key (rows written in time order, as
+  most inputs are): a counting sort by key, ``O(rows + keys)``, instead of
+  the packed value sort of :func:`~streamjoin.pipelines.base.sorting.stable_order`
+  (``None`` when some key's times go back: the caller sorts).
+
+The kernels are built ahead of time once per machine by
+:func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
+never imported by a run that loads them).  Where no module can be built, or
+``$STREAMJOIN_KERNELS=numpy``, the callers keep their numpy paths; both give
+the same arrays, element for element (``tests/base/test_kernels.py``).
+The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
+the numpy paths, and so do inputs below :data:`MIN_ROWS` (loading a kernel
+costs a few ms of CPU, more than it saves there, and a small run never
+waits for a first build).  A compiled call holds the GIL (``numba.pycc``
+exports have no ``nogil``): the engine's other thread waits for it to
+return before its next numpy call (docs/performance.md, issue 21 third pass).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import jit
+from .timeunits import NEG_INF
+
+#: below this many rows (queries plus stored rows, arrivals, a stream's rows) the numpy paths run
+MIN_ROWS = 1 << 16
+BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
+KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
+REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
+
+
+def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
+    nq = lo.shape[0]
+    m = sorted_values.shape[0]
+    start = np.empty(nq, np.int64)
+    end = np.empty(nq, np.int64)
+    s = 0
+    e = 0
+    total = 0
+    for q in range(nq):
+        x = lo[q]
+        while s < m and sorted_values[s] < x:   # lo ascending: s only moves forward
+            s += 1
+        y = hi[q]
+        if e < s:
+            e = s
+        if e > s and sorted_values[e - 1] > y:   # a band ending before the last one: search back
+            a = s
+            b = e
+            while a < b:
+                mid = (a + b) >> 1
+                if sorted_values[mid] > y:
+                    b = mid
+                else:
+                    a = mid + 1
+            e = a
+        while e < m and sorted_values[e] <= y:
+            e += 1
+        start[q] = s
+        end[q] = e
+        total += e - s
+    parent = np.empty(total, np.int32)
+    member = np.empty(total, np.int32)
+    o = 0
+    for q in range(nq):
+        p = query_rows[q]
+        for j in range(start[q], end[q]):
+            parent[o] = p
+            member[o] = stored_rows[j]
+            o += 1
+    return parent, member
+
+
+def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               query_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every ``(query, stored row)`` pair of a band join, or ``None`` without the kernel.
+
+    Args:
+        sorted_values: the stored side's codes, ascending (int64).
+        stored_rows: the row of each sorted value (int32).
+        lo: band starts, ascending (int64); ``hi``: band ends, inclusive (int64;
+            a band with ``hi < lo`` is empty), in the same order.
+        query_rows: the query of each band (int32).
+    Returns: ``(parent, member)`` (int32) -- for each band in order, its query
+    repeated and the stored rows of the values in ``[lo, hi]`` in sorted
+    order: ``np.repeat(query_rows, counts)`` and the concatenated
+    ``stored_rows[start:start + count]`` of the numpy path.
+    """
+    if not (sorted_values.dtype == lo.dtype == hi.dtype == np.int64
+            and stored_rows.dtype == query_rows.dtype == np.int32) or len(sorted_values) + len(lo) < MIN_ROWS:
+        return None
+    kernel = jit.prebuilt(_band_fill, BAND_SIGNATURE)
+    if kernel is None:
+        return None
+    return kernel(*(np.ascontiguousarray(a) for a in (sorted_values, stored_rows, lo, hi, query_rows)))
+
+
+def _progress_pass(order, offsets, ts_all, stream, ts, positions, T, delay, M, keep_m, neg_inf):   # pragma: no cover
+    n = offsets.shape[0] - 1
+    N = order.shape[0]
+    running = np.full(n, neg_inf, np.int64)
+    frontier = neg_inf
+    for a in range(N):
+        p = order[a]
+        s = 0
+        while p >= offsets[s + 1]:
+            s += 1
+        t = ts_all[p]
+        stream[a] = s
+        ts[a] = t
+        positions[p] = a
+        if t > running[s]:
+            was = running[s]
+            running[s] = t
+            if was == frontier:   # the minimum may have moved
+                frontier = running[0]
+                for i in range(1, n):
+                    if running[i] < frontier:
+                        frontier = running[i]
+        T[a] = frontier
+        delay[a] = running[s] - t
+        if keep_m:
+            for i in range(n):
+                M[i, a] = running[i]
+    return 0
+
+
+def replay_facts(order: np.ndarray, offsets: np.ndarray, ts_all: np.ndarray, *, keep_running_max: bool):
+    """The progress facts of a replay order, or ``None`` without the kernel.
+
+    Args:
+        order: position in the concatenation of the streams (in stream, row
+            order) of each arrival index (int32).
+        offsets: where each stream starts in the concatenation, and its end
+            (int64, ``n + 1`` values).
+        ts_all: event times in the concatenation's order (int64).
+        keep_running_max: also return ``M`` (shape ``(n, N)``).
+    Returns: ``(stream, ts, positions, T, delay, M)``: per arrival index its
+    stream (int32) and event time; per concatenated position its arrival
+    index (int32); the frontier ``T``; the delay ``M_own - ts``; ``M`` or
+    ``None`` -- the arrays :func:`~streamjoin.pipelines.replay.progress.build_replay`
+    computes with numpy.
+    """
+    n = len(offsets) - 1
+    if order.dtype != np.int32 or n < 1 or len(order) < MIN_ROWS:
+        return None
+    kernel = jit.prebuilt(_progress_pass, REPLAY_SIGNATURE)
+    if kernel is None:
+        return None
+    N = len(order)
+    stream = np.empty(N, np.int32)
+    ts = np.empty(N, np.int64)
+    positions = np.empty(N, np.int32)
+    T = np.empty(N, np.int64)
+    delay = np.empty(N, np.int64)
+    M = np.empty((n, N) if keep_running_max else (n, 0), np.int64)
+    kernel(np.ascontiguousarray(order), np.ascontiguousarray(offsets, dtype=np.int64),
+           np.ascontiguousarray(ts_all, dtype=np.int64), stream, ts, positions, T, delay, M, keep_running_max, NEG_INF)
+    return stream, ts, positions, T, delay, (M if keep_running_max else None)
+
+
+def _key_order(key, ts, radix):   # pragma: no cover - compiled
+    n = key.shape[0]
+    counts = np.zeros(radix + 1, np.int64)
+    newest = np.full(radix, -9223372036854775807 - 1, np.int64)
+    for i in range(n):
+        k = key[i]
+        if ts[i] < newest[k]:   # this key's times go back: not a counting sort's case
+            return np.empty(0, np.int32)
+        newest[k] = ts[i]
+        counts[k + 1] += 1
+    for r in range(radix):
+        counts[r + 1] += counts[r]
+    order = np.empty(n, np.int32)
+    for i in range(n):
+        k = key[i]
+        order[counts[k]] = i
+        counts[k] += 1
+    return order
+
+
+def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray | None:
+    """``np.argsort(key * span + ts, kind="stable")`` (int32) when ``ts`` ascends
+    within every key, else ``None`` (also without the kernel, or from ``2**31``
+    rows).  ``key``: ids in ``[0, radix)``, or ``None`` (one key); ``radix`` at
+    most a few times the row count (the caller's compact ids)."""
+    n = len(ts)
+    if n < max(MIN_ROWS, 1) or n >= 2**31 or radix > 4 * n + 4096:
+        return None
+    kernel = jit.prebuilt(_key_order, KEY_ORDER_SIGNATURE)
+    if kernel is None:
+        return None
+    if key is not None and (int(key.min()) < 0 or int(key.max()) >= radix):   # the counts are indexed by key
+        return None
+    key = np.zeros(n, np.int64) if key is None else np.ascontiguousarray(key, dtype=np.int64)
+    order = kernel(key, np.ascontiguousarray(ts, dtype=np.int64), max(int(radix), 1))
+    return order if len(order) == n else None
+
+
+def ensure_built() -> None:
+    """Build (or load) every kernel of this module now: a Spark driver calls it
+    before its tasks run, so that the executors' Python workers on this machine
+    load the modules instead of each building them inside a task."""
+    for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
+                          (_progress_pass, REPLAY_SIGNATURE)):
+        jit.prebuilt(fn, signature)

@@ -1,0 +1,158 @@
+"""base/kernels.py: the compiled band-join fill, key order and progress pass give exactly the numpy paths' arrays.
+
+Each property draws an input, runs the caller once with the kernel and once with
+``$STREAMJOIN_KERNELS=numpy`` (the numpy path), and compares every array element
+for element (values and dtypes) -- and checks that the kernel really ran, so a
+kernel that failed to build cannot pass by falling back.  The numpy paths are in
+turn checked against the per-arrival reference by the replay's own property tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamjoin.pipelines.base import jit, kernels
+from streamjoin.pipelines.base.timeunits import NEG_INF
+from streamjoin.pipelines.replay.candidates import band_pairs, enumerate_sorted
+from streamjoin.pipelines.replay.progress import build_replay
+
+SETTINGS = settings(max_examples=200, deadline=None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def built():
+    """The kernels built (once per machine) before the properties run, and used
+    on inputs of any size (not only from ``MIN_ROWS`` rows, as in a run)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, "MIN_ROWS", 0)
+        _check_built()
+        yield
+
+
+def _check_built():
+    assert kernels.band_pairs(np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int64),
+                              np.zeros(1, np.int64), np.zeros(1, np.int32)) is not None
+    assert kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64),
+                                keep_running_max=False) is not None
+    assert kernels.key_order(np.zeros(1, np.int64), np.zeros(1, np.int64), 1) is not None
+    for fn in (kernels._band_fill, kernels._progress_pass, kernels._key_order):
+        assert jit.how(fn) in ("aot", "aot-built")
+
+
+def both(fn):
+    """``fn()`` with the kernels, then with the numpy paths."""
+    with pytest.MonkeyPatch.context() as m:
+        m.delenv(jit.KERNELS_ENV, raising=False)
+        fast = fn()
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(jit.KERNELS_ENV, "numpy")
+        slow = fn()
+    return fast, slow
+
+
+def same(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a, b)
+
+
+@st.composite
+def bands(draw):
+    """A sorted stored side with many duplicates and bands of any width,
+    including empty ones (``hi < lo``) and ends that go back and forth."""
+    stored = np.sort(np.array(draw(st.lists(st.integers(-50, 50), max_size=60)), np.int64))
+    q = draw(st.integers(0, 40))
+    lo = np.array(draw(st.lists(st.integers(-60, 60), min_size=q, max_size=q)), np.int64)
+    width = np.array(draw(st.lists(st.integers(-5, 30), min_size=q, max_size=q)), np.int64)
+    return stored, lo, lo + width
+
+
+@SETTINGS
+@given(bands())
+def test_band_fill_equals_searches_repeat_and_gather(case):
+    stored, lo, hi = case
+    rows = np.random.default_rng(len(stored)).permutation(len(stored)).astype(np.int32)
+    fast, slow = both(lambda: band_pairs(stored, rows, lo.copy(), hi, np.int32))
+    same(fast[0], slow[0])
+    same(fast[1], slow[1])
+
+
+@st.composite
+def streams(draw, max_streams: int = 4):
+    """2-4 streams with tied and decreasing event times, tied arrivals across
+    streams, empty streams, and time values near the int64 extremes."""
+    n = draw(st.integers(1, max_streams))
+    base = draw(st.sampled_from([0, 10**15, NEG_INF + 1, 2**62]))
+    ts, arrival = [], []
+    for _ in range(n):
+        size = draw(st.integers(0, 30))
+        ts.append(base + np.array(draw(st.lists(st.integers(0, 40), min_size=size, max_size=size)), np.int64))
+        arrival.append(np.array(draw(st.lists(st.integers(0, 40), min_size=size, max_size=size)), np.int64))
+    return ts, arrival
+
+
+@SETTINGS
+@given(streams(), st.booleans())
+def test_progress_pass_equals_the_numpy_pass(case, keep):
+    ts, arrival = case
+    fast, slow = both(lambda: build_replay(ts, arrival, keep_running_max=keep))
+    for name in ("stream", "ts", "arrival", "T", "delay"):
+        same(getattr(fast, name), getattr(slow, name))
+    assert len(fast.index_of) == len(slow.index_of)
+    for a, b in zip(fast.index_of, slow.index_of):
+        same(a, b)
+    same(fast.M, slow.M)   # kept, or computed on first use from the same order
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 6), max_size=60), st.lists(st.integers(0, 30), max_size=60), st.booleans())
+def test_key_order_is_the_stable_sort_or_none(keys, times, in_time_order):
+    n = min(len(keys), len(times))
+    key = np.array(keys[:n], np.int64)
+    ts = np.array(sorted(times[:n]) if in_time_order else times[:n], np.int64)
+    got = kernels.key_order(key, ts, 7)
+    expected = np.argsort(key * 100 + ts, kind="stable")
+    per_key_ascending = all((np.diff(ts[key == k]) >= 0).all() for k in range(7))
+    if n and per_key_ascending:
+        same(got, expected.astype(np.int32))
+    else:
+        assert got is None   # a key whose times go back (or nothing to order): the caller sorts
+    if n and key.max() >= 1:
+        assert kernels.key_order(key, ts, int(key.max())) is None   # ids outside the radix: refused
+
+
+@SETTINGS
+@given(streams(max_streams=3), st.lists(st.integers(0, 12), min_size=3, max_size=3), st.integers(1, 3),
+       st.booleans(), st.booleans())
+def test_enumeration_with_the_kernel_equals_numpy(case, windows, keys, in_time_order, keyless):
+    ts, _ = case
+    ts = [t - t.min() if len(t) else t for t in ts]   # a span that packs
+    if in_time_order:   # rows written in time order: the counting sort's case
+        ts = [np.sort(t) for t in ts]
+    ids = None if keyless else [np.arange(len(t), dtype=np.int64) % keys for t in ts]
+    W = windows[:len(ts)]
+    fast, slow = both(lambda: enumerate_sorted(ts, ids, W))
+    assert len(fast.rows) == len(slow.rows)
+    for a, b in zip(fast.rows, slow.rows):
+        same(a, b)
+
+
+def test_small_inputs_take_the_numpy_paths():
+    """Below MIN_ROWS a run neither loads nor builds a kernel (a few ms of CPU saved, no first build)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, "MIN_ROWS", 100)
+        rows = np.arange(60, dtype=np.int32)
+        assert kernels.band_pairs(np.arange(60), rows, np.arange(30), np.arange(30), rows[:30]) is None
+        assert kernels.replay_facts(rows, np.array([0, 60]), np.arange(60), keep_running_max=False) is None
+        assert kernels.key_order(np.zeros(99, np.int64), np.arange(99), 1) is None
+        assert kernels.key_order(np.zeros(100, np.int64), np.arange(100), 1) is not None
+
+
+def test_ensure_built_loads_every_kernel(monkeypatch):
+    """A Spark driver builds (or loads) them all before its tasks run."""
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    kernels.ensure_built()
+    assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
