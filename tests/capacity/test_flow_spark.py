@@ -5,17 +5,13 @@ numbers (docs/semantics.md, "Flow control (seed 001)", where it runs)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 
-SPARK = ["--engine", "spark", "--master", "local[2]", "--partitions", "2", "--spark-conf", "spark.ui.enabled=false"]
+from helpers.spark_capacity import SPARK, keyed_streams, report_of_run, streamjoin_run
+
 #: ~330 tuples/s offered, 250 tuples/s of unit service: back-pressure builds up
 FLOW = "buffer=8,rate=250,interval=5ms,lambda=0.5:0.1,mu=0.2"
 #: the operator behind the units sheds (replace-oldest) and its state cap evicts
@@ -24,27 +20,7 @@ CAP = "tuple=3ms,result=500us,queue=3,shed=replace-oldest"
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("flowspark")
-    rng = np.random.default_rng(11)
-    for name, n in (("left", 300), ("right", 200)):
-        ts = np.sort(rng.integers(0, 1_500_000, n))
-        arrival = ts + rng.exponential(20_000, n).astype(np.int64)
-        pl.DataFrame({"ts": ts, "arrival": arrival, "key": rng.integers(0, 5, n)}).write_parquet(d / f"{name}.parquet")
-    return d
-
-
-def _cli(d: Path, out: str, *extra: str) -> subprocess.CompletedProcess:
-    exe = str(Path(sys.executable).with_name("streamjoin"))
-    args = ["run", "--stream", "left=left.parquet", "--stream", "right=right.parquet", "--ts", "ts",
-            "--arrival", "arrival", "--unit", "us", "--key", "key", "--window", "50ms", "--out", out, *extra]
-    return subprocess.run([exe, *args], cwd=d, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, STREAMJOIN_ENGINE="local"))
-
-
-def _run(d: Path, out: str, *extra: str) -> dict:
-    proc = _cli(d, out, *extra)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((d / out / "report.json").read_text())
+    return keyed_streams(tmp_path_factory.mktemp("flowspark"), 11)
 
 
 def _results(d: Path, out: str) -> pl.DataFrame:
@@ -60,15 +36,15 @@ def _results(d: Path, out: str) -> pl.DataFrame:
 def test_spark_reports_the_local_engine_s_flow_control_numbers(data: Path, policy, cap, router):
     name = policy[1]
     extra = [*policy, "--flow-control", FLOW, *(["--capacity", cap] if cap else [])]
-    local = _run(data, f"{name}-local", *extra, "--engine", "local")
+    local = report_of_run(data, f"{name}-local", *extra, "--engine", "local")
     f = local["flow_control"]
     assert f["added_delay_us"]["all"]["delayed"] > 0      # the units delay tuples on this input
-    plain = _run(data, f"{name}-plain", *policy, *(["--capacity", cap] if cap else []), "--engine", "local")
+    plain = report_of_run(data, f"{name}-plain", *policy, *(["--capacity", cap] if cap else []), "--engine", "local")
     assert local["recall"] != plain["recall"] or local["latency_us"] != plain["latency_us"]   # and that shows
     if cap:
         assert local["capacity"]["shed"]["queue_replaced"] > 0 and local["capacity"]["shed"]["state_evicted"] > 0
     out = f"{name}-spark"
-    spark = _run(data, out, *extra, *SPARK, "--router", router)
+    spark = report_of_run(data, out, *extra, *SPARK, "--router", router)
     assert spark["config"]["engine"] == "spark" and local["config"]["engine"] == "local"
     assert spark.get("routing", {}).get("router", "none") == router
     for key in ("truth_results", "emitted_results", "recall", "latency_us", "memory_tuples", "flow_control",
@@ -78,8 +54,8 @@ def test_spark_reports_the_local_engine_s_flow_control_numbers(data: Path, polic
 
 
 def test_results_on_the_executors_are_refused_with_flow_control(data: Path):
-    proc = _cli(data, "bad", "--policy", "static", "--retention", "30ms", "--flow-control", FLOW, *SPARK[:4],
-                "--spark-conf", "spark.streamjoin.results=executors")
+    proc = streamjoin_run(data, "bad", "--policy", "static", "--retention", "30ms", "--flow-control", FLOW,
+                          *SPARK[:4], "--spark-conf", "spark.streamjoin.results=executors")
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "spark.streamjoin.results=executors: not with --flow-control or --capacity" in lines[0]
