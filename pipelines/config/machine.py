@@ -16,16 +16,17 @@ from .flow_control import FlowControl, parse_flow_control
 
 
 def flow_control_setting(value: Any, output_kind: str, engine: str, *,
-                         engine_given: bool) -> tuple[FlowControl | None, str]:
+                         engine_given: bool, router: str = "none") -> tuple[FlowControl | None, str]:
     """``--flow-control`` / ``[run] flow_control``: the parsed settings and the engine that
-    runs them (the local engine, unless the user chose another: then a one-line error)."""
+    runs them: the local engine, which the default engine gives way to (as with
+    ``--capacity``), or ``--engine spark`` when the user chose it or a router (the units
+    delay the arrivals on the driver before the load ends; the Spark join replays the
+    delayed arrivals)."""
     flow = parse_flow_control(value) if value is not None else None
     if flow is not None and output_kind in ("tune-buffer", "compare"):
         raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
                          "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
-    if flow is not None and engine == "spark":
-        if engine_given:
-            raise InputError("--flow-control runs on --engine local for now")
+    if flow is not None and engine == "spark" and not engine_given and router == "none":
         engine = "local"   # the default engine with flow control, not the user's choice
     return flow, engine
 

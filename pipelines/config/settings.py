@@ -557,7 +557,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
     flow, engine = flow_control_setting(flags.flow_control if flags.flow_control is not None
                                         else run.get("flow_control"), output_kind, engine,
-                                        engine_given=bool(flags.engine or run.get("engine")))
+                                        engine_given=bool(flags.engine or run.get("engine")), router=router)
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")

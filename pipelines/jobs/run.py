@@ -175,6 +175,14 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     if capacity is not None and capacity.state is not None and cfg.policy.family != SYMMETRIC:
         raise InputError(f"--capacity state=N: the join-state cap (seed 002 step 3) is modelled for the symmetric "
                          f"policies static and qjoin; policy {cfg.policy.name} keeps a sort buffer")
+    # results made on the executors (Spark, spark.streamjoin.results): the tasks write
+    # results.parquet/ into the staging directory, so it exists before the join; decided
+    # before any work, so a refused combination (--flow-control, --capacity) is one line
+    executors = False
+    if cfg.engine == "spark":
+        from ..engines.spark.engine import join_for_job, results_path
+
+        executors = results_path(cfg) == "executors"
     if capacity is not None:
         # imported only here and for --flow-control: a plain run never loads the capacity model
         from ..analysis.capacity import capacity_section, queueing_delay_us
@@ -206,13 +214,6 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
-    # results made on the executors (Spark, spark.streamjoin.results): the tasks write
-    # results.parquet/ into the staging directory, so it exists before the join
-    executors = False
-    if cfg.engine == "spark":
-        from ..engines.spark.engine import join_for_job, results_path
-
-        executors = results_path(cfg) == "executors"
     with ExitStack() as publish:
         early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
         with stages("join"):

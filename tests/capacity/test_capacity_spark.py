@@ -5,40 +5,23 @@ holds there, and reports exactly the local engine's numbers, with either router
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
-import polars as pl
 import pytest
 
-SPARK = ["--engine", "spark", "--master", "local[2]", "--partitions", "2", "--spark-conf", "spark.ui.enabled=false"]
+from helpers.spark_capacity import SPARK, keyed_streams, report_of_run
+
 #: the queue sheds (replace-oldest) and the state cap evicts on this input
 CAP = "tuple=3ms,result=500us,queue=3,shed=replace-oldest"
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("capspark")
-    rng = np.random.default_rng(5)
-    for name, n in (("left", 300), ("right", 200)):
-        ts = np.sort(rng.integers(0, 1_500_000, n))
-        arrival = ts + rng.exponential(20_000, n).astype(np.int64)
-        pl.DataFrame({"ts": ts, "arrival": arrival, "key": rng.integers(0, 5, n)}).write_parquet(d / f"{name}.parquet")
-    return d
+    return keyed_streams(tmp_path_factory.mktemp("capspark"), 5)
 
 
 def _run(d: Path, out: str, policy: list[str], *extra: str) -> dict:
-    exe = str(Path(sys.executable).with_name("streamjoin"))
-    args = ["run", "--stream", "left=left.parquet", "--stream", "right=right.parquet", "--ts", "ts",
-            "--arrival", "arrival", "--unit", "us", "--key", "key", "--window", "50ms", *policy, "--out", out, *extra]
-    proc = subprocess.run([exe, *args], cwd=d, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, STREAMJOIN_ENGINE="local"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((d / out / "report.json").read_text())
+    return report_of_run(d, out, *policy, *extra)
 
 
 def _same(spark: dict, local: dict) -> None:

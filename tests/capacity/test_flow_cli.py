@@ -105,8 +105,9 @@ def test_bad_flow_control_is_one_line_exit_2(data: Path, value: str, needle: str
     assert not (data / "bad").exists()
 
 
-def test_flow_control_with_chunks_spark_or_nightly_is_refused(data: Path) -> None:
-    for extra in (["--chunk-rows", "1000"], ["--engine", "spark"], ["--date", "2024-01-01"]):
+def test_flow_control_with_chunks_or_nightly_is_refused(data: Path) -> None:
+    # --engine spark runs it (tests/capacity/test_flow_spark.py)
+    for extra in (["--chunk-rows", "1000"], ["--date", "2024-01-01"]):
         proc = run_cli(["run", *ARGS, *extra, "--flow-control", "buffer=10,rate=5", "--out", "bad"], data, ok=False)
         assert proc.returncode == 2 and "--flow-control" in proc.stderr
 

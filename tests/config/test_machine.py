@@ -38,6 +38,17 @@ def test_capacity_runs_on_the_local_engine_when_no_engine_was_chosen(tmp_path, m
                                                           engine="local", chunk_rows=100))
 
 
+def test_flow_control_runs_on_the_engine_chosen_and_the_default_gives_way(tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMJOIN_ENGINE", "spark")
+    fc = "buffer=2,rate=5"
+    cfg = resolve(_toml(tmp_path, 'policy = "none"'), Flags(out=str(tmp_path / "o1"), flow_control=fc))
+    assert cfg.engine == "local" and cfg.flow_control.buffer == 2   # the default engine, not the user's choice
+    # an engine or a router the user chose runs it (tests/capacity/test_flow_spark.py)
+    for flags in ({"engine": "spark"}, {"router": "atr"}, {"engine": "spark", "router": "ctr"}):
+        cfg = resolve(_toml(tmp_path, 'policy = "none"'), Flags(out=str(tmp_path / "o2"), flow_control=fc, **flags))
+        assert cfg.engine == "spark" and cfg.flow_control.buffer == 2, flags
+
+
 @pytest.mark.parametrize("kind", ["tune-buffer", "compare"])
 def test_tune_buffer_and_compare_refuse_a_capacity_they_would_ignore(tmp_path, kind):
     toml = _toml(tmp_path, 'policy = "static"\nretention = "1s"\ncapacity = "tuple=60s,queue=1"')
