@@ -94,6 +94,19 @@ def test_count_window_refuses_what_it_does_not_run_with(data: Path, extra: list[
     assert not (data / "out").exists()
 
 
+@pytest.mark.parametrize("extra", [[], ["--engine", "spark"]])
+def test_a_router_is_refused_not_dropped(data: Path, extra: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --engine, a count window picks the local engine -- but not over a
+    --router, which runs on Spark only: refused in one line, never run without it."""
+    monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)   # the real default engine, Spark
+    proc = run_cli(["run", *BASE, "--window", "a=3tuples", "--window", "b=2ms", "--policy", "static",
+                    "--retention", "1ms", "--router", "atr", *extra, "--out", "out"], data, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--window 3tuples (stream 'a')" in lines[0] and "not --router atr" in lines[0], lines
+    assert not (data / "out").exists()
+
+
 @pytest.mark.parametrize("command", [["tune-buffer", "--recall", "0.9"], ["compare"]])
 def test_tune_buffer_and_compare_refuse_a_count_window(data: Path, command: list[str]) -> None:
     proc = run_cli([*command, *BASE, "--window", "3tuples", "--out", "other"], data, ok=False)
