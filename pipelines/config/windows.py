@@ -21,11 +21,14 @@ from ..base.timeunits import format_duration
 
 #: a count window, ``1000 tuples`` / ``1000tuples`` / ``1 tuple``
 COUNT_WINDOW = re.compile(r"\s*(\d+)\s*tuples?\s*", re.IGNORECASE)
+#: the largest ``N`` of a count window: arrival indexes are int64 (no input has
+#: 2**62 tuples, so any ``N`` this large would mean "the whole stream" anyway)
+MAX_COUNT = 2**62
 
 
 def window_fields(value: Any, what: str, duration: Callable[[Any, str], int]) -> dict[str, Any]:
     """A window from a flag or the TOML as ``StreamConfig`` fields: ``window_us``
-    (``duration(value, what)``; 0 for a count) and ``window_count`` (``N >= 1``, or None)."""
+    (``duration(value, what)``; 0 for a count) and ``window_count`` (``1 <= N <= 2**62``, or None)."""
     m = COUNT_WINDOW.fullmatch(value) if isinstance(value, str) else None
     if m is None:
         try:
@@ -34,6 +37,9 @@ def window_fields(value: Any, what: str, duration: Callable[[Any, str], int]) ->
             raise InputError(f"{exc}; or a count window, e.g. 1000tuples") from None
     if int(m.group(1)) < 1:
         raise InputError(f"bad {what} {value!r}: a count window holds at least 1 tuple")
+    if int(m.group(1)) > MAX_COUNT:
+        raise InputError(f"bad {what} {value!r}: a count window holds at most 2**62 tuples "
+                         f"(a count at least the stream's size keeps the whole stream)")
     return {"window_us": 0, "window_count": int(m.group(1))}
 
 

@@ -127,6 +127,15 @@ def test_a_count_window_holds_at_least_one_tuple(data: Path) -> None:
     assert "at least 1 tuple" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_count_window_holds_at_most_2_to_the_62_tuples(data: Path) -> None:
+    ok = run_cli(["run", *BASE, "--window", f"{2**62}tuples", "--policy", "static", "--out", "ok"], data)
+    assert ok.returncode == 0, ok.stderr
+    proc = run_cli(["run", *BASE, "--window", "99999999999999999999tuples", "--policy", "static", "--out", "out"],
+                   data, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "at most 2**62 tuples" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_a_bad_window_names_both_kinds(data: Path) -> None:
     proc = run_cli(["run", *BASE, "--window", "a=1000t", "--window", "b=5ms", "--policy", "static", "--out", "out"],
                    data, ok=False)
