@@ -339,6 +339,20 @@ def test_unit_check_is_one_of_the_whole_column(spark, tmp_path):
         got.release()
 
 
+def test_offsets_number_chunks_in_file_order_and_refuse_interleaved_ones():
+    """``_offsets`` on constructed (file, task, least row, greatest row, kept, read) facts."""
+    from streamjoin.pipelines.engines.spark.read import _offsets
+
+    # file 0: task 1 rows 0..9 (8 kept), task 0 rows 10..19 (10 kept); file 1: task 0 rows 0..4 (5 kept)
+    chunks = [(0, 0, 10, 19, 10, 10), (1, 0, 0, 4, 5, 5), (0, 1, 0, 9, 8, 10)]
+    assert _offsets(chunks) == ([(0, 1, 0), (0, 0, 8), (1, 0, 18)], 23, 25)
+    # task 0 read splits 0 and 2 of file 0 (rows 0..29), task 1 split 1 (rows 10..19): not numberable
+    with pytest.raises(RuntimeError, match="interleaved"):
+        _offsets([(0, 0, 0, 29, 20, 20), (0, 1, 10, 19, 10, 10)])
+    # the same ranges in different files are fine
+    assert _offsets([(0, 0, 0, 29, 20, 20), (1, 1, 10, 19, 10, 10)])[1:] == (30, 30)
+
+
 def test_executor_input_error_is_one_line():
     """The backstop: an InputError raised on an executor reaches the driver as a
     PythonException with the worker's traceback; read_streams re-raises its line."""

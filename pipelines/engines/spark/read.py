@@ -27,12 +27,13 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    file's index and its rank among the kept rows of its file in its task.
    The result is persisted on the executors.
 4. **Facts** (executors -> driver, small aggregations): per (file, task)
-   the least row index, the rows kept and read and the least and greatest
+   the least and greatest row index, the rows kept and read and the least and greatest
    kept ``ts`` and ``arrival``; per reason the rows quarantined; per key
    column its least and greatest kept value and the first inexact float.
    The driver applies ``load.check_quarantine`` and ``keys.common_key_types``
    to them, and turns the per-(file, task) counts into each task's first
-   ``row`` (a prefix count in sorted-file order): ``row`` is the 0-based index
+   ``row`` (a prefix count in sorted-file order; a file's chunks must be
+   disjoint row ranges, else an internal error): ``row`` is the 0-based index
    among the rows kept, in sorted-file order, as in the local loader.
 5. **Quarantine** (executors): each stream's quarantined rows, whole plus
    ``reason``, written by Spark's writer (its commit protocol) as
@@ -355,10 +356,20 @@ def _out_schema(plan: _Plan) -> str:
 def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
     """Each (file, task) chunk's first ``row``: the kept rows of every chunk
     before it in (file, least row index) order.  ``chunks``: rows of
-    (file, task, least row index, kept, read).  Returns (file, task, offset)
-    triples, the rows kept and the rows read."""
+    (file, task, least row index, greatest row index, kept, read).  Returns
+    (file, task, offset) triples, the rows kept and the rows read.
+
+    Within a file the chunks must be disjoint row ranges (each chunk's
+    greatest row index below the next one's least): a task that read, say,
+    a file's splits 0 and 2 while another read split 1 would interleave,
+    and a prefix count would number rows wrongly -- an internal error instead."""
     offsets, kept, read = [], 0, 0
-    for f, t, _, k, n in sorted(chunks, key=lambda c: (c[0], c[2])):
+    last: tuple[int, int] | None = None    # (file, greatest row index) of the chunk before
+    for f, t, lo, hi, k, n in sorted(chunks, key=lambda c: (c[0], c[2])):
+        if last is not None and last[0] == f and lo <= last[1]:
+            raise RuntimeError("streamjoin: Spark tasks read interleaved row ranges of one file; "
+                               "cannot number its rows")
+        last = (f, hi)
         offsets.append((f, t, kept))
         kept += k
         read += n
@@ -366,17 +377,17 @@ def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
 
 
 def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFacts, list[tuple[int, int, int]]]:
-    """One stream's facts from two aggregations (per (file, task): least row
-    index, rows kept and read, time ranges; per reason: rows), refused by
+    """One stream's facts from two aggregations (per (file, task): least and
+    greatest row index, rows kept and read, time ranges; per reason: rows), refused by
     ``load.check_quarantine`` as the local loader would; and each chunk's first ``row``."""
     from pyspark.sql import functions as F
 
     kept = F.col(REASON).isNull()
     chunks = (inter.groupBy(FILE, TASK)
-              .agg(F.min(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
+              .agg(F.min(FILE_ROW), F.max(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
                    F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL))
               .collect())
-    offsets, rows, read = _offsets([tuple(int(x) for x in r[:5]) for r in chunks])
+    offsets, rows, read = _offsets([tuple(int(x) for x in r[:6]) for r in chunks])
     reasons = {r[0]: int(r[1]) for r in inter.filter(~kept).groupBy(REASON).count().collect()}
     check_quarantine(plan.cfg, read, reasons, max_quarantine)
 
@@ -385,7 +396,7 @@ def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFact
         return (int(min(los)), int(max(r[hi] for r in chunks if r[hi] is not None))) if los else None
 
     return StreamFacts(config=plan.cfg, files=plan.files, read=read, rows=rows, reasons=reasons,
-                       ts_range=span(5, 6), arrival_range=span(7, 8),
+                       ts_range=span(6, 7), arrival_range=span(8, 9),
                        payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
                        arrow_types={f.name: f.type for f in plan.schema}), offsets
 
