@@ -12,7 +12,8 @@ tuple ``x`` of stream ``k`` be the ``r``-th arrival of its stream (0-based)
 and ``A_k`` its stream's arrival indexes in ascending order.  ``x`` is in
 ``S_k[N_k]`` at index ``a`` iff ``a_x <= a < E(x)`` with the *count expiry*
 
-    E(x) = A_k[r + N_k]      (the arrival that pushes x out; N if none)
+    E(x) = A_k[r + N_k]      (the arrival that pushes x out; if none, the
+                              replay's length L, ``replay.N``: never)
 
 A combination is valid iff every count member ``x`` is still in its window
 when the last member arrives, ``a_last < E(x)``, and every duration member
@@ -58,7 +59,7 @@ def arrival_order(replay: Replay, k: int) -> tuple[np.ndarray, np.ndarray]:
 def count_expiry(replay: Replay, k: int, count: int) -> np.ndarray:
     """Per row of stream ``k`` (row order): ``E(x)``, the first arrival index
     at which the row is no longer among its stream's last ``count`` arrivals
-    (``replay.N`` if it still is at the end)."""
+    (the replay's length, ``replay.N``, if it still is at the end)."""
     order, sorted_a = arrival_order(replay, k)
     out = np.full(len(order), replay.N, dtype=np.int64)
     pushed = sorted_a[count:]                       # the arrival of rank r + count

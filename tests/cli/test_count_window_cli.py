@@ -114,6 +114,13 @@ def test_tune_buffer_and_compare_refuse_a_count_window(data: Path, command: list
     assert f"not `streamjoin {command[0]}`" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("command, offers", [("run", True), ("tune-buffer", False), ("compare", False)])
+def test_window_help_offers_a_count_only_where_it_runs(tmp_path: Path, command: str, offers: bool) -> None:
+    text = " ".join(run_cli([command, "--help"], tmp_path).stdout.split())
+    assert ("1000tuples" in text) is offers and "…" not in text
+    assert "required, here or in the config" in " ".join(text.replace("│", " ").split())
+
+
 def test_a_nightly_run_refuses_a_count_window(data: Path) -> None:
     proc = run_cli(["run", *BASE, "--window", "3tuples", "--policy", "static", "--date", "2026-01-01",
                     "--out", "nightly"], data, ok=False)
