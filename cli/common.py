@@ -21,7 +21,8 @@ TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NA
 ArrivalOpt = Annotated[Multi, typer.Option("--arrival", help="arrival-time column, COL or NAME=COL (default: arrival = ts)")]
 KeyOpt = Annotated[Multi, typer.Option("--key", help="equality key column (repeatable), COL or NAME=COL (default: none, no key)")]
 UnitOpt = Annotated[Multi, typer.Option("--unit", help="unit of integer time columns: s | ms | us | ns | ps, or NAME=UNIT (required for integer columns; default: none, timestamp columns carry their unit)")]
-WindowOpt = Annotated[Multi, typer.Option("--window", help="window W: a duration (100ms) or a count (1000tuples), or NAME=W (required, here or in the config)")]
+WindowOpt = Annotated[Multi, typer.Option("--window", help="window W: a duration (100ms), or NAME=W (required, here or in the config)")]
+RunWindowOpt = Annotated[Multi, typer.Option("--window", help="window W: a duration (100ms) or a count (1000tuples, with --policy static), or NAME=W (required, here or in the config)")]
 MaxQuarantineOpt = Annotated[Optional[float], typer.Option(
     "--max-quarantine", help="largest share of a stream's rows that may be quarantined (default 0.5); "
                              "a stream with all rows quarantined is always an error")]

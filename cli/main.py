@@ -51,8 +51,8 @@ from typer.core import TyperCommand, TyperGroup
 
 from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 
-from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, StreamOpt, TsOpt, UnitOpt,
-                     WhereOpt, WindowOpt)
+from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, RunWindowOpt, StreamOpt,
+                     TsOpt, UnitOpt, WhereOpt, WindowOpt)
 from .common import fail as _fail
 from .common import command_line
 from .common import outcome_of as _outcome_of
@@ -277,7 +277,7 @@ def run(
     arrival: ArrivalOpt = None,
     key: KeyOpt = None,
     unit: UnitOpt = None,
-    window: WindowOpt = None,
+    window: RunWindowOpt = None,
     router: RouterOpt = None,
     policy: Annotated[Optional[str], typer.Option("--policy", help="none | kslack | mpkslack | static | qjoin | qkslack | spark-ss | flink | flink-sql (default: none)")] = None,
     k: KOpt = None,

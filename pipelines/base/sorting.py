@@ -44,7 +44,14 @@ the expiry index and the Spark kernels: :func:`search_sorted_queries`
 :func:`band_ranges` (the range of a sorted array inside each of many bands:
 the band search of truth enumeration and of the CTR kernel) and
 :func:`gather_ranges` (many ranges of one array, concatenated, without an
-index array the size of the output).
+index array the size of the output), and :class:`GroupedCodes`:
+``(group, value)`` as one int64, or through the values' ranks when that
+could overflow (count windows' searches and running maxima within a key).
+:data:`PACK_LIMIT` bounds every such packing; truth enumeration's
+multi-digit code (key, grid cells, ts) and the qjoin controller's (key,
+padded ts) positions use it but not the rank fallback: the first falls back
+to another enumerator, the second shifts positions by durations, which
+ranks would not keep.
 """
 
 from __future__ import annotations
@@ -321,3 +328,47 @@ def gather_ranges(values: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> np.
         pos += np.arange(o0, o1, dtype=pdt)
         np.take(values, pos, out=out[o0:o1], mode="clip")  # in range by construction
     return out
+
+
+#: the bound below which ``group * width + code`` packings are built (int64,
+#: with a factor of 2 to spare for the offsets added around them)
+PACK_LIMIT = 2**62
+
+
+class GroupedCodes:
+    """``(group, value)`` as one int64, ``group * width + code(value)``, for
+    searches and running maxima within groups of a sorted array.
+
+    ``code`` is order-preserving: ``value - lo + 1`` when ``groups`` times the
+    values' span fits below :data:`PACK_LIMIT`, the value's rank among the
+    distinct ``values`` otherwise (fewer than the rows, so it always fits).
+    Queries get the code of the first value ``>= q`` (``side="left"``) or
+    ``> q`` (``"right"``), clipped to one past either end, which changes no
+    answer of a ``side="left"`` search among the rows' codes.
+    """
+
+    def __init__(self, values: np.ndarray, groups: int):
+        lo, hi = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+        self.lo, self.hi = lo, hi
+        self.width = hi - lo + 3
+        self.uniq = None
+        if self.width * max(groups, 1) >= PACK_LIMIT:
+            self.uniq = np.unique(values)
+            self.width = len(self.uniq) + 1
+
+    def codes(self, values: np.ndarray) -> np.ndarray:
+        """The code of each of ``values`` (values of the array it was built from)."""
+        if self.uniq is None:
+            return (values - (self.lo - 1)).astype(np.int64)
+        return np.searchsorted(self.uniq, values).astype(np.int64)
+
+    def query(self, q: np.ndarray, side: str) -> np.ndarray:
+        """The code of the first value ``>= q`` (``"left"``) or ``> q`` (``"right"``)."""
+        if self.uniq is None:
+            c = np.clip(q, self.lo - 1, self.hi + 1) - (self.lo - 1)
+            return (c + 1 if side == "right" else c).astype(np.int64)
+        return np.searchsorted(self.uniq, q, side=side).astype(np.int64)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """The values of ``codes`` (of :meth:`codes`)."""
+        return codes + (self.lo - 1) if self.uniq is None else self.uniq[codes]

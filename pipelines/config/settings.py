@@ -604,7 +604,8 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     capacity, engine = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
                                         policy_name, engine, chunk_rows, output_kind=output_kind,
                                         engine_given=bool(flags.engine or run.get("engine")), router=router)
-    engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow)
+    engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow,
+                                  router)
     return RunConfig(
         flow_control=flow,
         capacity=capacity,

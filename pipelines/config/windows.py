@@ -3,8 +3,11 @@
 A stream's window is a duration (``250ms``) or a tuple count: ``--window
 1000tuples``, ``window = "1000 tuples"`` (``1 tuple``), the stream's last
 ``N`` arrivals (docs/semantics.md, "Count windows").  Count windows run on
-``streamjoin run --engine local --policy static`` in memory; everything else
-is refused here in one line.
+``streamjoin run --engine local --policy static`` in memory; a run with one
+and neither ``--engine`` nor ``--router`` (nor the config's ``run`` table)
+choosing Spark runs on the local engine; everything else (Spark, a router,
+another policy or command, bounded memory, capacity, flow control) is
+refused here in one line.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from ..base.timeunits import format_duration
 
 #: a count window, ``1000 tuples`` / ``1000tuples`` / ``1 tuple``
 COUNT_WINDOW = re.compile(r"\s*(\d+)\s*tuples?\s*", re.IGNORECASE)
+#: the largest ``N`` of a count window: arrival indexes are int64 (no input has
+#: 2**62 tuples, so any ``N`` this large would mean "the whole stream" anyway)
+MAX_COUNT = 2**62
 
 
 def window_fields(value: Any, what: str, duration: Callable[[Any, str], int]) -> dict[str, Any]:
     """A window from a flag or the TOML as ``StreamConfig`` fields: ``window_us``
-    (``duration(value, what)``; 0 for a count) and ``window_count`` (``N >= 1``, or None)."""
+    (``duration(value, what)``; 0 for a count) and ``window_count`` (``1 <= N <= 2**62``, or None)."""
     m = COUNT_WINDOW.fullmatch(value) if isinstance(value, str) else None
     if m is None:
         try:
@@ -31,6 +37,9 @@ def window_fields(value: Any, what: str, duration: Callable[[Any, str], int]) ->
             raise InputError(f"{exc}; or a count window, e.g. 1000tuples") from None
     if int(m.group(1)) < 1:
         raise InputError(f"bad {what} {value!r}: a count window holds at least 1 tuple")
+    if int(m.group(1)) > MAX_COUNT:
+        raise InputError(f"bad {what} {value!r}: a count window holds at most 2**62 tuples "
+                         f"(a count at least the stream's size keeps the whole stream)")
     return {"window_us": 0, "window_count": int(m.group(1))}
 
 
@@ -55,20 +64,23 @@ def static_retention(streams: Sequence[Any]) -> tuple[int | None, ...]:
 
 
 def count_windows_engine(streams: Sequence[Any], policy: str, engine: str, flags: Any, run: dict[str, Any],
-                         output_kind: str, check_out: bool, chunk_rows: int | None, capacity: Any, flow: Any) -> str:
+                         output_kind: str, check_out: bool, chunk_rows: int | None, capacity: Any, flow: Any,
+                         router: str = "none") -> str:
     """The engine of a run (the local one for count windows unless ``flags`` or the
-    config's ``run`` table chose one); a one-line error for whatever count windows
-    do not run with (``check_out=False``: a nightly run, settings.resolve)."""
+    config's ``run`` table chose an engine, or ``router`` is not ``"none"``); a
+    one-line error for whatever count windows do not run with (``check_out=False``:
+    a nightly run, settings.resolve)."""
     counted = [s for s in streams if s.window_count is not None]
     if not counted:
         return engine
     nightly = not check_out
-    if engine == "spark" and not (flags.engine or run.get("engine")):
-        engine = "local"   # the default for count windows, not the user's choice
+    if engine == "spark" and not (flags.engine or run.get("engine")) and router == "none":
+        engine = "local"   # the default for count windows, not the user's choice (a router is)
     s = counted[0]
     refusal = ("a nightly run (--date, backfill)" if nightly else
                f"`streamjoin {output_kind}`" if output_kind != "run" else
                f"--policy {policy}" if policy != "static" else
+               f"--router {router}" if router != "none" else
                f"--engine {engine}" if engine != "local" else
                f"--chunk-rows {chunk_rows}" if chunk_rows else
                "--capacity" if capacity is not None else

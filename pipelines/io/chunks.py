@@ -11,7 +11,9 @@ the Parquet **row group** (a *piece*).  Two passes:
 
 1. **survey** -- read only the time, key and vector columns of every piece,
    apply the same validation as the in-memory loader (the output-column
-   check first, from the schemas; so quarantined rows are not counted), and
+   check first, from the schemas; the unit plausibility check on each
+   integer time column's whole range, not piece by piece; so quarantined
+   rows are not counted), and
    keep, per piece, its valid-row count, its arrival range and small
    per-block summaries ``(max arrival, min ts)`` of its rows in
    arrival order, plus every ``stride``-th arrival time; and the range of
@@ -47,7 +49,8 @@ from ..base.errors import InputError
 from .columns import check_output_columns
 from .keys import KeyFacts, common_key_types, key_facts, merge_key_facts
 from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
-                   configured_columns, normalise, open_dataset, reason_counts)
+                   check_time_ranges, configured_columns, integer_time_ranges, merge_time_ranges, normalise,
+                   open_dataset, reason_counts)
 
 if TYPE_CHECKING:  # only annotations here: open_dataset imports it when a bounded run starts
     import pyarrow.dataset as ds
@@ -155,9 +158,12 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
         ts_min, ts_max = None, None
         row_bytes = 0.0
         keys: list[KeyFacts] | None = None
+        times = None   # integer time columns' ranges: the unit check is one of the whole column
         for fragment in _fragments(dataset):
             piece = Piece(fragment=fragment, first_row=rows)
-            part = normalise(_read(piece, schema, cfg, columns), cfg)
+            table = _read(piece, schema, cfg, columns)
+            times = merge_time_ranges(times, integer_time_ranges(table, cfg))
+            part = normalise(table, cfg, check_units=False)
             keys = merge_key_facts(keys, key_facts(part.keys))
             piece.quarantined = part.quarantine.height
             quarantined += piece.quarantined
@@ -181,6 +187,7 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
             lo_ts, hi_ts = int(ts.min()), int(ts.max())
             ts_min = lo_ts if ts_min is None else min(ts_min, lo_ts)
             ts_max = hi_ts if ts_max is None else max(ts_max, hi_ts)
+        check_time_ranges(times or {}, cfg)
         check_quarantine(cfg, rows + quarantined, reasons, max_quarantine)
         streams.append(StreamSurvey(cfg, pieces, rows, quarantined, ts_min, ts_max, schema, columns, row_bytes))
         key_columns.append(keys if keys is not None else key_facts(empty_stream(streams[-1]).keys))
@@ -264,7 +271,7 @@ def read_chunks(sv: Survey, payload: bool = True) -> Iterator[Chunk]:
                 piece = s.pieces[order[i][cursor[i]]]
                 cursor[i] += 1
                 columns = None if payload or piece.quarantined else s.columns
-                part = normalise(_read(piece, s.schema, s.config, columns), s.config)
+                part = normalise(_read(piece, s.schema, s.config, columns), s.config, check_units=False)  # surveyed
                 if part.quarantine.height:
                     fresh_q.append(part.quarantine)
                 if not payload:

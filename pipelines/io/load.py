@@ -277,7 +277,47 @@ def _int64_series(col: pa.ChunkedArray, column: str, where: str) -> pl.Series:
     try:
         return s.cast(pl.Int64).alias("")
     except pl.exceptions.InvalidOperationError:
-        raise InputError(f"{where}: column {column!r} ({col.type}) has values beyond the int64 range") from None
+        raise int64_range_error(column, col.type, where) from None
+
+
+def int64_range_error(column: str, t: pa.DataType, where: str) -> InputError:
+    """An integer time column (Arrow type ``t``) with a value past the int64 range."""
+    return InputError(f"{where}: column {column!r} ({t}) has values beyond the int64 range")
+
+
+def integer_time_ranges(table: pa.Table, cfg: StreamConfig) -> dict[str, tuple[int | None, int | None]]:
+    """The least and greatest raw value of each integer time column of ``table``
+    (``None``: no value), for :func:`check_time_ranges` over a whole stream
+    read piece by piece (an unsigned value past int64 is bad input here)."""
+    where = stream_where(cfg)
+    out = {}
+    for c in dict.fromkeys([cfg.ts] + ([cfg.arrival] if cfg.arrival else [])):
+        col = table.column(c)
+        if pa.types.is_integer(col.type):
+            s = _int64_series(col, c, where)
+            out[c] = (s.min(), s.max())
+    return out
+
+
+def merge_time_ranges(a: dict[str, tuple[int | None, int | None]] | None,
+                      b: dict[str, tuple[int | None, int | None]]) -> dict[str, tuple[int | None, int | None]]:
+    """:func:`integer_time_ranges` of two pieces as those of both."""
+    if a is None:
+        return dict(b)
+    out = dict(a)
+    for c, (lo, hi) in b.items():
+        if lo is None:
+            continue
+        old = out.get(c, (None, None))
+        out[c] = (lo, hi) if old[0] is None else (min(old[0], lo), max(old[1], hi))
+    return out
+
+
+def check_time_ranges(ranges: dict[str, tuple[int | None, int | None]], cfg: StreamConfig) -> None:
+    """The whole-column unit check (:func:`check_unit_range`) of a stream's
+    integer time columns, from their :func:`integer_time_ranges`."""
+    for c, (lo, hi) in ranges.items():
+        check_unit_range(lo, hi, c, cfg.unit, stream_where(cfg))
 
 
 def time_unit(t: pa.DataType, column: str, unit: str | None, where: str) -> str:
@@ -295,11 +335,12 @@ def time_unit(t: pa.DataType, column: str, unit: str | None, where: str) -> str:
     raise InputError(f"{where}: column {column!r} has type {t}; expected a timestamp or an integer with --unit")
 
 
-def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str) -> pl.Series:
-    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds (an Int64 series)."""
+def to_micros(col: pa.ChunkedArray, column: str, unit: str | None, where: str, check_unit: bool = True) -> pl.Series:
+    """Timestamp (any unit) or integer-with-unit column -> int64 microseconds (an Int64 series).
+    ``check_unit=False``: no unit plausibility check (the caller checks the whole column)."""
     unit = time_unit(col.type, column, unit, where)
     s = _int64_series(col, column, where)
-    if not pa.types.is_timestamp(col.type):
+    if check_unit and not pa.types.is_timestamp(col.type):
         _check_unit(s, column, unit, where)
     mul, div = _TS_DIV[unit]
     # in polars: pyarrow imports pandas (~0.25 s) the first time it converts a
@@ -347,9 +388,15 @@ def check_vector_types(schema: pl.Schema, cfg: StreamConfig) -> None:
                              f"the distance predicate needs numbers")
 
 
-def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
+def normalise(table: pa.Table, cfg: StreamConfig, check_units: bool = True) -> Normalised:
     """Validate and normalise one table of a stream: the whole stream, or one
     row group of it (the bounded-memory engine reads a stream piece by piece).
+
+    ``check_units=False`` for a piece: the unit plausibility check
+    (:func:`check_unit_range`) is a fact of the whole column -- one piece
+    without a stream's small values can look like another unit -- so the
+    caller checks the whole column's range itself (:func:`check_time_ranges`,
+    or the Spark reader's min/max aggregation).
 
     The working columns (times in us, keys, quarantine reasons) are built in
     frames of their own, never among the user's columns: a payload column
@@ -357,8 +404,8 @@ def normalise(table: pa.Table, cfg: StreamConfig) -> Normalised:
     """
     where = stream_where(cfg)
     check_columns(table.column_names, cfg)
-    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where)
-    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where) if cfg.arrival else ts
+    ts = to_micros(table.column(cfg.ts), cfg.ts, cfg.unit, where, check_units)
+    arrival = to_micros(table.column(cfg.arrival), cfg.arrival, cfg.unit, where, check_units) if cfg.arrival else ts
     original = pl.from_arrow(table)
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()

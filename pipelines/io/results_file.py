@@ -1,6 +1,8 @@
 """results.parquet: result frames written as Parquet row groups, one per frame -- the
-one writer of every ``run`` (in memory, :mod:`~streamjoin.pipelines.jobs.run`; in
-chunks, :mod:`~streamjoin.pipelines.jobs.chunked`).
+writer of every ``run`` whose results reach the driver (in memory, either engine,
+:mod:`~streamjoin.pipelines.jobs.run`; in chunks, :mod:`~streamjoin.pipelines.jobs.chunked`).
+With ``spark.streamjoin.results=executors`` the results never reach the driver:
+each Spark task writes its own part file (:mod:`~streamjoin.pipelines.engines.spark.sink`).
 
 :class:`ResultsFile` takes the frames one at a time and encodes and compresses
 each on a second thread while the caller builds the next one (numpy's and
@@ -73,7 +75,7 @@ class ResultsFile:
         self._wait()
         if self.writer is None:
             if empty is None:
-                raise ValueError("write_row_groups: no frame to write (not even an empty one with the schema)")
+                raise ValueError("ResultsFile.close: no frame to write (not even an empty one with the schema)")
             self._write(empty, None)
         self.writer.close()
         self.pool.shutdown()

@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base.sorting import gather_ranges
+from ..base.sorting import PACK_LIMIT, gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
 from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
                             Schedule, candidates, ramp_sums, runs, search, search_product)
@@ -117,7 +117,7 @@ class Controller:
             t0, t1 = int(replay.ts.min()), int(replay.ts.max())
             self.pad = int(self.W.max(initial=0)) + self.cfg.basic_window_us + 1
             span = t1 - t0 + 2 * self.pad + 1
-            if int(key.max(initial=0)) < (2**62) // span:   # (key, ts) packs into an int64
+            if int(key.max(initial=0)) < PACK_LIMIT // span:   # (key, ts) packs into an int64
                 self.key, self.t0, self.key_span = key, t0, span
         self.by_ts = []
         for i in range(self.n):

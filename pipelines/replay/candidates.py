@@ -42,9 +42,7 @@ import numpy as np
 import polars as pl
 
 from ..base import kernels
-from ..base.sorting import gather_ranges, sorted_band_ranges, stable_order
-
-PACK_LIMIT = 2**62
+from ..base.sorting import PACK_LIMIT, gather_ranges, sorted_band_ranges, stable_order
 
 
 @dataclass

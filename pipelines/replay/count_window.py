@@ -12,7 +12,8 @@ tuple ``x`` of stream ``k`` be the ``r``-th arrival of its stream (0-based)
 and ``A_k`` its stream's arrival indexes in ascending order.  ``x`` is in
 ``S_k[N_k]`` at index ``a`` iff ``a_x <= a < E(x)`` with the *count expiry*
 
-    E(x) = A_k[r + N_k]      (the arrival that pushes x out; N if none)
+    E(x) = A_k[r + N_k]      (the arrival that pushes x out; if none, the
+                              replay's length L, ``replay.N``: never)
 
 A combination is valid iff every count member ``x`` is still in its window
 when the last member arrives, ``a_last < E(x)``, and every duration member
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..base.sorting import gather_ranges
+from ..base.sorting import GroupedCodes, gather_ranges
 from .candidates import Combos, Space
 from .progress import Replay
 
@@ -58,7 +59,7 @@ def arrival_order(replay: Replay, k: int) -> tuple[np.ndarray, np.ndarray]:
 def count_expiry(replay: Replay, k: int, count: int) -> np.ndarray:
     """Per row of stream ``k`` (row order): ``E(x)``, the first arrival index
     at which the row is no longer among its stream's last ``count`` arrivals
-    (``replay.N`` if it still is at the end)."""
+    (the replay's length, ``replay.N``, if it still is at the end)."""
     order, sorted_a = arrival_order(replay, k)
     out = np.full(len(order), replay.N, dtype=np.int64)
     pushed = sorted_a[count:]                       # the arrival of rank r + count
@@ -82,25 +83,13 @@ def _grouped_search(group: np.ndarray, values: np.ndarray, q_group: np.ndarray, 
     """Per query, the position in ``(group, values)``-sorted rows (``values``
     non-decreasing within a group) of the first row of group ``q_group`` with
     ``value >= q_value`` (``side="left"``) or ``value > q_value`` (``"right"``);
-    the group's end if none.
-
-    ``(group, value)`` is packed into one int64, ``group * span + value -
-    min + 1`` with queries clipped to one past either end (which changes no
-    answer); when that could overflow, through the values' ranks instead
-    (fewer than the rows)."""
+    the group's end if none.  ``(group, value)`` packs into one int64
+    (:class:`~streamjoin.pipelines.base.sorting.GroupedCodes`)."""
     if not len(values):
         return np.zeros(len(q_value), np.int64)
-    lo, hi = int(values.min()), int(values.max())
-    span = hi - lo + 3
-    if span * (int(group[-1]) + 1) < 2**62:
-        packed = group * span + (values - (lo - 1))
-        q = q_group * span + (np.clip(q_value, lo - 1, hi + 1) - (lo - 1))
-        return np.searchsorted(packed, q, side=side)
-    uniq = np.unique(values)
-    radix = np.int64(len(uniq) + 1)
-    packed = group * radix + np.searchsorted(uniq, values)
-    q = q_group * radix + np.searchsorted(uniq, q_value, side=side)
-    return np.searchsorted(packed, q, side="left")
+    gc = GroupedCodes(values, int(group[-1]) + 1)
+    packed = group * gc.width + gc.codes(values)
+    return np.searchsorted(packed, q_group * gc.width + gc.query(q_value, side), side="left")
 
 
 class _Sorted:
@@ -116,15 +105,12 @@ class _Sorted:
         self.ts = replay.ts_of[k][self.rows]
         start = np.r_[True, self.key[1:] != self.key[:-1]] if len(self.rows) else np.zeros(0, bool)
         # running max within each key: lift each group above every earlier one, accumulate, lift back
-        # (through the ranks of ts when span x keys could overflow int64)
+        # (GroupedCodes: through the ranks of ts when span x keys could overflow int64)
         if len(self.rows):
             group = np.cumsum(start) - 1
-            lo, span = int(self.ts.min()), int(self.ts.max()) - int(self.ts.min()) + 1
-            uniq, values = (None, self.ts - lo) if span * (int(group[-1]) + 1) < 2**62 else \
-                np.unique(self.ts, return_inverse=True)
-            width = span if uniq is None else len(uniq)
-            lifted = np.maximum.accumulate(values + group * width) - group * width
-            self.ts_max = lifted + lo if uniq is None else uniq[lifted]
+            gc = GroupedCodes(self.ts, int(group[-1]) + 1)
+            lifted = np.maximum.accumulate(gc.codes(self.ts) + group * gc.width) - group * gc.width
+            self.ts_max = gc.decode(lifted)
         else:
             self.ts_max = self.ts
 

@@ -274,3 +274,33 @@ def test_emission_order_is_the_lexicographic_results_order(data):
     got = emission_order(emit_us, last, rows)
     want = np.lexsort([*reversed(rows), last, emit_us])
     assert got.dtype.kind in "iu" and np.array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2**62, 2**62)), max_size=30),
+       st.lists(st.tuples(st.integers(0, 4), st.integers(-2**62, 2**62)), max_size=10),
+       st.booleans(), st.sampled_from(["left", "right"]))
+def test_grouped_codes_search_and_decode_as_a_loop_would(rows, queries, narrow, side):
+    """GroupedCodes, packed (narrow values) or by ranks (values spanning 2**63):
+    a search among (group, value)-sorted rows finds the first row of the query's
+    group with value >= / > q, and codes decode back to their values."""
+    if narrow:
+        rows = [(g, v % 50) for g, v in rows]
+        queries = [(g, v % 60 - 5) for g, v in queries]
+    rows = sorted(rows)
+    group = np.array([g for g, _ in rows], np.int64)
+    values = np.array([v for _, v in rows], np.int64)
+    gc = sorting.GroupedCodes(values, int(group[-1]) + 1 if rows else 1)
+    if narrow:
+        assert gc.uniq is None   # packed; wide draws (span near 2**63) take the ranks
+    if not rows:
+        return
+    assert gc.decode(gc.codes(values)).tolist() == values.tolist()
+    packed = group * gc.width + gc.codes(values)
+    qg = np.array([g for g, _ in queries], np.int64)
+    qv = np.array([v for _, v in queries], np.int64)
+    got = np.searchsorted(packed, qg * gc.width + gc.query(qv, side), side="left")
+    for (g, q), pos in zip(queries, got.tolist()):
+        want = next((i for i, (rg, rv) in enumerate(rows) if rg > g or (rg == g and (rv >= q if side == "left"
+                                                                                    else rv > q))), len(rows))
+        assert pos == want, (g, q, rows)

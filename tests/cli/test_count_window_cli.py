@@ -94,11 +94,31 @@ def test_count_window_refuses_what_it_does_not_run_with(data: Path, extra: list[
     assert not (data / "out").exists()
 
 
+@pytest.mark.parametrize("extra", [[], ["--engine", "spark"]])
+def test_a_router_is_refused_not_dropped(data: Path, extra: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --engine, a count window picks the local engine -- but not over a
+    --router, which runs on Spark only: refused in one line, never run without it."""
+    monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)   # the real default engine, Spark
+    proc = run_cli(["run", *BASE, "--window", "a=3tuples", "--window", "b=2ms", "--policy", "static",
+                    "--retention", "1ms", "--router", "atr", *extra, "--out", "out"], data, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--window 3tuples (stream 'a')" in lines[0] and "not --router atr" in lines[0], lines
+    assert not (data / "out").exists()
+
+
 @pytest.mark.parametrize("command", [["tune-buffer", "--recall", "0.9"], ["compare"]])
 def test_tune_buffer_and_compare_refuse_a_count_window(data: Path, command: list[str]) -> None:
     proc = run_cli([*command, *BASE, "--window", "3tuples", "--out", "other"], data, ok=False)
     assert proc.returncode == 2, proc.stderr
     assert f"not `streamjoin {command[0]}`" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command, offers", [("run", True), ("tune-buffer", False), ("compare", False)])
+def test_window_help_offers_a_count_only_where_it_runs(tmp_path: Path, command: str, offers: bool) -> None:
+    text = " ".join(run_cli([command, "--help"], tmp_path).stdout.split())
+    assert ("1000tuples" in text) is offers and "…" not in text
+    assert "required, here or in the config" in " ".join(text.replace("│", " ").split())
 
 
 def test_a_nightly_run_refuses_a_count_window(data: Path) -> None:
@@ -112,6 +132,15 @@ def test_a_count_window_holds_at_least_one_tuple(data: Path) -> None:
     proc = run_cli(["run", *BASE, "--window", "0tuples", "--policy", "static", "--out", "out"], data, ok=False)
     assert proc.returncode == 2
     assert "at least 1 tuple" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_count_window_holds_at_most_2_to_the_62_tuples(data: Path) -> None:
+    ok = run_cli(["run", *BASE, "--window", f"{2**62}tuples", "--policy", "static", "--out", "ok"], data)
+    assert ok.returncode == 0, ok.stderr
+    proc = run_cli(["run", *BASE, "--window", "99999999999999999999tuples", "--policy", "static", "--out", "out"],
+                   data, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "at most 2**62 tuples" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_a_bad_window_names_both_kinds(data: Path) -> None:

@@ -358,3 +358,24 @@ def test_tally_percentiles_and_histogram_equal_those_of_the_whole_column(parts):
     assert tally.n == len(column)
     if len(column) and column.min() >= 0:  # latencies are never negative
         assert tally.histogram(60) == latency_histogram(column)
+
+
+def test_unit_check_is_one_of_the_whole_column(tmp_path):
+    """The unit plausibility check sees a whole integer time column, not a
+    row group: a relative clock's 0 in the first group keeps the later groups
+    (epoch-ms-looking values under --unit us) from being refused, and a
+    refusal names the whole column's years, as the in-memory loader does."""
+    ts = np.r_[0, 1_600_000_000_000 + np.arange(9)].astype(np.int64)
+    pq.write_table(pa.table({"ts": ts}), tmp_path / "a.parquet", row_group_size=2)
+    cfg = StreamConfig("a", str(tmp_path / "a.parquet"), unit="us")
+    sv = survey([cfg], 4, ANY_SHARE)
+    assert sv.streams[0].rows == load_all([cfg])[0].rows == 10
+    assert sum(len(b) for c in read_chunks(sv) for b in c.batches) == 10
+    pq.write_table(pa.table({"ts": ts[1:] * 1000 + ts[1:] % 3 * 10**15}), tmp_path / "b.parquet",
+                   row_group_size=2)
+    bad = StreamConfig("b", str(tmp_path / "b.parquet"), unit="ns")
+    with pytest.raises(InputError) as local:
+        load_all([bad])
+    with pytest.raises(InputError) as got:
+        survey([bad], 4, ANY_SHARE)
+    assert str(got.value) == str(local.value)

@@ -300,10 +300,16 @@ def case_string_vector(d):
     return [StreamConfig("a", str(d / "a.parquet"), vectors=("x",))]
 
 
+def case_uint64_beyond_int64(d):
+    ts = np.array([EPOCH_US + i for i in range(9)] + [2**63 + 5], np.uint64)
+    pq.write_table(pa.table({"ts": pa.array(ts, pa.uint64())}), d / "a.parquet")
+    return [StreamConfig("a", str(d / "a.parquet"), unit="us")]
+
+
 CASES = [case_missing_file, case_missing_column, case_string_ts, case_integer_without_unit, case_implausible_unit,
          case_schema_drift, case_type_drift, case_output_collision, case_too_many_quarantined, case_all_quarantined,
          case_key_types, case_inexact_float_key, case_wide_keys, case_empty_file, case_not_parquet,
-         case_string_vector]
+         case_string_vector, case_uint64_beyond_int64]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__[5:] for c in CASES])
@@ -316,6 +322,50 @@ def test_bad_input_same_message(spark, tmp_path, case):
     assert str(got.value) == str(local.value)
     assert "\n" not in str(got.value) and got.value.exit_code == 2   # the CLI prints it and exits 2
     assert not (tmp_path / "q").exists()   # refused before any quarantine is written
+
+
+def test_unit_check_is_one_of_the_whole_column(spark, tmp_path):
+    """A relative clock's 0 in one task keeps the other tasks' epoch-ms-looking
+    values (under --unit us) from being refused: the local loader checks the
+    whole column, and so does the driver's min/max (no check per batch)."""
+    ts = np.r_[0, 1_600_000_000_000 + np.arange(399)].astype(np.int64)
+    pq.write_table(pa.table({"ts": ts, "v": np.arange(400)}), tmp_path / "a.parquet", row_group_size=16)
+    cfg = StreamConfig("a", str(tmp_path / "a.parquet"), unit="us")
+    got = read_streams(spark, [cfg], quarantine_dir=tmp_path / "q")
+    try:
+        assert got.frame.rdd.getNumPartitions() > 1   # the 0 is in one task only
+        assert got.streams[0].rows == load_all([cfg])[0].rows == 400
+    finally:
+        got.release()
+
+
+def test_offsets_number_chunks_in_file_order_and_refuse_interleaved_ones():
+    """``_offsets`` on constructed (file, task, least row, greatest row, kept, read) facts."""
+    from streamjoin.pipelines.engines.spark.read import _offsets
+
+    # file 0: task 1 rows 0..9 (8 kept), task 0 rows 10..19 (10 kept); file 1: task 0 rows 0..4 (5 kept)
+    chunks = [(0, 0, 10, 19, 10, 10), (1, 0, 0, 4, 5, 5), (0, 1, 0, 9, 8, 10)]
+    assert _offsets(chunks) == ([(0, 1, 0), (0, 0, 8), (1, 0, 18)], 23, 25)
+    # task 0 read splits 0 and 2 of file 0 (rows 0..29), task 1 split 1 (rows 10..19): not numberable
+    with pytest.raises(RuntimeError, match="interleaved"):
+        _offsets([(0, 0, 0, 29, 20, 20), (0, 1, 10, 19, 10, 10)])
+    # the same ranges in different files are fine
+    assert _offsets([(0, 0, 0, 29, 20, 20), (1, 1, 10, 19, 10, 10)])[1:] == (30, 30)
+
+
+def test_executor_input_error_is_one_line():
+    """The backstop: an InputError raised on an executor reaches the driver as a
+    PythonException with the worker's traceback; read_streams re-raises its line."""
+    from pyspark.errors import PythonException
+
+    from streamjoin.pipelines.engines.spark.read import executor_input_error
+
+    exc = PythonException(message="An exception was thrown from the Python worker.\nTraceback (most recent call "
+                                  "last):\n  File \"x.py\", line 1\nstreamjoin.pipelines.base.errors.InputError: "
+                                  "a.parquet (stream 'a'): column 'ts' is bad\n")
+    assert executor_input_error(exc) == "a.parquet (stream 'a'): column 'ts' is bad"
+    assert executor_input_error(PythonException(message="ValueError: x")) is None
+    assert executor_input_error(ValueError("InputError: x")) is None
 
 
 # ---------------------------------------------------------------------------

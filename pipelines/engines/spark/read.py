@@ -11,24 +11,29 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    (``load.check_file_schemas``), the dataset's schema (``load.open_dataset``
    reads footers only), output column collisions (io/columns.py), missing
    configured columns, time column types and units, vector column types.
-2. **Unit plausibility** of integer time columns: one aggregation job per
-   such stream; the driver receives its min and max (``load.check_unit_range``).
+2. **Integer time columns, whole**: one aggregation job per such stream;
+   the driver receives each column's min and max and refuses a ``uint64``
+   beyond int64 and an implausible unit (``load.check_unit_range``) -- facts
+   of the whole column, which no batch of it can check.
 3. **The read** (executors): ``spark.read.parquet`` on the resolved files with
    an explicit schema -- every timestamp column read as its raw int64 count
    (Spark has no nanosecond type), hive partition columns as strings -- plus
    ``_metadata.file_path`` and ``_metadata.row_index``.  ``mapInArrow`` turns
    each batch back into the local loader's Arrow types and runs
-   ``load.normalise`` on it: the same time conversions, range checks and null
-   checks.  Each row leaves with its reason (null: kept), its time in us, its
+   ``load.normalise`` on it (without the unit check: stage 2's): the same
+   time conversions, range checks and null checks; should an executor still
+   raise an :class:`InputError`, the driver re-raises its one line
+   (:func:`executor_input_error`), not Spark's multi-line traceback.  Each row leaves with its reason (null: kept), its time in us, its
    file's index and its rank among the kept rows of its file in its task.
    The result is persisted on the executors.
 4. **Facts** (executors -> driver, small aggregations): per (file, task)
-   the least row index, the rows kept and read and the least and greatest
+   the least and greatest row index, the rows kept and read and the least and greatest
    kept ``ts`` and ``arrival``; per reason the rows quarantined; per key
    column its least and greatest kept value and the first inexact float.
    The driver applies ``load.check_quarantine`` and ``keys.common_key_types``
    to them, and turns the per-(file, task) counts into each task's first
-   ``row`` (a prefix count in sorted-file order): ``row`` is the 0-based index
+   ``row`` (a prefix count in sorted-file order; a file's chunks must be
+   disjoint row ranges, else an internal error): ``row`` is the 0-based index
    among the rows kept, in sorted-file order, as in the local loader.
 5. **Quarantine** (executors): each stream's quarantined rows, whole plus
    ``reason``, written by Spark's writer (its commit protocol) as
@@ -68,8 +73,8 @@ from ...config.settings import MAX_QUARANTINE, StreamConfig
 from ...io.columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
 from ...io.load import (check_columns, check_file_schemas, check_quarantine, check_unit_range, check_vector_types,
-                        input_columns, normalise, open_dataset, resolve_files, single_file, stream_where, time_unit,
-                        unreadable_error)
+                        input_columns, int64_range_error, normalise, open_dataset, resolve_files, single_file,
+                        stream_where, time_unit, unreadable_error)
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
 FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
@@ -228,7 +233,9 @@ def _scan(spark, plan: _Plan):
 
 
 def _check_units(plan: _Plan, scan) -> None:
-    """Stage 2: integer times plausible under the declared unit (their min and max only)."""
+    """Stage 2: integer times within int64 (a ``uint64`` may not be) and
+    plausible under the declared unit, from their min and max only: facts of
+    the whole column, which the executors' batches cannot check."""
     from pyspark.sql import functions as F
 
     ints = [c for c in plan.units if not pa.types.is_timestamp(plan.schema.field(c).type)]
@@ -238,6 +245,8 @@ def _check_units(plan: _Plan, scan) -> None:
                    *[F.max(c).alias(f"hi{i}") for i, c in enumerate(ints)]).first()
     for i, c in enumerate(ints):
         lo, hi = row[f"lo{i}"], row[f"hi{i}"]
+        if hi is not None and int(hi) > np.iinfo(np.int64).max:
+            raise int64_range_error(c, plan.schema.field(c).type, stream_where(plan.cfg))
         check_unit_range(None if lo is None else int(lo), None if hi is None else int(hi), c, plan.units[c],
                          stream_where(plan.cfg))
 
@@ -277,7 +286,7 @@ def _normaliser(plan: _Plan):
             files = pa.array(idx, pa.int32()).take(paths.indices).to_numpy()
             rows = batch.column(FILE_ROW).to_numpy()
             table = pa.table({c: original(c, batch.column(c)) for c in schema.names})
-            part = normalise(table, cfg)
+            part = normalise(table, cfg, check_units=False)   # stage 2 checked the whole column
             n = batch.num_rows
             kept = part.kept if part.kept is not None else np.ones(n, bool)
             bad = ~kept
@@ -347,10 +356,20 @@ def _out_schema(plan: _Plan) -> str:
 def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
     """Each (file, task) chunk's first ``row``: the kept rows of every chunk
     before it in (file, least row index) order.  ``chunks``: rows of
-    (file, task, least row index, kept, read).  Returns (file, task, offset)
-    triples, the rows kept and the rows read."""
+    (file, task, least row index, greatest row index, kept, read).  Returns
+    (file, task, offset) triples, the rows kept and the rows read.
+
+    Within a file the chunks must be disjoint row ranges (each chunk's
+    greatest row index below the next one's least): a task that read, say,
+    a file's splits 0 and 2 while another read split 1 would interleave,
+    and a prefix count would number rows wrongly -- an internal error instead."""
     offsets, kept, read = [], 0, 0
-    for f, t, _, k, n in sorted(chunks, key=lambda c: (c[0], c[2])):
+    last: tuple[int, int] | None = None    # (file, greatest row index) of the chunk before
+    for f, t, lo, hi, k, n in sorted(chunks, key=lambda c: (c[0], c[2])):
+        if last is not None and last[0] == f and lo <= last[1]:
+            raise RuntimeError("streamjoin: Spark tasks read interleaved row ranges of one file; "
+                               "cannot number its rows")
+        last = (f, hi)
         offsets.append((f, t, kept))
         kept += k
         read += n
@@ -358,17 +377,17 @@ def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
 
 
 def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFacts, list[tuple[int, int, int]]]:
-    """One stream's facts from two aggregations (per (file, task): least row
-    index, rows kept and read, time ranges; per reason: rows), refused by
+    """One stream's facts from two aggregations (per (file, task): least and
+    greatest row index, rows kept and read, time ranges; per reason: rows), refused by
     ``load.check_quarantine`` as the local loader would; and each chunk's first ``row``."""
     from pyspark.sql import functions as F
 
     kept = F.col(REASON).isNull()
     chunks = (inter.groupBy(FILE, TASK)
-              .agg(F.min(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
+              .agg(F.min(FILE_ROW), F.max(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
                    F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL))
               .collect())
-    offsets, rows, read = _offsets([tuple(int(x) for x in r[:5]) for r in chunks])
+    offsets, rows, read = _offsets([tuple(int(x) for x in r[:6]) for r in chunks])
     reasons = {r[0]: int(r[1]) for r in inter.filter(~kept).groupBy(REASON).count().collect()}
     check_quarantine(plan.cfg, read, reasons, max_quarantine)
 
@@ -377,7 +396,7 @@ def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFact
         return (int(min(los)), int(max(r[hi] for r in chunks if r[hi] is not None))) if los else None
 
     return StreamFacts(config=plan.cfg, files=plan.files, read=read, rows=rows, reasons=reasons,
-                       ts_range=span(5, 6), arrival_range=span(7, 8),
+                       ts_range=span(6, 7), arrival_range=span(8, 9),
                        payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
                        arrow_types={f.name: f.type for f in plan.schema}), offsets
 
@@ -420,6 +439,19 @@ def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
 # ---------------------------------------------------------------------------
 
 
+def executor_input_error(exc: BaseException) -> str | None:
+    """The one-line message of an :class:`InputError` raised on an executor
+    (Spark hands it to the driver as a ``PythonException`` holding the worker's
+    whole traceback); ``None`` for any other exception."""
+    from pyspark.errors import PythonException
+
+    if not isinstance(exc, PythonException):
+        return None
+    lines = [ln for ln in str(exc).splitlines() if "InputError: " in ln]
+    return lines[-1].split("InputError: ", 1)[1].strip() if lines else None
+
+
+
 def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = MAX_QUARANTINE,
                  quarantine_dir: Path) -> SparkInput:
     """Read, validate and normalise every stream on the executors (see the module docstring)."""
@@ -448,9 +480,12 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
                  .write.mode("overwrite").parquet(str(fact.quarantine)))
-    except BaseException:
+    except BaseException as exc:
         for inter in inters:
             inter.unpersist()
+        line = executor_input_error(exc)
+        if line is not None:
+            raise InputError(line) from None
         raise
     frames = []
     for i, (plan, inter, fact, offsets) in enumerate(zip(plans, inters, facts, chunk_offsets)):
