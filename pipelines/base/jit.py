@@ -59,14 +59,18 @@ KERNELS_ENV = "STREAMJOIN_KERNELS"
 
 def prebuilt(fn: Callable, signature: str) -> Callable | None:
     """``fn`` built ahead of time (built now if this machine has none yet), or
-    ``None`` where no module can be built or ``$STREAMJOIN_KERNELS`` is
+    ``None`` where no module can be built, anything unexpected goes wrong
+    (a speed-up never fails a run) or ``$STREAMJOIN_KERNELS`` is
     ``numpy``: never numba's jit, whose per-process cost (about 0.5 s) is
     more than these kernels save.  Once per process."""
     if os.environ.get(KERNELS_ENV) == "numpy":
         return None
     with _LOCK:
         if fn not in _HOW:
-            _KERNELS[fn], _HOW[fn] = _ahead_of_time(fn, signature, jit_fallback=False)
+            try:
+                _KERNELS[fn], _HOW[fn] = _ahead_of_time(fn, signature, jit_fallback=False)
+            except Exception:   # noqa: BLE001 - a speed-up never fails a run: the numpy path instead
+                _KERNELS[fn], _HOW[fn] = None, "none"
         return _KERNELS[fn]
 
 
@@ -91,8 +95,17 @@ def _module_name(fn: Callable, signature: str) -> str:
 
 
 def _cache_dirs() -> list[Path]:
-    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return [Path(__file__).resolve().parent / "__pycache__", Path(home) / "streamjoin" / "kernels"]
+    return [Path(__file__).resolve().parent / "__pycache__", *_user_cache()]
+
+
+def _user_cache() -> list[Path]:
+    """``$XDG_CACHE_HOME/streamjoin/kernels`` (``~/.cache/...``), or nothing where
+    there is no home (``$HOME`` unset and a uid without a passwd entry)."""
+    try:
+        home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except (RuntimeError, KeyError, OSError):
+        return []
+    return [Path(home) / "streamjoin" / "kernels"]
 
 
 def _import(path: Path, name: str):

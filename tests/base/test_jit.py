@@ -3,6 +3,7 @@ without importing numba; where no module can be built, numba's jit gives the sam
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -108,3 +109,19 @@ def test_prebuilt_without_a_buildable_module_is_none_not_the_jit(tmp_path, monke
     builds = []
     assert jit.prebuilt(kernels._progress_pass, kernels.REPLAY_SIGNATURE) is None
     assert builds == [] and jit.how(kernels._progress_pass) is None
+
+
+def test_no_home_directory_does_not_fail_a_run(tmp_path):
+    """``$HOME`` unset and a uid without a passwd entry: ``Path.home()`` raises; the kernels
+    fall back to the other cache directory or numpy, never an exception out of a run."""
+    code = ("import pathlib\nfrom streamjoin.pipelines.base import jit, kernels\n"
+            "def no_home(): raise RuntimeError('Could not determine home directory')\n"
+            "pathlib.Path.home = staticmethod(no_home)\n"
+            "print(len(jit._cache_dirs()))\n"
+            "jit._cache_dirs = lambda: [pathlib.Path('/proc/streamjoin-nowhere')]\n"
+            "pathlib.Path.mkdir = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('odd'))\n"
+            "print(jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE), jit.how(kernels._band_fill))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", jit.KERNELS_ENV)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "None", "none"]
