@@ -13,8 +13,9 @@ time (``numba.pycc``: a CPython extension module, written into
 ``__pycache__`` next to this file, or the user's cache directory when that is
 not writable) and every later process imports that module (about 1 ms, numba
 not imported).  The module's name carries a digest of the kernel's source,
-its signature, numba's version and the interpreter, so an edited kernel is
-rebuilt.  Where the build is impossible (no C compiler, a numba without
+its signature, numba's version, numpy's major.minor (the module checks
+numpy's C API) and the interpreter, so an edited kernel -- or a new numpy --
+is rebuilt.  Where the build is impossible (no C compiler, a numba without
 ``pycc``) the kernel is compiled with ``numba.njit(cache=True)`` instead --
 the same code, the per-process load cost back -- and a ``.nobuild`` marker
 beside where the module would be says so to later processes, which then use
@@ -82,15 +83,19 @@ def how(fn: Callable) -> str | None:
 
 
 def _module_name(fn: Callable, signature: str) -> str:
-    try:
-        numba_version = importlib.metadata.version("numba")
-    except importlib.metadata.PackageNotFoundError:
-        numba_version = "none"
+    versions = []
+    for package in ("numba", "numpy"):   # the module checks numpy's C API when it is imported
+        try:
+            version = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            version = "none"
+        versions.append(version if package == "numba" else ".".join(version.split(".")[:2]))
     try:
         source = inspect.getsource(fn).encode()
     except OSError:   # no source file (a frozen install): the bytecode names the kernel
         source = marshal.dumps(fn.__code__)
-    digest = hashlib.sha256(b"\n".join((source, signature.encode(), numba_version.encode(), sys.version.encode())))
+    digest = hashlib.sha256(b"\n".join((source, signature.encode(), *(v.encode() for v in versions),
+                                          sys.version.encode())))
     return f"_sj_{fn.__name__.strip('_')}_{digest.hexdigest()[:16]}"
 
 

@@ -125,3 +125,14 @@ def test_no_home_directory_does_not_fail_a_run(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "None", "none"]
+
+
+def test_the_module_name_changes_with_numpys_major_minor(monkeypatch):
+    """A built module checks numpy's C API on import: another numpy (major.minor) is another module."""
+    real = jit.importlib.metadata.version
+    before = jit._module_name(queueing._bounded_kernel, QUEUE_SIGNATURE)
+    numpy_version = real("numpy")
+    major, minor = numpy_version.split(".")[:2]
+    for other, same in ((f"{major}.{int(minor) + 1}.0", False), (f"{major}.{minor}.99", True)):
+        monkeypatch.setattr(jit.importlib.metadata, "version", lambda p, o=other: o if p == "numpy" else real(p))
+        assert (jit._module_name(queueing._bounded_kernel, QUEUE_SIGNATURE) == before) is same
