@@ -12,7 +12,9 @@ the rest of the capacity model.  So the first use builds each kernel ahead of
 time (``numba.pycc``: a CPython extension module, written into
 ``__pycache__`` next to this file, or the user's cache directory when that is
 not writable) and every later process imports that module (about 1 ms, numba
-not imported).  The module's name carries a digest of the kernel's source,
+not imported).  Concurrent first runs build it once: the builder holds
+``fcntl.flock`` on ``<name>.lock`` in the target directory, the others wait
+for it and load its module.  The module's name carries a digest of the kernel's source,
 its signature, numba's version, numpy's major.minor (the module checks
 numpy's C API) and the interpreter, so an edited kernel -- or a new numpy --
 is rebuilt.  Where the build is impossible (no C compiler, a numba without
@@ -37,7 +39,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:   # not POSIX: no lock (a concurrent first run builds too; the rename keeps it whole)
+    fcntl = None
 
 _KERNELS: dict[Callable, Callable] = {}
 _HOW: dict[Callable, str] = {}
@@ -120,30 +128,55 @@ def _import(path: Path, name: str):
     return module.kernel
 
 
+def _load(path: Path, name: str) -> Callable | None:
+    """The kernel of the module at ``path``, or ``None`` (absent, or a broken file: built again)."""
+    if not path.is_file():
+        return None
+    try:
+        return _import(path, name)
+    except ImportError:
+        return None
+
+
+@contextmanager
+def _locked(d: Path, name: str):
+    """``d/<name>.lock`` held exclusively (``fcntl.flock``): one process builds a module,
+    concurrent first runs wait for it and load it.  Raises ``OSError`` where ``d`` is not writable."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / (name + ".lock"), "a") as f:
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)   # released when the file closes
+        yield
+
+
 def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -> tuple[Callable | None, str]:
     name = _module_name(fn, signature)
     filename = name + importlib.machinery.EXTENSION_SUFFIXES[0]
     dirs = _cache_dirs()
     for d in dirs:
-        if (d / filename).is_file():
-            try:
-                return _import(d / filename, name), "aot"
-            except ImportError:   # a broken file: build it again below
-                pass
+        kernel = _load(d / filename, name)
+        if kernel is not None:
+            return kernel, "aot"
     if any((d / (name + NOBUILD)).is_file() for d in dirs):   # a build failed here before: no retry, no line
         return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
-    # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
-    sys.stderr.write(f"streamjoin: building the {fn.__name__.strip('_')} kernel once for this "
-                     "machine (10-40 s; later runs load it in milliseconds)\n")
-    sys.stderr.flush()
+    announced = False
     why = "no writable cache directory"
     for d in dirs:
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
-                _build(fn, signature, name, tmp)
-                os.replace(Path(tmp) / filename, d / filename)   # atomic: a concurrent build wins or loses whole
-            return _import(d / filename, name), "aot-built"
+            with _locked(d, name):
+                kernel = _load(d / filename, name)   # built by a concurrent process while this one waited
+                if kernel is not None:
+                    return kernel, "aot"
+                if not announced:
+                    # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
+                    sys.stderr.write(f"streamjoin: building the {fn.__name__.strip('_')} kernel once for this "
+                                     "machine (10-40 s; later runs load it in milliseconds)\n")
+                    sys.stderr.flush()
+                    announced = True
+                with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
+                    _build(fn, signature, name, tmp)
+                    os.replace(Path(tmp) / filename, d / filename)   # atomic: a reader sees all of it or none
+                return _import(d / filename, name), "aot-built"
         except Exception as e:   # noqa: BLE001 - unwritable directory, no compiler, no numba.pycc: try the next, then jit
             why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
             continue

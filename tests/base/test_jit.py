@@ -136,3 +136,29 @@ def test_the_module_name_changes_with_numpys_major_minor(monkeypatch):
     for other, same in ((f"{major}.{int(minor) + 1}.0", False), (f"{major}.{minor}.99", True)):
         monkeypatch.setattr(jit.importlib.metadata, "version", lambda p, o=other: o if p == "numpy" else real(p))
         assert (jit._module_name(queueing._bounded_kernel, QUEUE_SIGNATURE) == before) is same
+
+
+def test_concurrent_first_runs_build_once_and_the_other_loads(tmp_path):
+    """Two processes ask at once for a kernel this machine has not built: one builds it (under
+    ``<name>.lock``), the other waits for the lock and loads that module -- one build, one line."""
+    from streamjoin.pipelines.base import kernels
+
+    assert jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE) is not None   # a real module stands for a build
+    name = jit._module_name(kernels._band_fill, kernels.BAND_SIGNATURE)
+    filename = name + jit.importlib.machinery.EXTENSION_SUFFIXES[0]
+    built = next(d / filename for d in jit._cache_dirs() if (d / filename).is_file())
+    code = ("import pathlib, shutil, sys, time\nfrom streamjoin.pipelines.base import jit, kernels\n"
+            "cache = pathlib.Path(sys.argv[1])\njit._cache_dirs = lambda: [cache]\n"
+            "def build(fn, signature, name, out_dir):   # as slow as a real build: the other process waits\n"
+            "    with open(cache.parent / 'builds', 'a') as f:\n        f.write('1\\n')\n"
+            f"    time.sleep(3)\n    shutil.copy({str(built)!r}, pathlib.Path(out_dir) / {filename!r})\n"
+            "jit._build = build\n"
+            "print(jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE) is not None, jit.how(kernels._band_fill))\n")
+    env = {k: v for k, v in os.environ.items() if k != jit.KERNELS_ENV}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "cache")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sorted(tuple(o[0].split()) for o in outs) == [("True", "aot"), ("True", "aot-built")]
+    assert (tmp_path / "builds").read_text() == "1\n"
+    assert sum(o[1].count("building the band_fill kernel") for o in outs) == 1
