@@ -14,7 +14,8 @@ time (``numba.pycc``: a CPython extension module, written into
 not writable) and every later process imports that module (about 1 ms, numba
 not imported).  Concurrent first runs build it once: the builder holds
 ``fcntl.flock`` on ``<name>.lock`` in the target directory, the others wait
-for it and load its module.  The module's name carries a digest of the kernel's source,
+for it and load its module.  Where no cache directory is writable nothing is
+built or said (the fallback below runs).  The module's name carries a digest of the kernel's source,
 its signature, numba's version, numpy's major.minor (the module checks
 numpy's C API) and the interpreter, so an edited kernel -- or a new numpy --
 is rebuilt.  Where the build is impossible (no C compiler, a numba without
@@ -39,7 +40,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
 try:
@@ -138,15 +138,18 @@ def _load(path: Path, name: str) -> Callable | None:
         return None
 
 
-@contextmanager
-def _locked(d: Path, name: str):
-    """``d/<name>.lock`` held exclusively (``fcntl.flock``): one process builds a module,
-    concurrent first runs wait for it and load it.  Raises ``OSError`` where ``d`` is not writable."""
+def _lock(d: Path, name: str):
+    """``d/<name>.lock``, open and held exclusively (``fcntl.flock``, released when
+    the file closes): one process builds a module, concurrent first runs wait for
+    it and load it.  Raises ``OSError`` where ``d`` is not writable."""
     d.mkdir(parents=True, exist_ok=True)
-    with open(d / (name + ".lock"), "a") as f:
-        if fcntl is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)   # released when the file closes
-        yield
+    f = open(d / (name + ".lock"), "a")
+    if fcntl is not None:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError:   # a file system without locks: build unlocked (the rename keeps the module whole)
+            pass
+    return f
 
 
 def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -> tuple[Callable | None, str]:
@@ -160,10 +163,14 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -
     if any((d / (name + NOBUILD)).is_file() for d in dirs):   # a build failed here before: no retry, no line
         return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
     announced = False
-    why = "no writable cache directory"
+    why = None
     for d in dirs:
         try:
-            with _locked(d, name):
+            lock = _lock(d, name)
+        except OSError:   # not writable: the next directory
+            continue
+        try:
+            with lock:
                 kernel = _load(d / filename, name)   # built by a concurrent process while this one waited
                 if kernel is not None:
                     return kernel, "aot"
@@ -180,6 +187,8 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -
         except Exception as e:   # noqa: BLE001 - unwritable directory, no compiler, no numba.pycc: try the next, then jit
             why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
             continue
+    if why is None:   # no writable cache directory: no build, and nothing to say (every process would repeat it)
+        return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
     # later processes go to the jit at once (no build attempt, no line promising fast loads)
     marker = next((m for m in (d / (name + NOBUILD) for d in dirs) if _write_marker(m, why)), None)
     sys.stderr.write(f"streamjoin: could not build the {fn.__name__.strip('_')} kernel ({why}); "

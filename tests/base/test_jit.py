@@ -162,3 +162,18 @@ def test_concurrent_first_runs_build_once_and_the_other_loads(tmp_path):
     assert sorted(tuple(o[0].split()) for o in outs) == [("True", "aot"), ("True", "aot-built")]
     assert (tmp_path / "builds").read_text() == "1\n"
     assert sum(o[1].count("building the band_fill kernel") for o in outs) == 1
+
+
+def test_no_writable_cache_directory_is_silent(tmp_path, monkeypatch, capsys):
+    """Where no cache directory can be written, no build is tried or announced and nothing is said:
+    every process would repeat the line forever.  The numpy path (prebuilt) or the jit (compiled) runs."""
+    from streamjoin.pipelines.base import kernels
+
+    (tmp_path / "file").write_text("")
+    builds = []
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path / "file" / "a", tmp_path / "file" / "b"])
+    monkeypatch.setattr(jit, "_build", lambda *_args: builds.append(1))
+    capsys.readouterr()
+    for _ in range(2):
+        assert jit._ahead_of_time(kernels._band_fill, kernels.BAND_SIGNATURE, jit_fallback=False) == (None, "none")
+    assert builds == [] and capsys.readouterr().err == ""
