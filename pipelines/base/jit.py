@@ -18,12 +18,14 @@ for it and load its module.  Where no cache directory is writable nothing is
 built or said (the fallback below runs).  The module's name carries a digest of the kernel's source,
 its signature, numba's version, numpy's major.minor (the module checks
 numpy's C API) and the interpreter, so an edited kernel -- or a new numpy --
-is rebuilt.  Where the build is impossible (no C compiler, a numba without
-``pycc``) the kernel is compiled with ``numba.njit(cache=True)`` instead --
-the same code, the per-process load cost back -- and a ``.nobuild`` marker
-beside where the module would be says so to later processes, which then use
-the jit at once, without another attempt or line on stderr (delete the
-marker to try again).  numba is imported only when
+is rebuilt.  Where the build fails the kernel is compiled with ``numba.njit(cache=True)``
+instead -- the same code, the per-process load cost back.  Where it is
+impossible (no C compiler, a numba without ``pycc``) a ``.nobuild`` marker in
+the user's cache directory (else beside the module) says so to later
+processes, which then fall back at once, without another attempt or line on
+stderr, for a day (:data:`MARKER_TTL_S`; delete the marker to try sooner);
+any other failure (a killed compiler, a full disk) leaves no marker and the
+next process tries again.  numba is imported only when
 a kernel has to be built or jitted (a plain run never loads it).
 """
 
@@ -36,9 +38,12 @@ import importlib.util
 import inspect
 import marshal
 import os
+import shutil
 import sys
+import sysconfig
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -160,10 +165,11 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -
         kernel = _load(d / filename, name)
         if kernel is not None:
             return kernel, "aot"
-    if any((d / (name + NOBUILD)).is_file() for d in dirs):   # a build failed here before: no retry, no line
+    if any(_marker_fresh(d / (name + NOBUILD)) for d in dirs):   # no compiler here today: no retry, no line
         return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
     announced = False
     why = None
+    permanent = False
     for d in dirs:
         try:
             lock = _lock(d, name)
@@ -174,6 +180,10 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -
                 kernel = _load(d / filename, name)   # built by a concurrent process while this one waited
                 if kernel is not None:
                     return kernel, "aot"
+                why = missing_toolchain()
+                if why is not None:
+                    permanent = True
+                    break
                 if not announced:
                     # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
                     sys.stderr.write(f"streamjoin: building the {fn.__name__.strip('_')} kernel once for this "
@@ -181,29 +191,60 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -
                     sys.stderr.flush()
                     announced = True
                 with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
-                    _build(fn, signature, name, tmp)
+                    try:
+                        _build(fn, signature, name, tmp)
+                    except ImportError as e:   # a numba without numba.pycc
+                        permanent = True
+                        raise
                     os.replace(Path(tmp) / filename, d / filename)   # atomic: a reader sees all of it or none
                 return _import(d / filename, name), "aot-built"
-        except Exception as e:   # noqa: BLE001 - unwritable directory, no compiler, no numba.pycc: try the next, then jit
+        except Exception as e:   # noqa: BLE001 - a failed compiler (killed, disk full), no numba.pycc: the next, then fall back
             why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+            if permanent:
+                break
             continue
     if why is None:   # no writable cache directory: no build, and nothing to say (every process would repeat it)
         return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
-    # later processes go to the jit at once (no build attempt, no line promising fast loads)
-    marker = next((m for m in (d / (name + NOBUILD) for d in dirs) if _write_marker(m, why)), None)
+    # a permanent cause (no compiler, no numba.pycc): later processes fall back at once for a day,
+    # without a build attempt or a line; any other failure (a killed compiler, a full disk) is tried again
+    marker = None
+    if permanent:   # in the user's cache directory (the last), not install-wide where there is one
+        marker = next((m for m in (d / (name + NOBUILD) for d in reversed(dirs)) if _write_marker(m, why)), None)
     sys.stderr.write(f"streamjoin: could not build the {fn.__name__.strip('_')} kernel ({why}); "
                      + ("using numba's jit instead (about 0.5 s per process)" if jit_fallback else "using numpy instead")
-                     + (f"; delete {marker} to try the build again\n" if marker is not None else "\n"))
+                     + (f"; not tried again for a day (delete {marker} to try sooner)\n" if marker is not None
+                        else "; the next run tries again\n" if not permanent else "\n"))
     sys.stderr.flush()
     return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
 
 
-#: a file ``<module name>`` + this in a cache directory: building that module failed on this machine
+#: a file ``<module name>`` + this in a cache directory: that module cannot be built here (no compiler)
 NOBUILD = ".nobuild"
+#: a marker older than this (seconds) is ignored: the build is tried again (a compiler installed since)
+MARKER_TTL_S = 24 * 3600
+
+
+def _marker_fresh(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < MARKER_TTL_S
+    except OSError:
+        return False
+
+
+def missing_toolchain() -> str | None:
+    """Why no kernel module can be built on this machine -- no C compiler
+    (``$CC``, else the interpreter's, on ``PATH``) or no numba -- or ``None``."""
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+    if not cc or shutil.which(cc[0]) is None:
+        return f"no C compiler: {cc[0] if cc else '$CC'} not found"
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed"
+    return None
 
 
 def _write_marker(path: Path, why: str) -> bool:
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(why + "\n")
         return True
     except OSError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -33,11 +34,12 @@ def test_a_built_kernel_is_loaded_without_importing_numba():
 
 
 def _without_a_compiler(monkeypatch, cache) -> None:
-    """This process has loaded no kernel, its one cache directory is ``cache`` and every build fails."""
+    """This process has loaded no kernel, its one cache directory is ``cache`` and it has no C compiler."""
     def no_compiler(*_args):
-        raise OSError("no C compiler")
+        raise AssertionError("a build without a compiler")
 
     monkeypatch.setattr(jit, "_cache_dirs", lambda: [cache])
+    monkeypatch.setattr(jit, "missing_toolchain", lambda: "no C compiler: gcc not found")
     monkeypatch.setattr(jit, "_build", no_compiler)
     monkeypatch.setattr(jit, "_KERNELS", {})
     monkeypatch.setattr(jit, "_HOW", {})
@@ -51,43 +53,68 @@ def test_without_a_buildable_module_numba_jit_gives_the_same_outcome(tmp_path, m
     capsys.readouterr()
     fallback = queueing.compiled_kernel()
     assert jit.how(queueing._bounded_kernel) == "jit"
-    # a build announces itself (it can take 10-40 s), once per kernel
-    assert capsys.readouterr().err.count("building the bounded_kernel kernel") == 1
+    # no build to wait for: no 'building' line, one line saying why
+    err = capsys.readouterr().err
+    assert "building" not in err and err.count("could not build the bounded_kernel kernel (no C compiler") == 1
     got = fallback(arrival, stream, service, 2, 3, True)
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
     assert (got[1] != 0).any()          # the case sheds: the comparison covers the queue cap
 
 
-def test_a_failed_build_is_not_retried_or_announced_by_every_later_process(tmp_path, monkeypatch, capsys):
-    """Where no module can be built (no C compiler), the first process says so and uses the jit;
-    later processes go to the jit at once -- no second 'building ... once' line that promises
-    millisecond loads, no second build attempt -- until the marker it names is deleted."""
-    builds = []
+def test_no_compiler_is_marked_in_the_user_cache_for_a_day(tmp_path, monkeypatch, capsys):
+    """Without a C compiler the first process says so once and uses the jit; later processes go to
+    the jit at once -- no line, no check -- for a day, or until the marker it names is deleted.
+    The marker goes to the user's cache directory (the last one), not the install-wide one."""
+    checks = []
 
-    def no_compiler(*_args):
-        builds.append(1)
-        raise OSError("no C compiler")
+    def no_compiler():
+        checks.append(1)
+        return "no C compiler: gcc not found"
 
-    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path / "ro", tmp_path / "user"])
-    monkeypatch.setattr(jit, "_build", no_compiler)
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path / "install", tmp_path / "user"])
+    monkeypatch.setattr(jit, "missing_toolchain", no_compiler)
     capsys.readouterr()
     kernel, how = jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
     assert how == "jit"
     err = capsys.readouterr().err
-    assert err.count("building the bounded_kernel kernel") == 1
-    assert "could not build" in err and "no C compiler" in err and len(err.splitlines()) == 2
-    tried = len(builds)
+    assert "could not build" in err and "no C compiler" in err and len(err.splitlines()) == 1
     markers = list(tmp_path.rglob("*.nobuild"))
-    assert len(markers) == 1 and markers[0].name in err
+    assert [m.parent.name for m in markers] == ["user"] and markers[0].name in err and "for a day" in err
     # a later process (the same lookup again): straight to the jit, silently
     kernel, how = jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
-    assert how == "jit" and len(builds) == tried and capsys.readouterr().err == ""
+    assert how == "jit" and len(checks) == 1 and capsys.readouterr().err == ""
     arrival, stream, service = _queue_case()
     assert (kernel(arrival, stream, service, 2, 3, True)[1] != 0).any()
-    # deleting the marker tries the build again
+    # a day later the marker has expired: checked (and said) again
+    old = time.time() - jit.MARKER_TTL_S - 60
+    os.utime(markers[0], (old, old))
+    jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
+    assert len(checks) == 2 and "could not build" in capsys.readouterr().err
+    # deleting the marker tries again at once
     markers[0].unlink()
     jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)
-    assert len(builds) > tried and "building" in capsys.readouterr().err
+    assert len(checks) == 3
+
+
+def test_a_failed_build_leaves_no_marker_and_the_next_process_tries_again(tmp_path, monkeypatch, capsys):
+    """A build that fails for a passing reason (an OOM-killed compiler, a full disk) marks nothing:
+    one failure must not disable the kernels for good."""
+    builds = []
+
+    def killed(*_args):
+        builds.append(1)
+        raise OSError("compiler killed")
+
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path / "install", tmp_path / "user"])
+    monkeypatch.setattr(jit, "_build", killed)
+    capsys.readouterr()
+    assert jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)[1] == "jit"
+    err = capsys.readouterr().err
+    assert err.count("building the bounded_kernel kernel") == 1 and "compiler killed" in err
+    assert "tries again" in err and list(tmp_path.rglob("*.nobuild")) == []
+    tried = len(builds)
+    assert jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)[1] == "jit"
+    assert len(builds) == 2 * tried
 
 
 def test_prebuilt_without_a_buildable_module_is_none_not_the_jit(tmp_path, monkeypatch, capsys):
