@@ -69,6 +69,8 @@ def compiled(fn: Callable, signature: str) -> Callable:
 
 #: environment variable: ``numpy`` makes :func:`prebuilt` return ``None`` (the callers' numpy paths)
 KERNELS_ENV = "STREAMJOIN_KERNELS"
+#: its values (unset or empty: ``auto``); a run refuses any other (config/settings.py)
+KERNEL_MODES = ("auto", "numpy")
 
 
 def prebuilt(fn: Callable, signature: str) -> Callable | None:
