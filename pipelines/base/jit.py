@@ -67,24 +67,33 @@ def compiled(fn: Callable, signature: str) -> Callable:
     return kernel
 
 
-#: environment variable: ``numpy`` makes :func:`prebuilt` return ``None`` (the callers' numpy paths)
+#: environment variable: ``numpy`` makes :func:`prebuilt` return ``None`` (the callers' numpy paths);
+#: ``load`` loads a module built before but never builds one (Spark's executors, :func:`executor_mode`)
 KERNELS_ENV = "STREAMJOIN_KERNELS"
 #: its values (unset or empty: ``auto``); a run refuses any other (config/settings.py)
-KERNEL_MODES = ("auto", "numpy")
+KERNEL_MODES = ("auto", "numpy", "load")
+
+
+def executor_mode() -> str:
+    """``$STREAMJOIN_KERNELS`` for a Spark executor's Python workers: ``numpy`` if
+    this process runs the numpy paths, else ``load`` -- a task never builds a kernel
+    (several at once, inside a task); the driver builds them before the tasks run."""
+    return "numpy" if os.environ.get(KERNELS_ENV) == "numpy" else "load"
 
 
 def prebuilt(fn: Callable, signature: str) -> Callable | None:
     """``fn`` built ahead of time (built now if this machine has none yet), or
     ``None`` where no module can be built, anything unexpected goes wrong
     (a speed-up never fails a run) or ``$STREAMJOIN_KERNELS`` is
-    ``numpy``: never numba's jit, whose per-process cost (about 0.5 s) is
+    ``numpy`` (``load``: a module built before, never a build): never numba's jit, whose per-process cost (about 0.5 s) is
     more than these kernels save.  Once per process."""
-    if os.environ.get(KERNELS_ENV) == "numpy":
+    mode = os.environ.get(KERNELS_ENV)
+    if mode == "numpy":
         return None
     with _LOCK:
         if fn not in _HOW:
             try:
-                _KERNELS[fn], _HOW[fn] = _ahead_of_time(fn, signature, jit_fallback=False)
+                _KERNELS[fn], _HOW[fn] = _ahead_of_time(fn, signature, jit_fallback=False, build=mode != "load")
             except Exception:   # noqa: BLE001 - a speed-up never fails a run: the numpy path instead
                 _KERNELS[fn], _HOW[fn] = None, "none"
         return _KERNELS[fn]
@@ -159,7 +168,8 @@ def _lock(d: Path, name: str):
     return f
 
 
-def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -> tuple[Callable | None, str]:
+def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True,
+                   build: bool = True) -> tuple[Callable | None, str]:
     name = _module_name(fn, signature)
     filename = name + importlib.machinery.EXTENSION_SUFFIXES[0]
     dirs = _cache_dirs()
@@ -167,6 +177,8 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True) -
         kernel = _load(d / filename, name)
         if kernel is not None:
             return kernel, "aot"
+    if not build:   # load only (a Spark task): no build, no lock, no line
+        return (None, "none") if not jit_fallback else (_jit(fn, signature), "jit")
     if any(_marker_fresh(d / (name + NOBUILD)) for d in dirs):   # no compiler here today: no retry, no line
         return (_jit(fn, signature), "jit") if jit_fallback else (None, "none")
     announced = False
