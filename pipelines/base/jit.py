@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 try:
@@ -55,6 +56,17 @@ except ImportError:   # not POSIX: no lock (a concurrent first run builds too; t
 _KERNELS: dict[Callable, Callable] = {}
 _HOW: dict[Callable, str] = {}
 _LOCK = threading.Lock()
+#: ``(start, end)`` (``time.perf_counter()``) of each build in this process, waits for
+#: another process's build included; builds hold ``_LOCK``, so the intervals do not overlap
+_BUILDS: list[tuple[float, float]] = []
+
+
+def build_seconds(start: float, end: float) -> float:
+    """Wall seconds of ``[start, end]`` (``time.perf_counter()`` values) this process
+    spent building kernels (or waiting for another process's build): a first run's
+    one-time cost, which the jobs keep out of their stage times (report.json's
+    ``timings_s.kernel_build``)."""
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in list(_BUILDS))
 
 
 def compiled(fn: Callable, signature: str) -> Callable:
@@ -168,6 +180,14 @@ def _lock(d: Path, name: str):
     return f
 
 
+@contextmanager
+def _timed_build(t0: float):
+    try:
+        yield
+    finally:
+        _BUILDS.append((t0, time.perf_counter()))
+
+
 def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True,
                    build: bool = True) -> tuple[Callable | None, str]:
     name = _module_name(fn, signature)
@@ -185,12 +205,13 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True,
     why = None
     permanent = False
     for d in dirs:
+        t0 = time.perf_counter()
         try:
             lock = _lock(d, name)
         except OSError:   # not writable: the next directory
             continue
         try:
-            with lock:
+            with lock, _timed_build(t0):
                 kernel = _load(d / filename, name)   # built by a concurrent process while this one waited
                 if kernel is not None:
                     return kernel, "aot"
