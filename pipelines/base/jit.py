@@ -220,9 +220,10 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True,
                     permanent = True
                     break
                 if not announced:
-                    # 10-40 s of silence would look like a hang: one line on stderr, once per kernel and machine
+                    # 5-10 s of silence would look like a hang: one line on stderr, once per kernel and machine
+                    # (measured 5.0-7.4 s per kernel at load average 7: docs/performance.md)
                     sys.stderr.write(f"streamjoin: building the {fn.__name__.strip('_')} kernel once for this "
-                                     "machine (10-40 s; later runs load it in milliseconds)\n")
+                                     "machine (about 5-10 s; later runs load it in milliseconds)\n")
                     sys.stderr.flush()
                     announced = True
                 with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:

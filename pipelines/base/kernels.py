@@ -35,6 +35,8 @@ return before its next numpy call (docs/performance.md, issue 21 third pass).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import jit
@@ -227,3 +229,28 @@ def ensure_built() -> None:
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
                           (_progress_pass, REPLAY_SIGNATURE)):
         jit.prebuilt(fn, signature)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streamjoin.pipelines.base.kernels --build``: build (or load) every
+    kernel now -- the set-up (``.ci/bootstrap``) runs it, so a user's first run does
+    not wait.  Prints one line when they cannot be built (runs then use the numpy
+    paths, same results); exit 0 either way (a speed-up never fails a set-up)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--build"]:
+        sys.stderr.write("usage: python -m streamjoin.pipelines.base.kernels --build\n")
+        return 2
+    why = jit.missing_toolchain()
+    if why is not None:
+        print(f"streamjoin: {why}: the compiled kernels are not built; runs use the numpy paths "
+              "(same results, slower); install a C compiler (e.g. gcc) and re-run the set-up")
+        return 0
+    ensure_built()
+    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass)):
+        print("streamjoin: the compiled kernels could not be built now (stderr says why); "
+              "runs use the numpy paths (same results) until one builds them")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

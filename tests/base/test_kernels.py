@@ -208,3 +208,19 @@ def test_load_mode_never_builds(tmp_path, monkeypatch, capsys):
     assert jit.executor_mode() == "load"
     monkeypatch.setenv(jit.KERNELS_ENV, "numpy")
     assert jit.executor_mode() == "numpy"
+
+
+def test_the_set_up_entry_builds_every_kernel_or_says_why_not(monkeypatch, capsys):
+    """``python -m streamjoin.pipelines.base.kernels --build`` (.ci/bootstrap's last step): the
+    kernels built or loaded, silently; without a C compiler one line, and exit 0 either way."""
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    monkeypatch.delenv(jit.KERNELS_ENV, raising=False)
+    capsys.readouterr()
+    assert kernels.main(["--build"]) == 0 and capsys.readouterr().out == ""
+    assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
+    monkeypatch.setattr(jit, "missing_toolchain", lambda: "no C compiler: gcc not found")
+    assert kernels.main(["--build"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and "no C compiler" in out and "numpy paths" in out
+    assert kernels.main([]) == 2
