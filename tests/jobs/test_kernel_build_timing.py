@@ -16,7 +16,8 @@ RUN = """
 import pathlib, sys, time
 from streamjoin.pipelines.base import jit, kernels
 kernels.MIN_ROWS = 0
-jit._cache_dirs = lambda: [pathlib.Path(sys.argv[1])]
+cache = pathlib.Path(sys.argv[1])   # read before sys.argv becomes the command's
+jit._cache_dirs = lambda: [cache]
 def slow_failure(*_args):
     time.sleep(1.5)
     raise OSError("compiler killed")
@@ -36,3 +37,4 @@ def test_a_first_runs_kernel_build_is_timed_apart_from_the_join(tmp_path):
     timings = json.loads((tmp_path / "out" / "report.json").read_text())["timings_s"]
     assert timings["kernel_build"] >= 3.0
     assert timings["join"] < 3.0 and timings["join"] + timings["kernel_build"] <= timings["total"]
+    assert sorted(p.suffix for p in (tmp_path / "cache").iterdir()) == [".lock"] * 3   # the cache it was given
