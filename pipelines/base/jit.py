@@ -15,7 +15,9 @@ not writable) and every later process imports that module (about 1 ms, numba
 not imported).  Concurrent first runs build it once: the builder holds
 ``fcntl.flock`` on ``<name>.lock`` in the target directory, the others wait
 for it and load its module.  Where no cache directory is writable nothing is
-built or said (the fallback below runs).  The module's name carries a digest of the kernel's source,
+built or said (the fallback below runs); ``$STREAMJOIN_KERNELS=load`` (what
+Spark's executors get) loads a module built before and never builds one.
+The module's name carries a digest of the kernel's source,
 its signature, numba's version, numpy's major.minor (the module checks
 numpy's C API) and the interpreter, so an edited kernel -- or a new numpy --
 is rebuilt.  Where the build fails the kernel is compiled with ``numba.njit(cache=True)``
