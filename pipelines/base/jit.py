@@ -22,7 +22,8 @@ its signature, numba's version, numpy's major.minor (the module checks
 numpy's C API) and the interpreter, so an edited kernel -- or a new numpy --
 is rebuilt.  Where the build fails the kernel is compiled with ``numba.njit(cache=True)``
 instead -- the same code, the per-process load cost back.  Where it is
-impossible (no C compiler, a numba without ``pycc``) a ``.nobuild`` marker in
+impossible (no C compiler, or one ``numba.pycc``'s probe rejects, a numba
+without ``pycc``) a ``.nobuild`` marker in
 the user's cache directory (else beside the module) says so to later
 processes, which then fall back at once, without another attempt or line on
 stderr, for a day (:data:`MARKER_TTL_S`; delete the marker to try sooner);
@@ -231,8 +232,11 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True,
                 with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
                     try:
                         _build(fn, signature, name, tmp)
-                    except ImportError as e:   # a numba without numba.pycc
+                    except ImportError:   # a numba without numba.pycc
                         permanent = True
+                        raise
+                    except RuntimeError as e:   # numba.pycc's own compiler probe failed (e.g. cc but no C++ front end)
+                        permanent = NO_COMPILER in str(e)
                         raise
                     os.replace(Path(tmp) / filename, d / filename)   # atomic: a reader sees all of it or none
                 return _import(d / filename, name), "aot-built"
@@ -258,6 +262,8 @@ def _ahead_of_time(fn: Callable, signature: str, *, jit_fallback: bool = True,
 
 #: a file ``<module name>`` + this in a cache directory: that module cannot be built here (no compiler)
 NOBUILD = ".nobuild"
+#: numba.pycc's message when its test compile fails: as permanent as a missing compiler
+NO_COMPILER = "compile AOT function without the compiler"
 #: a marker older than this (seconds) is ignored: the build is tried again (a compiler installed since)
 MARKER_TTL_S = 24 * 3600
 

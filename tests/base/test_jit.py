@@ -204,3 +204,17 @@ def test_no_writable_cache_directory_is_silent(tmp_path, monkeypatch, capsys):
     for _ in range(2):
         assert jit._ahead_of_time(kernels._band_fill, kernels.BAND_SIGNATURE, jit_fallback=False) == (None, "none")
     assert builds == [] and capsys.readouterr().err == ""
+
+
+def test_numba_pyccs_failed_compiler_probe_is_marked_like_no_compiler(tmp_path, monkeypatch, capsys):
+    """numba.pycc probes the compiler itself (C and C++): where that fails -- a ``cc`` without a
+    C++ front end -- the cause is as permanent as no compiler: marked, not retried by every run."""
+    def probe_failed(*_args):
+        raise RuntimeError("Attempted to compile AOT function without the compiler used by `numpy.distutils` present.")
+
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path / "install", tmp_path / "user"])
+    monkeypatch.setattr(jit, "missing_toolchain", lambda: None)
+    monkeypatch.setattr(jit, "_build", probe_failed)
+    capsys.readouterr()
+    assert jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)[1] == "jit"
+    assert [m.parent.name for m in tmp_path.rglob("*.nobuild")] == ["user"] and "for a day" in capsys.readouterr().err
