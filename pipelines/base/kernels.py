@@ -25,7 +25,8 @@ never imported by a run that loads them).  Where no module can be built, or
 ``$STREAMJOIN_KERNELS=numpy``, the callers keep their numpy paths; both give
 the same arrays, element for element (``tests/base/test_kernels.py``).
 The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
-the numpy paths, and so do inputs below :data:`MIN_ROWS` (loading a kernel
+the numpy paths, and so do inputs below :data:`MIN_ROWS` rows -- the join's
+input rows, not the band join's partial combinations (loading a kernel
 costs a few ms of CPU, more than it saves there, and a small run never
 waits for a first build).  A compiled call holds the GIL (``numba.pycc``
 exports have no ``nogil``): the engine's other thread waits for it to
@@ -34,12 +35,14 @@ return before its next numpy call (docs/performance.md, issue 21 third pass).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import jit
 from .timeunits import NEG_INF
 
-#: below this many rows (queries plus stored rows, arrivals, a stream's rows) the numpy paths run
+#: below this many rows (the join's input rows, arrivals, a stream's rows) the numpy paths run
 MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
 KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
@@ -89,7 +92,7 @@ def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no c
 
 
 def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-               query_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+               query_rows: np.ndarray, *, input_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Every ``(query, stored row)`` pair of a band join, or ``None`` without the kernel.
 
     Args:
@@ -98,13 +101,17 @@ def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarra
         lo: band starts, ascending (int64); ``hi``: band ends, inclusive (int64;
             a band with ``hi < lo`` is empty), in the same order.
         query_rows: the query of each band (int32).
+        input_rows: the join's input rows (all streams): below :data:`MIN_ROWS`
+            the numpy path runs.  Not ``len(lo)``: with three streams or more
+            the queries are partial combinations, many more than a small
+            input's rows.
     Returns: ``(parent, member)`` (int32) -- for each band in order, its query
     repeated and the stored rows of the values in ``[lo, hi]`` in sorted
     order: ``np.repeat(query_rows, counts)`` and the concatenated
     ``stored_rows[start:start + count]`` of the numpy path.
     """
     if not (sorted_values.dtype == lo.dtype == hi.dtype == np.int64
-            and stored_rows.dtype == query_rows.dtype == np.int32) or len(sorted_values) + len(lo) < MIN_ROWS:
+            and stored_rows.dtype == query_rows.dtype == np.int32) or input_rows < MIN_ROWS:
         return None
     kernel = jit.prebuilt(_band_fill, BAND_SIGNATURE)
     if kernel is None:
@@ -216,8 +223,34 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
 
 def ensure_built() -> None:
     """Build (or load) every kernel of this module now: a Spark driver calls it
-    before its tasks run, so that the executors' Python workers on this machine
-    load the modules instead of each building them inside a task."""
+    before its tasks run.  The executors' Python workers only load modules
+    (``$STREAMJOIN_KERNELS=load``, set by the engine's session): on this
+    machine they load these; where none is built they run the numpy paths."""
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
                           (_progress_pass, REPLAY_SIGNATURE)):
         jit.prebuilt(fn, signature)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streamjoin.pipelines.base.kernels --build``: build (or load) every
+    kernel now -- the set-up (``.ci/bootstrap``) runs it, so a user's first run does
+    not wait.  Prints one line when they cannot be built (runs then use the numpy
+    paths, same results); exit 0 either way (a speed-up never fails a set-up)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--build"]:
+        sys.stderr.write("usage: python -m streamjoin.pipelines.base.kernels --build\n")
+        return 2
+    why = jit.missing_toolchain()
+    if why is not None:
+        print(f"streamjoin: {why}: the compiled kernels are not built; runs use the numpy paths "
+              "(same results, slower); install a C compiler (e.g. gcc) and re-run the set-up")
+        return 0
+    ensure_built()
+    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass)):
+        print("streamjoin: the compiled kernels could not be built now (stderr says why); "
+              "runs use the numpy paths (same results) until one builds them")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

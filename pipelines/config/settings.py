@@ -37,6 +37,7 @@ from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
 from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_duration,
                       check_target, check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
+from ..base.jit import KERNEL_MODES, KERNELS_ENV
 from ..base.sorting import SORT_ENV, SORTS
 from ..base.timeunits import TS_UNITS, default_period, format_duration
 
@@ -561,6 +562,9 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
+    kernels = os.environ.get(KERNELS_ENV) or "auto"
+    if kernels not in KERNEL_MODES:  # a typo must not silently run the other path
+        raise InputError(f"${KERNELS_ENV} {kernels}: expected one of {', '.join(KERNEL_MODES)}")
     out_raw = flags.out or run.get("out")
     if not out_raw:
         raise InputError("no output directory: give --out DIR")

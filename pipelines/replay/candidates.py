@@ -235,6 +235,7 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     idx = index_dtype(*(len(t) for t in ts))
     if any(len(t) == 0 for t in ts):
         return Combos([np.empty(0, idx) for _ in range(n)], ts)
+    input_rows = sum(len(t) for t in ts)   # the kernels' size gate: the run's rows, not its partial combinations
     tmin = min(int(t.min()) for t in ts)
     tmax = max(int(t.max()) for t in ts)
     wmax = max(W)
@@ -296,7 +297,7 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             lo_q += p_tmax
             lo_q -= W[k] + base
             del qcode
-            pairs = band_pairs(vs, korder, lo_q, hi_q, qidx, lo_order=q_order)
+            pairs = band_pairs(vs, korder, lo_q, hi_q, qidx, lo_order=q_order, input_rows=input_rows)
             del lo_q, hi_q
             parents.append(pairs[0])
             members.append(pairs[1])
@@ -324,20 +325,23 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
 
 
 def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-               query_dtype, *, lo_order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_dtype, *, input_rows: int,
+               lo_order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Every ``(query, stored row)`` pair of a band join: the queries (in the
     stable order of their band starts, ``query_dtype``) and the stored rows
     whose values lie in each band ``[lo, hi]`` (in sorted order).  ``lo`` is
     scratch (its contents are undefined afterwards); ``lo_order``: its stable
     order, if known.  The compiled fill
     (:func:`~streamjoin.pipelines.base.kernels.band_pairs`) where it is
-    built, numpy otherwise: the same arrays."""
+    built and the join has ``input_rows`` (all streams' rows) of at least
+    :data:`~streamjoin.pipelines.base.kernels.MIN_ROWS`, numpy otherwise:
+    the same arrays."""
     if lo_order is not None:
         qorder, lo_sorted = lo_order, lo[lo_order]
     else:
         qorder, lo_sorted = stable_order(lo, query_dtype, overwrite=True)
     hi_ordered = hi[qorder]
-    got = kernels.band_pairs(sorted_values, stored_rows, lo_sorted, hi_ordered, qorder)
+    got = kernels.band_pairs(sorted_values, stored_rows, lo_sorted, hi_ordered, qorder, input_rows=input_rows)
     if got is not None:
         return got
     start, count = sorted_band_ranges(sorted_values, lo_sorted, hi_ordered)

@@ -20,6 +20,7 @@ from streamjoin.pipelines.replay.candidates import band_pairs, enumerate_sorted
 from streamjoin.pipelines.replay.progress import build_replay
 
 SETTINGS = settings(max_examples=200, deadline=None)
+RUN_MIN_ROWS = kernels.MIN_ROWS   # a run's threshold (the fixture below lowers it for the properties)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -34,7 +35,7 @@ def built():
 
 def _check_built():
     assert kernels.band_pairs(np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int64),
-                              np.zeros(1, np.int64), np.zeros(1, np.int32)) is not None
+                              np.zeros(1, np.int64), np.zeros(1, np.int32), input_rows=1) is not None
     assert kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64),
                                 keep_running_max=False) is not None
     assert kernels.key_order(np.zeros(1, np.int64), np.zeros(1, np.int64), 1) is not None
@@ -74,7 +75,7 @@ def bands(draw):
 def test_band_fill_equals_searches_repeat_and_gather(case):
     stored, lo, hi = case
     rows = np.random.default_rng(len(stored)).permutation(len(stored)).astype(np.int32)
-    fast, slow = both(lambda: band_pairs(stored, rows, lo.copy(), hi, np.int32))
+    fast, slow = both(lambda: band_pairs(stored, rows, lo.copy(), hi, np.int32, input_rows=len(stored)))
     same(fast[0], slow[0])
     same(fast[1], slow[1])
 
@@ -144,7 +145,9 @@ def test_small_inputs_take_the_numpy_paths():
     with pytest.MonkeyPatch.context() as m:
         m.setattr(kernels, "MIN_ROWS", 100)
         rows = np.arange(60, dtype=np.int32)
-        assert kernels.band_pairs(np.arange(60), rows, np.arange(30), np.arange(30), rows[:30]) is None
+        assert kernels.band_pairs(np.arange(60), rows, np.arange(30), np.arange(30), rows[:30], input_rows=99) is None
+        assert kernels.band_pairs(np.arange(60), rows, np.arange(30), np.arange(30), rows[:30],
+                                  input_rows=100) is not None
         assert kernels.replay_facts(rows, np.array([0, 60]), np.arange(60), keep_running_max=False) is None
         assert kernels.key_order(np.zeros(99, np.int64), np.arange(99), 1) is None
         assert kernels.key_order(np.zeros(100, np.int64), np.arange(100), 1) is not None
@@ -156,3 +159,68 @@ def test_ensure_built_loads_every_kernel(monkeypatch):
     monkeypatch.setattr(jit, "_HOW", {})
     kernels.ensure_built()
     assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
+
+
+def _kernel_calls(monkeypatch) -> list[str]:
+    """The kernels asked for (``jit.prebuilt``) from now on, by name."""
+    calls = []
+    real = jit.prebuilt
+    monkeypatch.setattr(jit, "prebuilt", lambda fn, sig: (calls.append(fn.__name__), real(fn, sig))[1])
+    monkeypatch.setattr(kernels, "MIN_ROWS", RUN_MIN_ROWS)
+    monkeypatch.delenv(jit.KERNELS_ENV, raising=False)
+    return calls
+
+
+def test_a_run_uses_the_kernels_from_65536_input_rows(monkeypatch):
+    """The run's threshold itself (not the tests' lowered one): 65,535 input rows take the numpy paths,
+    65,536 the kernels (band fill and progress pass)."""
+    assert RUN_MIN_ROWS == 65_536
+    calls = _kernel_calls(monkeypatch)
+    for total, expected in ((65_535, []), (65_536, ["_band_fill", "_progress_pass"])):
+        calls.clear()
+        ts = [np.arange(32_768, dtype=np.int64) * 10, np.arange(total - 32_768, dtype=np.int64) * 10 + 3]
+        enumerate_sorted(ts, None, [5, 5])
+        build_replay(ts, [t + 1 for t in ts], keep_running_max=False)
+        assert sorted(set(calls)) == expected, total
+
+
+def test_three_small_streams_do_not_use_the_kernels(monkeypatch):
+    """With three streams the band join's queries are partial combinations: 601 input rows give
+    90,000 of them.  The gate counts input rows, so a small run neither loads nor builds a kernel."""
+    calls = _kernel_calls(monkeypatch)
+    ts = [np.zeros(300, np.int64), np.zeros(300, np.int64), np.zeros(1, np.int64)]
+    combos = enumerate_sorted(ts, None, [10, 10, 10])
+    assert len(combos.rows[0]) == 90_000 and calls == []
+
+
+def test_load_mode_never_builds(tmp_path, monkeypatch, capsys):
+    """``$STREAMJOIN_KERNELS=load`` (what a Spark executor's workers get): a module built before is
+    loaded, none is built -- no lock, no line -- and the caller keeps its numpy path."""
+    builds = []
+    monkeypatch.setattr(jit, "_cache_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(jit, "_build", lambda *_args: builds.append(1))
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    monkeypatch.setenv(jit.KERNELS_ENV, "load")
+    capsys.readouterr()
+    assert jit.prebuilt(kernels._band_fill, kernels.BAND_SIGNATURE) is None
+    assert builds == [] and list(tmp_path.iterdir()) == [] and capsys.readouterr().err == ""
+    assert jit.executor_mode() == "load"
+    monkeypatch.setenv(jit.KERNELS_ENV, "numpy")
+    assert jit.executor_mode() == "numpy"
+
+
+def test_the_set_up_entry_builds_every_kernel_or_says_why_not(monkeypatch, capsys):
+    """``python -m streamjoin.pipelines.base.kernels --build`` (.ci/bootstrap's last step): the
+    kernels built or loaded, silently; without a C compiler one line, and exit 0 either way."""
+    monkeypatch.setattr(jit, "_KERNELS", {})
+    monkeypatch.setattr(jit, "_HOW", {})
+    monkeypatch.delenv(jit.KERNELS_ENV, raising=False)
+    capsys.readouterr()
+    assert kernels.main(["--build"]) == 0 and capsys.readouterr().out == ""
+    assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
+    monkeypatch.setattr(jit, "missing_toolchain", lambda: "no C compiler: gcc not found")
+    assert kernels.main(["--build"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and "no C compiler" in out and "numpy paths" in out
+    assert kernels.main([]) == 2

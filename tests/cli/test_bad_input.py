@@ -194,6 +194,14 @@ def test_unknown_sort_setting_is_one_line_exit_2_and_no_output(data: Path, monke
     assert leftovers(data) == []
 
 
+def test_unknown_kernels_setting_is_one_line_exit_2_and_no_output(data: Path, monkeypatch) -> None:
+    monkeypatch.setenv("STREAMJOIN_KERNELS", "nunpy")  # a typo must not silently run the kernels
+    proc = run_cli(["run", *AB, *OK_WINDOW, "--out", "out"], cwd=data)
+    assert_one_line_error(proc, "$STREAMJOIN_KERNELS nunpy", "expected one of auto, numpy, load")
+    assert not (data / "out").exists()
+    assert leftovers(data) == []
+
+
 # ----------------------------------------------------------------------------
 # --out: refuse foreign directories, replace previous outputs atomically
 # ----------------------------------------------------------------------------

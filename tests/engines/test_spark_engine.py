@@ -155,6 +155,17 @@ def test_python_workers_use_one_malloc_arena(spark):
     assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(arenas).collect() == [1, 1]
 
 
+def test_python_workers_only_load_compiled_kernels(spark):
+    # a task never builds a kernel (several at once, inside a task): the workers
+    # get $STREAMJOIN_KERNELS=load (pipelines/base/jit.py), the driver builds
+    def mode(_):
+        import os
+
+        yield os.environ.get("STREAMJOIN_KERNELS")
+
+    assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(mode).collect() == ["load", "load"]
+
+
 def test_cli_ctr_on_local_cluster_equals_local_engine(tmp_path):
     """`streamjoin run --engine spark --router ctr --master local-cluster[2,1,1024]`:
     separate executor processes; results.parquet is the local engine's file, byte for byte."""

@@ -319,7 +319,7 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
     started = {"spark_session": time.perf_counter() - t0}
     try:
         if sum(len(s.ts) for s in streams) >= compiled.MIN_ROWS:
-            compiled.ensure_built()   # the tasks' workers on this machine load them, none builds them in a task
+            compiled.ensure_built()   # the tasks' workers load them ($STREAMJOIN_KERNELS=load): none builds in a task
         t0 = time.perf_counter()
         warm_up(spark)
         started["spark_warmup"] = time.perf_counter() - t0

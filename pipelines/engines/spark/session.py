@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...base.jit import KERNELS_ENV, executor_mode
 from ...config.options import same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
 
@@ -128,6 +129,9 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          # mmaps, see pipelines/base/allocator.py -- reuse_freed_memory() in a task comes
          # too late for arenas that imports in the worker already created
          .config("spark.executorEnv.MALLOC_ARENA_MAX", "1")
+         # the tasks load the compiled kernels the driver built (engine.py) and never
+         # build one themselves: several at once, inside a task (base/jit.py)
+         .config(f"spark.executorEnv.{KERNELS_ENV}", executor_mode())
          # a task's result up to this size travels with its status update instead of a
          # round trip through the block manager (below spark.rpc.message.maxSize, 128 MB)
          .config("spark.task.maxDirectResultSize", str(120 * 1024 * 1024))
