@@ -241,7 +241,8 @@ def extras_of_summary(cfg, outcome) -> dict[str, Any]:
     tuning["truth_results"] = sm.truth
     tuning["sample_every"] = 1
     return {
-        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
+        "memory_series": (outcome.aggregated["memory_series"] if getattr(outcome, "aggregated", None)
+                          else memory_series(outcome.memory, outcome.replay.arrival)),
         "latency_histogram": latency_histogram_of_counts(*sm.latency),
         "tuning": tuning,
     }
