@@ -87,3 +87,52 @@ def test_native_equals_the_local_engine(spark, tmp_path, n, policy, router, part
     assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)
     d = tmp_path / "nat" / "results.parquet"
     assert (d / "_SUCCESS").exists() and any(p.name.startswith("part-") for p in d.iterdir())
+
+
+def test_native_mode_auto_true_false_and_refusals(tmp_path):
+    cfg = write_inputs(tmp_path, 2, seed=3)
+
+    def resolved(**flags):
+        return resolve(cfg, Flags(out=str(tmp_path / "o"), engine="spark", **flags))
+
+    assert native_path(resolved(master="spark://h:7077", policy="mpkslack"))          # auto: a cluster master
+    assert not native_path(resolved(master="local[2]", policy="mpkslack"))            # auto: a local master
+    assert native_path(resolved(master="local[2]", policy="kslack", k=["1ms"], spark_conf=[NATIVE]))
+    assert not native_path(resolved(master="spark://h:7077", policy="none",
+                                    spark_conf=["spark.streamjoin.native=false"]))
+    # auto falls back to the current path for what the native path does not do ...
+    assert not native_path(resolved(master="spark://h:7077", policy="qjoin", recall=0.9))
+    assert not native_path(resolved(master="spark://h:7077", policy="none", router="ctr"))
+    # ... and an explicit true is refused in one line, before anything runs
+    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with policy qkslack"):
+        native_path(resolved(master="local[2]", policy="qkslack", recall=0.9, spark_conf=[NATIVE]))
+    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with --router ctr"):
+        native_path(resolved(master="local[2]", policy="none", router="ctr", spark_conf=[NATIVE]))
+    with pytest.raises(InputError, match=r"expected auto, true or false"):
+        native_path(resolved(master="local[2]", policy="none", spark_conf=["spark.streamjoin.native=yes"]))
+
+
+def test_cli_native_on_local_cluster_equals_local_engine(tmp_path):
+    """`streamjoin run --engine spark --master local-cluster[2,1,1024]` (separate executor JVMs
+    and Python workers; spark.streamjoin.native=true -- auto keeps the current path on the
+    driver's host): the local engine's results (as a set) and report numbers."""
+    import os
+    import subprocess
+    import sys
+
+    cfg = write_inputs(tmp_path, 3, seed=31)
+    exe = str(Path(sys.executable).with_name("streamjoin"))
+    env = dict(os.environ, STREAMJOIN_ENGINE="local")
+    common = ["--policy", "mpkslack"]
+    local = subprocess.run([exe, "run", str(cfg), "--engine", "local", "--out", str(tmp_path / "local"), *common],
+                           env=env, capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    nat = subprocess.run([exe, "run", str(cfg), "--engine", "spark", "--router", "atr", "--partitions", "3",
+                          "--master", "local-cluster[2,1,1024]", "--spark-conf", NATIVE,
+                          "--out", str(tmp_path / "nat"), *common],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert nat.returncode == 0, nat.stderr[-3000:]
+    ra = json.loads((tmp_path / "local" / "report.json").read_text())
+    rb = json.loads((tmp_path / "nat" / "report.json").read_text())
+    assert rb["routing"]["native"] is True and rb["routing"]["master"] == "local-cluster[2,1,1024]"
+    assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)
