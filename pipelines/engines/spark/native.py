@@ -155,7 +155,11 @@ def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, setting
     N = int(sum(sizes))
 
     t0 = time.perf_counter()
-    sel = _selectivities(df, n, sizes, W, keycols) if n >= 3 or router == "atr" else None
+    df = df.localCheckpoint(eager=True)   # read once: every stage below scans it
+    timings["input"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # two streams: the probe order is the local engine's, from the join's exact count (below)
+    sel = _selectivities(df, n, sizes, W, keycols) if n >= 3 else None
     timings["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     prog = progress_frame(spark, df, n, W, policy, P)
@@ -247,8 +251,15 @@ def _selectivities(df, n: int, sizes, W, keycols) -> dict:
             out[(i, j)] = 0.0
             continue
         rows = sample_rows(int(sizes[i]), 4096)
-        sample = (df.filter((F.col("stream") == i) & F.col("row").isin([int(r) for r in rows]))
-                  .select("row", "ts", *keycols).toArrow())
+
+        def pick(it, rows=rows, i=i):
+            for b in it:
+                t = pa.Table.from_batches([b])
+                keep = (t.column("stream").to_numpy() == i) & np.isin(t.column("row").to_numpy(), rows)
+                yield from t.filter(pa.array(keep)).select(["row", "ts", *keycols]).to_batches()
+
+        schema = df.select("row", "ts", *keycols).schema
+        sample = df.mapInArrow(pick, schema).toArrow()
         sample = sample.take(np.argsort(sample.column("row").to_numpy(), kind="stable"))
         s_ts = sample.column("ts").to_numpy()
         s_keys = pl.from_arrow(sample.select(keycols)) if keycols else None

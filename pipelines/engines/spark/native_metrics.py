@@ -150,8 +150,9 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             frame = frame.with_columns(pl.col(f"{name}_row").cast(pl.Int32) for name in names)
         return frame.to_arrow().cast(arrow_schema)
 
-    combos = routed.groupBy("q").applyInArrow(task, rschema).persist()
+    routed = routed.localCheckpoint(eager=True)   # replicated once: counted, then joined
     stored_rows = routed.groupBy("q", "stream").count().collect()
+    combos = routed.groupBy("q").applyInArrow(task, rschema).persist()
     stored = np.zeros((n, max(P, 1)), np.int64)
     for r in stored_rows:
         stored[int(r["stream"]), int(r["q"])] = int(r["count"])
