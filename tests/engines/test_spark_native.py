@@ -136,3 +136,48 @@ def test_cli_native_on_local_cluster_equals_local_engine(tmp_path):
     rb = json.loads((tmp_path / "nat" / "report.json").read_text())
     assert rb["routing"]["native"] is True and rb["routing"]["master"] == "local-cluster[2,1,1024]"
     assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)
+
+
+#: RLIMIT_DATA for the capped driver: between the two paths' measured peaks on the input
+#: below (1M tuples, local[2], ATR, mpkslack, --no-results: native 1646 MB, current 2254 MB of
+#: VmData; VmHWM 285 MB against 828 MB -- docs/performance.md "Native path")
+DRIVER_CAP_MB = 1950
+
+
+def test_capped_driver_runs_native_not_current(tmp_path):
+    """The driver Python capped at DRIVER_CAP_MB of data segment from the moment its SparkSession
+    is up: the native path finishes (the local engine's numbers), the current path cannot."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).with_name("streamjoin"))
+    subprocess.run([exe, "generate", "bench", "--out", str(tmp_path / "d"), "--scale", "0.3333", "--duration", "100"],
+                   check=True, stdout=subprocess.DEVNULL)
+    cfg = tmp_path / "d" / "bench.toml"
+    helper = Path(__file__).resolve().parents[1] / "helpers" / "capped_cli.py"
+    env = dict(os.environ, STREAMJOIN_ENGINE="local")
+    common = ["--policy", "mpkslack", "--no-results"]
+
+    def capped(out: str, native: str):
+        return subprocess.run([sys.executable, str(helper), str(DRIVER_CAP_MB * 2**20), "run", str(cfg),
+                               "--engine", "spark", "--master", "local[2]", "--router", "atr", "--partitions", "4",
+                               "--spark-conf", f"spark.streamjoin.native={native}", "--out", str(tmp_path / out),
+                               *common], env=env, capture_output=True, text=True, timeout=1500)
+
+    nat = capped("nat", "true")
+    assert nat.returncode == 0, nat.stderr[-3000:]
+    cur = capped("cur", "false")
+    # Python's MemoryError, or an allocation in polars' / Arrow's native code failing (abort)
+    assert cur.returncode != 0 and re.search(r"MemoryError|memory allocation of \d+ bytes failed|bad_alloc",
+                                             cur.stderr + cur.stdout), cur.stderr[-3000:]
+    assert not (tmp_path / "cur").exists()   # nothing published
+    peak = int(re.search(r"PEAK VmData (\d+) MB", nat.stderr).group(1))
+    assert peak < DRIVER_CAP_MB
+    local = subprocess.run([exe, "run", str(cfg), "--engine", "local", "--out", str(tmp_path / "local"), *common],
+                           env=env, capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    ra = json.loads((tmp_path / "local" / "report.json").read_text())
+    rb = json.loads((tmp_path / "nat" / "report.json").read_text())
+    assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)

@@ -31,8 +31,15 @@ docs/performance.md "Driver memory stage by stage")::
          Parquet part file and returns a summary (.sink) -> SummaryOutcome,
          the merged summaries and each partition's tuple counts        O(P + periods + distinct values)
 
+That is the current path.  The native path (:mod:`.native`,
+``spark.streamjoin.native``; auto on a non-local master) keeps the tuples
+and results on the executors once the inputs are a DataFrame; what reaches
+the driver there, stage by stage, is listed in :mod:`.native`'s docstring
+(O(P x n + segments + periods + distinct values); the loaded inputs until
+the executors read them).
+
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
-SparkSession, warms the workers up and joins; the session stays open until
+SparkSession, warms the workers up and joins (the native path with ``native``); the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
 :func:`results_path` picks the results path (``spark.streamjoin.results``:
 ``auto`` = executors on a non-local master).  Not yet distributed: reading

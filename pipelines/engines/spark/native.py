@@ -212,7 +212,7 @@ def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, setting
         extra["atr"] = plan.to_dict()
         extra["theorem_b"] = predicted
         extra["estimated_per_partition"] = plan.estimated.table()
-    use = partition_use(router, plan, res, [np.empty(0, np.int64)] * n, W.tolist(), duration_s * 1e6,
+    use = partition_use(router, plan, res, [range(int(s)) for s in sizes], W.tolist(), duration_s * 1e6,
                         settings.costs)
     out.routing = routing_report(router, P if router != "none" else 1, res, N, duration_s, predicted or 0.0,
                                  settings.weights, extra, use, settings.capacity, settings.costs)
