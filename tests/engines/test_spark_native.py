@@ -10,18 +10,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import polars as pl
 import pytest
+from helpers.spark_runs import assert_same_run as assert_same
+from helpers.spark_runs import cli_local_and_spark, run, write_inputs
 
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.config.settings import Flags, resolve
 from streamjoin.pipelines.engines.spark.native import native_path
 from streamjoin.pipelines.engines.spark.session import spark_session
-from streamjoin.pipelines.jobs.run import run_job
 
-#: report.json keys that differ between engines by design (how the run was made, not what it found)
-HOW = {"timings_s", "outputs", "routing", "config", "input_tuples_per_s", "tool_version", "command"}
 NATIVE = "spark.streamjoin.native=true"
 
 
@@ -31,38 +28,8 @@ def spark():
         yield s
 
 
-def write_inputs(tmp: Path, n: int, seed: int, sizes=(300, 220, 150, 180)) -> Path:
-    rng = np.random.default_rng(seed)
-    for name, m in list(zip("abcd", sizes))[:n]:
-        ts = np.sort(rng.integers(0, 2_000_000, m))
-        late = rng.random(m) < 0.1   # some heavy disorder: K-slack drops, symmetric expiries
-        pl.DataFrame({"ts": ts, "arrival": ts + rng.integers(0, 20_000, m) + late * rng.integers(0, 300_000, m),
-                      "key": rng.integers(0, 4, m), "val": rng.normal(size=m),
-                      "tag": [f"t{i % 7}" for i in range(m)]}).write_parquet(tmp / f"{name}.parquet")
-    cfg = tmp / "j.toml"
-    cfg.write_text("\n".join(['[run]', 'period = "200ms"'] + [
-        f'[[stream]]\nname = "{s}"\npath = "{s}.parquet"\nts = "ts"\narrival = "arrival"\nunit = "us"\n'
-        f'keys = ["key"]\nwindow = "{w}ms"' for s, w in list(zip("abcd", (50, 30, 40, 35)))[:n]]))
-    return cfg
-
-
-def run(cfg: Path, out: Path, **flags) -> dict:
-    return run_job(resolve(cfg, Flags(out=str(out), **flags)))
-
-
-def assert_same_run(a: Path, b: Path, ra: dict, rb: dict) -> None:
-    what = HOW | {"plan", "memory_bytes"}
-    assert {k: v for k, v in ra.items() if k not in what} == {k: v for k, v in rb.items() if k not in what}
-    assert ra["plan"]["probe_order"] == rb["plan"]["probe_order"]
-    assert ra["plan"]["estimated_partial_sizes"] == pytest.approx(rb["plan"]["estimated_partial_sizes"], rel=1e-12)
-    # the bytes' peak exactly; their mean is a float sum added in another order
-    assert ra["memory_bytes"]["peak"] == rb["memory_bytes"]["peak"]
-    assert ra["memory_bytes"]["mean"] == pytest.approx(rb["memory_bytes"]["mean"], rel=1e-12)
-    assert json.loads((b / "report.json").read_text())["truth_results"] == rb["truth_results"]
-    if (a / "results.parquet").exists():
-        fa, fb = pl.read_parquet(a / "results.parquet"), pl.read_parquet(b / "results.parquet")
-        assert fa.schema == fb.schema and fa.height == fb.height == ra["emitted_results"]
-        assert fa.sort(fa.columns).equals(fb.sort(fb.columns))
+def assert_same_run(a, b, ra, rb):
+    assert_same(a, b, ra, rb, bytes_mean_exact=False)
 
 
 CASES = [
@@ -116,32 +83,21 @@ def test_cli_native_on_local_cluster_equals_local_engine(tmp_path):
     """`streamjoin run --engine spark --master local-cluster[2,1,1024]` (separate executor JVMs
     and Python workers; spark.streamjoin.native=true -- auto keeps the current path on the
     driver's host): the local engine's results (as a set) and report numbers."""
-    import os
-    import subprocess
-    import sys
-
     cfg = write_inputs(tmp_path, 3, seed=31)
-    exe = str(Path(sys.executable).with_name("streamjoin"))
-    env = dict(os.environ, STREAMJOIN_ENGINE="local")
-    common = ["--policy", "mpkslack"]
-    local = subprocess.run([exe, "run", str(cfg), "--engine", "local", "--out", str(tmp_path / "local"), *common],
-                           env=env, capture_output=True, text=True)
-    assert local.returncode == 0, local.stderr
-    nat = subprocess.run([exe, "run", str(cfg), "--engine", "spark", "--router", "atr", "--partitions", "3",
-                          "--master", "local-cluster[2,1,1024]", "--spark-conf", NATIVE,
-                          "--out", str(tmp_path / "nat"), *common],
-                         env=env, capture_output=True, text=True, timeout=900)
-    assert nat.returncode == 0, nat.stderr[-3000:]
-    ra = json.loads((tmp_path / "local" / "report.json").read_text())
-    rb = json.loads((tmp_path / "nat" / "report.json").read_text())
+    ra, rb = cli_local_and_spark(tmp_path, cfg, ["--policy", "mpkslack"],
+                                 ["--router", "atr", "--partitions", "3", "--master", "local-cluster[2,1,1024]",
+                                  "--spark-conf", NATIVE], "nat")
     assert rb["routing"]["native"] is True and rb["routing"]["master"] == "local-cluster[2,1,1024]"
     assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)
 
 
-#: RLIMIT_DATA for the capped driver: between the two paths' measured peaks on the input
-#: below (1M tuples, local[2], ATR, mpkslack, --no-results: native 1646 MB, current 2254 MB of
-#: VmData; VmHWM 285 MB against 828 MB -- docs/performance.md "Native path")
-DRIVER_CAP_MB = 1950
+#: RLIMIT_DATA for the capped driver, between the two paths' measured peaks on the input
+#: below (1M tuples, local[2], ATR, mpkslack, --no-results, MALLOC_ARENA_MAX=1, uncapped):
+#: VmData native 1589 MB, current 1913 MB (VmHWM 259 MB against 533 MB) -- docs/performance.md,
+#: "Native path".  One malloc arena: glibc's per-thread arenas reserve address space that
+#: RLIMIT_DATA counts but nothing touches (without it the current path's VmData varied
+#: 1949-2254 MB from run to run)
+DRIVER_CAP_MB = 1750
 
 
 def test_capped_driver_runs_native_not_current(tmp_path):
@@ -157,7 +113,7 @@ def test_capped_driver_runs_native_not_current(tmp_path):
                    check=True, stdout=subprocess.DEVNULL)
     cfg = tmp_path / "d" / "bench.toml"
     helper = Path(__file__).resolve().parents[1] / "helpers" / "capped_cli.py"
-    env = dict(os.environ, STREAMJOIN_ENGINE="local")
+    env = dict(os.environ, STREAMJOIN_ENGINE="local", MALLOC_ARENA_MAX="1")
     common = ["--policy", "mpkslack", "--no-results"]
 
     def capped(out: str, native: str):
