@@ -49,13 +49,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...analysis.summary import ResultSummary
 from ...base.errors import InputError
 from ...config.options import NATIVE_CONF_KEY, same_host
 from ...policies import SORTING, SYMMETRIC, PolicySpec
 from ...replay.probe_order import order_from_selectivity, sample_rows, two_stream_order
 from ...route import Histogram
-from ...route import atr as atr_mod
 from .native_metrics import combination_metrics, stream_facts
 from .native_progress import memory_stats, progress_frame
 from .outcome import SummaryOutcome, partition_use, routing_report
