@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from helpers.spark_runs import assert_same_run as assert_same
 from helpers.spark_runs import cli_local_and_spark, run, write_inputs
 
@@ -137,3 +139,19 @@ def test_capped_driver_runs_native_not_current(tmp_path):
     ra = json.loads((tmp_path / "local" / "report.json").read_text())
     rb = json.loads((tmp_path / "nat" / "report.json").read_text())
     assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)
+
+
+POLICIES = [{"policy": "none"}, {"policy": "static", "retention": ["10ms"]}, {"policy": "kslack", "k": ["15ms"]},
+            {"policy": "mpkslack"}]
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr"]),
+       partitions=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed):
+    tmp = tmp_path_factory.mktemp("prop")
+    cfg = write_inputs(tmp, n, seed=seed, sizes=(120, 90, 70, 60))
+    local = run(cfg, tmp / "local", engine="local", **policy)
+    nat = run(cfg, tmp / "nat", engine="spark", master="local[2]", router=router, partitions=partitions,
+              spark_conf=[NATIVE], **policy)
+    assert_same_run(tmp / "local", tmp / "nat", local, nat)
