@@ -208,12 +208,14 @@ def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
               + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
 
 
-def native_main(sizes: list[float], with_results: bool, runs: int) -> None:
-    """The current and the native path alternating, ``runs`` rounds; medians."""
+def native_main(sizes: list[float], with_results: bool, runs: int, only: str | None = None) -> None:
+    """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians."""
     import statistics
 
     configs = {m: ensure_data(m) for m in sizes}
     paths = {"current": "spark.streamjoin.native=false", "native": "spark.streamjoin.native=true"}
+    if only is not None:
+        paths = {only: paths[only]}
     rows = []
     for m in sizes:
         got: dict[str, list[dict]] = {p: [] for p in paths}
@@ -250,12 +252,13 @@ def main() -> None:
                     help="spark: local[2], ATR, mpkslack, both results paths (issue 19)")
     ap.add_argument("--native", action="store_true",
                     help="--engine spark: the current path against the native one (spark.streamjoin.native)")
+    ap.add_argument("--only", choices=["current", "native"], help="--native: run one path only")
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
     args = ap.parse_args()
     if args.engine == "spark" and args.native:
-        return native_main(args.sizes, args.results, args.runs)
+        return native_main(args.sizes, args.results, args.runs, args.only)
     if args.engine == "spark":
         return spark_main(args.sizes, args.results, args.runs)
     modes = [("bounded, --no-results", ["--no-results"])]
