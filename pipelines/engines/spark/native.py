@@ -23,8 +23,10 @@ partitions, J segments, n streams)::
       the arrival time at each series point                         O(P x n + points)
     stream facts: per stream count, ts range, drops, expiries; value
       counts of the delays                                          O(n x distinct delays)
-    probe order: a sample of <= 4096 rows of each probing stream, the
-      valid pairs counted against the other stream on the executors O(n^2 x 4096)
+    probe order (3+ streams): a sample of <= 4096 rows of each probing
+      stream, its valid pairs counted against the other stream on the
+      executors (two streams: the local engine's order from the join's
+      exact count, after the join)                                  O(n^2 x 4096)
     routing: the per-stream event-time histogram (4096 buckets) ->
       ATR plan on the driver                                        O(n x 4096 + J)
     join: tuples replicated to their partitions on the executors
