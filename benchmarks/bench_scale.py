@@ -27,6 +27,13 @@ alternating the results paths (``--runs`` rounds, medians), and samples every pr
 ``/proc/PID/status``, read every 0.2 s): the driver's Python process, the JVM
 it starts (in local mode the tasks' JVM side runs there too) and the largest
 Python worker.  JVM heap use is not read separately (the JVM's RSS bounds it).
+
+``--engine spark --native`` (issue 19) alternates instead the current path
+(``spark.streamjoin.native=false``) and the native path
+(``spark.streamjoin.native=true``, pipelines/engines/spark/native.py), both
+``--no-results`` unless ``--results``, and also samples the JVM's heap in use
+(``jstat -gc``: survivor, eden and old generation used, every 2 s), apart
+from the driver Python's peak RSS.
 """
 
 from __future__ import annotations
@@ -121,23 +128,39 @@ def _tree(pid: int) -> list[tuple[int, str]]:
     return out
 
 
-def spark_run(config: Path, results: str, write: bool) -> dict:
+def _heap_used_kb(pid: int) -> int:
+    """The JVM's heap in use (``jstat -gc``: S0U + S1U + EU + OU, KB); 0 if unreadable."""
+    try:
+        out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=10).stdout.split("\n")
+        head, vals = out[0].split(), out[1].split()
+        return int(sum(float(vals[head.index(c)]) for c in ("S0U", "S1U", "EU", "OU")))
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return 0
+
+
+def spark_run(config: Path, results: str, write: bool, conf: str | None = None) -> dict:
     """One ``--engine spark`` run with the peak RSS of the driver's Python process,
-    its JVM and the largest Python worker, sampled from /proc."""
+    its JVM and the largest Python worker, sampled from /proc, and the JVM's peak heap
+    in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path)."""
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         out = Path(tmp) / "out"
         cmd = [*streamjoin_cmd(), "run", str(config), "--engine", "spark", "--master", "local[2]",
-               "--router", "atr", "--policy", "mpkslack", "--spark-conf", f"spark.streamjoin.results={results}",
+               "--router", "atr", "--policy", "mpkslack",
+               "--spark-conf", conf or f"spark.streamjoin.results={results}",
                *([] if write else ["--no-results"]), "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        peak = {"driver": 0, "jvm": 0, "worker": 0}
+        peak = {"driver": 0, "jvm": 0, "worker": 0, "heap": 0}
+        tick = 0
         while proc.poll() is None:
+            tick += 1
             peak["driver"] = max(peak["driver"], _hwm_kb(proc.pid))
             for pid, name in _tree(proc.pid):
                 kind = "jvm" if name == "java" else "worker" if name.startswith("python") else None
                 if kind:
                     peak[kind] = max(peak[kind], _hwm_kb(pid))
+                if kind == "jvm" and tick % 10 == 0:   # jstat starts a JVM itself: every 2 s
+                    peak["heap"] = max(peak["heap"], _heap_used_kb(pid))
             time.sleep(0.2)
         err = proc.stderr.read()
         wall = time.perf_counter() - t0
@@ -185,15 +208,57 @@ def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
               + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
 
 
+def native_main(sizes: list[float], with_results: bool, runs: int, only: str | None = None) -> None:
+    """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians."""
+    import statistics
+
+    configs = {m: ensure_data(m) for m in sizes}
+    paths = {"current": "spark.streamjoin.native=false", "native": "spark.streamjoin.native=true"}
+    if only is not None:
+        paths = {only: paths[only]}
+    rows = []
+    for m in sizes:
+        got: dict[str, list[dict]] = {p: [] for p in paths}
+        for _ in range(runs):
+            for path, conf in paths.items():   # alternating
+                r = spark_run(configs[m], "auto", with_results, conf)
+                got[path].append(r)
+                print(f"  {m:g}M {path}: {r['wall_s']:.1f}s, driver {r['driver_gb']:.2f} GB, "
+                      f"heap {r['heap_gb']:.2f} GB", file=sys.stderr, flush=True)
+        for path, rs in got.items():
+            med = dict(rs[0])
+            for k in ("wall_s", "driver_gb", "jvm_gb", "worker_gb", "heap_gb"):
+                med[k] = statistics.median(r[k] for r in rs)
+            rows.append((m, path, med))
+    print()
+    print("| input tuples | path | wall s | driver Python peak RSS GB | JVM peak heap used GB | JVM peak RSS GB | "
+          "largest worker GB | truth | emitted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, path, r in rows:
+        print(f"| {r['rows']:,} | {path} | {r['wall_s']:.1f} | {r['driver_gb']:.2f} | {r['heap_gb']:.2f} | "
+              f"{r['jvm_gb']:.2f} | {r['worker_gb']:.2f} | {r['truth']:,} | {r['emitted']:,} |")
+    print("\nstage timings (s) of each run:")
+    keys = ["load", "join", "join.input", "join.plan", "join.progress", "join.memory", "join.route_plan",
+            "join.join", "join.collect", "metrics", "write", "total"]
+    for m, path, r in rows:
+        t = r["timings"]
+        print(f"  {m:g}M {path}: " + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=float, nargs="+", default=[20, 40], help="millions of input tuples")
     ap.add_argument("--engine", choices=["local", "spark"], default="local",
                     help="spark: local[2], ATR, mpkslack, both results paths (issue 19)")
+    ap.add_argument("--native", action="store_true",
+                    help="--engine spark: the current path against the native one (spark.streamjoin.native)")
+    ap.add_argument("--only", choices=["current", "native"], help="--native: run one path only")
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
     args = ap.parse_args()
+    if args.engine == "spark" and args.native:
+        return native_main(args.sizes, args.results, args.runs, args.only)
     if args.engine == "spark":
         return spark_main(args.sizes, args.results, args.runs)
     modes = [("bounded, --no-results", ["--no-results"])]

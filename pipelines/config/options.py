@@ -118,6 +118,8 @@ HANDOFF_MODES = ("auto", "files", "inline")
 #: the Spark conf that chooses where results and metrics are made (engines/spark/sink.py) and its values
 RESULTS_CONF_KEY = "spark.streamjoin.results"
 RESULTS_MODES = ("auto", "driver", "executors")
+#: the Spark conf that chooses the native path (engines/spark/native.py): auto | true | false
+NATIVE_CONF_KEY = "spark.streamjoin.native"
 
 
 def same_host(master: str) -> bool:

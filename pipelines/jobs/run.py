@@ -109,16 +109,23 @@ def build_summary_report(cfg: RunConfig, command: str, streams: list[LoadedStrea
     """:func:`build_report` of a Spark run whose results stayed on the executors
     (``outcome.summary``, merged from the tasks' summaries: the same numbers)."""
     sm = outcome.summary
-    arrival = outcome.replay.arrival
-    first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
-    mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
     names = [s.name for s in streams]
+    agg = outcome.aggregated
+    if agg is not None:   # the native path: aggregated on Spark
+        first, last = agg["first"], agg["last"]
+        mem_t, mem_b = agg["memory_tuples"], agg["memory_bytes"]
+        facts = [dict(f, quarantined=s.quarantine.height) for f, s in zip(agg["streams"], streams)]
+    else:
+        arrival = outcome.replay.arrival
+        first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
+        mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
+        facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+                                     [s.ts for s in streams], outcome.replay, outcome.decisions)
     emitted = sm.periods[1::2]
     truth = sm.periods[0::2] + emitted
     return report_build.report_body(
         cfg, command,
-        streams=metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
-                                     [s.ts for s in streams], outcome.replay, outcome.decisions),
+        streams=facts,
         truth=sm.truth, emitted=sm.emitted, duplicates=sm.duplicates,
         latency=result_summary.latency_summary(*sm.latency),
         memory_tuples=mem_t, memory_bytes=mem_b,
@@ -184,11 +191,13 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     # results made on the executors (Spark, spark.streamjoin.results): the tasks write
     # results.parquet/ into the staging directory, so it exists before the join; decided
     # before any work, so a refused combination (--flow-control, --capacity) is one line
-    executors = False
+    executors = native = False
     if cfg.engine == "spark":
         from ..engines.spark.engine import join_for_job, results_path
+        from ..engines.spark.native import native_path
 
-        executors = results_path(cfg) == "executors"
+        native = native_path(cfg)   # spark.streamjoin.native: the data stays on the executors
+        executors = native or results_path(cfg) == "executors"
     if capacity is not None:
         # imported only here and for --flow-control: a plain run never loads the capacity model
         from ..analysis.capacity import capacity_section, queueing_delay_us
@@ -228,7 +237,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
                 outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams), bad,
                                        results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None,
-                                       results="executors" if executors else "driver")
+                                       results="executors" if executors else "driver", native=native,
+                                       series_points=report_build.MAX_SERIES_POINTS)
             else:
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,

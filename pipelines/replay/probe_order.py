@@ -48,7 +48,7 @@ class ProbeOrder:
         }
 
 
-def _sample(n: int, size: int) -> np.ndarray:
+def sample_rows(n: int, size: int) -> np.ndarray:
     """A deterministic, evenly spread sample of row indexes."""
     if n <= size:
         return np.arange(n)
@@ -60,7 +60,7 @@ def pair_selectivity(i: int, j: int, ts, keys, windows, space: Space | None) -> 
     ni, nj = len(ts[i]), len(ts[j])
     if ni == 0 or nj == 0:
         return 0.0
-    rows = _sample(ni, SAMPLE_ROWS)
+    rows = sample_rows(ni, SAMPLE_ROWS)
     sub_ts = [ts[i][rows], ts[j]]
     sub_keys = [keys[i][rows] if keys[i] is not None else None, keys[j]] if keys else [None, None]
     sub_space = None
@@ -92,13 +92,19 @@ def two_stream_order(sizes: Sequence[int], found: int) -> ProbeOrder:
 def probe_order(ts, keys, windows, space: Space | None = None) -> ProbeOrder:
     """Choose the probe order (see module docstring)."""
     n = len(ts)
-    sizes = [len(t) for t in ts]
+    pairs = [(0, 1)] if n == 2 else [(i, j) for i in range(n) for j in range(i + 1, n)]
+    sel = {(i, j): pair_selectivity(i, j, ts, keys, windows, space) for i, j in pairs}
+    return order_from_selectivity([len(t) for t in ts], sel)
+
+
+def order_from_selectivity(sizes: Sequence[int], sel: dict[tuple[int, int], float]) -> ProbeOrder:
+    """The probe order from the pairs' selectivities (:func:`pair_selectivity`, or
+    the same sample counted elsewhere: the Spark engine's native path)."""
+    n = len(sizes)
     if n == 2:
-        sel = pair_selectivity(0, 1, ts, keys, windows, space)
         order = smaller_first(sizes)
-        return ProbeOrder(order=order, selectivity={(0, 1): sel},
-                          estimated_sizes=[float(sizes[order[0]]), sel * sizes[0] * sizes[1]])
-    sel = {(i, j): pair_selectivity(i, j, ts, keys, windows, space) for i in range(n) for j in range(i + 1, n)}
+        return ProbeOrder(order=order, selectivity=dict(sel),
+                          estimated_sizes=[float(sizes[order[0]]), sel[(0, 1)] * sizes[0] * sizes[1]])
 
     def s(a, b):
         return sel[(min(a, b), max(a, b))]

@@ -257,7 +257,8 @@ def extras_of_summary(cfg, outcome) -> tuple[dict[str, Any], None]:
     tuning["truth_results"] = sm.truth
     tuning["sample_every"] = 1
     return {
-        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
+        "memory_series": (outcome.aggregated["memory_series"] if getattr(outcome, "aggregated", None)
+                          else memory_series(outcome.memory, outcome.replay.arrival)),
         "latency_histogram": latency_histogram_of_counts(*sm.latency),
         "tuning": tuning,
     }, None

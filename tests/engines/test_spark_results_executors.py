@@ -8,24 +8,15 @@ on ``local-cluster[2,1,1024]`` (separate executor JVMs and Python workers).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import numpy as np
 import polars as pl
 import pytest
+from helpers.spark_runs import HOW, assert_same_run, cli_local_and_spark, run, write_inputs
 
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.config.settings import Flags, resolve
 from streamjoin.pipelines.engines.spark.engine import results_path
 from streamjoin.pipelines.engines.spark.session import spark_session
-from streamjoin.pipelines.jobs.run import run_job
 
-#: report.json keys that differ between engines by design (how the run was made, not what it found)
-HOW = {"timings_s", "outputs", "routing", "config", "input_tuples_per_s", "tool_version", "command"}
 EXECUTORS = "spark.streamjoin.results=executors"
 
 
@@ -33,39 +24,6 @@ EXECUTORS = "spark.streamjoin.results=executors"
 def spark():
     with spark_session("local[2]", 3, [("spark.sql.shuffle.partitions", "3"), ("spark.driver.memory", "1g")]) as s:
         yield s
-
-
-def write_inputs(tmp: Path, n: int, seed: int) -> Path:
-    rng = np.random.default_rng(seed)
-    for name, m in list(zip("abc", (300, 220, 150)))[:n]:
-        ts = np.sort(rng.integers(0, 2_000_000, m))
-        late = rng.random(m) < 0.1   # some heavy disorder: K-slack drops, symmetric expiries
-        pl.DataFrame({"ts": ts, "arrival": ts + rng.integers(0, 20_000, m) + late * rng.integers(0, 300_000, m),
-                      "key": rng.integers(0, 4, m), "val": rng.normal(size=m),
-                      "tag": [f"t{i % 7}" for i in range(m)]}).write_parquet(tmp / f"{name}.parquet")
-    cfg = tmp / "j.toml"
-    cfg.write_text("\n".join(['[run]', 'period = "200ms"'] + [
-        f'[[stream]]\nname = "{s}"\npath = "{s}.parquet"\nts = "ts"\narrival = "arrival"\nunit = "us"\n'
-        f'keys = ["key"]\nwindow = "{w}ms"' for s, w in list(zip("abc", (50, 30, 40)))[:n]]))
-    return cfg
-
-
-def run(cfg: Path, out: Path, **flags) -> dict:
-    return run_job(resolve(cfg, Flags(out=str(out), **flags)))
-
-
-def assert_same_run(a: Path, b: Path, ra: dict, rb: dict) -> None:
-    what = HOW | {"plan"}
-    assert {k: v for k, v in ra.items() if k not in what} == {k: v for k, v in rb.items() if k not in what}
-    # the probe order's estimates are floats the two engines sum in different orders
-    # (before this change too); the order itself is the same
-    assert ra["plan"]["probe_order"] == rb["plan"]["probe_order"]
-    assert ra["plan"]["estimated_partial_sizes"] == pytest.approx(rb["plan"]["estimated_partial_sizes"], rel=1e-12)
-    # what was written, too (the returned report is report.json)
-    assert json.loads((b / "report.json").read_text())["truth_results"] == rb["truth_results"]
-    fa, fb = pl.read_parquet(a / "results.parquet"), pl.read_parquet(b / "results.parquet")
-    assert fa.schema == fb.schema and fa.height == fb.height == ra["emitted_results"]
-    assert fa.sort(fa.columns).equals(fb.sort(fb.columns))
 
 
 CASES = [
@@ -150,18 +108,8 @@ def test_cli_on_local_cluster_equals_local_engine(tmp_path):
     """`streamjoin run --engine spark --master local-cluster[2,1,1024]` with the results made
     by separate executor processes: the local engine's results (as a set) and report numbers."""
     cfg = write_inputs(tmp_path, 3, seed=31)
-    exe = str(Path(sys.executable).with_name("streamjoin"))
-    env = dict(os.environ, STREAMJOIN_ENGINE="local")
-    common = ["--policy", "kslack", "--k", "10ms"]
-    local = subprocess.run([exe, "run", str(cfg), "--engine", "local", "--out", str(tmp_path / "local"), *common],
-                           env=env, capture_output=True, text=True)
-    assert local.returncode == 0, local.stderr
-    ex = subprocess.run([exe, "run", str(cfg), "--engine", "spark", "--router", "atr", "--partitions", "3",
-                         "--master", "local-cluster[2,1,1024]", "--spark-conf", EXECUTORS,
-                         "--out", str(tmp_path / "ex"), *common],
-                        env=env, capture_output=True, text=True, timeout=600)
-    assert ex.returncode == 0, ex.stderr[-3000:]
-    ra = json.loads((tmp_path / "local" / "report.json").read_text())
-    rb = json.loads((tmp_path / "ex" / "report.json").read_text())
+    ra, rb = cli_local_and_spark(tmp_path, cfg, ["--policy", "kslack", "--k", "10ms"],
+                                 ["--router", "atr", "--partitions", "3", "--master", "local-cluster[2,1,1024]",
+                                  "--spark-conf", EXECUTORS], "ex", timeout=600)
     assert rb["routing"]["results"] == "executors" and rb["routing"]["master"] == "local-cluster[2,1,1024]"
     assert_same_run(tmp_path / "local", tmp_path / "ex", ra, rb)

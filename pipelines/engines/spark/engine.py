@@ -31,8 +31,15 @@ docs/performance.md "Driver memory stage by stage")::
          Parquet part file and returns a summary (.sink) -> SummaryOutcome,
          the merged summaries and each partition's tuple counts        O(P + periods + distinct values)
 
+That is the current path.  The native path (:mod:`.native`,
+``spark.streamjoin.native``; auto on a non-local master) keeps the tuples
+and results on the executors once the inputs are a DataFrame; what reaches
+the driver there, stage by stage, is listed in :mod:`.native`'s docstring
+(O(P x n + segments + periods + distinct values); the loaded inputs until
+the executors read them).
+
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
-SparkSession, warms the workers up and joins; the session stays open until
+SparkSession, warms the workers up and joins (the native path with ``native``); the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
 :func:`results_path` picks the results path (``spark.streamjoin.results``:
 ``auto`` = executors on a non-local master).  Not yet distributed: reading
@@ -305,11 +312,14 @@ def results_path(cfg) -> str:
 
 
 def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
-                 results: str = "driver") -> SparkOutcome | SummaryOutcome:
+                 results: str = "driver", native: bool = False,
+                 series_points: int = 2000) -> SparkOutcome | SummaryOutcome:
     """``streamjoin run --engine spark``: open the run's SparkSession and join; the
     session stays open until the job is written, :meth:`SparkOutcome.close` stops it.
     With ``results="executors"`` (:func:`results_path`) the tasks write ``results.parquet/``
-    into ``results_dir`` (the run's staging directory's; None: ``--no-results``)."""
+    into ``results_dir`` (the run's staging directory's; None: ``--no-results``).
+    ``native`` (:func:`.native.native_path`): the native path, :func:`.native.native_join`
+    (``series_points``: the report's memory series points)."""
     from contextlib import ExitStack
 
     stack = ExitStack()
@@ -328,11 +338,19 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
         settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
                                  weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment,
                                  capacity=Capacity(*cfg.partition_capacity))
-        out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
-                         [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
-                         space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings, spark=spark,
-                         results=results, results_dir=results_dir, period_us=cfg.period_us,
-                         names=[s.name for s in streams], payloads=[s.payload for s in streams])
+        if native:
+            from .native import frame_from_loaded, native_join
+
+            out = native_join(spark, frame_from_loaded(spark, streams), names=[s.name for s in streams],
+                              sizes=[s.rows for s in streams], windows=cfg.windows, policy=cfg.policy,
+                              settings=settings, period_us=cfg.period_us, results_dir=results_dir,
+                              row_bytes=[s.row_bytes for s in streams], series_points=series_points)
+        else:
+            out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
+                             [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
+                             space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings,
+                             spark=spark, results=results, results_dir=results_dir, period_us=cfg.period_us,
+                             names=[s.name for s in streams], payloads=[s.payload for s in streams])
     except BaseException:
         stack.close()
         raise

@@ -61,6 +61,9 @@ class SummaryOutcome:
     timings_s: dict[str, float] = field(default_factory=dict)
     probe_order: Any = None
     routing: dict[str, Any] = field(default_factory=dict)
+    #: the native path (.native): no replay on the driver; the report's stream facts,
+    #: memory numbers and series, first and last arrival, aggregated on Spark
+    aggregated: dict[str, Any] | None = None
 
     close = SparkOutcome.close
 

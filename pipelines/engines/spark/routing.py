@@ -36,15 +36,25 @@ def default_segment(ts: Sequence[np.ndarray], windows, partitions: int) -> int:
     nonempty = [t for t in ts if len(t)]
     if not nonempty:
         return 1
-    span = max(int(t.max()) for t in nonempty) - min(int(t.min()) for t in nonempty) + 1
+    return segment_for_span(max(int(t.max()) for t in nonempty) - min(int(t.min()) for t in nonempty) + 1,
+                            windows, partitions)
+
+
+def segment_for_span(span: int, windows, partitions: int) -> int:
+    """:func:`default_segment` of an event-time span (last - first + 1 microseconds)."""
     return max(1, int(span // (16 * max(partitions, 1))), int(max(windows, default=0)))
 
 
 def make_route_plans(ts, windows, settings: RouteSettings, order: Sequence[int], selectivity: dict | None = None):
     """Plan ATR and/or CTR routing (both for ``auto``) and their predicted overheads;
     ``order`` and ``selectivity``: the probe order (CTR's hops follow it)."""
-    hist = histogram(ts)
     T = settings.segment_us or default_segment(ts, windows, settings.partitions)
+    return route_plans_from(histogram(ts), T, windows, settings, order, selectivity)
+
+
+def route_plans_from(hist, T: int, windows, settings: RouteSettings, order: Sequence[int],
+                     selectivity: dict | None = None):
+    """:func:`make_route_plans` from the rate histogram (``Histogram``) and segment length ``T``."""
     rates = hist.rates()
     out = {}
     if settings.router in ("atr", "auto"):

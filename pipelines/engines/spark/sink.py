@@ -63,24 +63,7 @@ class Sink:
         ``emitted``) of the partition's per-stream columns ``part``."""
         n = self.n
         rows = [np.asarray(out[f"r{k}"], dtype=np.int64) for k in range(n)]
-        # the partition's rows of each stream ascend: a combination's member is found by its row
-        loc = [np.searchsorted(part[k]["row"], rows[k]) if "row" in part[k] else rows[k] for k in range(n)]
-        a = [np.asarray(part[k]["a"])[loc[k]].astype(np.int64) for k in range(n)]
-        last = np.maximum.reduce(a) if n else np.empty(0, np.int64)
-        arrival_last = np.maximum.reduce([part[k]["arrival"][loc[k]] for k in range(n)])
-        emitted = np.asarray(out["emitted"], dtype=bool)
-        ts = [part[k]["ts"][loc[k]] for k in range(n)]
-        if self.family == SYMMETRIC:
-            emit_us = arrival_last
-            latency = np.zeros(len(last), np.int64)
-            T_last = np.zeros(len(last), np.int64)
-            for k in range(n):
-                T_last = np.where(a[k] == last, part[k]["T"][loc[k]], T_last)
-            need = static_need(ts, a, last, T_last, self.windows)
-        else:
-            emit_us = np.maximum.reduce([part[k]["rel_us"][loc[k]] for k in range(n)])
-            latency = emit_us - arrival_last
-            need = np.maximum.reduce([part[k]["kneed"][loc[k]] for k in range(n)])
+        loc, last, emitted, emit_us, latency, need = combination_facts(self.family, self.windows, part, out)
         summary = summarise(rows, self.sizes, emitted, last, latency, need, self.upper)
         if self.results_dir is not None:
             sources = [SimpleNamespace(name=self.names[k], ts=part[k]["ts"], arrival=part[k]["arrival"],
@@ -94,6 +77,36 @@ class Sink:
                 frame = frame.with_columns(pl.col(f"{name}_row").cast(pl.Int32) for name in self.names)
             write_part(Path(self.results_dir), q, frame)
         return summary
+
+
+def combination_facts(family: str, windows, part: list[dict], out: dict):
+    """Per combination of a task's kernel output ``out`` (``r0..``, ``emitted``) over the
+    partition's per-stream columns ``part``: each member's position in ``part``
+    (``loc``), the last member's arrival index, ``emitted``, the emission time,
+    latency and required slack (symmetric: ``emit = arrival[last]``, latency 0,
+    :func:`~streamjoin.pipelines.analysis.tuning.static_need`; sorting: ``emit = max(member
+    rel_us)``, latency ``emit - arrival[last]``, the members' largest ``kneed``)."""
+    n = len(part)
+    rows = [np.asarray(out[f"r{k}"], dtype=np.int64) for k in range(n)]
+    # the partition's rows of each stream ascend: a combination's member is found by its row
+    loc = [np.searchsorted(part[k]["row"], rows[k]) if "row" in part[k] else rows[k] for k in range(n)]
+    a = [np.asarray(part[k]["a"])[loc[k]].astype(np.int64) for k in range(n)]
+    last = np.maximum.reduce(a) if n else np.empty(0, np.int64)
+    arrival_last = np.maximum.reduce([part[k]["arrival"][loc[k]] for k in range(n)])
+    emitted = np.asarray(out["emitted"], dtype=bool)
+    ts = [part[k]["ts"][loc[k]] for k in range(n)]
+    if family == SYMMETRIC:
+        emit_us = arrival_last
+        latency = np.zeros(len(last), np.int64)
+        T_last = np.zeros(len(last), np.int64)
+        for k in range(n):
+            T_last = np.where(a[k] == last, part[k]["T"][loc[k]], T_last)
+        need = static_need(ts, a, last, T_last, windows)
+    else:
+        emit_us = np.maximum.reduce([part[k]["rel_us"][loc[k]] for k in range(n)])
+        latency = emit_us - arrival_last
+        need = np.maximum.reduce([part[k]["kneed"][loc[k]] for k in range(n)])
+    return loc, last, emitted, emit_us, latency, need
 
 
 def write_part(directory: Path, q: int, frame) -> Path:

@@ -1,0 +1,278 @@
+"""The Spark engine's native path: the data stays on the executors, the driver
+holds summaries (issue 19; ``spark.streamjoin.native``).
+
+:func:`native_join` runs one replay and join of a fixed policy (``none``,
+``static``, ``kslack``, ``mpkslack``) with ``--router none`` or ATR, from a
+DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
+``arrival`` long microseconds, the join keys ``__key0..`` in one common
+dtype, and each stream's payload columns named ``<stream>_<column>`` as in
+the results).  :func:`frame_from_loaded` makes that DataFrame from the local
+loader's streams (the only place that touches loaded numpy columns).
+
+What reaches the driver, stage by stage (N tuples, C combinations, P
+partitions, J segments, n streams)::
+
+    progress (native_progress.progress_frame): per partition rows and
+      largest ts per stream, MP-K-slack's largest delay, the largest
+      release / horizon candidate                                   O(P x n)
+      -> carried-in prefix maxima back; facts attached on the executors
+    releases and expiries (native_progress.next_change): each partition's
+      first change point                                            O(P)
+    memory (native_progress.memory_stats): per partition n sums, then its
+      peak, sums and pieces of the report's downsampled series;
+      the arrival time at each series point                         O(P x n + points)
+    stream facts: per stream count, ts range, drops, expiries; value
+      counts of the delays                                          O(n x distinct delays)
+    probe order (3+ streams): a sample of <= 4096 rows of each probing
+      stream, its valid pairs counted against the other stream on the
+      executors (two streams: the local engine's order from the join's
+      exact count, after the join)                                  O(n^2 x 4096)
+    routing: the per-stream event-time histogram (4096 buckets) ->
+      ATR plan on the driver                                        O(n x 4096 + J)
+    join: tuples replicated to their partitions on the executors
+      (atr.assign in mapInArrow), groupBy(partition).applyInArrow
+      runs the kernel (kernels.join_streams) and gives every
+      combination its emission, latency, required slack, period     nothing
+    results: df.write.parquet into the staging directory (Spark's
+      file commit protocol: part files + _SUCCESS)                  nothing
+    metrics: truth / emitted / duplicates counts, per period counts,
+      value counts of latencies and required slacks, tuples per
+      partition and stream                                          O(periods + distinct values + P x n)
+
+Refused here (one line, the current path runs them): the adaptive policies
+and the engine emulations, ``--router ctr``, ``--where``, ``--distance``,
+``--flow-control``, ``--capacity``.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from ...base.errors import InputError
+from ...config.options import NATIVE_CONF_KEY, same_host
+from ...policies import SORTING, SYMMETRIC, PolicySpec
+from ...replay.probe_order import order_from_selectivity, sample_rows, two_stream_order
+from ...route import Histogram
+from .native_metrics import combination_metrics, stream_facts
+from .native_progress import memory_stats, progress_frame
+from .outcome import SummaryOutcome, partition_use, routing_report
+from .plane import PlaneResult
+from .routing import RouteSettings, route_plans_from, segment_for_span
+
+#: the policies whose progress the native path computes as prefix scans
+NATIVE_POLICIES = ("none", "static", "kslack", "mpkslack")
+NATIVE_MODES = ("auto", "true", "false")
+HIST_BUCKETS = 4096     # route.histogram's
+
+
+def native_wanted(master: str, conf) -> bool:
+    """``spark.streamjoin.native``: ``true``, ``false`` or ``auto`` (the default:
+    native when the executors are on other hosts than the driver)."""
+    mode = dict(conf).get(NATIVE_CONF_KEY, "auto")
+    if mode not in NATIVE_MODES:
+        raise InputError(f"--spark-conf {NATIVE_CONF_KEY}={mode}: expected auto, true or false")
+    return mode == "true" or (mode == "auto" and not same_host(master))
+
+
+def why_not_native(cfg) -> str | None:
+    """Why this run cannot take the native path (None: it can)."""
+    if cfg.policy.name not in NATIVE_POLICIES:
+        return f"policy {cfg.policy.name} (native: {', '.join(NATIVE_POLICIES)})"
+    if cfg.router == "ctr":
+        return "--router ctr"
+    if cfg.where is not None:
+        return "--where"
+    if getattr(cfg, "distance", None) is not None:
+        return "--distance"
+    if cfg.flow_control is not None or cfg.capacity is not None:
+        return "--flow-control or --capacity"
+    return None
+
+
+def native_path(cfg) -> bool:
+    """Whether ``streamjoin run --engine spark`` takes the native path; an explicit
+    ``spark.streamjoin.native=true`` it cannot take is refused (one line), ``auto``
+    falls back to the current path."""
+    if not native_wanted(cfg.master, cfg.spark_conf):
+        return False
+    why = why_not_native(cfg)
+    if why is None:
+        return True
+    if dict(cfg.spark_conf).get(NATIVE_CONF_KEY, "auto") == "true":
+        raise InputError(f"{NATIVE_CONF_KEY}=true: not with {why}; use {NATIVE_CONF_KEY}=false")
+    return False
+
+
+def payload_name(stream: str, column: str) -> str:
+    return f"{stream}_{column}"
+
+
+def frame_from_loaded(spark, streams):
+    """The native path's input DataFrame from the local loader's streams (issue 19
+    item 1; ``read.read_streams`` makes the same on the executors)."""
+    import pyarrow as pa
+
+    tables = []
+    for k, s in enumerate(streams):
+        cols = {"stream": pa.array(np.full(s.rows, k, np.int32)), "row": pa.array(np.arange(s.rows, dtype=np.int64)),
+                "ts": pa.array(np.asarray(s.ts, np.int64)), "arrival": pa.array(np.asarray(s.arrival, np.int64))}
+        keys = s.keys.to_arrow()
+        for c in keys.column_names:
+            cols[c] = keys.column(c)
+        payload = s.payload.to_arrow()
+        for c in payload.column_names:
+            col = payload.column(c)
+            if pa.types.is_large_string(col.type) or str(col.type) == "string_view":
+                col = col.cast(pa.string())
+            cols[payload_name(s.name, c)] = col
+        tables.append(pa.table(cols))
+    table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
+    return spark.createDataFrame(table)
+
+
+def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, settings: RouteSettings,
+                period_us: int, results_dir: str | None, row_bytes, series_points: int) -> SummaryOutcome:
+    """Replay and join ``df`` (:func:`frame_from_loaded`) on the executors; the
+    driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
+    ``aggregated``: the stream facts and the memory numbers ``report.json`` reads)."""
+    from pyspark.sql import functions as F
+
+    if policy.name not in NATIVE_POLICIES:
+        raise InputError(f"{NATIVE_CONF_KEY}: policy {policy.name} runs on the current path "
+                         f"(native: {', '.join(NATIVE_POLICIES)})")
+    n = len(names)
+    W = np.asarray(windows, dtype=np.int64)
+    P = max(int(settings.partitions), 1)
+    router = "atr" if settings.router == "auto" else settings.router
+    if router not in ("none", "atr"):
+        raise InputError(f"{NATIVE_CONF_KEY}: --router {router} runs on the current path (native: none, atr)")
+    timings: dict[str, float] = {}
+    keycols = [c for c in df.columns if c.startswith("__key")]
+    payload_cols = [[c for c in df.columns if c.startswith(f"{name}_")] for name in names]
+    N = int(sum(sizes))
+
+    t0 = time.perf_counter()
+    df = df.localCheckpoint(eager=True)   # read once: every stage below scans it
+    timings["input"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # two streams: the probe order is the local engine's, from the join's exact count (below)
+    sel = _selectivities(df, n, sizes, W, keycols) if n >= 3 else None
+    timings["plan"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    prog = progress_frame(spark, df, n, W, policy, P)
+    timings["progress"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mem_t, mem_b, series = memory_stats(spark, prog, n, row_bytes, series_points, held_all=policy.family == SYMMETRIC)
+    facts = stream_facts(prog.facts, n, names, sizes, policy.family)
+    timings["memory"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    plan, T, predicted = None, None, None
+    span = df.agg(F.min("ts"), F.max("ts")).collect()[0] if N else (None, None)
+    if router == "atr":
+        hist = _histogram(df, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
+        T = settings.segment_us or (segment_for_span(int(span[1]) - int(span[0]) + 1, W.tolist(), P) if N else 1)
+        plans, _, _ = route_plans_from(hist, T, W.tolist(), settings, list(range(n)), sel)
+        plan, predicted = plans["atr"]
+    timings["route_plan"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
+        + (["rel_us"] if policy.family == SORTING else [])
+    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c in p]),
+                                         ["stream", "row"])
+    combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
+                                         plan=plan, P=P if router == "atr" else 1, keycols=keycols,
+                                         payload_cols=payload_cols, first=prog.first or 0, period_us=int(period_us),
+                                         results_dir=results_dir)
+    timings["join"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    summary, period_ids = combos["summary"], combos["period_ids"]
+    if n == 2:   # the local engine's: the exact selectivity from the join itself
+        probe = two_stream_order(list(sizes), summary.truth)
+    else:
+        probe = order_from_selectivity(list(sizes), sel)
+    timings["collect"] = time.perf_counter() - t0
+    out = SummaryOutcome(replay=None, decisions=SimpleNamespace(family=policy.family, policy_log=None,
+                                                                 policy_settings=None),
+                         memory=None, summary=summary, period_ids=period_ids, timings_s=timings, probe_order=probe,
+                         aggregated={"streams": facts, "memory_tuples": mem_t, "memory_bytes": mem_b,
+                                     "memory_series": series, "first": prog.first, "last": prog.last})
+    res = PlaneResult(combos={}, stats={q: {"n_in": int(stored[:, q].sum()), "n_cand": 0, "n_out": 0, "t_us": 0.0}
+                                        for q in range(stored.shape[1])},
+                      shipped_tuples=int(stored.sum()), stored=stored)
+    duration_s = (int(span[1]) - int(span[0])) / 1e6 if N else 0.0
+    extra = {"requested": settings.router, "segment_us": T, "load_weights": list(settings.weights),
+             "predicted": {"atr": predicted, "ctr": None}, "progress_pass": "spark", "handoff": None,
+             "results": "executors", "native": True, "stage_s": dict(timings)}
+    if router == "atr":
+        extra["atr"] = plan.to_dict()
+        extra["theorem_b"] = predicted
+        extra["estimated_per_partition"] = plan.estimated.table()
+    use = partition_use(router, plan, res, [range(int(s)) for s in sizes], W.tolist(), duration_s * 1e6,
+                        settings.costs)
+    out.routing = routing_report(router, P if router != "none" else 1, res, N, duration_s, predicted or 0.0,
+                                 settings.weights, extra, use, settings.capacity, settings.costs)
+    return out
+
+
+def _histogram(df, n: int, tmin: int, tmax: int) -> Histogram:
+    """:func:`~streamjoin.pipelines.route.histogram` aggregated on Spark."""
+    from pyspark.sql import functions as F
+
+    t0, t1 = tmin, tmax + 1
+    bucket = max(1, -(-(t1 - t0) // HIST_BUCKETS))
+    B = -(-(t1 - t0) // bucket)
+    rows = (df.select("stream", F.expr(f"(ts - {t0}) div {bucket}").alias("b"))
+            .groupBy("stream", "b").count().collect())
+    counts = np.zeros((n, B))
+    for r in rows:
+        if r["b"] < B:
+            counts[int(r["stream"]), int(r["b"])] = float(r["count"])
+    return Histogram(t0, bucket, counts)
+
+
+def _selectivities(df, n: int, sizes, W, keycols) -> dict:
+    """:func:`~streamjoin.pipelines.replay.probe_order.pair_selectivity` of every pair
+    (two streams: the first pair), the sample's valid pairs counted on the executors."""
+    import polars as pl
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from ...replay.candidates import enumerate_truth
+
+    pairs = [(0, 1)] if n == 2 else [(i, j) for i in range(n) for j in range(i + 1, n)]
+    out = {}
+    for i, j in pairs:
+        if sizes[i] == 0 or sizes[j] == 0:
+            out[(i, j)] = 0.0
+            continue
+        rows = sample_rows(int(sizes[i]), 4096)
+
+        def pick(it, rows=rows, i=i):
+            for b in it:
+                t = pa.Table.from_batches([b])
+                keep = (t.column("stream").to_numpy() == i) & np.isin(t.column("row").to_numpy(), rows)
+                yield from t.filter(pa.array(keep)).select(["row", "ts", *keycols]).to_batches()
+
+        schema = df.select("row", "ts", *keycols).schema
+        sample = df.mapInArrow(pick, schema).toArrow()
+        sample = sample.take(np.argsort(sample.column("row").to_numpy(), kind="stable"))
+        s_ts = sample.column("ts").to_numpy()
+        s_keys = pl.from_arrow(sample.select(keycols)) if keycols else None
+        wi, wj = int(W[i]), int(W[j])
+
+        def count(it, s_ts=s_ts, s_keys=s_keys, wi=wi, wj=wj):
+            for b in it:
+                t = pa.Table.from_batches([b])
+                c_keys = pl.from_arrow(t.select(keycols)) if keycols else None
+                found = len(enumerate_truth([s_ts, t.column("ts").to_numpy()], [s_keys, c_keys], [wi, wj]))
+                yield pa.RecordBatch.from_pydict({"found": [found]})
+
+        total = (df.filter(F.col("stream") == j).select("ts", *keycols).mapInArrow(count, "found bigint")
+                 .agg(F.sum("found")).collect()[0][0])
+        out[(i, j)] = int(total or 0) / (len(rows) * int(sizes[j]))
+    return out

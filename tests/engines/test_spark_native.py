@@ -1,0 +1,157 @@
+"""Issue 19: the native Spark path (spark.streamjoin.native, pipelines/engines/spark/native*.py)
+equals the local engine -- results as a set, report.json's numbers exactly -- on real Spark.
+
+One quiet ``local[2]`` session for the in-process runs (run_job reuses it); one CLI run on
+``local-cluster[2,1,1024]``; one CLI run whose driver Python has a capped address space.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from helpers.spark_runs import assert_same_run as assert_same
+from helpers.spark_runs import cli_local_and_spark, run, write_inputs
+
+from streamjoin.pipelines.base.errors import InputError
+from streamjoin.pipelines.config.settings import Flags, resolve
+from streamjoin.pipelines.engines.spark.native import native_path
+from streamjoin.pipelines.engines.spark.session import spark_session
+
+NATIVE = "spark.streamjoin.native=true"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    with spark_session("local[2]", 3, [("spark.sql.shuffle.partitions", "3"), ("spark.driver.memory", "1g")]) as s:
+        yield s
+
+
+def assert_same_run(a, b, ra, rb):
+    assert_same(a, b, ra, rb, bytes_mean_exact=False)
+
+
+CASES = [
+    # n, policy flags, router, partitions
+    (2, {"policy": "mpkslack"}, "atr", 3),
+    (3, {"policy": "kslack", "k": ["20ms"]}, "atr", 2),
+    (3, {"policy": "static", "retention": ["15ms"]}, "atr", 3),
+    (2, {"policy": "static", "retention": ["5ms"]}, "none", 1),
+    (4, {"policy": "none"}, "atr", 3),
+    (4, {"policy": "mpkslack"}, "none", 2),
+]
+
+
+@pytest.mark.parametrize("n,policy,router,partitions", CASES)
+def test_native_equals_the_local_engine(spark, tmp_path, n, policy, router, partitions):
+    cfg = write_inputs(tmp_path, n, seed=n * 10 + partitions)
+    local = run(cfg, tmp_path / "local", engine="local", **policy)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router=router, partitions=partitions,
+              spark_conf=[NATIVE], **policy)
+    assert nat["routing"]["native"] is True and nat["routing"]["router"] == router
+    assert local["emitted_results"] > 0
+    assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)
+    d = tmp_path / "nat" / "results.parquet"
+    assert (d / "_SUCCESS").exists() and any(p.name.startswith("part-") for p in d.iterdir())
+
+
+def test_native_mode_auto_true_false_and_refusals(tmp_path):
+    cfg = write_inputs(tmp_path, 2, seed=3)
+
+    def resolved(**flags):
+        return resolve(cfg, Flags(out=str(tmp_path / "o"), engine="spark", **flags))
+
+    assert native_path(resolved(master="spark://h:7077", policy="mpkslack"))          # auto: a cluster master
+    assert not native_path(resolved(master="local[2]", policy="mpkslack"))            # auto: a local master
+    assert native_path(resolved(master="local[2]", policy="kslack", k=["1ms"], spark_conf=[NATIVE]))
+    assert not native_path(resolved(master="spark://h:7077", policy="none",
+                                    spark_conf=["spark.streamjoin.native=false"]))
+    # auto falls back to the current path for what the native path does not do ...
+    assert not native_path(resolved(master="spark://h:7077", policy="qjoin", recall=0.9))
+    assert not native_path(resolved(master="spark://h:7077", policy="none", router="ctr"))
+    # ... and an explicit true is refused in one line, before anything runs
+    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with policy qkslack"):
+        native_path(resolved(master="local[2]", policy="qkslack", recall=0.9, spark_conf=[NATIVE]))
+    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with --router ctr"):
+        native_path(resolved(master="local[2]", policy="none", router="ctr", spark_conf=[NATIVE]))
+    with pytest.raises(InputError, match=r"expected auto, true or false"):
+        native_path(resolved(master="local[2]", policy="none", spark_conf=["spark.streamjoin.native=yes"]))
+
+
+def test_cli_native_on_local_cluster_equals_local_engine(tmp_path):
+    """`streamjoin run --engine spark --master local-cluster[2,1,1024]` (separate executor JVMs
+    and Python workers; spark.streamjoin.native=true -- auto keeps the current path on the
+    driver's host): the local engine's results (as a set) and report numbers."""
+    cfg = write_inputs(tmp_path, 3, seed=31)
+    ra, rb = cli_local_and_spark(tmp_path, cfg, ["--policy", "mpkslack"],
+                                 ["--router", "atr", "--partitions", "3", "--master", "local-cluster[2,1,1024]",
+                                  "--spark-conf", NATIVE], "nat")
+    assert rb["routing"]["native"] is True and rb["routing"]["master"] == "local-cluster[2,1,1024]"
+    assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)
+
+
+#: RLIMIT_DATA for the capped driver, between the two paths' measured peaks on the input
+#: below (1M tuples, local[2], ATR, mpkslack, --no-results, MALLOC_ARENA_MAX=1, uncapped):
+#: VmData native 1589 MB, current 1913 MB (VmHWM 259 MB against 533 MB) -- docs/performance.md,
+#: "Native path".  One malloc arena: glibc's per-thread arenas reserve address space that
+#: RLIMIT_DATA counts but nothing touches (without it the current path's VmData varied
+#: 1949-2254 MB from run to run)
+DRIVER_CAP_MB = 1750
+
+
+def test_capped_driver_runs_native_not_current(tmp_path):
+    """The driver Python capped at DRIVER_CAP_MB of data segment from the moment its SparkSession
+    is up: the native path finishes (the local engine's numbers), the current path cannot."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).with_name("streamjoin"))
+    subprocess.run([exe, "generate", "bench", "--out", str(tmp_path / "d"), "--scale", "0.3333", "--duration", "100"],
+                   check=True, stdout=subprocess.DEVNULL)
+    cfg = tmp_path / "d" / "bench.toml"
+    helper = Path(__file__).resolve().parents[1] / "helpers" / "capped_cli.py"
+    env = dict(os.environ, STREAMJOIN_ENGINE="local", MALLOC_ARENA_MAX="1")
+    common = ["--policy", "mpkslack", "--no-results"]
+
+    def capped(out: str, native: str):
+        return subprocess.run([sys.executable, str(helper), str(DRIVER_CAP_MB * 2**20), "run", str(cfg),
+                               "--engine", "spark", "--master", "local[2]", "--router", "atr", "--partitions", "4",
+                               "--spark-conf", f"spark.streamjoin.native={native}", "--out", str(tmp_path / out),
+                               *common], env=env, capture_output=True, text=True, timeout=1500)
+
+    nat = capped("nat", "true")
+    assert nat.returncode == 0, nat.stderr[-3000:]
+    cur = capped("cur", "false")
+    # Python's MemoryError, or an allocation in polars' / Arrow's native code failing (abort)
+    assert cur.returncode != 0 and re.search(r"MemoryError|memory allocation of \d+ bytes failed|bad_alloc",
+                                             cur.stderr + cur.stdout), cur.stderr[-3000:]
+    assert not (tmp_path / "cur").exists()   # nothing published
+    peak = int(re.search(r"PEAK VmData (\d+) MB", nat.stderr).group(1))
+    assert peak < DRIVER_CAP_MB
+    local = subprocess.run([exe, "run", str(cfg), "--engine", "local", "--out", str(tmp_path / "local"), *common],
+                           env=env, capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    ra = json.loads((tmp_path / "local" / "report.json").read_text())
+    rb = json.loads((tmp_path / "nat" / "report.json").read_text())
+    assert_same_run(tmp_path / "local", tmp_path / "nat", ra, rb)
+
+
+POLICIES = [{"policy": "none"}, {"policy": "static", "retention": ["10ms"]}, {"policy": "kslack", "k": ["15ms"]},
+            {"policy": "mpkslack"}]
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr"]),
+       partitions=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed):
+    tmp = tmp_path_factory.mktemp("prop")
+    cfg = write_inputs(tmp, n, seed=seed, sizes=(120, 90, 70, 60))
+    local = run(cfg, tmp / "local", engine="local", **policy)
+    nat = run(cfg, tmp / "nat", engine="spark", master="local[2]", router=router, partitions=partitions,
+              spark_conf=[NATIVE], **policy)
+    assert_same_run(tmp / "local", tmp / "nat", local, nat)
