@@ -556,7 +556,8 @@ def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
     (only those quarantined for ``reason``, when given: the ``bad_rows_reason`` trigger).
 
     An online operator sees a bad row when it arrives; rows whose arrival
-    itself is missing or unreadable carry no time and are left out.
+    itself is missing (null) or out of range carry no time and are left out.
+    The column's unit is the whole column's, checked by the load.
     """
     out = []
     for s in streams:
@@ -567,13 +568,12 @@ def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
         if q.height == 0 or column not in q.columns:
             out.append(np.empty(0, np.int64))
             continue
-        try:
-            values = to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path)
-            arr = pl_to_numpy(values)
-        except Exception:  # noqa: BLE001 - a column that cannot be read gives no times
-            out.append(np.empty(0, np.int64))
-            continue
-        out.append(np.sort(arr[~np.isnan(arr)].astype(np.int64)) if arr.dtype.kind == "f" else np.sort(arr))
+        # the whole column passed the load's checks (type, int64 range, unit): no unit check on
+        # this subset, which could look like another unit on its own; an error here is a bug, not
+        # bad input, and is not swallowed
+        values = to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path,
+                           check_unit=False)
+        out.append(np.sort(pl_to_numpy(values)))
     return out
 
 
