@@ -47,7 +47,9 @@ def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int 
     are parsed by pipelines/capacity/spec.py when the job starts), and the engine that runs
     it: the local engine, which the default engine gives way to (as with ``--flow-control``),
     or Spark when the user chose it (``spark_chosen``: config/choice.py; the model runs on
-    the driver, over the replay facts it computes)."""
+    the driver, over the replay facts it computes).  Refused: ``tune-buffer`` / ``compare``,
+    ``--chunk-rows N`` and the spark-ss / flink / flink-sql policies; nightly runs
+    (``nightly/backfill.py``) refuse it after resolving their settings."""
     if value is None:
         return None, engine
     if not isinstance(value, str):
