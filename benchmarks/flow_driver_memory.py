@@ -4,8 +4,10 @@
 
 Flow control runs on the driver before the join, on either engine
 (``capacity/flow.delay_arrivals``).  This measures, with tracemalloc over
-numpy's buffers, (a) the peak of the numpy arrays alive while the model runs,
-over those alive before it, and (b) what stays alive afterwards (the
+numpy's buffers, (a) the peak of what the model allocates while it runs
+(tracemalloc starts just before it, so the input arrays alive before are not
+counted; the peak counts every traced allocation, numpy buffers and Python
+objects alike), and (b) what stays alive afterwards (the
 ``FlowOutcome``'s arrays by ``nbytes``: the delayed arrivals per tuple, the
 per-interval series), split into the per-tuple part and the per-interval
 part.  The per-interval series are allocated by the compiled interval loop
@@ -47,13 +49,10 @@ def main() -> None:
     rate = 0.75 * N / (span_us / 1e6)
     fc = parse_flow_control(f"buffer=1000,rate={rate:.0f},policy={args.policy}")
     delay_arrivals([a[:1000] for a in arrivals], fc)   # build / load the compiled kernel first
-    tracemalloc.start()
-    before = numpy_bytes()
-    traced_before = tracemalloc.get_traced_memory()[0]
-    tracemalloc.reset_peak()
+    tracemalloc.start()   # traces only what is allocated from here on: the model's own allocations
     flow = delay_arrivals(arrivals, fc)
     peak = tracemalloc.get_traced_memory()[1]
-    after = numpy_bytes()
+    kept = numpy_bytes()   # numpy arrays the model allocated that are still alive
     per_tuple = sum(a.nbytes for a in flow.arrival)
     per_interval = sum(x.nbytes for x in (flow.occupancy, flow.rate, flow.processing, flow.admitted))
     intervals = flow.rate.shape[0]
@@ -61,10 +60,11 @@ def main() -> None:
     print(f"{args.policy}: tuples {N:,}, streams {args.streams}, intervals {intervals:,}, delayed {delayed / N:.1%}")
     print(f"retained after the model: {(per_tuple + per_interval) / N:.1f} B/tuple = delayed arrivals "
           f"{per_tuple / N:.1f} B/tuple + per-interval series {per_interval / intervals:.0f} B/interval "
-          f"({per_interval / N:.1f} B/tuple here); numpy-traced growth {(after - before) / N:.1f} B/tuple "
+          f"({per_interval / N:.1f} B/tuple here); numpy arrays it allocated still alive {kept / N:.1f} B/tuple "
           f"(the series are made by the compiled loop, outside numpy's tracing)")
-    print(f"peak while the model runs: {(peak - traced_before) / N:.1f} B/tuple of numpy arrays above what was "
-          f"alive before, plus the compiled loop's series (at most twice the retained ones while they grow)")
+    print(f"peak while the model runs: {peak / N:.1f} B/tuple of what it allocated (numpy arrays and Python "
+          f"objects; the input's arrays not counted), plus the compiled loop's series (at most twice the retained "
+          f"ones while they grow)")
 
 if __name__ == "__main__":
     main()

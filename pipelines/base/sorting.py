@@ -47,7 +47,9 @@ the band search of truth enumeration and of the CTR kernel) and
 index array the size of the output), and :class:`GroupedCodes`:
 ``(group, value)`` as one int64, or through the values' ranks when that
 could overflow (count windows' searches and running maxima within a key).
-:data:`PACK_LIMIT` bounds every such packing; truth enumeration's
+:data:`PACK_LIMIT` bounds every such packing (also the exact pair count of
+``tools/generate.py``, through :class:`GroupedCodes`, and the duplicate
+detector's mixed-radix row codes in ``replay/duplicates.py``); truth enumeration's
 multi-digit code (key, grid cells, ts) and the qjoin controller's (key,
 padded ts) positions use it but not the rank fallback: the first falls back
 to another enumerator, the second shifts positions by durations, which
@@ -339,9 +341,12 @@ class GroupedCodes:
     """``(group, value)`` as one int64, ``group * width + code(value)``, for
     searches and running maxima within groups of a sorted array.
 
-    ``code`` is order-preserving: ``value - lo + 1`` when ``groups`` times the
-    values' span fits below :data:`PACK_LIMIT`, the value's rank among the
-    distinct ``values`` otherwise (fewer than the rows, so it always fits).
+    Precondition: ``values`` (and queries) within +-2**62 (the loader keeps
+    times within ``MAX_ABS_TS`` = 2**60), so ``value - lo + 1`` and the
+    clipped queries stay in int64.  ``code`` is order-preserving: ``value - lo + 1`` when
+    ``groups`` times the values' span fits below :data:`PACK_LIMIT`, the
+    value's rank among the distinct ``values`` otherwise (at most the rows,
+    so the packing fits while ``groups`` x (rows + 1) stays below it).
     Queries get the code of the first value ``>= q`` (``side="left"``) or
     ``> q`` (``"right"``), clipped to one past either end, which changes no
     answer of a ``side="left"`` search among the rows' codes.

@@ -16,17 +16,17 @@ from .flow_control import FlowControl, parse_flow_control
 
 
 def flow_control_setting(value: Any, output_kind: str, engine: str, *,
-                         engine_given: bool, router: str = "none") -> tuple[FlowControl | None, str]:
+                         spark_chosen: bool) -> tuple[FlowControl | None, str]:
     """``--flow-control`` / ``[run] flow_control``: the parsed settings and the engine that
     runs them: the local engine, which the default engine gives way to (as with
-    ``--capacity``), or ``--engine spark`` when the user chose it or a router (the units
-    delay the arrivals on the driver before the load ends; the Spark join replays the
-    delayed arrivals)."""
+    ``--capacity``), or Spark when the user chose it (``spark_chosen``: config/choice.py;
+    the units delay the arrivals on the driver before the load ends; the Spark join
+    replays the delayed arrivals)."""
     flow = parse_flow_control(value) if value is not None else None
     if flow is not None and output_kind in ("tune-buffer", "compare"):
         raise InputError(f"[run] flow_control: {output_kind} replays the input's own arrivals and does not apply "
                          "flow control yet; run it on a config without flow_control (streamjoin run applies it)")
-    if flow is not None and engine == "spark" and not engine_given and router == "none":
+    if flow is not None and engine == "spark" and not spark_chosen:
         engine = "local"   # the default engine with flow control, not the user's choice
     return flow, engine
 
@@ -42,12 +42,14 @@ def check_flow_control(flow: FlowControl | None, chunk_rows: int | None, trigger
 
 
 def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int | None, *, output_kind: str,
-                     engine_given: bool, router: str) -> tuple[str | None, str]:
+                     spark_chosen: bool) -> tuple[str | None, str]:
     """``--capacity`` / ``[run] capacity``: the text, checked against what runs it (its keys
     are parsed by pipelines/capacity/spec.py when the job starts), and the engine that runs
     it: the local engine, which the default engine gives way to (as with ``--flow-control``),
-    or ``--engine spark`` when the user chose it (the model runs on the driver, over the
-    replay facts it computes)."""
+    or Spark when the user chose it (``spark_chosen``: config/choice.py; the model runs on
+    the driver, over the replay facts it computes).  Refused: ``tune-buffer`` / ``compare``,
+    ``--chunk-rows N`` and the spark-ss / flink / flink-sql policies; nightly runs
+    (``nightly/backfill.py``) refuse it after resolving their settings."""
     if value is None:
         return None, engine
     if not isinstance(value, str):
@@ -55,7 +57,7 @@ def capacity_setting(value: Any, policy_name: str, engine: str, chunk_rows: int 
     if output_kind in ("tune-buffer", "compare"):
         raise InputError(f"[run] capacity: {output_kind} replays an infinite machine and does not apply the "
                          "capacity model yet; run it on a config without capacity (streamjoin run applies it)")
-    if engine == "spark" and not engine_given and router == "none":
+    if engine == "spark" and not spark_chosen:
         engine = "local"   # the default engine with a capacity model, not the user's choice
     if chunk_rows not in (None, 0):
         raise InputError("--capacity: the capacity model replays in memory; the bounded-memory engine "

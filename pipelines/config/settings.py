@@ -33,6 +33,7 @@ from typing import Any
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
+from .choice import spark_choice
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
 from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_duration,
@@ -554,11 +555,12 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if policy_name in ("spark-ss", *FLINK) and engine == "spark" and not (flags.engine or run.get("engine")):
-        engine = "local"   # the default engine for the emulations, not the user's choice (--engine spark runs them)
+    chosen = spark_choice(flags, run, router)   # None: the default engine gives way (config/choice.py)
+    if policy_name in ("spark-ss", *FLINK) and engine == "spark" and chosen is None:
+        engine = "local"   # the default engine for the emulations, not the user's choice (Spark runs them)
     flow, engine = flow_control_setting(flags.flow_control if flags.flow_control is not None
                                         else run.get("flow_control"), output_kind, engine,
-                                        engine_given=bool(flags.engine or run.get("engine")), router=router)
+                                        spark_chosen=chosen is not None)
     sort = os.environ.get(SORT_ENV) or "auto"
     if sort not in SORTS:  # checked here so a typo fails before any work, not mid-join
         raise InputError(f"${SORT_ENV} {sort}: expected one of {', '.join(SORTS)}")
@@ -598,16 +600,16 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError(f"--chunk-rows {chunk_rows!r}: expected an integer >= 0 (0 = the whole input in memory)")
     if chunk_rows and engine == "spark":
         # the bounded-memory engine is the local one: --chunk-rows picks it when no engine was
-        # chosen, and is refused with one the user chose (never ignored)
-        if flags.engine or run.get("engine") or router != "none":
-            raise InputError(f"--chunk-rows {chunk_rows}: bounded memory runs on --engine local; --engine spark "
-                             "holds its input in memory (use --engine local, or --chunk-rows 0)")
+        # chosen, and is refused with Spark the user chose (never ignored)
+        if chosen is not None:
+            raise InputError(f"--chunk-rows {chunk_rows}: bounded memory runs on --engine local; Spark (chosen by "
+                             f"{chosen}) holds its input in memory (use --engine local, or --chunk-rows 0)")
         engine = "local"
     max_q = flags.max_quarantine if flags.max_quarantine is not None else run.get("max_quarantine")
     check_flow_control(flow, chunk_rows, policy.trigger_files)
     capacity, engine = capacity_setting(flags.capacity if flags.capacity is not None else run.get("capacity"),
                                         policy_name, engine, chunk_rows, output_kind=output_kind,
-                                        engine_given=bool(flags.engine or run.get("engine")), router=router)
+                                        spark_chosen=chosen is not None)
     engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow,
                                   router)
     return RunConfig(

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..base.timeunits import format_duration
+from .choice import spark_choice
 
 #: a count window, ``1000 tuples`` / ``1000tuples`` / ``1 tuple``
 COUNT_WINDOW = re.compile(r"\s*(\d+)\s*tuples?\s*", re.IGNORECASE)
@@ -66,22 +67,23 @@ def static_retention(streams: Sequence[Any]) -> tuple[int | None, ...]:
 def count_windows_engine(streams: Sequence[Any], policy: str, engine: str, flags: Any, run: dict[str, Any],
                          output_kind: str, check_out: bool, chunk_rows: int | None, capacity: Any, flow: Any,
                          router: str = "none") -> str:
-    """The engine of a run (the local one for count windows unless ``flags`` or the
-    config's ``run`` table chose an engine, or ``router`` is not ``"none"``); a
+    """The engine of a run (the local one for count windows unless ``flags``, the
+    config's ``run`` table or ``router`` chose one: config/choice.py); a
     one-line error for whatever count windows do not run with (``check_out=False``:
     a nightly run, settings.resolve)."""
     counted = [s for s in streams if s.window_count is not None]
     if not counted:
         return engine
     nightly = not check_out
-    if engine == "spark" and not (flags.engine or run.get("engine")) and router == "none":
-        engine = "local"   # the default for count windows, not the user's choice (a router is)
+    chosen = spark_choice(flags, run, router)
+    if engine == "spark" and chosen is None:
+        engine = "local"   # the default for count windows, not the user's choice
     s = counted[0]
     refusal = ("a nightly run (--date, backfill)" if nightly else
                f"`streamjoin {output_kind}`" if output_kind != "run" else
                f"--policy {policy}" if policy != "static" else
                f"--router {router}" if router != "none" else
-               f"--engine {engine}" if engine != "local" else
+               (chosen or f"--engine {engine}") if engine != "local" else
                f"--chunk-rows {chunk_rows}" if chunk_rows else
                "--capacity" if capacity is not None else
                "--flow-control" if flow is not None else None)

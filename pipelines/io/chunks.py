@@ -50,7 +50,7 @@ from .columns import check_output_columns
 from .keys import KeyFacts, common_key_types, key_facts, merge_key_facts
 from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
                    check_time_ranges, configured_columns, integer_time_ranges, merge_time_ranges, normalise,
-                   open_dataset, reason_counts)
+                   open_dataset, past_int64, reason_counts)
 
 if TYPE_CHECKING:  # only annotations here: open_dataset imports it when a bounded run starts
     import pyarrow.dataset as ds
@@ -162,7 +162,10 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
         for fragment in _fragments(dataset):
             piece = Piece(fragment=fragment, first_row=rows)
             table = _read(piece, schema, cfg, columns)
-            times = merge_time_ranges(times, integer_time_ranges(table, cfg))
+            ranges = integer_time_ranges(table, cfg)
+            times = merge_time_ranges(times, ranges)
+            if past_int64(ranges):
+                continue   # refused by check_time_ranges below, after the columns before it (the loader's order)
             part = normalise(table, cfg, check_units=False)
             keys = merge_key_facts(keys, key_facts(part.keys))
             piece.quarantined = part.quarantine.height

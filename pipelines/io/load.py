@@ -285,18 +285,28 @@ def int64_range_error(column: str, t: pa.DataType, where: str) -> InputError:
     return InputError(f"{where}: column {column!r} ({t}) has values beyond the int64 range")
 
 
+INT64_MAX = 2**63 - 1
+
+
 def integer_time_ranges(table: pa.Table, cfg: StreamConfig) -> dict[str, tuple[int | None, int | None]]:
     """The least and greatest raw value of each integer time column of ``table``
     (``None``: no value), for :func:`check_time_ranges` over a whole stream
-    read piece by piece (an unsigned value past int64 is bad input here)."""
-    where = stream_where(cfg)
+    read piece by piece.  An unsigned value past int64 is kept as it is: the
+    check refuses it, column by column in the loader's order (ts, then arrival)."""
     out = {}
     for c in dict.fromkeys([cfg.ts] + ([cfg.arrival] if cfg.arrival else [])):
         col = table.column(c)
         if pa.types.is_integer(col.type):
-            s = _int64_series(col, c, where)
-            out[c] = (s.min(), s.max())
+            s = pl.from_arrow(pa.table({c: col}))[c]
+            lo, hi = s.min(), s.max()
+            out[c] = (None if lo is None else int(lo), None if hi is None else int(hi))
     return out
+
+
+def past_int64(ranges: dict[str, tuple[int | None, int | None]]) -> bool:
+    """Whether :func:`integer_time_ranges` found a value past int64 (refused by
+    :func:`check_time_ranges`)."""
+    return any(hi is not None and hi > INT64_MAX for _, hi in ranges.values())
 
 
 def merge_time_ranges(a: dict[str, tuple[int | None, int | None]] | None,
@@ -315,8 +325,12 @@ def merge_time_ranges(a: dict[str, tuple[int | None, int | None]] | None,
 
 def check_time_ranges(ranges: dict[str, tuple[int | None, int | None]], cfg: StreamConfig) -> None:
     """The whole-column unit check (:func:`check_unit_range`) of a stream's
-    integer time columns, from their :func:`integer_time_ranges`."""
+    integer time columns, from their :func:`integer_time_ranges`, column by
+    column as the loader checks them: a value past int64 (only uint64 has
+    one), then the unit."""
     for c, (lo, hi) in ranges.items():
+        if hi is not None and hi > INT64_MAX:
+            raise int64_range_error(c, pa.uint64(), stream_where(cfg))
         check_unit_range(lo, hi, c, cfg.unit, stream_where(cfg))
 
 
@@ -556,7 +570,8 @@ def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
     (only those quarantined for ``reason``, when given: the ``bad_rows_reason`` trigger).
 
     An online operator sees a bad row when it arrives; rows whose arrival
-    itself is missing or unreadable carry no time and are left out.
+    itself is missing (null) or out of range carry no time and are left out.
+    The column's unit is the whole column's, checked by the load.
     """
     out = []
     for s in streams:
@@ -567,13 +582,12 @@ def bad_arrivals_of(streams, reason: str | None = None) -> list[np.ndarray]:
         if q.height == 0 or column not in q.columns:
             out.append(np.empty(0, np.int64))
             continue
-        try:
-            values = to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path)
-            arr = pl_to_numpy(values)
-        except Exception:  # noqa: BLE001 - a column that cannot be read gives no times
-            out.append(np.empty(0, np.int64))
-            continue
-        out.append(np.sort(arr[~np.isnan(arr)].astype(np.int64)) if arr.dtype.kind == "f" else np.sort(arr))
+        # the whole column passed the load's checks (type, int64 range, unit): no unit check on
+        # this subset, which could look like another unit on its own; an error here is a bug, not
+        # bad input, and is not swallowed
+        values = to_micros(pa.chunked_array([q[column].to_arrow()]), column, s.config.unit, s.config.path,
+                           check_unit=False)
+        out.append(np.sort(pl_to_numpy(values)))
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..base.sorting import sort_values
+from ..base.sorting import PACK_LIMIT, sort_values
 
 
 def count_duplicates(rows: list[np.ndarray], sizes: list[int], mask: np.ndarray | None = None) -> int:
@@ -99,7 +99,7 @@ def _pack(rows: list[np.ndarray], sizes: list[int]) -> np.ndarray | None:
     capacity = 1
     for size in sizes:
         capacity *= max(size, 1)
-    if capacity >= 2**62:
+    if capacity >= PACK_LIMIT:
         return None
     code = rows[0].astype(np.int64)
     for r, size in zip(rows[1:], sizes[1:]):

@@ -84,6 +84,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..base.errors import InputError
+from ..base.sorting import GroupedCodes
 from .arrivals import (cumulative_rate, delays, periodic_times, piecewise_multiplier, poisson_times, quantise,
                        smooth_multiplier, time_grid)
 
@@ -157,12 +158,14 @@ def window_pair_count(ts0, ts1, w0: int, w1: int, keys0=None, keys1=None) -> int
     r0, r1 = ts0 - lo, ts1 - lo
     if keys0 is not None:
         _, codes = np.unique(np.concatenate([np.asarray(keys0), np.asarray(keys1)]), return_inverse=True)
-        codes = codes.astype(np.int64)
-        span = int(max(r0.max(), r1.max())) + w0 + w1 + 1
-        if span * (int(codes.max()) + 1) >= 2**62:
-            raise ValueError("time span x key count too large for the composite sort key")
-        r0 = codes[: ts0.size] * span + r0
-        r1 = codes[ts0.size :] * span + r1
+        codes = codes.astype(np.int64).ravel()
+        # (key, ts) as one int64; through the times' ranks when key count x span would pass PACK_LIMIT
+        packed = GroupedCodes(np.concatenate([r0, r1]), int(codes.max()) + 1)
+        k0, k1 = codes[: ts0.size] * packed.width, codes[ts0.size :] * packed.width
+        r1 = np.sort(k1 + packed.codes(r1))
+        hi = np.searchsorted(r1, k0 + packed.query(r0 + w0, "right"), side="left")
+        lo_ = np.searchsorted(r1, k0 + packed.query(r0 - w1, "left"), side="left")
+        return int((hi - lo_).sum())
     r1 = np.sort(r1)
     hi = np.searchsorted(r1, r0 + w0, side="right")
     lo_ = np.searchsorted(r1, r0 - w1, side="left")

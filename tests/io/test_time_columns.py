@@ -101,3 +101,45 @@ print("pyarrow.compute" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_quarantined_arrivals_are_read_in_the_columns_unit_not_their_own(tmp_path: Path) -> None:
+    """Review: bad_arrivals_of re-checked the unit on the quarantined rows only; two
+    arrivals ~1.6e12 us look like epoch ms on their own, the InputError was swallowed
+    and both were dropped (the bad-rows trigger of qjoin / qkslack never saw them)."""
+    from streamjoin.pipelines.config.settings import StreamConfig
+    from streamjoin.pipelines.io.load import bad_arrivals_of, load_stream
+
+    kept = np.arange(20, dtype=np.int64) * 1_000_000
+    bad = np.array([1_600_000_000_000, 1_600_000_000_500], dtype=np.int64)
+    table = pa.table({"ts": pa.array(list(kept) + [None, None], pa.int64()),
+                      "arr": pa.array(np.concatenate([kept, bad])), "k": pa.array([1] * 22)})
+    pq.write_table(table, tmp_path / "a.parquet")
+    cfg = StreamConfig("a", str(tmp_path / "a.parquet"), ts="ts", arrival="arr", unit="us", keys=("k",),
+                       window_us=1000)
+    stream = load_stream(cfg, max_quarantine=None)
+    assert stream.quarantine.height == 2
+    (got,) = bad_arrivals_of([stream])
+    assert got.tolist() == bad.tolist()
+
+
+def test_the_bounded_survey_reports_the_first_bad_time_column_as_the_loader_does(tmp_path: Path) -> None:
+    """Review: with ts in the wrong unit and an arrival past int64, the in-memory loader
+    names ts's unit (it checks ts, then arrival); the bounded engine's survey named
+    arrival's int64 range first."""
+    from streamjoin.pipelines.config.settings import StreamConfig
+    from streamjoin.pipelines.io.chunks import survey
+    from streamjoin.pipelines.io.load import load_stream
+
+    ts = [1_600_000_000_000 + i for i in range(20)]   # epoch ms, declared us
+    arr = pa.array(ts[:-1] + [2**63 + 5], pa.uint64())
+    pq.write_table(pa.table({"ts": pa.array(ts, pa.int64()), "arr": arr, "k": pa.array([1] * 20)}),
+                   tmp_path / "a.parquet", row_group_size=5)
+    cfg = StreamConfig("a", str(tmp_path / "a.parquet"), ts="ts", arrival="arr", unit="us", keys=("k",),
+                       window_us=1000)
+    with pytest.raises(InputError) as local:
+        load_stream(cfg)
+    with pytest.raises(InputError) as bounded:
+        survey([cfg], chunk_rows=5)
+    assert "looks like epoch" in str(local.value) and "'ts'" in str(local.value)
+    assert str(bounded.value) == str(local.value)

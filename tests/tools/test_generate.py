@@ -270,3 +270,15 @@ def test_config_toml(request, fixture, kind):
     windows = {kind: [s["window"] for s in streams]}
     assert windows == {"soccer": {"soccer": ["1ms", "1ms"]}, "sensors": {"sensors": ["250ms", "250ms"]},
                        "bench": {"bench": ["100ms", "100ms"]}}[kind]
+
+
+def test_window_pair_count_with_keys_over_a_span_past_the_pack_limit():
+    """Review: the keyed count packed (key, ts) with a literal 2**62 and raised past it;
+    it now packs through base/sorting.GroupedCodes (ranks past PACK_LIMIT)."""
+    rng = np.random.default_rng(1)
+    a = np.concatenate([rng.integers(0, 1_000, 200), rng.integers(2**61, 2**61 + 1_000, 200)])
+    b = np.concatenate([rng.integers(0, 1_000, 150), rng.integers(2**61, 2**61 + 1_000, 150)])
+    ka, kb = rng.integers(0, 7, 400), rng.integers(0, 7, 300)
+    d = b[None, :] - a[:, None]
+    ok = ((d >= 0) & (d <= 70)) | ((d < 0) & (-d <= 30))
+    assert window_pair_count(a, b, 70, 30, ka, kb) == (ok & (ka[:, None] == kb[None, :])).sum() > 0

@@ -451,7 +451,6 @@ def executor_input_error(exc: BaseException) -> str | None:
     return lines[-1].split("InputError: ", 1)[1].strip() if lines else None
 
 
-
 def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = MAX_QUARANTINE,
                  quarantine_dir: Path) -> SparkInput:
     """Read, validate and normalise every stream on the executors (see the module docstring)."""

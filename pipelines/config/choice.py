@@ -1,0 +1,39 @@
+"""Whether the user chose Spark: the one rule the default engine's give-way follows.
+
+The default engine (Spark, or ``$STREAMJOIN_ENGINE``) gives way to the local engine
+for what runs only, or by default, in memory on one machine: ``--flow-control``,
+``--capacity``, ``--chunk-rows``, count windows and the spark-ss / flink emulations.
+It does so only when the user did not choose Spark.  The user chose it with
+``--engine`` / ``[run] engine``, a router other than ``none``, or a Spark setting:
+``--master``, ``--partitions``, ``--spark-conf`` (and their ``[run]`` keys) -- a
+Spark setting the run then ignored would leave ``"engine": "local"`` next to
+``"master": "spark://..."`` in report.json.  Where Spark was chosen and a feature
+cannot run there, the feature's one-line refusal names the choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (flag attribute of settings.Flags, [run] key, how a refusal names it)
+SPARK_SETTINGS = (("engine", "engine", "--engine"), ("master", "master", "--master"),
+                  ("partitions", "partitions", "--partitions"), ("spark_conf", "spark_conf", "--spark-conf"))
+
+
+def spark_choice(flags: Any, run: dict[str, Any], router: str) -> str | None:
+    """What chose the engine -- e.g. ``"--master spark://host:7077"``, ``"[run] partitions"``,
+    ``"--router atr"`` -- or ``None`` when nothing did (the default engine then gives way).
+    ``--engine local`` counts too: the engine was chosen, so nothing gives way to anything."""
+    for attr, key, flag in SPARK_SETTINGS:
+        value = getattr(flags, attr, None)
+        if value not in (None, [], ()):
+            shown = " ".join(value) if isinstance(value, list) else value
+            return f"{flag} {shown}"
+        if run.get(key) is not None:
+            return f"[run] {key}"
+    return f"--router {router}" if router != "none" else None
+
+
+def spark_chosen(flags: Any, run: dict[str, Any], router: str) -> bool:
+    """True when the user chose the engine (see :func:`spark_choice`)."""
+    return spark_choice(flags, run, router) is not None
