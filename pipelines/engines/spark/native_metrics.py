@@ -22,6 +22,7 @@ nearest-rank percentiles).
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -157,8 +158,13 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     for r in stored_rows:
         stored[int(r["stream"]), int(r["q"])] = int(r["count"])
     if results_dir is not None:
+        # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+        # and the results would land there, not in the local staging directory
         (combos.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
-         .write.option("compression", "zstd").parquet(str(results_dir)))
+         .write.option("compression", "zstd").parquet(Path(str(results_dir)).resolve().as_uri()))
+        if not (Path(str(results_dir)) / "_SUCCESS").is_file():
+            raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
+                               f"in the local staging directory (nothing published)")
         _drop_checksums(results_dir)
     try:
         summary, period_ids = _summary(combos, names)
@@ -170,8 +176,6 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
 def _drop_checksums(directory) -> None:
     """Hadoop's local file system leaves a ``.<file>.crc`` beside each file; polars and
     DuckDB read a directory's every file, so on a local ``--out`` they go (O(P) names)."""
-    from pathlib import Path
-
     d = Path(str(directory))
     if d.is_dir():
         for f in d.glob(".*.crc"):
