@@ -58,6 +58,42 @@ def test_native_equals_the_local_engine(spark, tmp_path, n, policy, router, part
     assert (d / "_SUCCESS").exists() and any(p.name.startswith("part-") for p in d.iterdir())
 
 
+def test_native_prefixing_stream_names_and_a_remote_default_fs(spark, tmp_path):
+    """Stream ``o`` prefixes ``o_eu``, stream ``rel``'s column ``us`` spells the facts'
+    ``rel_us``, the payload schemas differ; fs.defaultFS names an unreachable HDFS: the
+    results are written to the local --out (a file:// URI) and equal the local engine's."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(5)
+    payloads = {"o": lambda m: {"val": rng.normal(size=m), "tag": [f"t{i % 5}" for i in range(m)]},
+                "o_eu": lambda m: {"amount": rng.integers(0, 100, m)},
+                "rel": lambda m: {"us": [f"u{i % 3}" for i in range(m)]}}
+    for name, make in payloads.items():
+        ts = np.sort(rng.integers(0, 1_000_000, 150))
+        pl.DataFrame({"ts": ts, "arrival": ts + rng.integers(0, 30_000, 150), "key": rng.integers(0, 3, 150),
+                      **make(150)}).write_parquet(tmp_path / f"{name}.parquet")
+    cfg = tmp_path / "j.toml"
+    cfg.write_text("\n".join(['[run]', 'period = "200ms"'] + [
+        f'[[stream]]\nname = "{s}"\npath = "{s}.parquet"\nts = "ts"\narrival = "arrival"\nunit = "us"\n'
+        f'keys = ["key"]\nwindow = "40ms"' for s in payloads]))
+    policy = {"policy": "kslack", "k": ["10ms"]}
+    local = run(cfg, tmp_path / "local", engine="local", **policy)
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()
+    before = hconf.get("fs.defaultFS")
+    hconf.set("fs.defaultFS", "hdfs://nohost.invalid:9000")
+    try:
+        nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="atr", partitions=2,
+                  spark_conf=[NATIVE], **policy)
+    finally:
+        hconf.set("fs.defaultFS", before)
+    assert nat["routing"]["native"] is True and local["emitted_results"] > 0
+    assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)
+    assert (tmp_path / "nat" / "results.parquet" / "_SUCCESS").exists()
+    cols = pl.read_parquet(tmp_path / "nat" / "results.parquet").columns
+    assert {"o_val", "o_tag", "o_eu_amount", "rel_us"} <= set(cols)
+
+
 def test_native_mode_auto_true_false_and_refusals(tmp_path):
     cfg = write_inputs(tmp_path, 2, seed=3)
 

@@ -106,8 +106,10 @@ def native_path(cfg) -> bool:
     return False
 
 
-def payload_name(stream: str, column: str) -> str:
-    return f"{stream}_{column}"
+def payload_name(k: int, j: int) -> str:
+    """The frame's name of stream ``k``'s ``j``-th payload column: by position, so no
+    stream name prefixing another (``o``, ``o_eu``) nor a fact column (``rel_us``) clashes."""
+    return f"__p{k}_{j}"
 
 
 def frame_from_loaded(spark, streams):
@@ -123,21 +125,23 @@ def frame_from_loaded(spark, streams):
         for c in keys.column_names:
             cols[c] = keys.column(c)
         payload = s.payload.to_arrow()
-        for c in payload.column_names:
+        for j, c in enumerate(payload.column_names):
             col = payload.column(c)
             if pa.types.is_large_string(col.type) or str(col.type) == "string_view":
                 col = col.cast(pa.string())
-            cols[payload_name(s.name, c)] = col
+            cols[payload_name(k, j)] = col
         tables.append(pa.table(cols))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
     return spark.createDataFrame(table)
 
 
-def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, settings: RouteSettings,
+def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
                 period_us: int, results_dir: str | None, row_bytes, series_points: int) -> SummaryOutcome:
     """Replay and join ``df`` (:func:`frame_from_loaded`) on the executors; the
     driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
-    ``aggregated``: the stream facts and the memory numbers ``report.json`` reads)."""
+    ``aggregated``: the stream facts and the memory numbers ``report.json`` reads).
+    ``payloads``: each stream's payload column names in order, from the loaded streams
+    (the frame names them :func:`payload_name`, never re-derived from ``df.columns``)."""
     from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
@@ -151,7 +155,7 @@ def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, setting
         raise InputError(f"{NATIVE_CONF_KEY}: --router {router} runs on the current path (native: none, atr)")
     timings: dict[str, float] = {}
     keycols = [c for c in df.columns if c.startswith("__key")]
-    payload_cols = [[c for c in df.columns if c.startswith(f"{name}_")] for name in names]
+    payload_cols = [[(payload_name(k, j), c) for j, c in enumerate(payloads[k])] for k in range(n)]
     N = int(sum(sizes))
 
     t0 = time.perf_counter()
@@ -182,7 +186,7 @@ def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, setting
     t0 = time.perf_counter()
     cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if policy.family == SORTING else [])
-    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c in p]),
+    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c, _ in p]),
                                          ["stream", "row"])
     combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
                                          plan=plan, P=P if router == "atr" else 1, keycols=keycols,

@@ -73,10 +73,10 @@ def _results_schema(data_schema, names, payload_cols, sizes):
     row_t = IntegerType() if max(sizes, default=0) < 2**31 else LongType()
     by_name = {f.name: f for f in data_schema.fields}
     fields = []
-    for name, cols in zip(names, payload_cols):
+    for name, cols in zip(names, payload_cols):   # (frame column, payload column) pairs
         fields += [StructField(f"{name}_row", row_t), StructField(f"{name}_ts_us", LongType()),
                    StructField(f"{name}_arrival_us", LongType())]
-        fields += [StructField(c, by_name[c].dataType) for c in cols]
+        fields += [StructField(f"{name}_{c}", by_name[f].dataType) for f, c in cols]
     fields += [StructField("emit_us", LongType()), StructField("latency_us", LongType()),
                StructField(EMITTED, BooleanType()), StructField(NEED, LongType()), StructField(PERIOD, LongType())]
     return StructType(fields)
@@ -127,8 +127,8 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
             subs.append(sub)
             d = {c: sub.column(c).to_numpy() for c in fact_cols}
-            d["payload"] = pl.from_arrow(sub.select(payload_cols[k])).rename(
-                {c: c[len(names[k]) + 1:] for c in payload_cols[k]}) if payload_cols[k] else pl.DataFrame()
+            d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
+                dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
             part.append(d)
         if keyed:
             ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
