@@ -19,6 +19,7 @@ from helpers.spark_runs import cli_local_and_spark, run, write_inputs
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.config.settings import Flags, resolve
 from streamjoin.pipelines.engines.spark.native import native_path
+from streamjoin.pipelines.io.output import RESULTS_COMPRESSION
 from streamjoin.pipelines.engines.spark.session import spark_session
 
 NATIVE = "spark.streamjoin.native=true"
@@ -92,6 +93,11 @@ def test_native_prefixing_stream_names_and_a_remote_default_fs(spark, tmp_path):
     assert (tmp_path / "nat" / "results.parquet" / "_SUCCESS").exists()
     cols = pl.read_parquet(tmp_path / "nat" / "results.parquet").columns
     assert {"o_val", "o_tag", "o_eu_amount", "rel_us"} <= set(cols)
+    import pyarrow.parquet as pq   # the project's results codec (io/output.RESULTS_COMPRESSION), not zstd
+
+    part = next(p for p in (tmp_path / "nat" / "results.parquet").iterdir() if p.name.startswith("part-")
+                and pq.ParquetFile(p).metadata.num_row_groups)
+    assert pq.ParquetFile(part).metadata.row_group(0).column(0).compression == RESULTS_COMPRESSION.upper()
 
 
 def test_native_mode_auto_true_false_and_refusals(tmp_path):

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...analysis.summary import ResultSummary, nearest_rank_of_counts
+from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
@@ -161,7 +162,7 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
         # and the results would land there, not in the local staging directory
         (combos.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
-         .write.option("compression", "zstd").parquet(Path(str(results_dir)).resolve().as_uri()))
+         .write.option("compression", RESULTS_COMPRESSION).parquet(Path(str(results_dir)).resolve().as_uri()))
         if not (Path(str(results_dir)) / "_SUCCESS").is_file():
             raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
                                f"in the local staging directory (nothing published)")
