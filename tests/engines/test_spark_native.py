@@ -121,6 +121,18 @@ def test_native_mode_auto_true_false_and_refusals(tmp_path):
         native_path(resolved(master="local[2]", policy="none", router="ctr", spark_conf=[NATIVE]))
     with pytest.raises(InputError, match=r"expected auto, true or false"):
         native_path(resolved(master="local[2]", policy="none", spark_conf=["spark.streamjoin.native=yes"]))
+    # the native path's results are on the executors: an explicit results=driver is refused
+    # with native=true, and auto falls back to the current path
+    driver = "spark.streamjoin.results=driver"
+    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with spark.streamjoin.results=driver"):
+        native_path(resolved(master="local[2]", policy="none", spark_conf=[NATIVE, driver]))
+    assert not native_path(resolved(master="spark://h:7077", policy="none", spark_conf=[driver]))
+    # run_job resolves spark.streamjoin.results on the native path too (before any Spark work)
+    for conf, message in (([NATIVE, driver], r"not with spark.streamjoin.results=driver"),
+                          ([NATIVE, "spark.streamjoin.results=bogus"], r"expected auto, driver or executors")):
+        with pytest.raises(InputError, match=message):
+            run(cfg, tmp_path / "o", engine="spark", master="local[2]", policy="none", spark_conf=conf)
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_native_on_local_cluster_equals_local_engine(tmp_path):

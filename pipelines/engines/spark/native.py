@@ -52,7 +52,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...base.errors import InputError
-from ...config.options import NATIVE_CONF_KEY, same_host
+from ...config.options import NATIVE_CONF_KEY, RESULTS_CONF_KEY, same_host
 from ...policies import SORTING, SYMMETRIC, PolicySpec
 from ...replay.probe_order import order_from_selectivity, sample_rows, two_stream_order
 from ...route import Histogram
@@ -89,6 +89,8 @@ def why_not_native(cfg) -> str | None:
         return "--distance"
     if cfg.flow_control is not None or cfg.capacity is not None:
         return "--flow-control or --capacity"
+    if dict(cfg.spark_conf).get(RESULTS_CONF_KEY, "auto") == "driver":   # the native path's stay on the executors
+        return f"{RESULTS_CONF_KEY}=driver"
     return None
 
 
