@@ -5,8 +5,8 @@ holds summaries (issue 19; ``spark.streamjoin.native``).
 ``static``, ``kslack``, ``mpkslack``) with ``--router none`` or ATR, from a
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
-dtype, and each stream's payload columns named ``<stream>_<column>`` as in
-the results).  :func:`frame_from_loaded` makes that DataFrame from the local
+dtype, and each stream's payload columns named by position,
+:func:`payload_name`; the results name them ``<stream>_<column>``).  :func:`frame_from_loaded` makes that DataFrame from the local
 loader's streams (the only place that touches loaded numpy columns).
 
 What reaches the driver, stage by stage (N tuples, C combinations, P
@@ -33,8 +33,8 @@ partitions, J segments, n streams)::
       (atr.assign in mapInArrow), groupBy(partition).applyInArrow
       runs the kernel (kernels.join_streams) and gives every
       combination its emission, latency, required slack, period     nothing
-    results: df.write.parquet into the staging directory (Spark's
-      file commit protocol: part files + _SUCCESS)                  nothing
+    results: df.write.parquet into the staging directory, a file://
+      URI (Spark's file commit protocol: part files + _SUCCESS)     nothing
     metrics: truth / emitted / duplicates counts, per period counts,
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
