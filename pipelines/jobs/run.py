@@ -197,7 +197,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         from ..engines.spark.native import native_path
 
         native = native_path(cfg)   # spark.streamjoin.native: the data stays on the executors
-        executors = native or results_path(cfg) == "executors"
+        # always resolved: a bad spark.streamjoin.results is refused even on the native path
+        # (whose results are on the executors; native_path refuses it with results=driver)
+        executors = results_path(cfg) == "executors" or native
     if capacity is not None:
         # imported only here and for --flow-control: a plain run never loads the capacity model
         from ..analysis.capacity import capacity_section, queueing_delay_us

@@ -342,7 +342,8 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
             from .native import frame_from_loaded, native_join
 
             out = native_join(spark, frame_from_loaded(spark, streams), names=[s.name for s in streams],
-                              sizes=[s.rows for s in streams], windows=cfg.windows, policy=cfg.policy,
+                              payloads=[s.payload.columns for s in streams], sizes=[s.rows for s in streams],
+                              windows=cfg.windows, policy=cfg.policy,
                               settings=settings, period_us=cfg.period_us, results_dir=results_dir,
                               row_bytes=[s.row_bytes for s in streams], series_points=series_points)
         else:

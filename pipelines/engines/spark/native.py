@@ -5,8 +5,8 @@ holds summaries (issue 19; ``spark.streamjoin.native``).
 ``static``, ``kslack``, ``mpkslack``) with ``--router none`` or ATR, from a
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
-dtype, and each stream's payload columns named ``<stream>_<column>`` as in
-the results).  :func:`frame_from_loaded` makes that DataFrame from the local
+dtype, and each stream's payload columns named by position,
+:func:`payload_name`; the results name them ``<stream>_<column>``).  :func:`frame_from_loaded` makes that DataFrame from the local
 loader's streams (the only place that touches loaded numpy columns).
 
 What reaches the driver, stage by stage (N tuples, C combinations, P
@@ -33,8 +33,8 @@ partitions, J segments, n streams)::
       (atr.assign in mapInArrow), groupBy(partition).applyInArrow
       runs the kernel (kernels.join_streams) and gives every
       combination its emission, latency, required slack, period     nothing
-    results: df.write.parquet into the staging directory (Spark's
-      file commit protocol: part files + _SUCCESS)                  nothing
+    results: df.write.parquet into the staging directory, a file://
+      URI (Spark's file commit protocol: part files + _SUCCESS)     nothing
     metrics: truth / emitted / duplicates counts, per period counts,
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
@@ -52,7 +52,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...base.errors import InputError
-from ...config.options import NATIVE_CONF_KEY, same_host
+from ...config.options import NATIVE_CONF_KEY, RESULTS_CONF_KEY, same_host
 from ...policies import SORTING, SYMMETRIC, PolicySpec
 from ...replay.probe_order import order_from_selectivity, sample_rows, two_stream_order
 from ...route import Histogram
@@ -89,6 +89,8 @@ def why_not_native(cfg) -> str | None:
         return "--distance"
     if cfg.flow_control is not None or cfg.capacity is not None:
         return "--flow-control or --capacity"
+    if dict(cfg.spark_conf).get(RESULTS_CONF_KEY, "auto") == "driver":   # the native path's stay on the executors
+        return f"{RESULTS_CONF_KEY}=driver"
     return None
 
 
@@ -106,8 +108,10 @@ def native_path(cfg) -> bool:
     return False
 
 
-def payload_name(stream: str, column: str) -> str:
-    return f"{stream}_{column}"
+def payload_name(k: int, j: int) -> str:
+    """The frame's name of stream ``k``'s ``j``-th payload column: by position, so no
+    stream name prefixing another (``o``, ``o_eu``) nor a fact column (``rel_us``) clashes."""
+    return f"__p{k}_{j}"
 
 
 def frame_from_loaded(spark, streams):
@@ -123,21 +127,23 @@ def frame_from_loaded(spark, streams):
         for c in keys.column_names:
             cols[c] = keys.column(c)
         payload = s.payload.to_arrow()
-        for c in payload.column_names:
+        for j, c in enumerate(payload.column_names):
             col = payload.column(c)
             if pa.types.is_large_string(col.type) or str(col.type) == "string_view":
                 col = col.cast(pa.string())
-            cols[payload_name(s.name, c)] = col
+            cols[payload_name(k, j)] = col
         tables.append(pa.table(cols))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
     return spark.createDataFrame(table)
 
 
-def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, settings: RouteSettings,
+def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
                 period_us: int, results_dir: str | None, row_bytes, series_points: int) -> SummaryOutcome:
     """Replay and join ``df`` (:func:`frame_from_loaded`) on the executors; the
     driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
-    ``aggregated``: the stream facts and the memory numbers ``report.json`` reads)."""
+    ``aggregated``: the stream facts and the memory numbers ``report.json`` reads).
+    ``payloads``: each stream's payload column names in order, from the loaded streams
+    (the frame names them :func:`payload_name`, never re-derived from ``df.columns``)."""
     from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
@@ -151,7 +157,7 @@ def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, setting
         raise InputError(f"{NATIVE_CONF_KEY}: --router {router} runs on the current path (native: none, atr)")
     timings: dict[str, float] = {}
     keycols = [c for c in df.columns if c.startswith("__key")]
-    payload_cols = [[c for c in df.columns if c.startswith(f"{name}_")] for name in names]
+    payload_cols = [[(payload_name(k, j), c) for j, c in enumerate(payloads[k])] for k in range(n)]
     N = int(sum(sizes))
 
     t0 = time.perf_counter()
@@ -182,7 +188,7 @@ def native_join(spark, df, *, names, sizes, windows, policy: PolicySpec, setting
     t0 = time.perf_counter()
     cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if policy.family == SORTING else [])
-    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c in p]),
+    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c, _ in p]),
                                          ["stream", "row"])
     combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
                                          plan=plan, P=P if router == "atr" else 1, keycols=keycols,

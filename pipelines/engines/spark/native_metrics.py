@@ -22,11 +22,13 @@ nearest-rank percentiles).
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
 from ...analysis.summary import ResultSummary, nearest_rank_of_counts
+from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
@@ -72,10 +74,10 @@ def _results_schema(data_schema, names, payload_cols, sizes):
     row_t = IntegerType() if max(sizes, default=0) < 2**31 else LongType()
     by_name = {f.name: f for f in data_schema.fields}
     fields = []
-    for name, cols in zip(names, payload_cols):
+    for name, cols in zip(names, payload_cols):   # (frame column, payload column) pairs
         fields += [StructField(f"{name}_row", row_t), StructField(f"{name}_ts_us", LongType()),
                    StructField(f"{name}_arrival_us", LongType())]
-        fields += [StructField(c, by_name[c].dataType) for c in cols]
+        fields += [StructField(f"{name}_{c}", by_name[f].dataType) for f, c in cols]
     fields += [StructField("emit_us", LongType()), StructField("latency_us", LongType()),
                StructField(EMITTED, BooleanType()), StructField(NEED, LongType()), StructField(PERIOD, LongType())]
     return StructType(fields)
@@ -126,8 +128,8 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
             subs.append(sub)
             d = {c: sub.column(c).to_numpy() for c in fact_cols}
-            d["payload"] = pl.from_arrow(sub.select(payload_cols[k])).rename(
-                {c: c[len(names[k]) + 1:] for c in payload_cols[k]}) if payload_cols[k] else pl.DataFrame()
+            d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
+                dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
             part.append(d)
         if keyed:
             ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
@@ -157,8 +159,13 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     for r in stored_rows:
         stored[int(r["stream"]), int(r["q"])] = int(r["count"])
     if results_dir is not None:
+        # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+        # and the results would land there, not in the local staging directory
         (combos.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
-         .write.option("compression", "zstd").parquet(str(results_dir)))
+         .write.option("compression", RESULTS_COMPRESSION).parquet(Path(str(results_dir)).resolve().as_uri()))
+        if not (Path(str(results_dir)) / "_SUCCESS").is_file():
+            raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
+                               f"in the local staging directory (nothing published)")
         _drop_checksums(results_dir)
     try:
         summary, period_ids = _summary(combos, names)
@@ -170,8 +177,6 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
 def _drop_checksums(directory) -> None:
     """Hadoop's local file system leaves a ``.<file>.crc`` beside each file; polars and
     DuckDB read a directory's every file, so on a local ``--out`` they go (O(P) names)."""
-    from pathlib import Path
-
     d = Path(str(directory))
     if d.is_dir():
         for f in d.glob(".*.crc"):
