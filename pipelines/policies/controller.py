@@ -349,14 +349,11 @@ class Controller:
 
     def _values_for(self, idx: np.ndarray) -> np.ndarray:
         """``(n, len(idx))`` values in force at indexes ``idx`` (decision at t applies to arrival > t)."""
-        arrival = self.r.arrival[idx]
         initial = self._initial(idx)
         if not self.decision_values:
             return initial
-        which = np.searchsorted(np.asarray(self.decision_times, dtype=np.int64), arrival, side="left") - 1
         table = np.stack(self.decision_values, axis=1)  # (n, decisions): built once, at the end of run()
-        chosen = table[:, np.maximum(which, 0)]
-        return np.where(which >= 0, chosen, initial)
+        return in_force(np.asarray(self.decision_times, dtype=np.int64), table, self.r.arrival[idx], initial)
 
     def _values_in_force(self, idx: np.ndarray) -> np.ndarray:
         """``_values_for`` for indexes arrived since the last decision (what ``_commit``
@@ -685,6 +682,27 @@ class QKSlackController(Controller):
             self.period_w[p] = self.period_w.get(p, 0.0) + tot_w
             self.period_kept[p] = self.period_kept.get(p, 0.0) + tot_w * share
         self.committed = hi
+
+
+def in_force(times: np.ndarray, values: np.ndarray, arrival: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """``(n, len(arrival))`` values in force at ``arrival`` times: those of the last decision
+    made strictly before (a decision at ``t`` applies to arrivals ``> t``), ``initial``
+    (``(n, len(arrival))``) before the first; ``times``: the decision times (sorted),
+    ``values``: their ``(n, D)`` values."""
+    if not len(times):
+        return initial
+    which = np.searchsorted(times, arrival, side="left") - 1
+    chosen = values[:, np.maximum(which, 0)]
+    return np.where(which >= 0, chosen, initial)
+
+
+def decision_table(log: list[dict[str, Any]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The decision times and their ``(n, D)`` values from a :class:`Schedule` log: all
+    :func:`in_force` needs to rebuild ``Schedule.values`` (O(decisions x n) numbers)."""
+    times = np.array([e["time_us"] for e in log], dtype=np.int64)
+    values = (np.array([e["values_us"] for e in log], dtype=np.int64).reshape(len(log), n).T.copy()
+              if log else np.zeros((n, 0), np.int64))
+    return times, values
 
 
 def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None) -> Schedule:

@@ -345,7 +345,8 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
                               payloads=[s.payload.columns for s in streams], sizes=[s.rows for s in streams],
                               windows=cfg.windows, policy=cfg.policy,
                               settings=settings, period_us=cfg.period_us, results_dir=results_dir,
-                              row_bytes=[s.row_bytes for s in streams], series_points=series_points)
+                              row_bytes=[s.row_bytes for s in streams], series_points=series_points,
+                              bad_arrivals=bad_arrivals)
         else:
             out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
                              [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,

@@ -56,6 +56,7 @@ from ...config.options import NATIVE_CONF_KEY, RESULTS_CONF_KEY, same_host
 from ...policies import SORTING, SYMMETRIC, PolicySpec
 from ...replay.probe_order import order_from_selectivity, sample_rows, two_stream_order
 from ...route import Histogram
+from . import native_adaptive
 from .native_metrics import combination_metrics, stream_facts
 from .native_progress import memory_stats, progress_frame
 from .outcome import SummaryOutcome, partition_use, routing_report
@@ -63,7 +64,7 @@ from .plane import PlaneResult
 from .routing import RouteSettings, route_plans_from, segment_for_span
 
 #: the policies whose progress the native path computes as prefix scans
-NATIVE_POLICIES = ("none", "static", "kslack", "mpkslack")
+NATIVE_POLICIES = ("none", "static", "kslack", "mpkslack", "qjoin", "qkslack")
 NATIVE_MODES = ("auto", "true", "false")
 HIST_BUCKETS = 4096     # route.histogram's
 
@@ -138,12 +139,15 @@ def frame_from_loaded(spark, streams):
 
 
 def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
-                period_us: int, results_dir: str | None, row_bytes, series_points: int) -> SummaryOutcome:
+                period_us: int, results_dir: str | None, row_bytes, series_points: int,
+                bad_arrivals=None) -> SummaryOutcome:
     """Replay and join ``df`` (:func:`frame_from_loaded`) on the executors; the
     driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
     ``aggregated``: the stream facts and the memory numbers ``report.json`` reads).
     ``payloads``: each stream's payload column names in order, from the loaded streams
-    (the frame names them :func:`payload_name`, never re-derived from ``df.columns``)."""
+    (the frame names them :func:`payload_name`, never re-derived from ``df.columns``).
+    ``bad_arrivals``: per stream, the quarantined rows' arrival times (``qjoin`` /
+    ``qkslack``: the controller's bad-rows trigger)."""
     from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
@@ -167,8 +171,14 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     # two streams: the probe order is the local engine's, from the join's exact count (below)
     sel = _selectivities(df, n, sizes, W, keycols) if n >= 3 else None
     timings["plan"] = time.perf_counter() - t0
+    schedule = log = policy_settings = None
+    if policy.adaptive:   # qjoin / qkslack: the controller on the driver, its decision table to the scans
+        t0 = time.perf_counter()
+        schedule, log, policy_settings = native_adaptive.decide(df, n=n, sizes=sizes, W=W, policy=policy,
+                                                                bad_arrivals=bad_arrivals, keycols=keycols)
+        timings["controller"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    prog = progress_frame(spark, df, n, W, policy, P)
+    prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule)
     timings["progress"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mem_t, mem_b, series = memory_stats(spark, prog, n, row_bytes, series_points, held_all=policy.family == SYMMETRIC)
@@ -202,8 +212,8 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     else:
         probe = order_from_selectivity(list(sizes), sel)
     timings["collect"] = time.perf_counter() - t0
-    out = SummaryOutcome(replay=None, decisions=SimpleNamespace(family=policy.family, policy_log=None,
-                                                                 policy_settings=None),
+    out = SummaryOutcome(replay=None, decisions=SimpleNamespace(family=policy.family, policy_log=log,
+                                                                 policy_settings=policy_settings),
                          memory=None, summary=summary, period_ids=period_ids, timings_s=timings, probe_order=probe,
                          aggregated={"streams": facts, "memory_tuples": mem_t, "memory_bytes": mem_b,
                                      "memory_series": series, "first": prog.first, "last": prog.last})

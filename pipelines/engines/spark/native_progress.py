@@ -86,10 +86,13 @@ def _per_partition(df, fn, width: int, default) -> list[np.ndarray]:
     return [got.get(p, np.asarray(default, INT)) for p in range(P)]
 
 
-def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress:
+def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
     ``mpkslack``) as a DataFrame on the executors; ``df``: stream, row, ts,
-    arrival (and anything else, ignored here)."""
+    arrival (and anything else, ignored here).  ``schedule``: a recall-target
+    policy's (``qjoin``, ``qkslack``) decision times and values
+    (:func:`~streamjoin.pipelines.replay.partitioned_progress.scheduled`;
+    the hook of :mod:`.native_adaptive`)."""
     import pyarrow as pa
     from pyspark import TaskContext
     from pyspark.sql import functions as F
@@ -108,7 +111,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
     offsets, Mc, N = sp.carries_from(s1, n)
     npart = len(s1)
     Kc = [np.zeros(n, INT)] * npart
-    if policy.name == "mpkslack":
+    if policy.name == "mpkslack" or schedule is not None:   # the adaptive policies start from MP-K-slack's K
         def summ2(t):
             return sp.summary2(chunk(t), n, Mc[TaskContext.get().partitionId()])
         s2 = _per_partition(base, summ2, n, np.zeros(n, INT))
@@ -117,7 +120,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
 
     def summ3(t):
         p = TaskContext.get().partitionId()
-        return sp.summary3(chunk(t), n, policy, Mc[p], Kc[p])
+        return sp.summary3(chunk(t), n, policy, Mc[p], Kc[p], schedule)
     s3 = _per_partition(base, summ3, width, np.full(width, NEG_INF, INT))
     carried = sp.prefix_max(s3, np.full(width, NEG_INF, INT))
     Rc = [int(x[0]) if policy.family == SORTING else NEG_INF for x in carried]
@@ -130,7 +133,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
     def run_facts(it):
         p = TaskContext.get().partitionId()
         c = chunk(_table(it))
-        f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p])
+        f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p], schedule)
         m = len(c["ts"])
         t_in = int(Mc[p].min()) if n else NEG_INF          # T(a - 1) of the partition's first tuple
         T_prev = np.concatenate([[t_in], f["T"][:-1]]).astype(INT) if m else np.empty(0, INT)
@@ -160,6 +163,8 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
         leave = next_change(spark, fdf.filter(~F.col("dropped")).select(lim.alias("value"), "a", "arrival"),
                             fdf.filter(F.col("R") > F.col("R_prev")).select(F.col("R").alias("value"), "a", "arrival"),
                             P, N, last or 0, strict=True)
+    elif schedule is not None:   # qjoin: H_k follows the decisions, not T - d_k
+        leave = _horizon_leave(spark, fdf, n, W, P, N, last or 0)
     else:
         d = np.asarray(policy.retention, dtype=INT).reshape(n)
         lim = lim + F.element_at(F.array(*[F.lit(int(x)) for x in d]), F.col("stream") + 1)
@@ -172,6 +177,32 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
         end = F.greatest(end, F.col("rel"))
     fdf = fdf.withColumn("end", end).localCheckpoint(eager=True)
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P)
+
+
+def _horizon_leave(spark, fdf, n: int, W, P: int, N: int, last_arrival: int):
+    """Symmetric tuples' leaving index under time-varying retentions: stream ``k``'s tuple
+    leaves once ``H_k`` passes ``ts + W_k`` (:func:`next_change` per stream on ``H_k``'s
+    change points, found per partition: each partition's first row counts as one, a
+    superset that finds the same first index)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    out = None
+    for k in range(n):
+        h = f"H{k}"
+
+        def changes(it, h=h):
+            c = _cols(_table(it), ("a", "arrival", h), (INT, INT, INT))
+            v = c[h]
+            keep = np.concatenate([[True], v[1:] != v[:-1]]) if len(v) else np.zeros(0, bool)
+            yield pa.RecordBatch.from_pydict({"value": v[keep], "a": c["a"][keep], "arrival": c["arrival"][keep]})
+
+        ch = fdf.select("a", "arrival", h).mapInArrow(changes, "value bigint, a bigint, arrival bigint")
+        q = fdf.filter(F.col("stream") == k).select((F.col("ts") + F.lit(int(W[k]))).alias("value"), "a", "arrival")
+        # materialised apart: its tasks read their partition id, which a union would renumber
+        got = next_change(spark, q, ch, P, N, last_arrival, strict=True).localCheckpoint(eager=True)
+        out = got if out is None else out.unionByName(got)
+    return out
 
 
 def next_change(spark, queries, changes, P: int, N: int, last_arrival: int, strict: bool):
