@@ -42,9 +42,15 @@ def decide(df, *, n: int, sizes, W, policy, bad_arrivals, keycols) -> tuple[tupl
     """The controller's ``(schedule, log, settings)`` for ``df`` (the native frame):
     ``schedule`` = (decision times, ``(n, D)`` values), what the progress scans apply;
     ``log`` / ``settings``: ``report.json``'s ``policy_decisions`` / ``policy_settings``."""
+    t = df.select("stream", "row", "ts", "arrival", *keycols).toArrow()
+    return decide_from_table(t, n=n, sizes=sizes, W=W, policy=policy, bad_arrivals=bad_arrivals, keycols=keycols)
+
+
+def decide_from_table(t, *, n: int, sizes, W, policy, bad_arrivals, keycols) -> tuple[tuple, list, dict]:
+    """:func:`decide` of the collected Arrow table ``t`` (``stream``, ``row``, ``ts``,
+    ``arrival``, the key columns; any order): the driver's whole share of the work."""
     import polars as pl
 
-    t = df.select("stream", "row", "ts", "arrival", *keycols).toArrow()
     stream = t.column("stream").to_numpy()
     order = np.lexsort([t.column("row").to_numpy(), stream])   # each stream's rows in row order
     t = t.take(order)
