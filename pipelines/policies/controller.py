@@ -78,7 +78,7 @@ import numpy as np
 from ..base.sorting import PACK_LIMIT, gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
 from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
-                            Schedule, candidates, ramp_sums, runs, search, search_product)
+                            Schedule, candidates, in_force, ramp_sums, runs, search, search_product)
 from .triggers import fired, probe_ticks
 
 class Controller:
@@ -682,27 +682,6 @@ class QKSlackController(Controller):
             self.period_w[p] = self.period_w.get(p, 0.0) + tot_w
             self.period_kept[p] = self.period_kept.get(p, 0.0) + tot_w * share
         self.committed = hi
-
-
-def in_force(times: np.ndarray, values: np.ndarray, arrival: np.ndarray, initial: np.ndarray) -> np.ndarray:
-    """``(n, len(arrival))`` values in force at ``arrival`` times: those of the last decision
-    made strictly before (a decision at ``t`` applies to arrivals ``> t``), ``initial``
-    (``(n, len(arrival))``) before the first; ``times``: the decision times (sorted),
-    ``values``: their ``(n, D)`` values."""
-    if not len(times):
-        return initial
-    which = np.searchsorted(times, arrival, side="left") - 1
-    chosen = values[:, np.maximum(which, 0)]
-    return np.where(which >= 0, chosen, initial)
-
-
-def decision_table(log: list[dict[str, Any]], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The decision times and their ``(n, D)`` values from a :class:`Schedule` log: all
-    :func:`in_force` needs to rebuild ``Schedule.values`` (O(decisions x n) numbers)."""
-    times = np.array([e["time_us"] for e in log], dtype=np.int64)
-    values = (np.array([e["values_us"] for e in log], dtype=np.int64).reshape(len(log), n).T.copy()
-              if log else np.zeros((n, 0), np.int64))
-    return times, values
 
 
 def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None) -> Schedule:

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..policies import SORTING, SYMMETRIC, PolicySpec
-from ..policies.controller import in_force
+from ..policies.recall_target import in_force
 from .progress import Decisions, Replay, build_replay, decide, minus, running_max, stream_running_max
 from ..base.timeunits import NEG_INF
 
@@ -111,7 +111,7 @@ def _retention(n, policy: PolicySpec):
 def scheduled(c: dict, delay, n: int, policy: PolicySpec, Kcarry, schedule) -> np.ndarray:
     """``qkslack``'s ``K_i(a)`` / ``qjoin``'s ``d_i(a)`` of a chunk, ``(n, m)``: the values of
     the last decision made before each tuple's arrival (``schedule``: the decision times and
-    their ``(n, D)`` values, :func:`~streamjoin.pipelines.policies.controller.in_force`), before
+    their ``(n, D)`` values, :func:`~streamjoin.pipelines.policies.recall_target.in_force`), before
     the first one MP-K-slack's bound -- per stream (qkslack) or the largest delay of any stream
     (qjoin) -- with ``Kcarry`` the largest delays per stream of the earlier chunks."""
     stream = c["stream"]

@@ -18,8 +18,7 @@ from helpers.spark_runs import assert_same_run, cli_local_and_spark, run, write_
 
 from streamjoin.pipelines.engines.spark.session import spark_session
 from streamjoin.pipelines.policies import PolicySpec
-from streamjoin.pipelines.policies.controller import decision_table
-from streamjoin.pipelines.policies.recall_target import RecallTarget
+from streamjoin.pipelines.policies.recall_target import RecallTarget, decision_table
 from streamjoin.pipelines.replay.partitioned_progress import progress_chunks
 from streamjoin.pipelines.replay.progress import build_replay, decide
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...policies import adaptive_schedule
-from ...policies.controller import decision_table
+from ...policies.recall_target import decision_table
 from ...replay.candidates import key_ids
 from ...replay.progress import build_replay
 
