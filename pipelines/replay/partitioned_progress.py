@@ -48,8 +48,13 @@ Worked example (two partitions, ``none`` policy, two streams)::
     query ts 12 of a=1 -> next change point with R >= 12 is a = 2 -> rel 2
 
 The recall-target policies (``qjoin``, ``qkslack``) decide with an online
-controller that walks the whole replay; their progress is computed on the
-driver (:func:`driver_facts`) and distributed afterwards (documented in
+controller that walks the whole replay.  The current Spark path computes
+their progress on the driver (:func:`driver_facts`); the native path runs
+the controller once and hands the scans its decision table (``schedule``:
+each decision's time and per-stream values): :func:`scheduled` gives every
+tuple the values in force at its arrival -- MP-K-slack's bound before the
+first decision, carried in through ``summary2`` like ``mpkslack``'s -- and
+stages 3 and 4 use them in place of a fixed ``K`` / ``d`` (documented in
 ``docs/semantics.md``).
 
 The chunk functions below are pure numpy so that the same code runs inside

@@ -2,7 +2,8 @@
 holds summaries (issue 19; ``spark.streamjoin.native``).
 
 :func:`native_join` runs one replay and join of a fixed policy (``none``,
-``static``, ``kslack``, ``mpkslack``) with ``--router none`` or ATR, from a
+``static``, ``kslack``, ``mpkslack``) or a recall-target one (``qjoin``,
+``qkslack``: :mod:`.native_adaptive`) with ``--router none`` or ATR, from a
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
 dtype, and each stream's payload columns named by position,
@@ -10,8 +11,16 @@ dtype, and each stream's payload columns named by position,
 loader's streams (the only place that touches loaded numpy columns).
 
 What reaches the driver, stage by stage (N tuples, C combinations, P
-partitions, J segments, n streams)::
+partitions, J segments, n streams, D controller decisions)::
 
+    controller (qjoin / qkslack only; native_adaptive.decide): every
+      tuple's stream, row, ts, arrival and key columns collected, the
+      local engine's controller run on them (exact decisions need the
+      tuples of each decision's history window, not summaries: see
+      native_adaptive); freed before the scans, ~380 B per tuple at
+      its peak (docs/performance.md)                            O(N) while it runs
+      -> the decision table (times, per-stream values) back into the
+      progress scans                                            O(D x n)
     progress (native_progress.progress_frame): per partition rows and
       largest ts per stream, MP-K-slack's largest delay, the largest
       release / horizon candidate                                   O(P x n)
@@ -39,9 +48,9 @@ partitions, J segments, n streams)::
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
 
-Refused here (one line, the current path runs them): the adaptive policies
-and the engine emulations, ``--router ctr``, ``--where``, ``--distance``,
-``--flow-control``, ``--capacity``.
+Refused here (one line, the current path runs them): the engine emulations,
+``--router ctr``, ``--where``, ``--distance``, ``--flow-control``,
+``--capacity``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ columns of a DataFrame that stays on the executors.
 each query value ``v`` at arrival index ``a_x``, the first arrival index at
 which a never-decreasing sequence ``G`` reaches ``v`` (``>= v``: a release,
 ``G = R``) or passes it (``> v``: the end of a tuple's stay in memory,
-``G = R`` or ``G = T``).  ``G``'s change points ``(G(a), a)`` and the queries
+``G = R`` or ``G = T``; ``qjoin``'s time-varying retentions: ``G = H_k``
+per stream, :func:`_horizon_leave`).  ``G``'s change points ``(G(a), a)`` and the queries
 are sorted together by value on Spark; each query takes the next change point
 after it, from its own partition or carried in from a later one
 (:func:`~streamjoin.pipelines.replay.partitioned_progress.release_fill`):
