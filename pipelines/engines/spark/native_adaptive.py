@@ -13,7 +13,8 @@ drops, horizons, expiries, memory, the join and every metric follow on the execu
 exactly as for a fixed policy.
 
 What the controller reads is NOT a per-period summary, and cannot be one while its
-decisions stay exactly the local engine's (docs/semantics.md, "The native Spark path"):
+decisions stay exactly the local engine's (docs/semantics.md, "``qjoin`` and ``qkslack``
+on the native path"):
 each decision at time ``t`` reads, per tuple of its history window (the latest period,
 widened back to ``10 / (1 - Q)`` tuples), that tuple's partner density counted over the
 partners arrived by ``t`` (so a tuple's weight changes from decision to decision), its
@@ -21,11 +22,14 @@ ramp breakpoints (qjoin) or delay (qkslack); the candidates are quantiles of tho
 per-tuple points (``method="higher"``), the estimates float sums in arrival order, and
 the rest-of-period goal feeds back the effective horizons the earlier decisions put in
 force.  So the driver holds, while deciding, the columns the controller reads: every
-tuple's ``stream``, ``ts``, ``arrival`` (and key id, keyed joins) -- 20 (28) bytes a
-tuple collected, plus the controller's own arrays (the replay's ``M``, ``T``, delays,
-counter ranges) -- O(N), freed before the progress scans; only the table, the log and
-the settings stay.  The quarantined rows' arrival times (``bad_arrivals``) come from
-the loader.
+tuple's ``stream``, ``row``, ``ts``, ``arrival`` (and key columns, keyed joins) -- 28
+bytes a tuple collected (36 with one key column) -- plus the controller's own arrays
+(the replay's ``M``, ``T``, delays, counter ranges; ~340 bytes a tuple at their peak,
+``benchmarks/native_adaptive_driver.py``): O(N), freed before the progress scans; only
+the table, the log and the settings stay.  The smallest exact state would be a sliding
+window -- the tuples one decision reads (1.7 % of 1M in the benchmark) and their partner
+counters -- which the controller, written over whole replay arrays, does not offer yet.
+The quarantined rows' arrival times (``bad_arrivals``) come from the loader.
 """
 
 from __future__ import annotations
