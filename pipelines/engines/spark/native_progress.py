@@ -89,9 +89,10 @@ def _per_partition(df, fn, width: int, default) -> list[np.ndarray]:
 
 def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
-    ``mpkslack``) as a DataFrame on the executors; ``df``: stream, row, ts,
-    arrival (and anything else, ignored here).  ``schedule``: a recall-target
-    policy's (``qjoin``, ``qkslack``) decision times and values
+    ``mpkslack``) or, given its ``schedule``, a recall-target one, as a DataFrame
+    on the executors; ``df``: stream, row, ts, arrival (and anything else,
+    ignored here).  ``schedule``: a recall-target policy's (``qjoin``,
+    ``qkslack``) decision times and values
     (:func:`~streamjoin.pipelines.replay.partitioned_progress.scheduled`;
     the hook of :mod:`.native_adaptive`)."""
     import pyarrow as pa
