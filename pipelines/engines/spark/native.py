@@ -2,7 +2,8 @@
 holds summaries (issue 19; ``spark.streamjoin.native``).
 
 :func:`native_join` runs one replay and join of a fixed policy (``none``,
-``static``, ``kslack``, ``mpkslack``) with ``--router none`` or ATR, from a
+``static``, ``kslack``, ``mpkslack``) with ``--router none``, ATR, CTR or
+``auto`` (the smaller predicted overhead), from a
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
 dtype, and each stream's payload columns named by position,
@@ -28,11 +29,17 @@ partitions, J segments, n streams)::
       executors (two streams: the local engine's order from the join's
       exact count, after the join)                                  O(n^2 x 4096)
     routing: the per-stream event-time histogram (4096 buckets) ->
-      ATR plan on the driver                                        O(n x 4096 + J)
-    join: tuples replicated to their partitions on the executors
-      (atr.assign in mapInArrow), groupBy(partition).applyInArrow
-      runs the kernel (kernels.join_streams) and gives every
-      combination its emission, latency, required slack, period     nothing
+      ATR / CTR plan on the driver (routing.route_plans_from)       O(n x 4096 + J)
+    join, ATR / none: tuples replicated to their partitions on the
+      executors (atr.assign in mapInArrow), groupBy(partition)
+      .applyInArrow runs the kernel (kernels.join_streams) and gives
+      every combination its emission, latency, required slack, period;
+      tuples per partition and stream, each task's counts and time  O(P x n)
+    join, CTR (.native_route): hop 1 a mapInArrow to each tuple's
+      storage host and set cover, then one groupBy(partition)
+      .applyInArrow shuffle per hop joining the tuples stored there;
+      tuples stored per partition and stream, copies shipped, each
+      task's counts and time per hop                                O(P x n)
     results: df.write.parquet into the staging directory, a file://
       URI (Spark's file commit protocol: part files + _SUCCESS)     nothing
     metrics: truth / emitted / duplicates counts, per period counts,
@@ -40,7 +47,7 @@ partitions, J segments, n streams)::
       partition and stream                                          O(periods + distinct values + P x n)
 
 Refused here (one line, the current path runs them): the adaptive policies
-and the engine emulations, ``--router ctr``, ``--where``, ``--distance``,
+and the engine emulations, ``--where``, ``--distance``,
 ``--flow-control``, ``--capacity``.
 """
 

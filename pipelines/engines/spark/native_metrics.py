@@ -13,7 +13,11 @@ by Spark's own writer (``results.parquet/``: part files and ``_SUCCESS``);
 ``report.json``'s numbers are aggregations of the rows -- counts, per period
 counts, value counts of the latencies and the required slacks, duplicates --
 the same :class:`~streamjoin.pipelines.analysis.summary.ResultSummary` the
-executors' results path merges.
+executors' results path merges.  With a CTR plan the combinations come from
+:mod:`.native_route` (hops as successive shuffles) in the same rows.  Every
+join task adds one statistics row (:data:`STAT_COLS`: its partition, tuples
+in, candidates, combinations, intermediate results received, kernel time),
+merged on the driver by :func:`merge_stats` (O(P)).
 
 :func:`stream_facts` is :func:`~streamjoin.pipelines.analysis.metrics.stream_facts`
 from aggregations of the facts frame (the delays as value counts: exact
