@@ -15,9 +15,10 @@ counts, value counts of the latencies and the required slacks, duplicates --
 the same :class:`~streamjoin.pipelines.analysis.summary.ResultSummary` the
 executors' results path merges.  With a CTR plan the combinations come from
 :mod:`.native_route` (hops as successive shuffles) in the same rows.  Every
-join task adds one statistics row (:data:`STAT_COLS`: its partition, tuples
-in, candidates, combinations, intermediate results received, kernel time),
-merged on the driver by :func:`merge_stats` (O(P)).
+join task adds one statistics row (:data:`~.native_route.STAT_COLS`: its
+partition, tuples in, candidates, combinations, intermediate results
+received, kernel time), merged on the driver by
+:func:`~.native_route.merge_stats` (O(P)).
 
 :func:`stream_facts` is :func:`~streamjoin.pipelines.analysis.metrics.stream_facts`
 from aggregations of the facts frame (the delays as value counts: exact
@@ -38,13 +39,10 @@ from ...replay.candidates import key_ids
 from ...replay.results import frame_at
 from ...route import atr as atr_mod
 from .kernels import join_streams
+from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
-#: the join tasks' statistics: one extra row per task (per hop for CTR) whose results
-#: columns are null and whose ``STAT_Q`` is its partition; the results rows have it null
-STAT_Q = "__stat_q"
-STAT_COLS = (STAT_Q, "__n_in", "__n_cand", "__n_out", "__n_inter_in", "__t_us")
 
 
 def stream_facts(facts, n: int, names, sizes, family: str) -> list[dict]:
@@ -92,47 +90,6 @@ def _results_schema(data_schema, names, payload_cols, sizes):
     return StructType(fields)
 
 
-def stat_fields():
-    """The Spark fields of :data:`STAT_COLS`."""
-    from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField
-
-    return [StructField(STAT_Q, IntegerType())] + [StructField(c, LongType()) for c in STAT_COLS[1:-1]] \
-        + [StructField(STAT_COLS[-1], DoubleType())]
-
-
-def with_stat_rows(rows, stats: list[dict], schema):
-    """The arrow table ``rows`` (results columns) with null :data:`STAT_COLS`, and one
-    row per entry of ``stats`` (``q``, ``n_in``, ``n_cand``, ``n_out``, ``n_inter_in``,
-    ``t_us``) whose other columns are null (``schema``: the output's arrow schema)."""
-    import pyarrow as pa
-
-    m = rows.num_rows
-    for c in STAT_COLS:
-        rows = rows.append_column(c, pa.nulls(m, schema.field(c).type))
-    extra = {c: pa.nulls(len(stats), f.type) for c, f in zip(schema.names, schema)}
-    for c in STAT_COLS:
-        key = "q" if c == STAT_Q else c[2:]
-        extra[c] = pa.array([s.get(key, 0) for s in stats], schema.field(c).type)
-    return pa.concat_tables([rows.select(schema.names).cast(schema), pa.table(extra, schema=schema)])
-
-
-def merge_stats(stat_rows, P: int) -> dict[int, dict]:
-    """Per partition (every one of ``P``): the tasks' ``n_in``, ``n_cand``, ``n_out``,
-    ``t_us`` summed, and ``n_inter_in`` where some arrived (the current path's
-    :class:`~.plane.PlaneResult` statistics)."""
-    stats = {p: {"n_in": 0, "n_cand": 0, "n_out": 0, "t_us": 0.0} for p in range(max(P, 1))}
-    for r in stat_rows:
-        s = stats.setdefault(int(r[STAT_Q]), {"n_in": 0, "n_cand": 0, "n_out": 0, "t_us": 0.0})
-        for c in STAT_COLS[1:]:
-            v = r[c]
-            if c == "__n_inter_in":
-                if v:
-                    s["n_inter_in"] = s.get("n_inter_in", 0) + int(v)
-            elif v is not None:
-                s[c[2:]] += float(v) if c == "__t_us" else int(v)
-    return stats
-
-
 def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, keycols, payload_cols, first,
                         period_us, results_dir):
     """Join ``data`` (facts + keys + payload per tuple) on the executors; write the
@@ -175,8 +132,6 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
 
     shipped = {}
     if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
-        from .native_route import ctr_combinations
-
         combos, stored, shipped = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
                                                    payload_cols=payload_cols, fact_cols=fact_cols,
                                                    rows_of=rows_of, rschema=rschema)

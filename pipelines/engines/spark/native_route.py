@@ -28,7 +28,9 @@ combination is produced exactly once (theorem C), as on the current path
 tuples it received (hop 1), its extensions (``n_cand``), complete
 combinations (``n_out``, last hop), intermediate results received from other
 partitions (``n_inter_in``) and its kernel time -- the routing report's
-per-partition numbers, O(P x hops) rows to the driver.
+per-partition numbers, O(P x hops) rows to the driver.  Those statistics
+rows (:data:`STAT_COLS`, :func:`with_stat_rows`, :func:`merge_stats`) are
+the ATR / ``none`` tasks' too (:mod:`.native_metrics`).
 """
 
 from __future__ import annotations
@@ -40,10 +42,55 @@ import numpy as np
 from ...policies import SYMMETRIC
 from ...replay.candidates import key_ids
 from .kernels import INT, distinct_small, emitted_partials, extend_with
-from .native_metrics import STAT_COLS, STAT_Q, stat_fields, with_stat_rows
 
 ROLE, Q, SRC, PS = "__role", "q", "__src", "__ps"
 PARTIAL, STORED, STAT = 0, 1, 2
+
+#: the join tasks' statistics: one extra row per task (per hop for CTR) whose results
+#: columns are null and whose ``STAT_Q`` is its partition; the results rows have it null
+STAT_Q = "__stat_q"
+STAT_COLS = (STAT_Q, "__n_in", "__n_cand", "__n_out", "__n_inter_in", "__t_us")
+
+
+def stat_fields():
+    """The Spark fields of :data:`STAT_COLS`."""
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField
+
+    return [StructField(STAT_Q, IntegerType())] + [StructField(c, LongType()) for c in STAT_COLS[1:-1]] \
+        + [StructField(STAT_COLS[-1], DoubleType())]
+
+
+def with_stat_rows(rows, stats: list[dict], schema):
+    """The arrow table ``rows`` (results columns) with null :data:`STAT_COLS`, and one
+    row per entry of ``stats`` (``q``, ``n_in``, ``n_cand``, ``n_out``, ``n_inter_in``,
+    ``t_us``) whose other columns are null (``schema``: the output's arrow schema)."""
+    import pyarrow as pa
+
+    m = rows.num_rows
+    for c in STAT_COLS:
+        rows = rows.append_column(c, pa.nulls(m, schema.field(c).type))
+    extra = {c: pa.nulls(len(stats), f.type) for c, f in zip(schema.names, schema)}
+    for c in STAT_COLS:
+        key = "q" if c == STAT_Q else c[2:]
+        extra[c] = pa.array([s.get(key, 0) for s in stats], schema.field(c).type)
+    return pa.concat_tables([rows.select(schema.names).cast(schema), pa.table(extra, schema=schema)])
+
+
+def merge_stats(stat_rows, P: int) -> dict[int, dict]:
+    """Per partition (every one of ``P``): the tasks' ``n_in``, ``n_cand``, ``n_out``,
+    ``t_us`` summed, and ``n_inter_in`` where some arrived (the current path's
+    :class:`~.plane.PlaneResult` statistics)."""
+    stats = {p: {"n_in": 0, "n_cand": 0, "n_out": 0, "t_us": 0.0} for p in range(max(P, 1))}
+    for r in stat_rows:
+        s = stats.setdefault(int(r[STAT_Q]), {"n_in": 0, "n_cand": 0, "n_out": 0, "t_us": 0.0})
+        for c in STAT_COLS[1:]:
+            v = r[c]
+            if c == "__n_inter_in":
+                if v:
+                    s["n_inter_in"] = s.get("n_inter_in", 0) + int(v)
+            elif v is not None:
+                s[c[2:]] += float(v) if c == "__t_us" else int(v)
+    return stats
 
 
 def member(k: int, c: str) -> str:
