@@ -87,3 +87,25 @@ def test_cli_native_ctr_on_local_cluster_equals_local_engine(tmp_path):
     assert rb["routing"]["native"] is True and rb["routing"]["router"] == "ctr"
     assert rb["routing"]["shipped_intermediate"] > 0
     assert_same(tmp_path / "local", tmp_path / "nat", ra, rb, bytes_mean_exact=False)
+
+
+def test_hop_copies_are_the_plans_destinations():
+    """``native_route.copies`` (one dest() lookup per segment, exploded on columns) gives
+    each tuple exactly the hop-1 hosts of ``route.ctr.probe_copies`` (per tuple, per
+    segment), for three streams over four partitions."""
+    import numpy as np
+
+    from streamjoin.pipelines.engines.spark.native_route import copies
+    from streamjoin.pipelines.route import ctr, histogram
+
+    rng = np.random.default_rng(8)
+    ts = [np.sort(rng.integers(0, 1_000_000, m)) for m in (400, 250, 300)]
+    plan = ctr.plan(histogram(ts), [30_000, 50_000, 20_000], 40_000, 4, [2, 0, 1])
+    stream = np.concatenate([np.full(len(t), k) for k, t in enumerate(ts)])
+    row = np.concatenate([np.arange(len(t)) for t in ts])
+    allts = np.concatenate(ts)
+    slot = plan.slot(allts)
+    idx, dest = copies(plan, 1, stream, slot, plan.host[stream, slot])
+    got = sorted(zip(stream[idx].tolist(), row[idx].tolist(), dest.tolist()))
+    want = sorted((k, int(i), int(d)) for k, t in enumerate(ts) for i, d in zip(*ctr.probe_copies(plan, k, t)))
+    assert got == want and len(got) > len(allts)   # some tuples probe on more than one host
