@@ -59,13 +59,18 @@ def _toml(tmp_path: Path, policy: str, window: str, run: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("env", [None, "spark", "local"])
-@pytest.mark.parametrize("choice", list(CHOICES))
-def test_the_five_features_agree_on_who_chose_spark(tmp_path, monkeypatch, env, choice):
+def _set_env(monkeypatch, env: str | None) -> None:
+    """``$STREAMJOIN_ENGINE`` set to ``env``, or unset (the built-in default, Spark)."""
     if env is None:
         monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)
     else:
         monkeypatch.setenv("STREAMJOIN_ENGINE", env)
+
+
+@pytest.mark.parametrize("env", [None, "spark", "local"])
+@pytest.mark.parametrize("choice", list(CHOICES))
+def test_the_five_features_agree_on_who_chose_spark(tmp_path, monkeypatch, env, choice):
+    _set_env(monkeypatch, env)
     flags, run = CHOICES[choice]
     # the env var is a default, not a choice: a router or a Spark setting chooses Spark over
     # env=local exactly as over the built-in default (it used to run locally, the setting ignored)
@@ -105,10 +110,7 @@ PLAIN = {k: v for k, v in CHOICES.items() if k not in ("--router atr", "[run] ro
 @pytest.mark.parametrize("env", [None, "spark", "local"])
 @pytest.mark.parametrize("choice", list(PLAIN))
 def test_a_spark_setting_means_spark_whatever_the_environment_default(tmp_path, monkeypatch, env, choice):
-    if env is None:
-        monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)
-    else:
-        monkeypatch.setenv("STREAMJOIN_ENGINE", env)
+    _set_env(monkeypatch, env)
     flags, run = PLAIN[choice]
     cfg = resolve(_toml(tmp_path, "none", "1s", run), Flags(out=str(tmp_path / "o"), **flags))
     expected = "local" if choice == "nothing" and env == "local" else "spark"
@@ -133,10 +135,7 @@ def test_a_router_over_the_local_environment_default_runs_on_spark(tmp_path, mon
 @pytest.mark.parametrize("env", [None, "spark", "local"])
 @pytest.mark.parametrize("how", ["flag", "config"])
 def test_an_explicit_engine_beats_the_environment_and_the_default(tmp_path, monkeypatch, env, how):
-    if env is None:
-        monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)
-    else:
-        monkeypatch.setenv("STREAMJOIN_ENGINE", env)
+    _set_env(monkeypatch, env)
     for engine in ("local", "spark"):
         flags, run = ({"engine": engine}, "") if how == "flag" else ({}, f'engine = "{engine}"')
         cfg = resolve(_toml(tmp_path, "none", "1s", run), Flags(out=str(tmp_path / f"o-{engine}"), **flags))
