@@ -20,9 +20,9 @@ such a run crashed after the whole join or dropped a column silently.
 streamjoin's working columns while loading (times, keys, reasons) live in
 frames of their own, never among the user's columns, so no other name is
 reserved (spark-ss's ``batch`` results column has no ``_``, so no
-``<stream>_<column>`` meets it).  The same check runs for every engine and path, from the schemas:
-``io.load.load_all`` (in memory, local and Spark alike), ``io.chunks.survey``
-(bounded memory) and the nightly partitions.
+``<stream>_<column>`` meets it).  The same check runs for every engine and
+path, from the schemas: ``io.load.load_all`` (in memory, local and Spark
+alike), ``io.chunks.survey`` (bounded memory) and the nightly partitions.
 """
 
 from __future__ import annotations
