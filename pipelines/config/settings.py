@@ -33,7 +33,7 @@ from typing import Any
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
-from .choice import spark_choice
+from .choice import engine_of, spark_choice
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
 from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_duration,
@@ -552,7 +552,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
-    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
+    engine = engine_of(flags, run, router, os.environ.get(ENGINE_ENV), DEFAULT_ENGINE)   # config/choice.py
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     chosen = spark_choice(flags, run, router)   # None: the default engine gives way (config/choice.py)
