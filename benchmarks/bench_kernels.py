@@ -91,15 +91,19 @@ def main() -> None:
     med = statistics.median
     print(f"kernels: {how}; {len(combos):,} combinations, {replay.N:,} arrivals; {args.runs} rounds after a warm-up, "
           f"load average {os.getloadavg()[0]:.1f} at the end")
-    hdr = f"{'part':<11} {'path':<7} {'wall s':>7} {'spread':>13} {'CPU s':>6} {'spread':>13}"
-    print(hdr)
-    print("-" * len(hdr))
+    head(f"{'part':<11} {'path':<7} {'wall s':>7} {'spread':>13} {'CPU s':>6} {'spread':>13}")
     for name in parts:
         for side in ("numpy", "kernel"):
             w = [x[0] for x in got[(name, side)]]
             c = [x[1] for x in got[(name, side)]]
             print(f"{name:<11} {side:<7} {med(w):>7.3f} {min(w):>6.3f}..{max(w):<6.3f} {med(c):>6.3f} "
                   f"{min(c):>6.3f}..{max(c):<6.3f}")
+
+
+def head(hdr: str) -> None:
+    """A table's header line and its rule."""
+    print(hdr)
+    print("-" * len(hdr))
 
 
 KERNELS = ((kernels._band_fill, kernels.BAND_SIGNATURE), (kernels._key_order, kernels.KEY_ORDER_SIGNATURE),
@@ -171,9 +175,7 @@ def gil_ab(config: Path, runs: int) -> None:
     med = statistics.median
     print(f"engine join (static 50ms), {first['key'][0]:,} combinations, {first['key'][1]:,} emitted; {runs} rounds "
           f"after a warm-up, load average {os.getloadavg()[0]:.1f} at the end")
-    hdr = f"{'kernels':<13} {'wall s':>7} {'spread':>13} {'CPU s':>6} {'candidates s':>12} {'progress s':>10}  walls"
-    print(hdr)
-    print("-" * len(hdr))
+    head(f"{'kernels':<13} {'wall s':>7} {'spread':>13} {'CPU s':>6} {'candidates s':>12} {'progress s':>10}  walls")
     for side, rs in got.items():
         w = [r[0] for r in rs]
         print(f"{side:<13} {med(w):>7.3f} {min(w):>6.3f}..{max(w):<6.3f} {med([r[1] for r in rs]):>6.3f} "
