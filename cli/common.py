@@ -1,7 +1,5 @@
 """What every ``streamjoin`` command shares: the input options, the command line a
-report records (:func:`command_line`), how a command fails (:func:`outcome_of`) and
-how option values skip typer's pydantic coercion where it changes nothing
-(:class:`PlainValues`).
+report records (:func:`command_line`) and how a command fails (:func:`outcome_of`).
 
 ``cli/main.py`` (run, tune-buffer, ...) and ``cli/compare.py`` both import from
 here, so neither imports the other."""
