@@ -6,10 +6,8 @@ here, so neither imports the other."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -88,68 +86,3 @@ def reporting():
     guard = install_interrupt_guard()
     guard.hold()
     return guard
-
-
-class PlainValues:
-    """typer's coercion of one option, skipped where it returns the value unchanged.
-
-    typer (0.2x) coerces every option through a pydantic ``TypeAdapter``, built
-    for each option of the command -- absent ones too -- and imports pydantic
-    for the first (~0.07 s of CPU, a sixth of a small run's start-up;
-    docs/performance.md, issue 21 fourth pass).  Here an absent value is what
-    typer makes of it (``None``, or ``()`` for a repeatable option), a string
-    for a ``str`` option and strings for a ``list[str]`` one are kept as they
-    are (typer's ``str(value)``), and a path for a plain ``Path`` argument is
-    ``Path(value)`` with typer's readable check; anything else -- numbers, a
-    path with checks, a custom parser -- goes to typer's own coercion, built
-    when first needed.  ``tests/cli/test_plain_values.py`` compares the two.
-    """
-
-    def __init__(self, param) -> None:
-        d = param.type_descriptor
-        info = d.parameter_info
-        self.kind = None
-        if d.file_annotation is None and getattr(info, "parser", None) is None:
-            if d.annotation is str:
-                self.kind = "str"
-            elif d.annotation == list[str]:
-                self.kind = "strs"
-            elif d.annotation is Path and _plain_path(info):
-                self.kind = "path"
-        self.real = None
-
-    @staticmethod
-    def install(param) -> None:
-        """Put one on ``param`` where typer has this hook and has built nothing yet
-        (another typer: nothing changes)."""
-        if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
-            param._runtime_param = PlainValues(param)
-
-    def coerce(self, value, param, ctx):
-        multi = param.multiple or param.nargs == -1
-        if value is None:
-            return () if multi else None
-        if self.kind == "str" and not multi and type(value) is str:
-            return value
-        if self.kind == "strs" and multi and isinstance(value, (list, tuple)) and all(type(v) is str for v in value):
-            return list(value)
-        if self.kind == "path" and not multi and type(value) is str and value and "\0" not in value:
-            path = Path(value)
-            try:
-                os.stat(path)
-            except OSError:
-                return path
-            if os.access(path, os.R_OK):
-                return path
-        if self.real is None:
-            from typer._coercion import build_runtime_param
-
-            self.real = build_runtime_param(param.type_descriptor)
-        return self.real.coerce(value, param=param, ctx=ctx)
-
-
-def _plain_path(info) -> bool:
-    """A ``Path`` option without typer's checks beyond "readable if it exists"."""
-    return (not info.exists and info.file_okay and info.dir_okay and not info.writable and info.readable
-            and not info.resolve_path and not info.allow_dash and info.path_type is None
-            and not getattr(info, "executable", False))

@@ -51,8 +51,8 @@ from typer.core import TyperCommand, TyperGroup
 
 from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 
-from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, PlainValues, RunWindowOpt,
-                     StreamOpt, TsOpt, UnitOpt, WhereOpt, WindowOpt)
+from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, RunWindowOpt, StreamOpt,
+                     TsOpt, UnitOpt, WhereOpt, WindowOpt)
 from .common import fail as _fail
 from .common import command_line
 from .common import outcome_of as _outcome_of
@@ -77,7 +77,6 @@ class _FlagsReadAsFlags:
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""  # the type column stays empty: nothing to type after a flag
-            PlainValues.install(param)   # no pydantic where typer's coercion changes nothing
         return params
 
     def parse_args(self, ctx, args):
