@@ -120,6 +120,9 @@ RESULTS_CONF_KEY = "spark.streamjoin.results"
 RESULTS_MODES = ("auto", "driver", "executors")
 #: the Spark conf that chooses the native path (engines/spark/native.py): auto | true | false
 NATIVE_CONF_KEY = "spark.streamjoin.native"
+#: the Spark conf that ships the package to the executors (engines/spark/ship.py): auto | true | false
+SHIP_CONF_KEY = "spark.streamjoin.ship"
+SHIP_MODES = ("auto", "true", "false")
 
 
 def same_host(master: str) -> bool:

@@ -36,7 +36,7 @@ from .flow_control import FlowControl
 from .choice import spark_choice
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
-from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_duration,
+from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, SHIP_CONF_KEY, SHIP_MODES, results_mode, same_host, DistanceSpec, check_duration,
                       check_target, check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.jit import KERNEL_MODES, KERNELS_ENV
 from ..base.sorting import SORT_ENV, SORTS
@@ -679,6 +679,9 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
             raise InputError(f"--spark-conf {key}=files needs a local master (executors on the driver's host), "
                              f"not --master {out['master']}; use auto or inline")
     results_mode(out.get("master", "local[*]"), out["spark_conf"])  # a bad spark.streamjoin.results fails here
+    ship_wanted = dict(out["spark_conf"]).get(SHIP_CONF_KEY, "auto")
+    if ship_wanted not in SHIP_MODES:   # engines/spark/ship.py
+        raise InputError(f"--spark-conf {SHIP_CONF_KEY}={ship_wanted}: expected auto, true or false")
     seg = flags.segment or run.get("segment")
     if seg is not None:
         out["segment_us"] = check_duration(seg, "segment")
