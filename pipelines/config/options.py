@@ -156,6 +156,21 @@ def out_target(text: str) -> Path | OutURI:
     return OutURI(text) if _URI.match(text) else Path(text)
 
 
+def check_uri_out(out, engine: str, command: str) -> None:
+    """A URI ``--out`` is written by ``run --engine spark`` only (one line otherwise)."""
+    if is_uri(out) and (engine != "spark" or command != "run"):
+        raise InputError(f"--out {out}: a Hadoop file system URI is written by `run --engine spark` only "
+                         f"(this is {command} on the {engine} engine); give a local directory")
+
+
+def ship_mode(conf: Sequence[tuple[str, str]]) -> str:
+    """``spark.streamjoin.ship`` in ``conf`` (engines/spark/ship.py), checked: auto, true or false."""
+    mode = dict(conf).get(SHIP_CONF_KEY, "auto")
+    if mode not in SHIP_MODES:
+        raise InputError(f"--spark-conf {SHIP_CONF_KEY}={mode}: expected auto, true or false")
+    return mode
+
+
 def same_host(master: str) -> bool:
     """Whether every executor of ``master`` runs on the driver's machine
     (``local``, ``local[n]``, ``local-cluster[...]``)."""

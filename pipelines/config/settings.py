@@ -36,7 +36,7 @@ from .flow_control import FlowControl
 from .choice import spark_choice
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
-from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, SHIP_CONF_KEY, SHIP_MODES, is_uri, out_target, results_mode, same_host, DistanceSpec, check_duration,
+from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, check_uri_out, is_uri, out_target, results_mode, same_host, ship_mode, DistanceSpec, check_duration,
                       check_target, check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.jit import KERNEL_MODES, KERNELS_ENV
 from ..base.sorting import SORT_ENV, SORTS
@@ -613,10 +613,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
                                         spark_chosen=chosen is not None)
     engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow,
                                   router)
-    if is_uri(out) and (engine != "spark" or output_kind != "run" or not check_out):
-        raise InputError(f"--out {out}: a Hadoop file system URI is written by `run --engine spark` only "
-                         f"(this is {'a nightly run' if not check_out else output_kind} on the {engine} engine); "
-                         f"give a local directory")
+    check_uri_out(out, engine, output_kind if check_out else "a nightly run")
     return RunConfig(
         flow_control=flow,
         capacity=capacity,
@@ -684,9 +681,7 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
             raise InputError(f"--spark-conf {key}=files needs a local master (executors on the driver's host), "
                              f"not --master {out['master']}; use auto or inline")
     results_mode(out.get("master", "local[*]"), out["spark_conf"])  # a bad spark.streamjoin.results fails here
-    ship_wanted = dict(out["spark_conf"]).get(SHIP_CONF_KEY, "auto")
-    if ship_wanted not in SHIP_MODES:   # engines/spark/ship.py
-        raise InputError(f"--spark-conf {SHIP_CONF_KEY}={ship_wanted}: expected auto, true or false")
+    ship_mode(out["spark_conf"])   # a bad spark.streamjoin.ship too
     seg = flags.segment or run.get("segment")
     if seg is not None:
         out["segment_us"] = check_duration(seg, "segment")

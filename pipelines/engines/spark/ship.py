@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ...base.errors import InputError
 from ...base.version import tool_version
-from ...config.options import SHIP_CONF_KEY, SHIP_MODES, same_host
+from ...config.options import SHIP_CONF_KEY, same_host, ship_mode
 
 #: the package's importable parts, each shipped as ``streamjoin/<part>/``
 PARTS = ("cli", "pipelines")
@@ -51,9 +51,7 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 def ship_wanted(master: str, conf) -> bool:
     """``spark.streamjoin.ship`` for ``master``: ``true``; ``auto`` (the default) on a
     master whose executors are on other hosts; never with ``false``."""
-    mode = dict(conf).get(SHIP_CONF_KEY, "auto")
-    if mode not in SHIP_MODES:
-        raise InputError(f"--spark-conf {SHIP_CONF_KEY}={mode}: expected auto, true or false")
+    mode = ship_mode(conf)
     return mode == "true" or (mode == "auto" and not same_host(master))
 
 
