@@ -34,7 +34,8 @@ partitions, J segments, n streams)::
       runs the kernel (kernels.join_streams) and gives every
       combination its emission, latency, required slack, period     nothing
     results: df.write.parquet into the staging directory, a file://
-      URI (Spark's file commit protocol: part files + _SUCCESS)     nothing
+      URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
+      protocol: part files + _SUCCESS)                              nothing
     metrics: truth / emitted / duplicates counts, per period counts,
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)

@@ -28,11 +28,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...analysis.summary import ResultSummary, nearest_rank_of_counts
+from ...config.options import is_uri
 from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
 from ...route import atr as atr_mod
+from .hadoop_out import check_results_written
 from .kernels import join_streams
 from .sink import combination_facts
 
@@ -158,7 +160,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     stored = np.zeros((n, max(P, 1)), np.int64)
     for r in stored_rows:
         stored[int(r["stream"]), int(r["q"])] = int(r["count"])
-    if results_dir is not None:
+    if is_uri(results_dir):   # --out as a Hadoop URI: its staging directory there (.hadoop_out)
+        (combos.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
+         .write.option("compression", RESULTS_COMPRESSION).parquet(str(results_dir)))
+        check_results_written(spark, str(results_dir))
+    elif results_dir is not None:
         # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
         # and the results would land there, not in the local staging directory
         (combos.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
