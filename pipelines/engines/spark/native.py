@@ -41,7 +41,8 @@ partitions, J segments, n streams)::
       tuples stored per partition and stream, copies shipped, each
       task's counts and time per hop                                O(P x n)
     results: df.write.parquet into the staging directory, a file://
-      URI (Spark's file commit protocol: part files + _SUCCESS)     nothing
+      URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
+      protocol: part files + _SUCCESS)                              nothing
     metrics: truth / emitted / duplicates counts, per period counts,
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)

@@ -33,11 +33,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...analysis.summary import ResultSummary, nearest_rank_of_counts
+from ...config.options import is_uri
 from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
 from ...route import atr as atr_mod
+from .hadoop_out import check_results_written
 from .kernels import join_streams
 from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
 from .sink import combination_facts
@@ -185,7 +187,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     try:
         stats = merge_stats(combos.filter(F.col(STAT_Q).isNotNull()).select(*STAT_COLS).collect(), P)
         rows = combos.filter(F.col(STAT_Q).isNull()).drop(*STAT_COLS)
-        if results_dir is not None:
+        if is_uri(results_dir):   # --out as a Hadoop URI: its staging directory there (.hadoop_out)
+            (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
+             .write.option("compression", RESULTS_COMPRESSION).parquet(str(results_dir)))
+            check_results_written(spark, str(results_dir))
+        elif results_dir is not None:
             # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
             # and the results would land there, not in the local staging directory
             (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
