@@ -199,8 +199,15 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
 
         native = native_path(cfg)   # spark.streamjoin.native: the data stays on the executors
         # always resolved: a bad spark.streamjoin.results is refused even on the native path
-        # (whose results are on the executors; native_path refuses it with results=driver)
-        executors = results_path(cfg) == "executors" or native
+        # (whose results are on the executors; native_path refuses it with results=driver,
+        # and takes executors with what the current path's cannot, e.g. --router ctr)
+        if native:
+            from ..config.options import results_mode
+
+            results_mode(cfg.master, cfg.spark_conf)   # a bad value is refused here too
+            executors = True
+        else:
+            executors = results_path(cfg) == "executors"
     if capacity is not None:
         # imported only here and for --flow-control: a plain run never loads the capacity model
         from ..analysis.capacity import capacity_section, queueing_delay_us
