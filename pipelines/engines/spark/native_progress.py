@@ -41,6 +41,7 @@ from ...base.timeunits import NEG_INF
 from ...policies import SORTING, PolicySpec
 from ...replay import partitioned_progress as sp
 from .kernels import INT
+from .progress import arrow_chunk, carried, per_partition, table_of
 
 #: columns of the facts frame beside stream, row, ts, arrival (H0.. follow per stream)
 FACTS = ("a", "T", "T_prev", "delay", "R", "R_prev", "dropped", "expired", "kneed")
@@ -57,35 +58,6 @@ class Progress:
     partitions: int
 
 
-def _table(it):
-    import pyarrow as pa
-
-    batches = list(it)
-    return pa.Table.from_batches(batches) if batches else None
-
-
-def _cols(t, names, dtypes) -> dict:
-    if t is None:
-        return {c: np.empty(0, d) for c, d in zip(names, dtypes)}
-    return {c: t.column(c).to_numpy() for c in names}
-
-
-def _per_partition(df, fn, width: int, default) -> list[np.ndarray]:
-    """``fn(partition's rows) -> width numbers`` for every partition of ``df``, in partition order."""
-    import pyarrow as pa
-    from pyspark import TaskContext
-
-    def run(it):
-        v = fn(_table(it))
-        p = TaskContext.get().partitionId()
-        yield pa.RecordBatch.from_pydict({"p": [p], **{f"v{i}": [int(x)] for i, x in enumerate(v)}})
-
-    rows = df.mapInArrow(run, ", ".join(["p bigint"] + [f"v{i} bigint" for i in range(width)])).collect()
-    got = {r["p"]: np.array([r[f"v{i}"] for i in range(width)], INT) for r in rows}
-    P = df.rdd.getNumPartitions()
-    return [got.get(p, np.asarray(default, INT)) for p in range(P)]
-
-
 def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
     ``mpkslack``) as a DataFrame on the executors; ``df``: stream, row, ts,
@@ -98,30 +70,8 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
     base = (df.select("stream", "row", "ts", "arrival")
             .repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
             .localCheckpoint(eager=True))
-    names, dts = ("stream", "row", "ts", "arrival"), (np.int32, INT, INT, INT)
-
-    def chunk(t):
-        return _cols(t, names, dts)
-
-    empty1 = np.concatenate([[0], np.full(n, NEG_INF, INT)])
-    s1 = _per_partition(base, lambda t: sp.summary1(chunk(t), n), n + 1, empty1)
-    offsets, Mc, N = sp.carries_from(s1, n)
-    npart = len(s1)
-    Kc = [np.zeros(n, INT)] * npart
-    if policy.name == "mpkslack":
-        def summ2(t):
-            return sp.summary2(chunk(t), n, Mc[TaskContext.get().partitionId()])
-        s2 = _per_partition(base, summ2, n, np.zeros(n, INT))
-        Kc = sp.prefix_max(s2, np.zeros(n, INT))
-    width = 1 if policy.family == SORTING else n
-
-    def summ3(t):
-        p = TaskContext.get().partitionId()
-        return sp.summary3(chunk(t), n, policy, Mc[p], Kc[p])
-    s3 = _per_partition(base, summ3, width, np.full(width, NEG_INF, INT))
-    carried = sp.prefix_max(s3, np.full(width, NEG_INF, INT))
-    Rc = [int(x[0]) if policy.family == SORTING else NEG_INF for x in carried]
-    Hc = [x if policy.family != SORTING else np.full(n, NEG_INF, INT) for x in carried]
+    cy = carried(base, n, policy)
+    offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
     hcols = [f"H{k}" for k in range(n)]
     schema = ", ".join(["stream int", "row bigint", "ts bigint", "arrival bigint", "a bigint", "T bigint",
                         "T_prev bigint", "delay bigint", "R bigint", "R_prev bigint", "dropped boolean",
@@ -129,7 +79,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
 
     def run_facts(it):
         p = TaskContext.get().partitionId()
-        c = chunk(_table(it))
+        c = arrow_chunk(table_of(it))
         f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p])
         m = len(c["ts"])
         t_in = int(Mc[p].min()) if n else NEG_INF          # T(a - 1) of the partition's first tuple
@@ -192,12 +142,12 @@ def next_change(spark, queries, changes, P: int, N: int, last_arrival: int, stri
     both = both.repartitionByRange(P, "value", "tie", "a").sortWithinPartitions("value", "tie", "a")
     both = both.localCheckpoint(eager=True)
     names, dts = ("value", "kind", "a", "arrival"), (INT, np.int8, INT, INT)
-    summaries = _per_partition(both, lambda t: sp.release_summary(_cols(t, names, dts)), 3, np.zeros(3, INT))
+    summaries = per_partition(both, lambda t, p: sp.release_summary(arrow_chunk(t, names, dts)), 3, np.zeros(3, INT))
     carries = sp.release_carries(summaries)
 
     def fill(it):
         p = TaskContext.get().partitionId()
-        g = sp.release_fill(_cols(_table(it), names, dts), carries[p], N, last_arrival)
+        g = sp.release_fill(arrow_chunk(table_of(it), names, dts), carries[p], N, last_arrival)
         yield pa.RecordBatch.from_pydict(g)
 
     return both.mapInArrow(fill, "a bigint, rel bigint, rel_us bigint")
@@ -228,13 +178,13 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
     dn = [f"d{k}" for k in range(n)]
 
     def chunk(t):
-        return _cols(t, ["a", *dn], [INT] * (n + 1))
+        return arrow_chunk(t, ["a", *dn], [INT] * (n + 1))
 
-    def summ(t):
+    def summ(t, p):
         c = chunk(t)
         first = int(c["a"][0]) if len(c["a"]) else -1
         return [first] + [int(c[d].sum()) for d in dn]
-    s = _per_partition(ev, summ, n + 1, np.concatenate([[-1], np.zeros(n, INT)]))
+    s = per_partition(ev, summ, n + 1, np.concatenate([[-1], np.zeros(n, INT)]))
     sums, cur = [], np.zeros(n, INT)
     for x in s:
         sums.append(cur.copy())
@@ -250,7 +200,7 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
 
     def scan(it):
         p = TaskContext.get().partitionId()
-        c = chunk(_table(it))
+        c = chunk(table_of(it))
         if not len(c["a"]):
             return
         mem = np.vstack([np.cumsum(c[d]) + sums[p][k] for k, d in enumerate(dn)])

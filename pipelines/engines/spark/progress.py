@@ -2,6 +2,11 @@
 scans of :mod:`~streamjoin.pipelines.replay.partitioned_progress` as
 ``mapInArrow`` stages over a DataFrame range-partitioned in replay order.
 
+:func:`carried` is the carried-summary chain (per partition summaries to the
+driver, carried-in prefixes back) that both :func:`spark_progress` and the
+native path (:mod:`.native_progress`) run; :func:`per_partition` is its one
+"a few numbers per partition" collector.
+
 Used only when asked for (``spark_join(progress="spark")``, or ``"auto"``
 with a threshold): by default the driver computes the progress facts
 (:func:`~streamjoin.pipelines.replay.partitioned_progress.driver_facts`),
@@ -11,6 +16,7 @@ report anyway (docs/performance.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +24,81 @@ from ...policies import SORTING, SYMMETRIC, PolicySpec
 from ...replay import partitioned_progress as sp
 from .kernels import INT
 from .session import arrow_table, numpy_columns, spark_schema
+
+
+TUPLE_COLS = ("stream", "row", "ts", "arrival")
+TUPLE_DTYPES = (np.int32, INT, INT, INT)
+
+
+@dataclass
+class Carried:
+    """The carried-in prefixes of a range-partitioned replay order, one entry per
+    partition: ``offsets`` (the arrival index of its first tuple), ``M``
+    (largest ``ts`` per stream before it), ``K`` (MP-K-slack's carried K),
+    ``R`` (sorting: the release frontier before it), ``H`` (symmetric: the
+    horizons before it); ``N`` tuples in all."""
+
+    offsets: list[int]
+    M: list[np.ndarray]
+    K: list[np.ndarray]
+    R: list[int]
+    H: list[np.ndarray]
+    N: int
+
+
+def arrow_chunk(t, names=TUPLE_COLS, dtypes=TUPLE_DTYPES) -> dict:
+    """An Arrow table's ``names`` as numpy columns (empty ones of ``dtypes`` for None)."""
+    if t is None:
+        return {c: np.empty(0, d) for c, d in zip(names, dtypes)}
+    return {c: t.column(c).to_numpy() for c in names}
+
+
+def table_of(it):
+    """A ``mapInArrow`` partition's batches as one Arrow table (None: no batches)."""
+    import pyarrow as pa
+
+    batches = list(it)
+    return pa.Table.from_batches(batches) if batches else None
+
+
+def per_partition(df, fn, width: int, default) -> list[np.ndarray]:
+    """``fn(partition's rows as an Arrow table or None, partition id) -> width numbers``
+    for every partition of ``df``, in partition order (``default`` where a partition
+    returned nothing): one ``mapInArrow`` job, ``width + 1`` numbers per partition to
+    the driver."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    def run(it):
+        p = TaskContext.get().partitionId()
+        v = fn(table_of(it), p)
+        yield pa.RecordBatch.from_pydict({"p": [p], **{f"v{i}": [int(x)] for i, x in enumerate(v)}})
+
+    rows = df.mapInArrow(run, ", ".join(["p bigint"] + [f"v{i} bigint" for i in range(width)])).collect()
+    got = {r["p"]: np.array([r[f"v{i}"] for i in range(width)], INT) for r in rows}
+    P = df.rdd.getNumPartitions()
+    return [got.get(p, np.asarray(default, INT)) for p in range(P)]
+
+
+def carried(df, n: int, policy: PolicySpec) -> Carried:
+    """The carried-summary chain of :mod:`~streamjoin.pipelines.replay.partitioned_progress`
+    on Spark: ``summary1`` -> ``carries_from`` -> (``mpkslack``) ``summary2`` ->
+    ``prefix_max`` -> ``summary3`` -> ``prefix_max``.  ``df``: ``stream``, ``row``,
+    ``ts``, ``arrival``, range-partitioned and sorted by ``(arrival, stream, row)``."""
+    s1 = per_partition(df, lambda t, p: sp.summary1(arrow_chunk(t), n), n + 1,
+                       np.concatenate([[0], np.full(n, sp.NEG_INF, INT)]))
+    offsets, Mc, N = sp.carries_from(s1, n)
+    Kc = [np.zeros(n, INT)] * len(s1)
+    if policy.name == "mpkslack":
+        s2 = per_partition(df, lambda t, p: sp.summary2(arrow_chunk(t), n, Mc[p]), n, np.zeros(n, INT))
+        Kc = sp.prefix_max(s2, np.zeros(n, INT))
+    width = 1 if policy.family == SORTING else n
+    s3 = per_partition(df, lambda t, p: sp.summary3(arrow_chunk(t), n, policy, Mc[p], Kc[p]), width,
+                       np.full(width, sp.NEG_INF, INT))
+    prefix = sp.prefix_max(s3, np.full(width, sp.NEG_INF, INT))
+    Rc = [int(x[0]) if policy.family == SORTING else sp.NEG_INF for x in prefix]
+    Hc = [x if policy.family == SYMMETRIC else np.full(n, sp.NEG_INF, INT) for x in prefix]
+    return Carried(offsets=offsets, M=Mc, K=Kc, R=Rc, H=Hc, N=N)
 
 
 def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> sp.Facts:
@@ -34,35 +115,10 @@ def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> s
     df = df.localCheckpoint(eager=True)
 
     def chunk(it):
-        batches = list(it)
-        if not batches:
-            return {"stream": np.empty(0, np.int32), "row": np.empty(0, INT), "ts": np.empty(0, INT), "arrival": np.empty(0, INT)}
-        t = pa.Table.from_batches(batches)
-        return {c: t.column(c).to_numpy() for c in ("stream", "row", "ts", "arrival")}
+        return arrow_chunk(table_of(it))
 
-    def summ(fn, width):
-        def run(it):
-            c = chunk(it)
-            v = fn(c, TaskContext.get().partitionId())
-            yield pa.RecordBatch.from_pydict({"p": [TaskContext.get().partitionId()], **{f"v{i}": [int(x)] for i, x in enumerate(v)}})
-        rows = df.mapInArrow(run, ", ".join(["p bigint"] + [f"v{i} bigint" for i in range(width)])).collect()
-        got = {r["p"]: np.array([r[f"v{i}"] for i in range(width)], INT) for r in rows}
-        return [got.get(p, None) for p in range(max(got) + 1 if got else 0)]
-
-    s1 = summ(lambda c, p: sp.summary1(c, n), n + 1)
-    s1 = [x if x is not None else np.concatenate([[0], np.full(n, sp.NEG_INF, INT)]) for x in s1]
-    offsets, Mc, N = sp.carries_from(s1, n)
-    npart = len(s1)
-    Kc = [np.zeros(n, INT)] * npart
-    if policy.name == "mpkslack":
-        s2 = summ(lambda c, p: sp.summary2(c, n, Mc[p]), n)
-        Kc = sp.prefix_max([x if x is not None else np.zeros(n, INT) for x in s2], np.zeros(n, INT))
-    width = 1 if policy.family == SORTING else n
-    s3 = summ(lambda c, p: sp.summary3(c, n, policy, Mc[p], Kc[p]), width)
-    carried = sp.prefix_max([x if x is not None else np.full(width, sp.NEG_INF, INT) for x in s3],
-                            np.full(width, sp.NEG_INF, INT))
-    Rc = [int(x[0]) if policy.family == SORTING else sp.NEG_INF for x in carried]
-    Hc = [x if policy.family == SYMMETRIC else np.full(n, sp.NEG_INF, INT) for x in carried]
+    cy = carried(df, n, policy)
+    offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
     cols = sp.fact_columns(n)
     proto = sp.facts({k: v[:1] for k, v in base.items()}, n, W, policy, 0, Mc[0], Kc[0], Rc[0], Hc[0])
     schema = spark_schema({c: proto[c] for c in cols})
