@@ -90,6 +90,7 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     summary and the occupied periods, and the ``(n, P)`` tuples each partition received."""
     import polars as pl
     import pyarrow as pa
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import IntegerType, StructField, StructType
@@ -152,9 +153,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             frame = frame.with_columns(pl.col(f"{name}_row").cast(pl.Int32) for name in names)
         return frame.to_arrow().cast(arrow_schema)
 
-    routed = routed.localCheckpoint(eager=True)   # replicated once: counted, then joined
+    # replicated once (the count below fills the cache), then joined; MEMORY_AND_DISK spills
+    # rather than filling the heap the executors share with the driver on local masters
+    routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
     stored_rows = routed.groupBy("q", "stream").count().collect()
-    combos = routed.groupBy("q").applyInArrow(task, rschema).persist()
+    combos = routed.groupBy("q").applyInArrow(task, rschema).persist(StorageLevel.MEMORY_AND_DISK)
     stored = np.zeros((n, max(P, 1)), np.int64)
     for r in stored_rows:
         stored[int(r["stream"]), int(r["q"])] = int(r["count"])
@@ -171,6 +174,7 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         summary, period_ids = _summary(combos, names)
     finally:
         combos.unpersist()
+        routed.unpersist()
     return {"summary": summary, "period_ids": period_ids}, stored
 
 

@@ -26,6 +26,8 @@ from .kernels import INT
 from .session import arrow_table, numpy_columns, spark_schema
 
 
+#: the largest int64 sentinel (as ``NEG_INF`` the smallest): an empty chunk's smallest ts / arrival
+POS_INF = -sp.NEG_INF
 TUPLE_COLS = ("stream", "row", "ts", "arrival")
 TUPLE_DTYPES = (np.int32, INT, INT, INT)
 
@@ -36,7 +38,10 @@ class Carried:
     partition: ``offsets`` (the arrival index of its first tuple), ``M``
     (largest ``ts`` per stream before it), ``K`` (MP-K-slack's carried K),
     ``R`` (sorting: the release frontier before it), ``H`` (symmetric: the
-    horizons before it); ``N`` tuples in all."""
+    horizons before it); ``N`` tuples in all.  Also, from the same summaries:
+    ``R_end`` / ``T_end``, the release frontier and the frontier ``T`` at each
+    partition's last tuple (its carry if empty), the first and last arrival
+    (None: no tuples) and the smallest and largest ``ts`` (None: no tuples)."""
 
     offsets: list[int]
     M: list[np.ndarray]
@@ -44,6 +49,12 @@ class Carried:
     R: list[int]
     H: list[np.ndarray]
     N: int
+    R_end: list[int]
+    T_end: list[int]
+    first: int | None
+    last: int | None
+    ts_min: int | None
+    ts_max: int | None
 
 
 def arrow_chunk(t, names=TUPLE_COLS, dtypes=TUPLE_DTYPES) -> dict:
@@ -80,25 +91,68 @@ def per_partition(df, fn, width: int, default) -> list[np.ndarray]:
     return [got.get(p, np.asarray(default, INT)) for p in range(P)]
 
 
+def first_summary(c: dict, n: int) -> np.ndarray:
+    """One pass's summary of a chunk: ``summary1`` (count, largest ``ts`` per stream),
+    the smallest ``ts`` per stream (``POS_INF`` if none), ``summary2`` with no carry
+    (the largest delay per stream from the chunk's own running maxima) and the first
+    and last arrival (``POS_INF`` / ``NEG_INF`` if empty): ``3n + 3`` numbers."""
+    lo = np.full(n, POS_INF, INT)
+    for i in range(n):
+        sel = c["ts"][c["stream"] == i]
+        if len(sel):
+            lo[i] = sel.min()
+    m = len(c["ts"])
+    arr = [int(c["arrival"][0]), int(c["arrival"][-1])] if m else [POS_INF, sp.NEG_INF]
+    return np.concatenate([sp.summary1(c, n), lo, sp.summary2(c, n, np.full(n, sp.NEG_INF, INT)), arr]).astype(INT)
+
+
+def carried_K(first: list[np.ndarray], Mc: list[np.ndarray], n: int) -> list[np.ndarray]:
+    """MP-K-slack's carried K from :func:`first_summary` and the carried ``M``: a
+    partition's largest delay of stream ``i`` with the carry is
+    ``max(own largest delay, M_i carried - smallest ts of i)`` (the delay is
+    ``max(M carried, own running max) - ts``), 0 if it has no tuple of ``i``."""
+    s2 = []
+    for s, m in zip(first, Mc):
+        hi, lo, own = s[1:n + 1], s[n + 1:2 * n + 1], s[2 * n + 1:3 * n + 1]
+        s2.append(np.where(hi > sp.NEG_INF, np.maximum(own, m - lo), 0).astype(INT))
+    return sp.prefix_max(s2, np.zeros(n, INT))
+
+
 def carried(df, n: int, policy: PolicySpec) -> Carried:
     """The carried-summary chain of :mod:`~streamjoin.pipelines.replay.partitioned_progress`
-    on Spark: ``summary1`` -> ``carries_from`` -> (``mpkslack``) ``summary2`` ->
-    ``prefix_max`` -> ``summary3`` -> ``prefix_max``.  ``df``: ``stream``, ``row``,
-    ``ts``, ``arrival``, range-partitioned and sorted by ``(arrival, stream, row)``."""
-    s1 = per_partition(df, lambda t, p: sp.summary1(arrow_chunk(t), n), n + 1,
-                       np.concatenate([[0], np.full(n, sp.NEG_INF, INT)]))
-    offsets, Mc, N = sp.carries_from(s1, n)
-    Kc = [np.zeros(n, INT)] * len(s1)
-    if policy.name == "mpkslack":
-        s2 = per_partition(df, lambda t, p: sp.summary2(arrow_chunk(t), n, Mc[p]), n, np.zeros(n, INT))
-        Kc = sp.prefix_max(s2, np.zeros(n, INT))
+    on Spark in two ``mapInArrow`` jobs: :func:`first_summary` (``summary1`` and the
+    pieces of ``summary2``), then ``summary3`` with the carries (:func:`carried_from`).
+    ``df``: ``stream``, ``row``, ``ts``, ``arrival``, range-partitioned and sorted by
+    ``(arrival, stream, row)``."""
+    empty = np.concatenate([[0], np.full(n, sp.NEG_INF), np.full(n, POS_INF), np.zeros(n), [POS_INF, sp.NEG_INF]])
+    s0 = per_partition(df, lambda t, p: first_summary(arrow_chunk(t), n), 3 * n + 3, empty.astype(INT))
     width = 1 if policy.family == SORTING else n
-    s3 = per_partition(df, lambda t, p: sp.summary3(arrow_chunk(t), n, policy, Mc[p], Kc[p]), width,
-                       np.full(width, sp.NEG_INF, INT))
+
+    def third(Mc, Kc):
+        return per_partition(df, lambda t, p: sp.summary3(arrow_chunk(t), n, policy, Mc[p], Kc[p]), width,
+                             np.full(width, sp.NEG_INF, INT))
+    return carried_from(s0, third, n, policy)
+
+
+def carried_from(s0: list[np.ndarray], third, n: int, policy: PolicySpec) -> Carried:
+    """:class:`Carried` from every partition's :func:`first_summary` (``s0``) and
+    ``third(M carried, K carried)``, every partition's ``summary3``:
+    ``carries_from`` -> (``mpkslack``) :func:`carried_K` -> ``prefix_max``."""
+    s1 = [s[:n + 1] for s in s0]
+    offsets, Mc, N = sp.carries_from(s1, n)
+    Kc = carried_K(s0, Mc, n) if policy.name == "mpkslack" else [np.zeros(n, INT)] * len(s1)
+    width = 1 if policy.family == SORTING else n
+    s3 = third(Mc, Kc)
     prefix = sp.prefix_max(s3, np.full(width, sp.NEG_INF, INT))
     Rc = [int(x[0]) if policy.family == SORTING else sp.NEG_INF for x in prefix]
     Hc = [x if policy.family == SYMMETRIC else np.full(n, sp.NEG_INF, INT) for x in prefix]
-    return Carried(offsets=offsets, M=Mc, K=Kc, R=Rc, H=Hc, N=N)
+    R_end = [max(r, int(x[0])) if policy.family == SORTING else sp.NEG_INF for r, x in zip(Rc, s3)]
+    T_end = [int(np.maximum(m, s[1:n + 1]).min()) if n else sp.NEG_INF for m, s in zip(Mc, s1)]
+    lo = min((int(s[n + 1:2 * n + 1].min()) for s in s0), default=POS_INF)
+    hi = max((int(s[1:n + 1].max()) for s in s0), default=sp.NEG_INF)
+    return Carried(offsets=offsets, M=Mc, K=Kc, R=Rc, H=Hc, N=N, R_end=R_end, T_end=T_end,
+                   first=min(int(s[-2]) for s in s0) if N else None, last=max(int(s[-1]) for s in s0) if N else None,
+                   ts_min=lo if N else None, ts_max=hi if N else None)
 
 
 def spark_progress(spark, tab: dict, n: int, W, policy: PolicySpec, P: int) -> sp.Facts:
