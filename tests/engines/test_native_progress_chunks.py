@@ -70,12 +70,12 @@ def test_native_carries_and_searches_equal_the_whole_replay(problem):
         Kc = sp.prefix_max([sp.summary2(c, n, m) for c, m in zip(chunks, Mc)], np.zeros(n, INT))
         assert all((x == y).all() for x, y in zip(Kc, cy.K))
     if N:
-        assert (cy.first, cy.last) == (int(ref["arrival"][0]), int(ref["arrival"][-1]))
+        assert (cy.first, cy.last_arrival) == (int(ref["arrival"][0]), int(ref["arrival"][-1]))
         assert (cy.ts_min, cy.ts_max) == (int(ref["ts"].min()), int(ref["ts"].max()))
     d = np.zeros(n, INT) if sorting else np.asarray(policy.retention, INT)
     G_all = ref["R"] if sorting else ref["T"]
     G_end = cy.R_end if sorting else cy.T_end
-    last = cy.last or 0
+    last = cy.last_arrival or 0
     per = [sp.facts(c, n, W, policy, o, m, k, r, h)
            for c, o, m, k, r, h in zip(chunks, cy.offsets, cy.M, cy.K, cy.R, cy.H)]
     Gs = [f["R"] if sorting else f["T"] for f in per]

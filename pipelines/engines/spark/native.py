@@ -194,6 +194,7 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
                                          plan=plan, P=P if router == "atr" else 1, keycols=keycols,
                                          payload_cols=payload_cols, first=prog.first or 0, period_us=int(period_us),
                                          results_dir=results_dir)
+    prog.release()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary, period_ids = combos["summary"], combos["period_ids"]

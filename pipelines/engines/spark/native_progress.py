@@ -65,6 +65,12 @@ class Progress:
     offsets: list = field(default_factory=list)   # each partition's first arrival index
     ts_min: int | None = None                      # smallest and largest ts (None: no tuples)
     ts_max: int | None = None
+    cached: list = field(default_factory=list)     # the persisted frames under ``facts`` (:meth:`release`)
+
+    def release(self) -> None:
+        """Unpersist the frames the facts are read from (after the last reader)."""
+        for df in self.cached:
+            df.unpersist()
 
 
 def local_search(G, v, a, arrival, strict: bool, held, off: int, G_end, p: int, N: int, last: int):
@@ -123,7 +129,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
             .persist(StorageLevel.MEMORY_AND_DISK))
     cy = carried(base.select(*TUPLE_COLS), n, policy)
     offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
-    first, last = cy.first, cy.last
+    first, last = cy.first, cy.last_arrival
     G_end = cy.R_end if sorting else cy.T_end
     hcols = [f"H{k}" for k in range(n)]
     types = {"a": pa.int64(), "T": pa.int64(), "T_prev": pa.int64(), "delay": pa.int64(), "R": pa.int64(),
@@ -174,7 +180,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
     heads = {int(r["q"]): (int(r["v"]), int(r["count"]))
              for r in queries.groupBy("q").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
     base.unpersist()   # pre is whole: the aggregation above read every partition
-    fdf = pre
+    fdf, cached = pre, [pre]
     if heads:
         g, g_prev = ("R", "R_prev") if sorting else ("T", "T_prev")
         top = F.element_at(F.array(*[F.lit(heads.get(q, (NEG_INF, 0))[0]) for q in range(P)]), F.col("__part") + 1)
@@ -198,7 +204,9 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
 
         found = (queries.unionByName(head).groupBy("q").applyInArrow(resolve, "a bigint, s int, idx bigint, us bigint")
                  .groupBy("a").agg(*[F.max(F.when(F.col("s") == k, F.col(c))).alias(f"{c}{k}")
-                                     for k in (0, 1) for c in ("idx", "us")]))
+                                     for k in (0, 1) for c in ("idx", "us")])
+                 .persist(StorageLevel.MEMORY_AND_DISK))   # found once: every reader of the facts joins it
+        cached.append(found)
         if sum(c for _, c in heads.values()) <= 2_000_000:   # a few MB: sent to every task, no shuffle of pre
             found = F.broadcast(found)
         fdf = (pre.join(found, "a", "left")
@@ -209,7 +217,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
     if not sorting:
         fdf = fdf.drop("rel", "rel_us")
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),
-                    ts_min=cy.ts_min, ts_max=cy.ts_max)
+                    ts_min=cy.ts_min, ts_max=cy.ts_max, cached=cached)
 
 
 def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all: bool):

@@ -33,26 +33,20 @@ TUPLE_DTYPES = (np.int32, INT, INT, INT)
 
 
 @dataclass
-class Carried:
+class Carried(sp.Carries):
     """The carried-in prefixes of a range-partitioned replay order, one entry per
-    partition: ``offsets`` (the arrival index of its first tuple), ``M``
-    (largest ``ts`` per stream before it), ``K`` (MP-K-slack's carried K),
-    ``R`` (sorting: the release frontier before it), ``H`` (symmetric: the
-    horizons before it); ``N`` tuples in all.  Also, from the same summaries:
+    partition (:class:`~streamjoin.pipelines.replay.partitioned_progress.Carries`:
+    ``offsets``, the arrival index of its first tuple; ``M``, largest ``ts`` per
+    stream before it; ``K``, MP-K-slack's carried K; ``R``, sorting: the release
+    frontier before it; ``H``, symmetric: the horizons before it; ``N`` tuples in
+    all; ``last_arrival``, None: no tuples).  Also, from the same summaries:
     ``R_end`` / ``T_end``, the release frontier and the frontier ``T`` at each
-    partition's last tuple (its carry if empty), the first and last arrival
-    (None: no tuples) and the smallest and largest ``ts`` (None: no tuples)."""
+    partition's last tuple (its carry if empty), the first arrival and the
+    smallest and largest ``ts`` (None: no tuples)."""
 
-    offsets: list[int]
-    M: list[np.ndarray]
-    K: list[np.ndarray]
-    R: list[int]
-    H: list[np.ndarray]
-    N: int
     R_end: list[int]
     T_end: list[int]
     first: int | None
-    last: int | None
     ts_min: int | None
     ts_max: int | None
 
@@ -151,7 +145,8 @@ def carried_from(s0: list[np.ndarray], third, n: int, policy: PolicySpec) -> Car
     lo = min((int(s[n + 1:2 * n + 1].min()) for s in s0), default=POS_INF)
     hi = max((int(s[1:n + 1].max()) for s in s0), default=sp.NEG_INF)
     return Carried(offsets=offsets, M=Mc, K=Kc, R=Rc, H=Hc, N=N, R_end=R_end, T_end=T_end,
-                   first=min(int(s[-2]) for s in s0) if N else None, last=max(int(s[-1]) for s in s0) if N else None,
+                   first=min(int(s[-2]) for s in s0) if N else None,
+                   last_arrival=max(int(s[-1]) for s in s0) if N else None,
                    ts_min=lo if N else None, ts_max=hi if N else None)
 
 
