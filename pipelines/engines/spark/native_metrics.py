@@ -37,6 +37,8 @@ from .kernels import join_streams
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
+#: the combination columns :func:`_summary` reads besides the members' row numbers
+SUMMARY_COLS = ("latency_us", EMITTED, NEED, PERIOD)
 
 
 def stream_facts(facts, n: int, names, sizes, family: str) -> list[dict]:
@@ -96,6 +98,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     rschema = _results_schema(data.schema, names, payload_cols, sizes)
+    if results_dir is None:   # nothing written: only what the summary reads (no member ts, arrival, payload)
+        rschema = StructType([f for f in rschema.fields if f.name in SUMMARY_COLS
+                              or f.name in {f"{name}_row" for name in names}])
+        data = data.drop(*[f for cols in payload_cols for f, _ in cols])   # nor replicated, nor cached
+        payload_cols = [[] for _ in payload_cols]
     arrow_schema = to_arrow_schema(rschema)
     keyed = bool(keycols)
     fact_cols = ["row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
@@ -143,8 +150,12 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         sources = [SimpleNamespace(name=names[k], ts=part[k]["ts"], arrival=part[k]["arrival"],
                                    payload=part[k]["payload"]) for k in range(n)]
         m = len(emitted)
-        frame = frame_at(np.arange(m), sources, loc, emit_us, last, latency,
-                         row_numbers=[part[k]["row"] for k in range(n)])
+        if results_dir is None:
+            frame = pl.DataFrame({**{f"{names[k]}_row": part[k]["row"][loc[k]].astype(np.int64) for k in range(n)},
+                                  "latency_us": np.asarray(latency, np.int64)})
+        else:
+            frame = frame_at(np.arange(m), sources, loc, emit_us, last, latency,
+                             row_numbers=[part[k]["row"] for k in range(n)])
         arrival_last = np.maximum.reduce([part[k]["arrival"][loc[k]] for k in range(n)]) if m else np.empty(0, np.int64)
         frame = frame.with_columns(pl.Series(EMITTED, emitted, dtype=pl.Boolean),
                                    pl.Series(NEED, need, dtype=pl.Int64),
