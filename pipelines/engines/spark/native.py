@@ -13,12 +13,15 @@ loader's streams (the only place that touches loaded numpy columns).
 What reaches the driver, stage by stage (N tuples, C combinations, P
 partitions, J segments, n streams)::
 
-    progress (native_progress.progress_frame): per partition rows and
-      largest ts per stream, MP-K-slack's largest delay, the largest
-      release / horizon candidate                                   O(P x n)
+    progress (native_progress.progress_frame): the tuples range-partitioned
+      in replay order once (keys and payload ride along), persisted;
+      per partition rows, smallest and largest ts and largest own delay
+      per stream, first and last arrival, then the largest release /
+      horizon candidate                                             O(P x n)
       -> carried-in prefix maxima back; facts attached on the executors
-    releases and expiries (native_progress.next_change): each partition's
-      first change point                                            O(P)
+    releases and expiries (the same mapInArrow): found in the tuple's own
+      partition or marked for the later one where they are; per marked
+      partition the largest value and a count                       O(P)
     memory (native_progress.memory_stats): per partition n sums, then its
       peak, sums and pieces of the report's downsampled series;
       the arrival time at each series point                         O(P x n + points)
@@ -165,15 +168,13 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     N = int(sum(sizes))
 
     t0 = time.perf_counter()
-    df = df.localCheckpoint(eager=True)   # read once: every stage below scans it
-    timings["input"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # two streams: the probe order is the local engine's, from the join's exact count (below)
-    sel = _selectivities(df, n, sizes, W, keycols) if n >= 3 else None
-    timings["plan"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    # read once, range-partitioned in replay order and persisted: every stage below scans it
     prog = progress_frame(spark, df, n, W, policy, P)
     timings["progress"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # two streams: the probe order is the local engine's, from the join's exact count (below)
+    sel = _selectivities(prog.facts, n, sizes, W, keycols) if n >= 3 else None
+    timings["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mem_t, mem_b, series = memory_stats(spark, prog, n, row_bytes, series_points, held_all=policy.family == SYMMETRIC)
     facts = stream_facts(prog.facts, n, names, sizes, policy.family)
@@ -182,9 +183,9 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     t0 = time.perf_counter()
     plan, T, plans = None, None, {}
     predicted = {"atr": None, "ctr": None}
-    span = df.agg(F.min("ts"), F.max("ts")).collect()[0] if N else (None, None)
+    span = (prog.ts_min, prog.ts_max)
     if router != "none":   # the plans from the histogram, as the current path's (routing.route_plans_from)
-        hist = _histogram(df, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
+        hist = _histogram(prog.facts, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
         T = settings.segment_us or (segment_for_span(int(span[1]) - int(span[0]) + 1, W.tolist(), P) if N else 1)
         # CTR's hops follow the probe order (two streams: each stream's only partner)
         order = order_from_selectivity(list(sizes), sel).order if n >= 3 else list(range(n))
@@ -199,12 +200,12 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     t0 = time.perf_counter()
     cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if policy.family == SORTING else [])
-    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c, _ in p]),
-                                         ["stream", "row"])
+    data = prog.facts.select(*cols, *keycols, *[c for p in payload_cols for c, _ in p])   # keys, payload rode along
     combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
                                          plan=plan, P=P if router != "none" else 1, keycols=keycols,
                                          payload_cols=payload_cols, first=prog.first or 0, period_us=int(period_us),
                                          results_dir=results_dir)
+    prog.release()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary, period_ids = combos["summary"], combos["period_ids"]

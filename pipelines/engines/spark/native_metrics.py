@@ -45,6 +45,8 @@ from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
+#: the combination columns :func:`_summary` reads besides the members' row numbers
+SUMMARY_COLS = ("latency_us", EMITTED, NEED, PERIOD)
 
 
 def stream_facts(facts, n: int, names, sizes, family: str) -> list[dict]:
@@ -101,6 +103,7 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     tuples and intermediate results shipped: ``shipped_tuples``, ``shipped_intermediate``)."""
     import polars as pl
     import pyarrow as pa
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import IntegerType, StructField, StructType
@@ -108,6 +111,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     from ...route.ctr import CtrPlan
 
     rschema = _results_schema(data.schema, names, payload_cols, sizes)
+    if results_dir is None:   # nothing written: only what the summary reads (no member ts, arrival, payload)
+        rschema = StructType([f for f in rschema.fields if f.name in SUMMARY_COLS
+                              or f.name in {f"{name}_row" for name in names}])
+        data = data.drop(*[f for cols in payload_cols for f, _ in cols])   # nor replicated, nor cached
+        payload_cols = [[] for _ in payload_cols]
     arrow_schema = to_arrow_schema(rschema)
     keyed = bool(keycols)
     fact_cols = ["row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
@@ -122,8 +130,12 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         sources = [SimpleNamespace(name=names[k], ts=part[k]["ts"], arrival=part[k]["arrival"],
                                    payload=part[k]["payload"]) for k in range(n)]
         m = len(emitted)
-        frame = frame_at(np.arange(m), sources, loc, emit_us, last, latency,
-                         row_numbers=[part[k]["row"] for k in range(n)])
+        if results_dir is None:
+            frame = pl.DataFrame({**{f"{names[k]}_row": part[k]["row"][loc[k]].astype(np.int64) for k in range(n)},
+                                  "latency_us": np.asarray(latency, np.int64)})
+        else:
+            frame = frame_at(np.arange(m), sources, loc, emit_us, last, latency,
+                             row_numbers=[part[k]["row"] for k in range(n)])
         arrival_last = np.maximum.reduce([part[k]["arrival"][loc[k]] for k in range(n)]) if m else np.empty(0, np.int64)
         frame = frame.with_columns(pl.Series(EMITTED, emitted, dtype=pl.Boolean),
                                    pl.Series(NEED, need, dtype=pl.Int64),
@@ -132,12 +144,12 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             frame = frame.with_columns(pl.col(f"{name}_row").cast(pl.Int32) for name in names)
         return frame.to_arrow()
 
-    shipped = {}
+    shipped, routed = {}, None
     if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
         combos, stored, shipped = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
                                                    payload_cols=payload_cols, fact_cols=fact_cols,
                                                    rows_of=rows_of, rschema=rschema)
-        combos = combos.persist()
+        combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         if plan is None:
             routed = data.withColumn("q", F.lit(0).cast("int"))
@@ -178,9 +190,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             stat = out.pop("_stats")   # n_in, n_cand (before ownership), n_out, t_us: the kernel's
             return with_stat_rows(rows_of(part, out), [{**stat, "q": q}], arrow_schema)
 
-        routed = routed.localCheckpoint(eager=True)   # replicated once: counted, then joined
+        # replicated once (the count below fills the cache), then joined; MEMORY_AND_DISK spills
+        # rather than filling the heap the executors share with the driver on local masters
+        routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
         stored_rows = routed.groupBy("q", "stream").count().collect()
-        combos = routed.groupBy("q").applyInArrow(task, rschema).persist()
+        combos = routed.groupBy("q").applyInArrow(task, rschema).persist(StorageLevel.MEMORY_AND_DISK)
         stored = np.zeros((n, max(P, 1)), np.int64)
         for r in stored_rows:
             stored[int(r["stream"]), int(r["q"])] = int(r["count"])
@@ -203,6 +217,8 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         summary, period_ids = _summary(rows, names)
     finally:
         combos.unpersist()
+        if routed is not None:
+            routed.unpersist()
     return {"summary": summary, "period_ids": period_ids, "stats": stats, **shipped}, stored
 
 
