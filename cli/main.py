@@ -130,7 +130,7 @@ JoinOpt = Annotated[Optional[str], typer.Option("--join", help="spark-ss, flink-
 MinCleanupOpt = Annotated[Optional[str], typer.Option("--min-cleanup-interval", help="flink-sql: how much later than a cached row's expiry its cleanup timer fires, Flink's interval-join min cleanup interval (whole ms; default: 0, Flink's)")]
 IdlenessOpt = Annotated[Optional[str], typer.Option("--idleness", help="flink: withIdleness timeout DUR of arrival time: an input with no records for that long leaves the operator's watermark minimum (needs --watermark-interval > 0; default: none)")]
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
-EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE)")]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE; spark whenever a router or a Spark setting is given)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
 PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
 SparkConfOpt = Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")]

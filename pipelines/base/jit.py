@@ -12,7 +12,9 @@ the rest of the capacity model.  So the first use builds each kernel ahead of
 time (``numba.pycc``: a CPython extension module, written into
 ``__pycache__`` next to this file, or the user's cache directory when that is
 not writable) and every later process imports that module (about 1 ms, numba
-not imported).  Concurrent first runs build it once: the builder holds
+not imported).  Its exports release the GIL while they run (numba's
+``nogil=True``; ``numba.pycc`` has no such option, so :func:`_build` sets the
+flag its wrappers are generated from), so other threads keep running.  Concurrent first runs build it once: the builder holds
 ``fcntl.flock`` on ``<name>.lock`` in the target directory, the others wait
 for it and load its module.  Where no cache directory is writable nothing is
 built or said (the fallback below runs); ``$STREAMJOIN_KERNELS=load`` (what
@@ -121,6 +123,11 @@ def how(fn: Callable) -> str | None:
     return _HOW.get(fn)
 
 
+#: what the build changes beyond numba's defaults (part of the module name: a module built
+#: without it -- one that holds the GIL -- is not loaded, but built again)
+BUILD_OPTIONS = b"release_gil"
+
+
 def _module_name(fn: Callable, signature: str) -> str:
     versions = []
     for package in ("numba", "numpy"):   # the module checks numpy's C API when it is imported
@@ -134,7 +141,7 @@ def _module_name(fn: Callable, signature: str) -> str:
     except OSError:   # no source file (a frozen install): the bytecode names the kernel
         source = marshal.dumps(fn.__code__)
     digest = hashlib.sha256(b"\n".join((source, signature.encode(), *(v.encode() for v in versions),
-                                          sys.version.encode())))
+                                          sys.version.encode(), BUILD_OPTIONS)))
     return f"_sj_{fn.__name__.strip('_')}_{digest.hexdigest()[:16]}"
 
 
@@ -308,8 +315,26 @@ def _build(fn: Callable, signature: str, name: str, out_dir: str) -> None:
         warnings.simplefilter("ignore")   # numba.pycc announces its deprecation
         from numba.pycc import CC
 
+        from numba.pycc import compiler as pycc_compiler
+
         cc = CC(name)
         cc.output_dir = out_dir
         cc.verbose = False
         cc.export("kernel", signature)(fn)
-        cc.compile()
+        # numba.pycc has no ``nogil`` for an export (numba's jit has): its wrapper is
+        # generated from a fresh ``Flags()`` (``_ModuleCompiler._cull_exports``), so
+        # for this build that class sets ``release_gil`` -- the same wrapper
+        # ``njit(nogil=True)`` makes (``callwrapper._GilManager``): the GIL is released
+        # after the arguments are unboxed and taken back before the result is boxed
+        flags = pycc_compiler.Flags
+
+        class _ReleaseGil(flags):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.release_gil = True
+
+        pycc_compiler.Flags = _ReleaseGil
+        try:
+            cc.compile()
+        finally:
+            pycc_compiler.Flags = flags

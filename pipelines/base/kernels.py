@@ -28,9 +28,11 @@ The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
 the numpy paths, and so do inputs below :data:`MIN_ROWS` rows -- the join's
 input rows, not the band join's partial combinations (loading a kernel
 costs a few ms of CPU, more than it saves there, and a small run never
-waits for a first build).  A compiled call holds the GIL (``numba.pycc``
-exports have no ``nogil``): the engine's other thread waits for it to
-return before its next numpy call (docs/performance.md, issue 21 third pass).
+waits for a first build).  A compiled call releases the GIL while it runs
+(:func:`~streamjoin.pipelines.base.jit.prebuilt` builds the exports with
+``release_gil``, as numba's ``nogil=True``), so the engine's other thread
+keeps going -- the candidates and progress chains overlap on two cores
+(docs/performance.md, issue 21 fourth pass).
 """
 
 from __future__ import annotations

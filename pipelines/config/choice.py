@@ -1,5 +1,12 @@
 """Whether the user chose Spark: the one rule the default engine's give-way follows.
 
+:func:`engine_of` picks the engine a run starts from: ``--engine`` / ``[run]
+engine``; else Spark when a router or a Spark setting (below) chose it; else
+``$STREAMJOIN_ENGINE``; else the built-in default, Spark.  So the environment
+variable is a default like the built-in one: ``STREAMJOIN_ENGINE=local`` with
+``--master spark://...`` runs on Spark, as it would without the variable (it
+used to run locally, ignoring the master without a word).
+
 The default engine (Spark, or ``$STREAMJOIN_ENGINE``) gives way to the local engine
 for what runs only, or by default, in memory on one machine: ``--flow-control``,
 ``--capacity``, ``--chunk-rows``, count windows and the spark-ss / flink emulations.
@@ -32,6 +39,18 @@ def spark_choice(flags: Any, run: dict[str, Any], router: str) -> str | None:
         if run.get(key) is not None:
             return f"[run] {key}"
     return f"--router {router}" if router != "none" else None
+
+
+def engine_of(flags: Any, run: dict[str, Any], router: str, environment: str | None, default: str) -> str:
+    """The engine a run starts from (before the give-way rules): ``--engine`` / ``[run] engine``;
+    else ``"spark"`` when a router or a Spark setting chose it (:func:`spark_choice`); else
+    ``environment`` (``$STREAMJOIN_ENGINE``, unset: ``None``); else ``default``."""
+    explicit = getattr(flags, "engine", None) or run.get("engine")
+    if explicit:
+        return explicit
+    if spark_choice(flags, run, router) is not None:
+        return "spark"
+    return environment or default
 
 
 def spark_chosen(flags: Any, run: dict[str, Any], router: str) -> bool:

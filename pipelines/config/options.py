@@ -120,6 +120,55 @@ RESULTS_CONF_KEY = "spark.streamjoin.results"
 RESULTS_MODES = ("auto", "driver", "executors")
 #: the Spark conf that chooses the native path (engines/spark/native.py): auto | true | false
 NATIVE_CONF_KEY = "spark.streamjoin.native"
+#: the Spark conf that ships the package to the executors (engines/spark/ship.py): auto | true | false
+SHIP_CONF_KEY = "spark.streamjoin.ship"
+SHIP_MODES = ("auto", "true", "false")
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class OutURI(str):
+    """An ``--out`` given as a Hadoop file system URI (``hdfs://nn/p``, ``s3a://b/p``,
+    ``abfs://...``, ``file:///p``): written by ``run --engine spark`` through Hadoop's
+    FileSystem API (pipelines/engines/spark/hadoop_out.py).  Joins names with ``/``
+    and has a ``name`` and a ``parent``, as the outputs' paths do."""
+
+    def __truediv__(self, name) -> OutURI:
+        return OutURI(self.rstrip("/") + "/" + str(name))
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> OutURI:
+        return OutURI(self.rstrip("/").rsplit("/", 1)[0])
+
+
+def is_uri(out) -> bool:
+    """Whether ``out`` is a URI (``scheme://...``), not a local path."""
+    return isinstance(out, OutURI) or bool(_URI.match(str(out)))
+
+
+def out_target(text: str) -> Path | OutURI:
+    """``--out`` as given: an :class:`OutURI` for ``scheme://...``, else a local path."""
+    return OutURI(text) if _URI.match(text) else Path(text)
+
+
+def check_uri_out(out, engine: str, command: str) -> None:
+    """A URI ``--out`` is written by ``run --engine spark`` only (one line otherwise)."""
+    if is_uri(out) and (engine != "spark" or command != "run"):
+        raise InputError(f"--out {out}: a Hadoop file system URI is written by `run --engine spark` only "
+                         f"(this is {command} on the {engine} engine); give a local directory")
+
+
+def ship_mode(conf: Sequence[tuple[str, str]]) -> str:
+    """``spark.streamjoin.ship`` in ``conf`` (engines/spark/ship.py), checked: auto, true or false."""
+    mode = dict(conf).get(SHIP_CONF_KEY, "auto")
+    if mode not in SHIP_MODES:
+        raise InputError(f"--spark-conf {SHIP_CONF_KEY}={mode}: expected auto, true or false")
+    return mode
 
 
 def same_host(master: str) -> bool:
@@ -157,12 +206,19 @@ def check_target(out: Path, kind: str = "run") -> None:
     any work is done, and again just before staging.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
+    check_listing(out, kind, is_file=out.exists() and not out.is_dir(),
+                  names=[p.name for p in out.iterdir()] if out.is_dir() else None)
+
+
+def check_listing(out, kind: str, *, is_file: bool, names: list[str] | None) -> None:
+    """:func:`check_target`'s rule over what a file system says of ``out``: a file
+    (``is_file``), or the names the directory holds (``None``: absent)."""
+    if is_file:
         raise InputError(f"{out}: output path exists and is not a directory")
-    if not out.is_dir() or not any(out.iterdir()) or (out / MARKERS[kind]).exists():
+    if not names or MARKERS[kind] in names:
         return
     for other, marker in MARKERS.items():
-        if (out / marker).exists():
+        if marker in names:
             raise InputError(f"{out}: holds a {other} output ({marker}), which {kind} would replace; "
                              f"choose another --out")
     raise InputError(f"{out}: output directory is not empty and is not a streamjoin output; choose another --out")

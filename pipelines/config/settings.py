@@ -33,10 +33,10 @@ from typing import Any
 from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
-from .choice import spark_choice
+from .choice import engine_of, spark_choice
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
-from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, results_mode, same_host, DistanceSpec, check_duration,
+from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, check_uri_out, is_uri, out_target, results_mode, same_host, ship_mode, DistanceSpec, check_duration,
                       check_target, check_writable, min_cleanup_setting, parse_distance, parse_partition_capacity, parse_weights)
 from ..base.jit import KERNEL_MODES, KERNELS_ENV
 from ..base.sorting import SORT_ENV, SORTS
@@ -116,7 +116,7 @@ class RunConfig:
 
     streams: tuple[StreamConfig, ...]
     policy: PolicySpec
-    out: Path
+    out: Path                       # or an options.OutURI: a Hadoop URI (run --engine spark)
     router: str = "none"
     engine: str = "local"
     write_results: bool = True
@@ -552,7 +552,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     router = flags.router or run.get("router", "none")
     if router not in ROUTERS:
         raise InputError(f"--router {router}: expected one of {', '.join(ROUTERS)}")
-    engine = flags.engine or run.get("engine") or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
+    engine = engine_of(flags, run, router, os.environ.get(ENGINE_ENV), DEFAULT_ENGINE)   # config/choice.py
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     chosen = spark_choice(flags, run, router)   # None: the default engine gives way (config/choice.py)
@@ -572,10 +572,11 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
         raise InputError("no output directory: give --out DIR")
     # `out` is relative to the working directory (where cron's job runs),
     # unlike input paths, which belong with the config that names them.
-    out = Path(out_raw)
-    if check_out:
-        check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
-    check_writable(out, into=not check_out)  # and one that could not be written (a nightly root: inside)
+    out = out_target(str(out_raw))
+    if not is_uri(out):   # a Hadoop URI is checked through Hadoop when the Spark run opens it
+        if check_out:
+            check_target(out, output_kind)  # refuse a foreign non-empty --out before any work is done
+        check_writable(out, into=not check_out)  # and one that could not be written (a nightly root: inside)
     period_raw = flags.period or run.get("period")
     period = check_duration(period_raw, "period") if period_raw is not None else None  # None: from the span
     if period is not None and period <= 0:
@@ -612,6 +613,7 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
                                         spark_chosen=chosen is not None)
     engine = count_windows_engine(resolved, policy_name, engine, flags, run, output_kind, check_out, chunk_rows, capacity, flow,
                                   router)
+    check_uri_out(out, engine, output_kind if check_out else "a nightly run")
     return RunConfig(
         flow_control=flow,
         capacity=capacity,
@@ -679,6 +681,7 @@ def _spark_settings(flags: Flags, run: dict[str, Any]) -> dict[str, Any]:
             raise InputError(f"--spark-conf {key}=files needs a local master (executors on the driver's host), "
                              f"not --master {out['master']}; use auto or inline")
     results_mode(out.get("master", "local[*]"), out["spark_conf"])  # a bad spark.streamjoin.results fails here
+    ship_mode(out["spark_conf"])   # a bad spark.streamjoin.ship too
     seg = flags.segment or run.get("segment")
     if seg is not None:
         out["segment_us"] = check_duration(seg, "segment")

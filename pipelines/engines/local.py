@@ -133,7 +133,8 @@ def join(
     # Truth does not depend on arrival order (count windows aside: their truth
     # waits for the replay order), and memory does not depend on
     # truth: each pair runs on two threads (numpy and polars release the GIL
-    # in their column loops), which is what a 2-core machine can give.  The
+    # in their column loops, and so do the compiled kernels), which is what a
+    # 2-core machine can give.  The
     # probe order is only needed by truth, so it is chosen on truth's thread,
     # and so is the part of emission that needs only truth and the replay
     # order (each combination's last member): it overlaps the policy's

@@ -12,10 +12,17 @@ any data is read), every input that would make two of those columns share a
 name: a payload column named like a field (``row`` -> ``s_row`` twice), an
 input column named ``reason``, or two streams whose prefixed names meet
 (stream ``a``'s ``b_x`` and stream ``a_b``'s ``x`` are both ``a_b_x``; stream
-``emit``'s ``us`` is ``emit_us``).  Without it such a run crashed after the
-whole join or dropped a column silently.  streamjoin's working columns while
-loading (times, keys, reasons) live in frames of their own, never among the
-user's columns, so no other name is reserved.
+``emit``'s ``us`` is ``emit_us``).  Names are compared ignoring case, as
+stream names are: Spark (``spark.sql.caseSensitive=false``, its default),
+Hive and DuckDB read ``a_B_x`` and ``a_b_x`` as one column, and the Spark
+engine's native path failed on them after the whole join.  Without the check
+such a run crashed after the whole join or dropped a column silently.
+streamjoin's working columns while loading (times, keys, reasons) live in
+frames of their own, never among the user's columns, so no other name is
+reserved (spark-ss's ``batch`` results column has no ``_``, so no
+``<stream>_<column>`` meets it).  The same check runs for every engine and
+path, from the schemas: ``io.load.load_all`` (in memory, local and Spark
+alike), ``io.chunks.survey`` (bounded memory) and the nightly partitions.
 """
 
 from __future__ import annotations
@@ -62,21 +69,28 @@ def check_output_columns(streams: Sequence[tuple[StreamConfig, Sequence[str]]], 
     rule = reserved_text(fields)
     for cfg, columns in streams:
         where = f"{cfg.path} (stream {cfg.name!r})"
-        if QUARANTINE_REASON in columns:
-            raise InputError(f"{where}: column {QUARANTINE_REASON!r} would clash with the {QUARANTINE_REASON!r} "
+        clash = next((c for c in columns if c.lower() == QUARANTINE_REASON), None)
+        if clash is not None:
+            raise InputError(f"{where}: column {clash!r} would clash with the {QUARANTINE_REASON!r} "
                              f"column streamjoin adds to quarantine/{cfg.name}.parquet; {rule}: rename the column")
         for c in payload_columns(cfg, columns):
             if c in fields:
                 written = f"{cfg.name}_{c}"
                 raise InputError(f"{where}: column {c!r} would be written as {written!r}, which streamjoin "
                                  f"writes itself (the {_WHAT[c]}); {rule}: rename the column")
-    owner: dict[str, str] = {}
+    owner: dict[str, tuple[str, str]] = {}   # lower-cased results column -> (its name, what fills it)
 
     def claim(column: str, origin: str) -> None:
-        first = owner.setdefault(column, origin)
-        if first != origin:
-            raise InputError(f"results column {column!r} would hold both {first} and {origin}; "
+        # every claim is a distinct (column, origin): a second claim on a name is a collision
+        first = owner.setdefault(column.lower(), (column, origin))
+        if first == (column, origin):
+            return
+        name, held = first
+        if name == column:
+            raise InputError(f"results column {column!r} would hold both {held} and {origin}; "
                              f"rename a stream or the column")
+        raise InputError(f"results columns {name!r} ({held}) and {column!r} ({origin}) differ only in case, "
+                         f"and Spark, Hive and DuckDB read column names ignoring case; rename a stream or the column")
 
     for cfg, columns in streams:
         for f in fields:

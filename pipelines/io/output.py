@@ -63,7 +63,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..config.options import MARKERS, check_target
+from ..config.options import MARKERS, check_target, is_uri
 from .lock import OutputLock, lock_of
 
 #: results.parquet's codec: snappy, Spark's and DuckDB's default for Parquet output.
@@ -346,14 +346,28 @@ def new_staging(target: Path) -> Path:
     return staging
 
 
-def commit(staging: Path, target: Path) -> None:
-    """Put the complete ``staging`` (a directory or a file) in place of ``target`` in one step."""
-    staging, target = Path(staging), Path(target)
-    _fsync_tree(staging)
+@contextmanager
+def publishing() -> Iterator[None]:
+    """Around the step that puts a complete staged version in place (:func:`commit`, and a
+    Hadoop URI's renames, pipelines/engines/spark/hadoop_out.py): an interrupt before it
+    stops the run, inside it is held, and once it is done published means done
+    (:class:`InterruptGuard`)."""
     fault_point("staged")
     if _guard is not None:
         _guard.check()
     with interrupts_held() as pending:
+        yield
+        if _guard is not None:  # published: from here on an interrupt cannot undo it (InterruptGuard)
+            _guard.hold()
+            _guard.pending += pending
+    fault_point("published")
+
+
+def commit(staging: Path, target: Path) -> None:
+    """Put the complete ``staging`` (a directory or a file) in place of ``target`` in one step."""
+    staging, target = Path(staging), Path(target)
+    _fsync_tree(staging)
+    with publishing():
         if target.is_dir() and not target.is_symlink():
             if exchange(staging, target):
                 _fsync(target.parent)
@@ -373,10 +387,6 @@ def commit(staging: Path, target: Path) -> None:
         else:  # a new name, or a file: rename(2) replaces it in one step
             os.replace(staging, target)
             _fsync(target.parent)
-        if _guard is not None:  # published: from here on an interrupt cannot undo it (InterruptGuard)
-            _guard.hold()
-            _guard.pending += pending
-    fault_point("published")
 
 
 def abandon(staging: Path | None) -> None:
@@ -414,6 +424,8 @@ def locks_out(kind: str = "run"):
     def wrap(fn):
         @functools.wraps(fn)
         def job(cfg, *args, **kwargs):
+            if is_uri(cfg.out):   # a Hadoop URI: its writer locks it there (engines/spark/hadoop_out.py)
+                return fn(cfg, *args, **kwargs)
             out = Path(cfg.out)
             with OutputLock(lock_of(out), str(out)):
                 _say_recovered(recover(out, MARKERS[kind]))

@@ -23,6 +23,7 @@ from ..analysis import summary as result_summary
 from ..base.errors import InputError
 from ..base.jit import build_seconds
 from ..capacity.spec import parse_capacity
+from ..config.options import is_uri
 from ..config.settings import RunConfig, with_period
 from ..config.windows import window_counts
 from ..engines.local import JoinOutcome, join
@@ -198,8 +199,15 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
 
         native = native_path(cfg)   # spark.streamjoin.native: the data stays on the executors
         # always resolved: a bad spark.streamjoin.results is refused even on the native path
-        # (whose results are on the executors; native_path refuses it with results=driver)
-        executors = results_path(cfg) == "executors" or native
+        # (whose results are on the executors; native_path refuses it with results=driver,
+        # and takes executors with what the current path's cannot, e.g. --router ctr)
+        if native:
+            from ..config.options import results_mode
+
+            results_mode(cfg.master, cfg.spark_conf)   # a bad value is refused here too
+            executors = True
+        else:
+            executors = results_path(cfg) == "executors"
     if capacity is not None:
         # imported only here and for --flow-control: a plain run never loads the capacity model
         from ..analysis.capacity import capacity_section, queueing_delay_us
@@ -232,13 +240,19 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         # the recall period: the user's, or chosen from the replay span (the controller needs it)
         cfg = resolve_period(cfg, streams)
     with ExitStack() as publish:
-        early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
+        if is_uri(cfg.out):   # a Hadoop URI (--engine spark): staged and published through Hadoop's FileSystem API
+            from ..engines.spark.hadoop_out import open_uri_output
+
+            early, results_at = open_uri_output(publish, cfg, executors, native)
+        else:
+            early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
+            results_at = early / "results.parquet" if early is not None else None
         with stages("join"):
             keys = [s.keys if s.keys.width else None for s in streams]
             bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
             if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
                 outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams), bad,
-                                       results_dir=(early / "results.parquet") if early is not None and cfg.write_results else None,
+                                       results_dir=results_at if cfg.write_results else None,
                                        results="executors" if executors else "driver", native=native,
                                        series_points=report_build.MAX_SERIES_POINTS)
             else:

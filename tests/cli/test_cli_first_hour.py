@@ -102,7 +102,8 @@ def test_run_help_states_the_defaults(tmp_path: Path) -> None:
     opts = _options_help("run", tmp_path)
     assert "(default: none)" in opts["--policy"]
     assert "(default: none)" in opts["--router"]
-    assert "(default: spark, or $STREAMJOIN_ENGINE)" in opts["--engine"]
+    assert "(default: spark, or $STREAMJOIN_ENGINE; spark whenever a router or a Spark setting is given)" \
+        in opts["--engine"]
     assert PERIOD_DEFAULT in opts["--period"]
     assert "(default: ts)" in opts["--ts"]
     assert "(default: local[*])" in opts["--master"]

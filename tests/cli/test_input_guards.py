@@ -176,6 +176,52 @@ def test_a_stream_column_written_as_emit_us_is_refused(work: Path) -> None:
     assert_untouched(work.parent, before)
 
 
+# every engine and path refuses a results-column collision the same way, from the schemas,
+# before any work (Spark: before the JVM starts; --router alone means Spark, config/choice.py)
+ENGINE_PATHS = {
+    "local": ["--engine", "local"],
+    "chunked": ["--engine", "local", "--chunk-rows", "5"],
+    "spark": ["--engine", "spark", "--master", "local[1]"],
+    "spark-executors": ["--engine", "spark", "--master", "local[1]", "--spark-conf",
+                        "spark.streamjoin.results=executors"],
+    "spark-native": ["--engine", "spark", "--master", "local[1]", "--spark-conf", "spark.streamjoin.native=true"],
+    "spark-atr": ["--router", "atr", "--partitions", "2", "--master", "local[1]"],
+}
+COLLISIONS = {
+    # o + eu_x and o_eu + x are both o_eu_x
+    "prefix": ({"o": {"eu_x": 1}, "o_eu": {"x": 2}}, ["'o_eu_x'", "stream 'o'", "'eu_x'", "stream 'o_eu'", "'x'"]),
+    # a prefixed payload name equal to a fact column
+    "fact": ({"latency": {"us": 1}, "b": {}}, ["stream 'latency'", "column 'us'", "'latency_us'"]),
+    # equal ignoring case: Spark reads a_B_x and a_b_x as one column (the native path failed after the join)
+    "case": ({"a": {"B_x": 1}, "a_b": {"x": 2}}, ["'a_B_x'", "'a_b_x'", "differ only in case"]),
+}
+
+
+@pytest.mark.parametrize("path", list(ENGINE_PATHS))
+@pytest.mark.parametrize("case", list(COLLISIONS))
+def test_results_column_collisions_are_refused_on_every_engine_path(work: Path, case: str, path: str) -> None:
+    streams, needles = COLLISIONS[case]
+    args = []
+    for i, (name, extra) in enumerate(streams.items()):
+        write_stream(work / f"{name}.parquet", offset_us=300 * i, **{c: (lambda n, j=j: np.arange(n) * j)
+                                                                    for c, j in extra.items()})
+        args += ["--stream", f"{name}={name}.parquet"]
+    before = tree(work.parent)
+    line = assert_refused(run_cli(["run", *args, "--key", "k", *ENGINE_PATHS[path], *RUN], cwd=work), *needles)
+    assert "stage" not in line and "internal failure" not in line
+    assert_untouched(work.parent, before)
+
+
+def test_tune_buffer_refuses_a_results_column_collision_too(work: Path) -> None:
+    """tune-buffer replays in memory (it ignores --chunk-rows): io.load.load_all's check."""
+    write_stream(work / "o.parquet", eu_x=lambda n: np.arange(n))
+    write_stream(work / "oeu.parquet", offset_us=300, x=lambda n: np.arange(n))
+    before = tree(work.parent)
+    proc = run_cli(["tune-buffer", "--recall", "0.9", "--stream", "o=o.parquet", "--stream", "o_eu=oeu.parquet", "--key", "k", *RUN], cwd=work)
+    assert_refused(proc, "'o_eu_x'", "stream 'o'", "stream 'o_eu'")
+    assert_untouched(work.parent, before)
+
+
 INTERNAL = ("__ts", "__arrival", "__key0", "__key1", "__last")
 
 

@@ -5,7 +5,9 @@ count windows, the spark-ss / flink emulations).
 Found by review: ``--master spark://...`` (or --partitions, --spark-conf) without
 --engine ran locally and reported ``"engine": "local"`` next to the master; and
 ``--policy flink --router atr`` failed "--router atr needs --engine spark" though
-Spark is the default engine.
+Spark is the default engine.  Later: with ``STREAMJOIN_ENGINE=local`` a Spark
+setting was ignored without a word and a router refused; the environment default
+now gives way to them as the built-in default does (choice.engine_of).
 """
 
 from __future__ import annotations
@@ -57,19 +59,22 @@ def _toml(tmp_path: Path, policy: str, window: str, run: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("env", [None, "spark", "local"])
-@pytest.mark.parametrize("choice", list(CHOICES))
-def test_the_five_features_agree_on_who_chose_spark(tmp_path, monkeypatch, env, choice):
+def _set_env(monkeypatch, env: str | None) -> None:
+    """``$STREAMJOIN_ENGINE`` set to ``env``, or unset (the built-in default, Spark)."""
     if env is None:
         monkeypatch.delenv("STREAMJOIN_ENGINE", raising=False)
     else:
         monkeypatch.setenv("STREAMJOIN_ENGINE", env)
+
+
+@pytest.mark.parametrize("env", [None, "spark", "local"])
+@pytest.mark.parametrize("choice", list(CHOICES))
+def test_the_five_features_agree_on_who_chose_spark(tmp_path, monkeypatch, env, choice):
+    _set_env(monkeypatch, env)
     flags, run = CHOICES[choice]
-    engine_chosen = choice in ("--engine spark", "[run] engine")
-    router = "router" in choice
-    # the env var is a default, not a choice: a router or a Spark setting over env=local is refused
-    # (router) or runs where the env var put it; --engine / [run] engine always wins
-    spark = engine_chosen or (choice != "nothing" and env != "local")
+    # the env var is a default, not a choice: a router or a Spark setting chooses Spark over
+    # env=local exactly as over the built-in default (it used to run locally, the setting ignored)
+    spark = choice != "nothing"
     outcomes = {}
     for name, (policy, window, extra) in FEATURES.items():
         toml = _toml(tmp_path, policy, window, run)
@@ -80,9 +85,7 @@ def test_the_five_features_agree_on_who_chose_spark(tmp_path, monkeypatch, env, 
             assert "\n" not in str(err)
             outcomes[name] = str(err)
     for name, got in outcomes.items():
-        if router and env == "local" and not engine_chosen:
-            assert "needs --engine spark" in got or "count windows run with" in got, (name, got)
-        elif spark and name in ON_SPARK:
+        if spark and name in ON_SPARK:
             assert got == "spark", (name, got)
         elif spark:
             assert REFUSAL[name] in got, (name, got)
@@ -98,3 +101,48 @@ def test_a_refusal_names_the_spark_setting_that_chose_spark(tmp_path, monkeypatc
     toml = _toml(tmp_path, "static", "5tuples", "partitions = 64")
     with pytest.raises(InputError, match=r"count windows run with .* not \[run\] partitions"):
         resolve(toml, Flags(out=str(tmp_path / "o2"), retention=["b=1s"]))
+
+
+# a plain run (no feature that gives way): which engine, and the Spark settings it keeps
+PLAIN = {k: v for k, v in CHOICES.items() if k not in ("--router atr", "[run] router")}
+
+
+@pytest.mark.parametrize("env", [None, "spark", "local"])
+@pytest.mark.parametrize("choice", list(PLAIN))
+def test_a_spark_setting_means_spark_whatever_the_environment_default(tmp_path, monkeypatch, env, choice):
+    _set_env(monkeypatch, env)
+    flags, run = PLAIN[choice]
+    cfg = resolve(_toml(tmp_path, "none", "1s", run), Flags(out=str(tmp_path / "o"), **flags))
+    expected = "local" if choice == "nothing" and env == "local" else "spark"
+    assert cfg.engine == expected
+    if "master" in choice:
+        assert cfg.master == "spark://nowhere:7077"
+    if "partitions" in choice:
+        assert cfg.partitions == 64
+    if "spark" in choice and "conf" in choice:
+        assert ("spark.sql.shuffle.partitions", "8") in cfg.spark_conf
+
+
+@pytest.mark.parametrize("router", ["atr", "ctr", "auto"])
+def test_a_router_over_the_local_environment_default_runs_on_spark(tmp_path, monkeypatch, router):
+    """Was: ``--router atr needs --engine spark`` with ``STREAMJOIN_ENGINE=local``
+    (the built-in default ran it on Spark)."""
+    monkeypatch.setenv("STREAMJOIN_ENGINE", "local")
+    cfg = resolve(_toml(tmp_path, "none", "1s", ""), Flags(out=str(tmp_path / "o"), router=router))
+    assert (cfg.engine, cfg.router) == ("spark", router)
+
+
+@pytest.mark.parametrize("env", [None, "spark", "local"])
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_an_explicit_engine_beats_the_environment_and_the_default(tmp_path, monkeypatch, env, how):
+    _set_env(monkeypatch, env)
+    for engine in ("local", "spark"):
+        flags, run = ({"engine": engine}, "") if how == "flag" else ({}, f'engine = "{engine}"')
+        cfg = resolve(_toml(tmp_path, "none", "1s", run), Flags(out=str(tmp_path / f"o-{engine}"), **flags))
+        assert cfg.engine == engine
+
+
+def test_a_router_with_the_local_engine_chosen_is_still_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMJOIN_ENGINE", "spark")
+    with pytest.raises(InputError, match="--router atr needs --engine spark"):
+        resolve(_toml(tmp_path, "none", "1s", ""), Flags(out=str(tmp_path / "o"), engine="local", router="atr"))

@@ -114,12 +114,9 @@ def test_native_mode_auto_true_false_and_refusals(tmp_path):
     # auto falls back to the current path for what the native path does not do ...
     assert not native_path(resolved(master="spark://h:7077", policy="flink", watermark=["10ms"]))
     assert native_path(resolved(master="spark://h:7077", policy="qjoin", recall=0.9))   # test_spark_native_adaptive
-    assert not native_path(resolved(master="spark://h:7077", policy="none", router="ctr"))
     # ... and an explicit true is refused in one line, before anything runs
     with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with policy flink"):
         native_path(resolved(master="local[2]", policy="flink", watermark=["10ms"], spark_conf=[NATIVE]))
-    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with --router ctr"):
-        native_path(resolved(master="local[2]", policy="none", router="ctr", spark_conf=[NATIVE]))
     with pytest.raises(InputError, match=r"expected auto, true or false"):
         native_path(resolved(master="local[2]", policy="none", spark_conf=["spark.streamjoin.native=yes"]))
     # the native path's results are on the executors: an explicit results=driver is refused
@@ -207,11 +204,25 @@ POLICIES = [{"policy": "none"}, {"policy": "static", "retention": ["10ms"]}, {"p
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr"]),
-       partitions=st.integers(1, 4), seed=st.integers(0, 10**6))
-def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed):
+       partitions=st.integers(1, 4), seed=st.integers(0, 10**6), no_results=st.booleans())
+def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed,
+                                                         no_results):
     tmp = tmp_path_factory.mktemp("prop")
     cfg = write_inputs(tmp, n, seed=seed, sizes=(120, 90, 70, 60))
-    local = run(cfg, tmp / "local", engine="local", **policy)
+    local = run(cfg, tmp / "local", engine="local", no_results=no_results, **policy)
     nat = run(cfg, tmp / "nat", engine="spark", master="local[2]", router=router, partitions=partitions,
-              spark_conf=[NATIVE], **policy)
+              spark_conf=[NATIVE], no_results=no_results, **policy)
+    assert (tmp / "nat" / "results.parquet").exists() is not no_results
     assert_same_run(tmp / "local", tmp / "nat", local, nat)
+
+
+@pytest.mark.parametrize("n,policy,router,partitions", [CASES[0], CASES[4]])
+def test_native_without_results_equals_the_local_engine(spark, tmp_path, n, policy, router, partitions):
+    """--no-results: the groups return only what report.json's numbers read (members' rows,
+    latency, emitted, required slack, period), the same numbers."""
+    cfg = write_inputs(tmp_path, n, seed=n * 10 + partitions)
+    local = run(cfg, tmp_path / "local", engine="local", no_results=True, **policy)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router=router, partitions=partitions,
+              spark_conf=[NATIVE], no_results=True, **policy)
+    assert local["emitted_results"] > 0 and not (tmp_path / "nat" / "results.parquet").exists()
+    assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)

@@ -3,7 +3,8 @@ holds summaries (issue 19; ``spark.streamjoin.native``).
 
 :func:`native_join` runs one replay and join of a fixed policy (``none``,
 ``static``, ``kslack``, ``mpkslack``) or a recall-target one (``qjoin``,
-``qkslack``: :mod:`.native_adaptive`) with ``--router none`` or ATR, from a
+``qkslack``: :mod:`.native_adaptive`) with ``--router none``, ATR, CTR or
+``auto`` (the smaller predicted overhead), from a
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
 dtype, and each stream's payload columns named by position,
@@ -21,12 +22,15 @@ partitions, J segments, n streams, D controller decisions)::
       its peak (docs/performance.md)                            O(N) while it runs
       -> the decision table (times, per-stream values) back into the
       progress scans                                            O(D x n)
-    progress (native_progress.progress_frame): per partition rows and
-      largest ts per stream, MP-K-slack's largest delay, the largest
-      release / horizon candidate                                   O(P x n)
+    progress (native_progress.progress_frame): the tuples range-partitioned
+      in replay order once (keys and payload ride along), persisted;
+      per partition rows, smallest and largest ts and largest own delay
+      per stream, first and last arrival, then the largest release /
+      horizon candidate                                             O(P x n)
       -> carried-in prefix maxima back; facts attached on the executors
-    releases and expiries (native_progress.next_change): each partition's
-      first change point                                            O(P)
+    releases and expiries (the same mapInArrow): found in the tuple's own
+      partition or marked for the later one where they are; per marked
+      partition the largest value and a count                       O(P)
     memory (native_progress.memory_stats): per partition n sums, then its
       peak, sums and pieces of the report's downsampled series;
       the arrival time at each series point                         O(P x n + points)
@@ -37,20 +41,26 @@ partitions, J segments, n streams, D controller decisions)::
       executors (two streams: the local engine's order from the join's
       exact count, after the join)                                  O(n^2 x 4096)
     routing: the per-stream event-time histogram (4096 buckets) ->
-      ATR plan on the driver                                        O(n x 4096 + J)
-    join: tuples replicated to their partitions on the executors
-      (atr.assign in mapInArrow), groupBy(partition).applyInArrow
-      runs the kernel (kernels.join_streams) and gives every
-      combination its emission, latency, required slack, period     nothing
+      ATR / CTR plan on the driver (routing.route_plans_from)       O(n x 4096 + J)
+    join, ATR / none: tuples replicated to their partitions on the
+      executors (atr.assign in mapInArrow), groupBy(partition)
+      .applyInArrow runs the kernel (kernels.join_streams) and gives
+      every combination its emission, latency, required slack, period;
+      tuples per partition and stream, each task's counts and time  O(P x n)
+    join, CTR (.native_route): hop 1 a mapInArrow to each tuple's
+      storage host and set cover, then one groupBy(partition)
+      .applyInArrow shuffle per hop joining the tuples stored there;
+      tuples stored per partition and stream, copies shipped, each
+      task's counts and time per hop                                O(P x n)
     results: df.write.parquet into the staging directory, a file://
-      URI (Spark's file commit protocol: part files + _SUCCESS)     nothing
+      URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
+      protocol: part files + _SUCCESS)                              nothing
     metrics: truth / emitted / duplicates counts, per period counts,
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
 
 Refused here (one line, the current path runs them): the engine emulations,
-``--router ctr``, ``--where``, ``--distance``, ``--flow-control``,
-``--capacity``.
+``--where``, ``--distance``, ``--flow-control``, ``--capacity``.
 """
 
 from __future__ import annotations
@@ -91,8 +101,6 @@ def why_not_native(cfg) -> str | None:
     """Why this run cannot take the native path (None: it can)."""
     if cfg.policy.name not in NATIVE_POLICIES:
         return f"policy {cfg.policy.name} (native: {', '.join(NATIVE_POLICIES)})"
-    if cfg.router == "ctr":
-        return "--router ctr"
     if cfg.where is not None:
         return "--where"
     if getattr(cfg, "distance", None) is not None:
@@ -165,54 +173,57 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     n = len(names)
     W = np.asarray(windows, dtype=np.int64)
     P = max(int(settings.partitions), 1)
-    router = "atr" if settings.router == "auto" else settings.router
-    if router not in ("none", "atr"):
-        raise InputError(f"{NATIVE_CONF_KEY}: --router {router} runs on the current path (native: none, atr)")
+    router = settings.router
     timings: dict[str, float] = {}
     keycols = [c for c in df.columns if c.startswith("__key")]
     payload_cols = [[(payload_name(k, j), c) for j, c in enumerate(payloads[k])] for k in range(n)]
     N = int(sum(sizes))
 
     t0 = time.perf_counter()
-    df = df.localCheckpoint(eager=True)   # read once: every stage below scans it
-    timings["input"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # two streams: the probe order is the local engine's, from the join's exact count (below)
-    sel = _selectivities(df, n, sizes, W, keycols) if n >= 3 else None
-    timings["plan"] = time.perf_counter() - t0
     schedule = log = policy_settings = None
     if policy.adaptive:   # qjoin / qkslack: the controller on the driver, its decision table to the scans
-        t0 = time.perf_counter()
         schedule, log, policy_settings = native_adaptive.decide(df, n=n, sizes=sizes, W=W, policy=policy,
                                                                 bad_arrivals=bad_arrivals, keycols=keycols)
         timings["controller"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+        t0 = time.perf_counter()
+    # read once, range-partitioned in replay order and persisted: every stage below scans it
     prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule)
     timings["progress"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # two streams: the probe order is the local engine's, from the join's exact count (below)
+    sel = _selectivities(prog.facts, n, sizes, W, keycols) if n >= 3 else None
+    timings["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mem_t, mem_b, series = memory_stats(spark, prog, n, row_bytes, series_points, held_all=policy.family == SYMMETRIC)
     facts = stream_facts(prog.facts, n, names, sizes, policy.family)
     timings["memory"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    plan, T, predicted = None, None, None
-    span = df.agg(F.min("ts"), F.max("ts")).collect()[0] if N else (None, None)
-    if router == "atr":
-        hist = _histogram(df, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
+    plan, T, plans = None, None, {}
+    predicted = {"atr": None, "ctr": None}
+    span = (prog.ts_min, prog.ts_max)
+    if router != "none":   # the plans from the histogram, as the current path's (routing.route_plans_from)
+        hist = _histogram(prog.facts, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
         T = settings.segment_us or (segment_for_span(int(span[1]) - int(span[0]) + 1, W.tolist(), P) if N else 1)
-        plans, _, _ = route_plans_from(hist, T, W.tolist(), settings, list(range(n)), sel)
-        plan, predicted = plans["atr"]
+        # CTR's hops follow the probe order (two streams: each stream's only partner)
+        order = order_from_selectivity(list(sizes), sel).order if n >= 3 else list(range(n))
+        plans, _, _ = route_plans_from(hist, T, W.tolist(), settings, order, sel)
+        predicted = {"atr": plans["atr"][1] if "atr" in plans else None,
+                     "ctr": (plans["ctr"][1] + plans["ctr"][2]) if "ctr" in plans else None}
+        if router == "auto":   # the smaller predicted overhead (SPEC §6)
+            router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
+        plan = plans[router][0]
     timings["route_plan"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if policy.family == SORTING else [])
-    data = prog.facts.select(*cols).join(df.select("stream", "row", *keycols, *[c for p in payload_cols for c, _ in p]),
-                                         ["stream", "row"])
+    data = prog.facts.select(*cols, *keycols, *[c for p in payload_cols for c, _ in p])   # keys, payload rode along
     combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
-                                         plan=plan, P=P if router == "atr" else 1, keycols=keycols,
+                                         plan=plan, P=P if router != "none" else 1, keycols=keycols,
                                          payload_cols=payload_cols, first=prog.first or 0, period_us=int(period_us),
                                          results_dir=results_dir)
+    prog.release()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary, period_ids = combos["summary"], combos["period_ids"]
@@ -226,21 +237,28 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
                          memory=None, summary=summary, period_ids=period_ids, timings_s=timings, probe_order=probe,
                          aggregated={"streams": facts, "memory_tuples": mem_t, "memory_bytes": mem_b,
                                      "memory_series": series, "first": prog.first, "last": prog.last})
-    res = PlaneResult(combos={}, stats={q: {"n_in": int(stored[:, q].sum()), "n_cand": 0, "n_out": 0, "t_us": 0.0}
-                                        for q in range(stored.shape[1])},
-                      shipped_tuples=int(stored.sum()), stored=stored)
+    # the join tasks' counts (O(P x hops) rows): tuples in, candidates, combinations, kernel time;
+    # CTR: the copies shipped at hop 1 and the intermediate results shipped between hops
+    stats = combos["stats"]
+    res = PlaneResult(combos={}, stats=stats, shipped_tuples=int(combos.get("shipped_tuples", stored.sum())),
+                      shipped_intermediate=int(sum(s.get("n_inter_in", 0) for s in stats.values())), stored=stored)
     duration_s = (int(span[1]) - int(span[0])) / 1e6 if N else 0.0
     extra = {"requested": settings.router, "segment_us": T, "load_weights": list(settings.weights),
-             "predicted": {"atr": predicted, "ctr": None}, "progress_pass": "spark", "handoff": None,
+             "predicted": predicted, "progress_pass": "spark", "handoff": None,
              "results": "executors", "native": True, "stage_s": dict(timings)}
     if router == "atr":
         extra["atr"] = plan.to_dict()
-        extra["theorem_b"] = predicted
+        extra["theorem_b"] = predicted["atr"]
+    if router == "ctr":
+        extra["ctr"] = plan.to_dict()
+        extra["theorem_d"] = {"O_ctr": plans["ctr"][1], "O_star_ctr": plans["ctr"][2]}
+    if plan is not None:
         extra["estimated_per_partition"] = plan.estimated.table()
     use = partition_use(router, plan, res, [range(int(s)) for s in sizes], W.tolist(), duration_s * 1e6,
                         settings.costs)
-    out.routing = routing_report(router, P if router != "none" else 1, res, N, duration_s, predicted or 0.0,
-                                 settings.weights, extra, use, settings.capacity, settings.costs)
+    out.routing = routing_report(router, P if router != "none" else 1, res, N, duration_s,
+                                 predicted.get(router) or 0.0, settings.weights, extra, use, settings.capacity,
+                                 settings.costs)
     return out
 
 

@@ -13,7 +13,12 @@ by Spark's own writer (``results.parquet/``: part files and ``_SUCCESS``);
 ``report.json``'s numbers are aggregations of the rows -- counts, per period
 counts, value counts of the latencies and the required slacks, duplicates --
 the same :class:`~streamjoin.pipelines.analysis.summary.ResultSummary` the
-executors' results path merges.
+executors' results path merges.  With a CTR plan the combinations come from
+:mod:`.native_route` (hops as successive shuffles) in the same rows.  Every
+join task adds one statistics row (:data:`~.native_route.STAT_COLS`: its
+partition, tuples in, candidates, combinations, intermediate results
+received, kernel time), merged on the driver by
+:func:`~.native_route.merge_stats` (O(P)).
 
 :func:`stream_facts` is :func:`~streamjoin.pipelines.analysis.metrics.stream_facts`
 from aggregations of the facts frame (the delays as value counts: exact
@@ -28,15 +33,20 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...analysis.summary import ResultSummary, nearest_rank_of_counts
+from ...config.options import is_uri
 from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
 from ...route import atr as atr_mod
+from .hadoop_out import check_results_written
 from .kernels import join_streams
+from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
+#: the combination columns :func:`_summary` reads besides the members' row numbers
+SUMMARY_COLS = ("latency_us", EMITTED, NEED, PERIOD)
 
 
 def stream_facts(facts, n: int, names, sizes, family: str) -> list[dict]:
@@ -80,6 +90,7 @@ def _results_schema(data_schema, names, payload_cols, sizes):
         fields += [StructField(f"{name}_{c}", by_name[f].dataType) for f, c in cols]
     fields += [StructField("emit_us", LongType()), StructField("latency_us", LongType()),
                StructField(EMITTED, BooleanType()), StructField(NEED, LongType()), StructField(PERIOD, LongType())]
+    fields += stat_fields()
     return StructType(fields)
 
 
@@ -87,91 +98,128 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
                         period_us, results_dir):
     """Join ``data`` (facts + keys + payload per tuple) on the executors; write the
     emitted results under ``results_dir`` (None: not written); return the merged
-    summary and the occupied periods, and the ``(n, P)`` tuples each partition received."""
+    summary and the occupied periods, the ``(n, P)`` tuples each partition received
+    (CTR: stored) and the partitions' statistics (:func:`merge_stats`; CTR also the
+    tuples and intermediate results shipped: ``shipped_tuples``, ``shipped_intermediate``)."""
     import polars as pl
     import pyarrow as pa
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import IntegerType, StructField, StructType
 
+    from ...route.ctr import CtrPlan
+
     rschema = _results_schema(data.schema, names, payload_cols, sizes)
+    if results_dir is None:   # nothing written: only what the summary reads (no member ts, arrival, payload)
+        rschema = StructType([f for f in rschema.fields if f.name in SUMMARY_COLS
+                              or f.name in {f"{name}_row" for name in names}])
+        data = data.drop(*[f for cols in payload_cols for f, _ in cols])   # nor replicated, nor cached
+        payload_cols = [[] for _ in payload_cols]
     arrow_schema = to_arrow_schema(rschema)
     keyed = bool(keycols)
     fact_cols = ["row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if family == SORTING else [])
     narrow = max(sizes, default=0) < 2**31
 
-    if plan is None:
-        routed = data.withColumn("q", F.lit(0).cast("int"))
-    else:
-        def replicate(it):
-            for b in it:
-                t = pa.Table.from_batches([b])
-                st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
-                idx, part = [], []
-                for k in range(n):
-                    sel = np.flatnonzero(st == k)
-                    i, p = atr_mod.assign(plan, k, ts[sel])
-                    idx.append(sel[i])
-                    part.append(p)
-                idx = np.concatenate(idx)
-                t = t.take(idx).append_column("q", pa.array(np.concatenate(part).astype(np.int32)))
-                yield from t.to_batches()
-        routed = data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
-
-    def task(table):
-        q = int(table.column("q")[0].as_py()) if table.num_rows else 0
-        st = table.column("stream").to_numpy()
-        part, subs = [], []
-        for k in range(n):
-            sub = table.filter(pa.array(st == k))
-            sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
-            subs.append(sub)
-            d = {c: sub.column(c).to_numpy() for c in fact_cols}
-            d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
-                dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
-            part.append(d)
-        if keyed:
-            ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
-            for k in range(n):
-                part[k]["kid"] = ids[k]
-        own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
-        out = join_streams(part, n, W, family, keyed, 0, None, own, timing=False)
-        out.pop("_stats", None)
+    def rows_of(part, out):
+        """The results rows (``rschema`` but the statistics) of combinations ``out``
+        (``r0..`` row numbers, ``emitted``) over the per-stream columns ``part``
+        (rows ascending, ``payload`` a polars frame)."""
         loc, last, emitted, emit_us, latency, need = combination_facts(family, tuple(int(w) for w in W), part, out)
         sources = [SimpleNamespace(name=names[k], ts=part[k]["ts"], arrival=part[k]["arrival"],
                                    payload=part[k]["payload"]) for k in range(n)]
         m = len(emitted)
-        frame = frame_at(np.arange(m), sources, loc, emit_us, last, latency,
-                         row_numbers=[part[k]["row"] for k in range(n)])
+        if results_dir is None:
+            frame = pl.DataFrame({**{f"{names[k]}_row": part[k]["row"][loc[k]].astype(np.int64) for k in range(n)},
+                                  "latency_us": np.asarray(latency, np.int64)})
+        else:
+            frame = frame_at(np.arange(m), sources, loc, emit_us, last, latency,
+                             row_numbers=[part[k]["row"] for k in range(n)])
         arrival_last = np.maximum.reduce([part[k]["arrival"][loc[k]] for k in range(n)]) if m else np.empty(0, np.int64)
         frame = frame.with_columns(pl.Series(EMITTED, emitted, dtype=pl.Boolean),
                                    pl.Series(NEED, need, dtype=pl.Int64),
                                    pl.Series(PERIOD, (arrival_last - first) // period_us, dtype=pl.Int64))
         if narrow:
             frame = frame.with_columns(pl.col(f"{name}_row").cast(pl.Int32) for name in names)
-        return frame.to_arrow().cast(arrow_schema)
+        return frame.to_arrow()
 
-    routed = routed.localCheckpoint(eager=True)   # replicated once: counted, then joined
-    stored_rows = routed.groupBy("q", "stream").count().collect()
-    combos = routed.groupBy("q").applyInArrow(task, rschema).persist()
-    stored = np.zeros((n, max(P, 1)), np.int64)
-    for r in stored_rows:
-        stored[int(r["stream"]), int(r["q"])] = int(r["count"])
-    if results_dir is not None:
-        # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
-        # and the results would land there, not in the local staging directory
-        (combos.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
-         .write.option("compression", RESULTS_COMPRESSION).parquet(Path(str(results_dir)).resolve().as_uri()))
-        if not (Path(str(results_dir)) / "_SUCCESS").is_file():
-            raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
-                               f"in the local staging directory (nothing published)")
-        _drop_checksums(results_dir)
+    shipped, routed = {}, None
+    if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
+        combos, stored, shipped = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                                   payload_cols=payload_cols, fact_cols=fact_cols,
+                                                   rows_of=rows_of, rschema=rschema)
+        combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
+    else:
+        if plan is None:
+            routed = data.withColumn("q", F.lit(0).cast("int"))
+        else:
+            def replicate(it):
+                for b in it:
+                    t = pa.Table.from_batches([b])
+                    st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
+                    idx, part = [], []
+                    for k in range(n):
+                        sel = np.flatnonzero(st == k)
+                        i, p = atr_mod.assign(plan, k, ts[sel])
+                        idx.append(sel[i])
+                        part.append(p)
+                    idx = np.concatenate(idx)
+                    t = t.take(idx).append_column("q", pa.array(np.concatenate(part).astype(np.int32)))
+                    yield from t.to_batches()
+            routed = data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
+
+        def task(table):
+            q = int(table.column("q")[0].as_py()) if table.num_rows else 0
+            st = table.column("stream").to_numpy()
+            part, subs = [], []
+            for k in range(n):
+                sub = table.filter(pa.array(st == k))
+                sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
+                subs.append(sub)
+                d = {c: sub.column(c).to_numpy() for c in fact_cols}
+                d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
+                    dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
+                part.append(d)
+            if keyed:
+                ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
+                for k in range(n):
+                    part[k]["kid"] = ids[k]
+            own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
+            out = join_streams(part, n, W, family, keyed, 0, None, own, timing=False)
+            stat = out.pop("_stats")   # n_in, n_cand (before ownership), n_out, t_us: the kernel's
+            return with_stat_rows(rows_of(part, out), [{**stat, "q": q}], arrow_schema)
+
+        # replicated once (the count below fills the cache), then joined; MEMORY_AND_DISK spills
+        # rather than filling the heap the executors share with the driver on local masters
+        routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
+        stored_rows = routed.groupBy("q", "stream").count().collect()
+        combos = routed.groupBy("q").applyInArrow(task, rschema).persist(StorageLevel.MEMORY_AND_DISK)
+        stored = np.zeros((n, max(P, 1)), np.int64)
+        for r in stored_rows:
+            stored[int(r["stream"]), int(r["q"])] = int(r["count"])
     try:
-        summary, period_ids = _summary(combos, names)
+        stats = merge_stats(combos.filter(F.col(STAT_Q).isNotNull()).select(*STAT_COLS).collect(), P)
+        rows = combos.filter(F.col(STAT_Q).isNull()).drop(*STAT_COLS)
+        if is_uri(results_dir):   # --out as a Hadoop URI: its staging directory there (.hadoop_out)
+            (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
+             .write.option("compression", RESULTS_COMPRESSION).parquet(str(results_dir)))
+            check_results_written(spark, str(results_dir))
+        elif results_dir is not None:
+            # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+            # and the results would land there, not in the local staging directory
+            (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
+             .write.option("compression", RESULTS_COMPRESSION).parquet(Path(str(results_dir)).resolve().as_uri()))
+            if not (Path(str(results_dir)) / "_SUCCESS").is_file():
+                raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
+                                   f"in the local staging directory (nothing published)")
+            _drop_checksums(results_dir)
+        summary, period_ids = _summary(rows, names)
     finally:
         combos.unpersist()
-    return {"summary": summary, "period_ids": period_ids}, stored
+        if routed is not None:
+            routed.unpersist()
+    return {"summary": summary, "period_ids": period_ids, "stats": stats, **shipped}, stored
 
 
 def _drop_checksums(directory) -> None:

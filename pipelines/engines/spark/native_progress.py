@@ -1,40 +1,47 @@
 """The native Spark path's progress pass and memory series: prefix scans over a
 DataFrame in replay order, the facts left on the executors (issue 19).
 
-:func:`progress_frame` range-partitions the tuples by ``(arrival, stream,
-row)`` (the replay order, SPEC §2) and runs the scans of
-:mod:`~streamjoin.pipelines.replay.partitioned_progress` as ``mapInArrow``
-stages: each stage sends one summary per partition to the driver (O(P x n)
-numbers: rows and largest ``ts`` per stream, MP-K-slack's largest delay,
-the largest release / horizon candidate), the driver turns them into
-carried-in prefix maxima, and the last stage attaches every tuple's facts
+:func:`progress_frame` range-partitions the tuples (every column: keys and
+payload ride along) by ``(arrival, stream, row)`` (the replay order, SPEC
+§2) once and persists them (``MEMORY_AND_DISK``).
+:func:`~.progress.carried` runs the scans of
+:mod:`~streamjoin.pipelines.replay.partitioned_progress` as two
+``mapInArrow`` summary jobs (O(P x n) numbers to the driver: rows, smallest
+and largest ``ts`` and largest own delay per stream, first and last arrival;
+then the largest release / horizon candidate); the driver turns them into
+carried-in prefixes, and one more ``mapInArrow`` attaches every tuple's facts
 (arrival index ``a``, frontier ``T`` and ``T(a - 1)``, delay, ``R``,
 dropped, horizons ``H_k``, expired, the required K-slack ``kneed``) as
 columns of a DataFrame that stays on the executors.
 
-:func:`next_change` is the one search both releases and expiries need: for
-each query value ``v`` at arrival index ``a_x``, the first arrival index at
-which a never-decreasing sequence ``G`` reaches ``v`` (``>= v``: a release,
-``G = R``) or passes it (``> v``: the end of a tuple's stay in memory,
-``G = R`` or ``G = T``; ``qjoin``'s time-varying retentions: ``G = H_k``
-per stream, :func:`_horizon_leave`).  ``G``'s change points ``(G(a), a)`` and the queries
-are sorted together by value on Spark; each query takes the next change point
-after it, from its own partition or carried in from a later one
-(:func:`~streamjoin.pipelines.replay.partitioned_progress.release_fill`):
-O(P) numbers on the driver.
+The same ``mapInArrow`` finds where each tuple is released (sorting family:
+the first index ``>= a_x`` at which ``R`` reaches ``ts``) and where it leaves
+memory (the first index at which ``R`` -- sorting -- or ``T`` -- symmetric,
+``H_k = T - d_k`` passing ``ts + W_k`` -- exceeds ``ts + W (+ d)``; ``qjoin``,
+whose retentions ``d_k(a)`` follow its decisions: the first index at which
+stream ``k``'s horizon ``H_k`` exceeds ``ts + W_k``, searched in ``H_k``):
+these sequences never decrease, so it is a ``searchsorted`` in the partition's own
+sequence (:func:`local_search`) when the partition reaches the value, and
+otherwise in the first later partition whose last value does (the driver
+knows each partition's last value: O(P)).  Those few tuples -- near a
+partition's end -- are found there (:func:`search_head`, a
+``groupBy(partition).applyInArrow`` over them and the partition's head, the
+driver getting the largest value and count per partition, O(P)) and joined
+back (broadcast).
 
 :func:`memory_stats` is the memory series as a prefix sum: +1 at each held
 tuple's own index, -1 where it leaves (the rule of
-:func:`~streamjoin.pipelines.replay.progress.memory_per_stream`), summed per
+:func:`~streamjoin.pipelines.replay.progress.memory_per_stream`), each event
+sent to the partition of the replay order holding its index, summed per
 partition (n numbers each to the driver) and scanned with the carried-in
-sums; each partition returns its peak and sums and its pieces of the report's
+sums; each partition returns its peak and sums per bucket of the report's
 downsampled series (:func:`~streamjoin.pipelines.report.build.memory_series`'
 buckets): O(P + buckets) numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +49,7 @@ from ...base.timeunits import NEG_INF
 from ...policies import SORTING, PolicySpec
 from ...replay import partitioned_progress as sp
 from .kernels import INT
+from .progress import TUPLE_COLS, arrow_chunk, carried, table_of
 
 #: columns of the facts frame beside stream, row, ts, arrival (H0.. follow per stream)
 FACTS = ("a", "T", "T_prev", "delay", "R", "R_prev", "dropped", "expired", "kneed")
@@ -51,189 +59,195 @@ FACTS = ("a", "T", "T_prev", "delay", "R", "R_prev", "dropped", "expired", "knee
 class Progress:
     """The facts frame (on the executors) and the scalars the driver keeps."""
 
-    facts: object          # DataFrame: stream, row, ts, arrival, FACTS, H0.., rel_us (sorting), end
+    facts: object          # DataFrame: the input's columns, FACTS, H0.., rel / rel_us (sorting), end
     N: int
     first: int | None      # first and last arrival (None: no tuples)
     last: int | None
     partitions: int
+    offsets: list = field(default_factory=list)   # each partition's first arrival index
+    ts_min: int | None = None                      # smallest and largest ts (None: no tuples)
+    ts_max: int | None = None
+    cached: list = field(default_factory=list)     # the persisted frames under ``facts`` (:meth:`release`)
+
+    def release(self) -> None:
+        """Unpersist the frames the facts are read from (after the last reader)."""
+        for df in self.cached:
+            df.unpersist()
 
 
-def _table(it):
-    import pyarrow as pa
+def local_search(G, v, a, arrival, strict: bool, held, off: int, G_end, p: int, N: int, last: int):
+    """The first index ``>= a`` at which the never-decreasing ``G`` reaches ``v``
+    (``strict``: exceeds it) and the arrival there, for this partition's queries:
+    found here (a ``searchsorted`` in the partition's own ``G``), never (``N``, the
+    last arrival), or ``-1`` with the later partition where it is (``G_end``: ``G`` at
+    each partition's last index; the first later one whose end reaches ``v``)."""
+    side = "right" if strict else "left"
+    m = len(G)
+    j = np.searchsorted(G, v, side=side)
+    here = j < m
+    jj = np.minimum(j, max(m - 1, 0))
+    later = np.asarray(G_end[p + 1:], INT)
+    k = np.searchsorted(later, v, side=side)
+    where = np.where(here | (k >= len(later)), -1, p + 1 + k)
+    never = ~here & (where < 0)
+    idx = np.where(here, np.maximum(a, off + jj), np.where(never, N, -1))
+    us = np.where(here, np.maximum(arrival, arrival[jj] if m else 0), np.where(never, last, -1))
+    idx, us, where = np.where(held, idx, N), np.where(held, us, last), np.where(held, where, -1)
+    return idx.astype(INT), us.astype(INT), where.astype(np.int32)
 
-    batches = list(it)
-    return pa.Table.from_batches(batches) if batches else None
 
-
-def _cols(t, names, dtypes) -> dict:
-    if t is None:
-        return {c: np.empty(0, d) for c, d in zip(names, dtypes)}
-    return {c: t.column(c).to_numpy() for c in names}
-
-
-def _per_partition(df, fn, width: int, default) -> list[np.ndarray]:
-    """``fn(partition's rows) -> width numbers`` for every partition of ``df``, in partition order."""
-    import pyarrow as pa
-    from pyspark import TaskContext
-
-    def run(it):
-        v = fn(_table(it))
-        p = TaskContext.get().partitionId()
-        yield pa.RecordBatch.from_pydict({"p": [p], **{f"v{i}": [int(x)] for i, x in enumerate(v)}})
-
-    rows = df.mapInArrow(run, ", ".join(["p bigint"] + [f"v{i} bigint" for i in range(width)])).collect()
-    got = {r["p"]: np.array([r[f"v{i}"] for i in range(width)], INT) for r in rows}
-    P = df.rdd.getNumPartitions()
-    return [got.get(p, np.asarray(default, INT)) for p in range(P)]
+def search_head(G, a_h, arr_h, v, a, arrival, strict: bool):
+    """The queries :func:`local_search` marked for a later partition, found in its
+    head (its rows in order, up to the first where ``G`` passes the largest query):
+    the first index at which ``G`` reaches ``v`` (``strict``: exceeds it) and the
+    arrival there."""
+    j = np.minimum(np.searchsorted(G, v, side="right" if strict else "left"), max(len(G) - 1, 0))
+    if not len(G):
+        return np.full(len(v), -1, INT), np.full(len(v), -1, INT)
+    return np.maximum(a, a_h[j]).astype(INT), np.maximum(arrival, arr_h[j]).astype(INT)
 
 
 def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
-    ``mpkslack``) or, given its ``schedule``, a recall-target one, as a DataFrame
-    on the executors; ``df``: stream, row, ts, arrival (and anything else,
-    ignored here).  ``schedule``: a recall-target policy's (``qjoin``,
-    ``qkslack``) decision times and values
-    (:func:`~streamjoin.pipelines.replay.partitioned_progress.scheduled`;
-    the hook of :mod:`.native_adaptive`)."""
+    ``mpkslack``) or, given its ``schedule``, a recall-target one (``qjoin``,
+    ``qkslack``: the decision times and values,
+    :func:`~streamjoin.pipelines.replay.partitioned_progress.scheduled`; the hook
+    of :mod:`.native_adaptive`) as a DataFrame on the executors; ``df``: stream,
+    row, ts, arrival and anything else (keys, payload), which rides along: the
+    facts frame has ``df``'s columns and the facts, range-partitioned in replay order.
+
+    One range partitioning, persisted (``MEMORY_AND_DISK``: spills rather than
+    filling the heap); :func:`~.progress.carried` (two summary jobs); one
+    ``mapInArrow`` that attaches the facts and finds each tuple's release and
+    where it leaves memory when that is in its own partition (nearly every tuple:
+    both come soon after it) or marks the later partition where it is; the few
+    marked ones are found there (``groupBy(partition).applyInArrow`` over them and
+    that partition's head) and joined back."""
     import pyarrow as pa
-    from pyspark import TaskContext
+    from pyspark import StorageLevel, TaskContext
     from pyspark.sql import functions as F
 
     W = np.asarray(W, dtype=INT)
-    base = (df.select("stream", "row", "ts", "arrival")
-            .repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
-            .localCheckpoint(eager=True))
-    names, dts = ("stream", "row", "ts", "arrival"), (np.int32, INT, INT, INT)
-
-    def chunk(t):
-        return _cols(t, names, dts)
-
-    empty1 = np.concatenate([[0], np.full(n, NEG_INF, INT)])
-    s1 = _per_partition(base, lambda t: sp.summary1(chunk(t), n), n + 1, empty1)
-    offsets, Mc, N = sp.carries_from(s1, n)
-    npart = len(s1)
-    Kc = [np.zeros(n, INT)] * npart
-    if policy.name == "mpkslack" or schedule is not None:   # the adaptive policies start from MP-K-slack's K
-        def summ2(t):
-            return sp.summary2(chunk(t), n, Mc[TaskContext.get().partitionId()])
-        s2 = _per_partition(base, summ2, n, np.zeros(n, INT))
-        Kc = sp.prefix_max(s2, np.zeros(n, INT))
-    width = 1 if policy.family == SORTING else n
-
-    def summ3(t):
-        p = TaskContext.get().partitionId()
-        return sp.summary3(chunk(t), n, policy, Mc[p], Kc[p], schedule)
-    s3 = _per_partition(base, summ3, width, np.full(width, NEG_INF, INT))
-    carried = sp.prefix_max(s3, np.full(width, NEG_INF, INT))
-    Rc = [int(x[0]) if policy.family == SORTING else NEG_INF for x in carried]
-    Hc = [x if policy.family != SORTING else np.full(n, NEG_INF, INT) for x in carried]
+    sorting = policy.family == SORTING
+    qjoin = schedule is not None and not sorting   # leaves by H_k: d_k moves with the decisions
+    d = np.zeros(n, INT) if sorting or qjoin else np.asarray(policy.retention, dtype=INT).reshape(n)
+    base = (df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
+            .persist(StorageLevel.MEMORY_AND_DISK))
+    cy = carried(base.select(*TUPLE_COLS), n, policy, schedule)
+    offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
+    first, last = cy.first, cy.last_arrival
     hcols = [f"H{k}" for k in range(n)]
-    schema = ", ".join(["stream int", "row bigint", "ts bigint", "arrival bigint", "a bigint", "T bigint",
-                        "T_prev bigint", "delay bigint", "R bigint", "R_prev bigint", "dropped boolean",
-                        "expired boolean", "kneed bigint"] + [f"{h} bigint" for h in hcols])
+    # the never-decreasing sequences the ends of stay are searched in, with their value one index
+    # earlier (the marked partitions' heads) and at each partition's end: R, T, or qjoin's H_k
+    seqs = ([(h, f"{h}_prev", [int(x[k]) for x in cy.H_end]) for k, h in enumerate(hcols)] if qjoin
+            else [("R", "R_prev", cy.R_end) if sorting else ("T", "T_prev", cy.T_end)])
+    hprev = [f"{h}_prev" for h in hcols] if qjoin else []
+    types = {"a": pa.int64(), "T": pa.int64(), "T_prev": pa.int64(), "delay": pa.int64(), "R": pa.int64(),
+             "R_prev": pa.int64(), "dropped": pa.bool_(), "expired": pa.bool_(), "kneed": pa.int64(),
+             **{h: pa.int64() for h in hcols}, "rel": pa.int64(), "rel_us": pa.int64(), "end0": pa.int64(),
+             "rel_to": pa.int32(), "end_to": pa.int32(), "__part": pa.int32(), **{h: pa.int64() for h in hprev}}
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+    schema = StructType(base.schema.fields + [StructField(c, from_arrow_type(t)) for c, t in types.items()])
 
     def run_facts(it):
         p = TaskContext.get().partitionId()
-        c = chunk(_table(it))
+        t = table_of(it)
+        if t is None:
+            return
+        c = arrow_chunk(t)
         f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p], schedule)
         m = len(c["ts"])
         t_in = int(Mc[p].min()) if n else NEG_INF          # T(a - 1) of the partition's first tuple
         T_prev = np.concatenate([[t_in], f["T"][:-1]]).astype(INT) if m else np.empty(0, INT)
         # tuning.required_k_per_tuple: k(x) = max(0, T(a_x - 1) - ts), 0 where T(a_x - 1) = -inf
         kneed = np.where(T_prev == NEG_INF, 0, np.maximum(T_prev - c["ts"], 0)).astype(INT)
-        out = {"stream": c["stream"].astype(np.int32), "row": c["row"].astype(INT), "ts": c["ts"].astype(INT),
-               "arrival": c["arrival"].astype(INT), "a": f["a"], "T": f["T"], "T_prev": T_prev,
-               "delay": f["delay"], "R": f["R"], "R_prev": f["R_prev"], "dropped": f["dropped"],
-               "expired": f["expired"], "kneed": kneed, **{h: f[h] for h in hcols}}
-        yield pa.RecordBatch.from_pydict(out)
+        st, ts, arr = c["stream"].astype(np.int64), c["ts"], c["arrival"]
+        # a tuple's release (sorting): first a >= a_x with R(a) >= ts; it leaves memory at the
+        # first a where R (sorting) or T (symmetric: H_k = T - d_k passes ts + W_k) exceeds ts + W (+ d)
+        held = ~f["dropped"]
+        args = (f["a"], arr)
+        if sorting:
+            rel, rel_us, rel_to = local_search(f["R"], ts, *args, False, held, offsets[p], cy.R_end, p, N, last)
+        else:
+            rel, rel_us, rel_to = (np.full(m, N, INT), np.full(m, last, INT), np.full(m, -1, np.int32))
+        lim = ts + W[st] + d[st]
+        if qjoin:   # stream k's tuples in H_k
+            end0, end_to = np.full(m, N, INT), np.full(m, -1, np.int32)
+            for k, (h, _, h_end) in enumerate(seqs):
+                mine = st == k
+                e, _, to = local_search(f[h], lim, *args, True, held & mine, offsets[p], h_end, p, N, last)
+                end0, end_to = np.where(mine, e, end0), np.where(mine, to, end_to)
+        else:
+            end0, _, end_to = local_search(f[seqs[0][0]], lim, *args, True, held, offsets[p], seqs[0][2], p, N, last)
+        prev = {f"{h}_prev": np.concatenate([[Hc[p][k]], f[h][:-1]]).astype(INT) if m else np.empty(0, INT)
+                for k, h in enumerate(hcols) if qjoin}
+        cols = {"a": f["a"], "T": f["T"], "T_prev": T_prev, "delay": f["delay"], "R": f["R"], "R_prev": f["R_prev"],
+                "dropped": f["dropped"], "expired": f["expired"], "kneed": kneed, **{h: f[h] for h in hcols},
+                "rel": rel, "rel_us": rel_us, "end0": end0, "rel_to": rel_to, "end_to": end_to,
+                "__part": np.full(m, p, np.int32), **prev}
+        for name, typ in types.items():
+            t = t.append_column(name, pa.array(np.asarray(cols[name]), typ))
+        yield from t.to_batches()
 
-    fdf = base.mapInArrow(run_facts, schema).localCheckpoint(eager=True)
-    if N:
-        lo_hi = fdf.agg(F.min("arrival"), F.max("arrival")).collect()[0]
-        first, last = int(lo_hi[0]), int(lo_hi[1])
-    else:
-        first = last = None
-    # where each tuple leaves memory: sorting -- after release, once R passes ts + W;
-    # symmetric -- once its horizon passes ts + W (H_k = T - d_k: T passes ts + W_k + d_k)
-    lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w)) for w in W]), F.col("stream") + 1)
-    if policy.family == SORTING:
-        rel = next_change(spark, fdf.filter(~F.col("dropped")).select(F.col("ts").alias("value"), "a", "arrival"),
-                          fdf.filter(F.col("R") > F.col("R_prev")).select(F.col("R").alias("value"), "a", "arrival"),
-                          P, N, last or 0, strict=False)
-        fdf = fdf.join(rel.select("a", F.col("rel").alias("rel"), "rel_us"), "a", "left")
-        fdf = fdf.withColumn("rel", F.coalesce("rel", F.lit(N))).withColumn("rel_us", F.coalesce("rel_us", F.lit(last or 0)))
-        leave = next_change(spark, fdf.filter(~F.col("dropped")).select(lim.alias("value"), "a", "arrival"),
-                            fdf.filter(F.col("R") > F.col("R_prev")).select(F.col("R").alias("value"), "a", "arrival"),
-                            P, N, last or 0, strict=True)
-    elif schedule is not None:   # qjoin: H_k follows the decisions, not T - d_k
-        leave = _horizon_leave(spark, fdf, n, W, P, N, last or 0)
-    else:
-        d = np.asarray(policy.retention, dtype=INT).reshape(n)
-        lim = lim + F.element_at(F.array(*[F.lit(int(x)) for x in d]), F.col("stream") + 1)
-        leave = next_change(spark, fdf.select(lim.alias("value"), "a", "arrival"),
-                            fdf.filter(F.col("T") > F.col("T_prev")).select(F.col("T").alias("value"), "a", "arrival"),
-                            P, N, last or 0, strict=True)
-    fdf = fdf.join(leave.select("a", F.col("rel").alias("end")), "a", "left")
-    end = F.greatest(F.coalesce("end", F.lit(N)), F.col("a"))
-    if policy.family == SORTING:
-        end = F.greatest(end, F.col("rel"))
-    fdf = fdf.withColumn("end", end).localCheckpoint(eager=True)
-    return Progress(facts=fdf, N=N, first=first, last=last, partitions=P)
+    pre = base.mapInArrow(run_facts, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w + x)) for w, x in zip(W, d)]), F.col("stream") + 1)
+    # g: the sequence a query is searched in (seqs' index: qjoin's leave queries by their stream)
+    g_leave = F.col("stream") if qjoin else F.lit(0)
+    queries = (pre.filter(F.col("rel_to") >= 0).select(F.col("rel_to").alias("q"), F.lit(0).alias("s"),
+                                                       F.lit(0).alias("g"), F.col("ts").alias("v"), "a", "arrival")
+               .unionByName(pre.filter(F.col("end_to") >= 0).select(F.col("end_to").alias("q"), F.lit(1).alias("s"),
+                                                                   g_leave.alias("g"), lim.alias("v"), "a",
+                                                                   "arrival")))
+    heads = {(int(r["q"]), int(r["g"])): (int(r["v"]), int(r["count"])) for r in
+             queries.groupBy("q", "g").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
+    base.unpersist()   # pre is whole: the aggregation above read every partition
+    fdf, cached = pre, [pre]
+    if heads:
+        head = None
+        for j, (g, g_prev, _) in enumerate(seqs):
+            marked = sorted({q for q, gj in heads if gj == j})
+            if not marked:
+                continue
+            top = F.element_at(F.array(*[F.lit(heads.get((q, j), (NEG_INF, 0))[0]) for q in range(P)]),
+                               F.col("__part") + 1)
+            # the head of each marked partition: its rows up to the first where G passes the largest query
+            part = (pre.filter(F.col("__part").isin(marked) & (F.col(g_prev) <= top))
+                    .select(F.col("__part").alias("q"), F.lit(2).alias("s"), F.lit(j).alias("g"), F.col(g).alias("v"),
+                            "a", "arrival"))
+            head = part if head is None else head.unionByName(part)
 
+        def resolve(t):
+            s, g, v, a, arr = (t.column(c).to_numpy() for c in ("s", "g", "v", "a", "arrival"))
+            out = {"a": [], "s": [], "idx": [], "us": []}
+            for j in np.unique(g):
+                h = np.flatnonzero((s == 2) & (g == j))
+                h = h[np.argsort(a[h], kind="stable")]
+                for kind in (0, 1):
+                    qs = np.flatnonzero((s == kind) & (g == j))
+                    idx, us = search_head(v[h], a[h], arr[h], v[qs], a[qs], arr[qs], strict=kind == 1)
+                    out["a"].append(a[qs])
+                    out["s"].append(np.full(len(qs), kind, np.int32))
+                    out["idx"].append(idx)
+                    out["us"].append(us)
+            return pa.table({k: np.concatenate(x) for k, x in out.items()})
 
-def _horizon_leave(spark, fdf, n: int, W, P: int, N: int, last_arrival: int):
-    """Symmetric tuples' leaving index under time-varying retentions: stream ``k``'s tuple
-    leaves once ``H_k`` passes ``ts + W_k`` (:func:`next_change` per stream on ``H_k``'s
-    change points, found per partition: each partition's first row counts as one, a
-    superset that finds the same first index)."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
-    out = None
-    for k in range(n):
-        h = f"H{k}"
-
-        def changes(it, h=h):
-            c = _cols(_table(it), ("a", "arrival", h), (INT, INT, INT))
-            v = c[h]
-            keep = np.concatenate([[True], v[1:] != v[:-1]]) if len(v) else np.zeros(0, bool)
-            yield pa.RecordBatch.from_pydict({"value": v[keep], "a": c["a"][keep], "arrival": c["arrival"][keep]})
-
-        ch = fdf.select("a", "arrival", h).mapInArrow(changes, "value bigint, a bigint, arrival bigint")
-        q = fdf.filter(F.col("stream") == k).select((F.col("ts") + F.lit(int(W[k]))).alias("value"), "a", "arrival")
-        # materialised apart: its tasks read their partition id, which a union would renumber
-        got = next_change(spark, q, ch, P, N, last_arrival, strict=True).localCheckpoint(eager=True)
-        out = got if out is None else out.unionByName(got)
-    return out
-
-
-def next_change(spark, queries, changes, P: int, N: int, last_arrival: int, strict: bool):
-    """Per query row (``value``, ``a``, ``arrival``): ``rel``, the first index ``>= a``
-    at which ``G`` reaches ``value`` (``strict``: exceeds it), ``N`` if never,
-    and ``rel_us``, the arrival there; ``changes`` are ``G``'s change points
-    (``value = G(a) > G(a - 1)``, ``a``, ``arrival``).  Sorted together by value,
-    change points after equal queries (``>=``) or before them (``>``)."""
-    import pyarrow as pa
-    from pyspark import TaskContext
-    from pyspark.sql import functions as F
-
-    q_tie, c_tie = (1, 0) if strict else (0, 1)
-    both = (queries.select("value", F.lit(q_tie).cast("tinyint").alias("tie"), F.lit(0).cast("tinyint").alias("kind"),
-                           "a", "arrival")
-            .unionByName(changes.select("value", F.lit(c_tie).cast("tinyint").alias("tie"),
-                                        F.lit(1).cast("tinyint").alias("kind"), "a", "arrival")))
-    both = both.repartitionByRange(P, "value", "tie", "a").sortWithinPartitions("value", "tie", "a")
-    both = both.localCheckpoint(eager=True)
-    names, dts = ("value", "kind", "a", "arrival"), (INT, np.int8, INT, INT)
-    summaries = _per_partition(both, lambda t: sp.release_summary(_cols(t, names, dts)), 3, np.zeros(3, INT))
-    carries = sp.release_carries(summaries)
-
-    def fill(it):
-        p = TaskContext.get().partitionId()
-        g = sp.release_fill(_cols(_table(it), names, dts), carries[p], N, last_arrival)
-        yield pa.RecordBatch.from_pydict(g)
-
-    return both.mapInArrow(fill, "a bigint, rel bigint, rel_us bigint")
+        found = (queries.unionByName(head).groupBy("q").applyInArrow(resolve, "a bigint, s int, idx bigint, us bigint")
+                 .groupBy("a").agg(*[F.max(F.when(F.col("s") == k, F.col(c))).alias(f"{c}{k}")
+                                     for k in (0, 1) for c in ("idx", "us")])
+                 .persist(StorageLevel.MEMORY_AND_DISK))   # found once: every reader of the facts joins it
+        cached.append(found)
+        if sum(c for _, c in heads.values()) <= 2_000_000:   # a few MB: sent to every task, no shuffle of pre
+            found = F.broadcast(found)
+        fdf = (pre.join(found, "a", "left")
+               .withColumn("rel", F.coalesce("idx0", "rel")).withColumn("rel_us", F.coalesce("us0", "rel_us"))
+               .withColumn("end0", F.coalesce("idx1", "end0")).drop("idx0", "us0", "idx1", "us1"))
+    end = F.greatest("end0", "a", "rel") if sorting else F.greatest("end0", "a")
+    fdf = fdf.withColumn("end", end).drop("end0", "rel_to", "end_to", "__part", *hprev)
+    if not sorting:
+        fdf = fdf.drop("rel", "rel_us")
+    return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),
+                    ts_min=cy.ts_min, ts_max=cy.ts_max, cached=cached)
 
 
 def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all: bool):
@@ -241,9 +255,15 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
     series)`` as :func:`~streamjoin.pipelines.analysis.metrics.memory_summary` and
     :func:`~streamjoin.pipelines.report.build.memory_series` give them.
     ``held_all``: every tuple is held from its arrival (symmetric family;
-    sorting: all but the dropped)."""
+    sorting: all but the dropped).
+
+    +1 at each held tuple's index, -1 at its ``end``; each event goes to the
+    partition of the replay order holding its index (``prog.offsets``); the
+    per-partition sums (n numbers each) give every partition its carried-in
+    memory; one ``groupBy(partition).applyInArrow`` turns each partition's events
+    into its memory at every index (a dense prefix sum) and returns its peak and
+    sums per bucket of the report's series."""
     import pyarrow as pa
-    from pyspark import TaskContext
     from pyspark.sql import functions as F
 
     N = prog.N
@@ -251,64 +271,51 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
         return ({"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0},
                 {"arrival_us": [], "peak": [], "mean": [], "points": 0, "arrivals_per_point": 0})
     f = prog.facts if held_all else prog.facts.filter(~F.col("dropped"))
-    plus = f.select("a", "stream", F.lit(1).alias("d"))
-    minus = f.filter(F.col("end") < N).select(F.col("end").alias("a"), "stream", F.lit(-1).alias("d"))
-    ev = (plus.unionByName(minus).groupBy("a")
-          .agg(*[F.sum(F.when(F.col("stream") == k, F.col("d")).otherwise(0)).cast("bigint").alias(f"d{k}")
-                 for k in range(n)]))
-    P = prog.partitions
-    ev = ev.repartitionByRange(P, "a").sortWithinPartitions("a").localCheckpoint(eager=True)
-    dn = [f"d{k}" for k in range(n)]
-
-    def chunk(t):
-        return _cols(t, ["a", *dn], [INT] * (n + 1))
-
-    def summ(t):
-        c = chunk(t)
-        first = int(c["a"][0]) if len(c["a"]) else -1
-        return [first] + [int(c[d].sum()) for d in dn]
-    s = _per_partition(ev, summ, n + 1, np.concatenate([[-1], np.zeros(n, INT)]))
-    sums, cur = [], np.zeros(n, INT)
-    for x in s:
-        sums.append(cur.copy())
-        cur = cur + x[1:]
-    nxt, following = [N] * len(s), N
-    for p in range(len(s) - 1, -1, -1):       # each partition's last value holds until the next event
-        nxt[p] = following
-        if s[p][0] >= 0:
-            following = int(s[p][0])
+    offs = [int(o) for o in prog.offsets]
+    bounds = offs + [N]
+    Q = len(offs)
+    plus = f.select(F.col("a").alias("i"), "stream", F.lit(1).alias("d"))
+    minus = f.filter(F.col("end") < N).select(F.col("end").alias("i"), "stream", F.lit(-1).alias("d"))
+    ev = plus.unionByName(minus)
+    # the last partition starting at or before i (an empty one shares its start with the next)
+    ev = ev.withColumn("g", sum((F.col("i") >= F.lit(o)).cast("int") for o in offs[1:]) if Q > 1 else F.lit(0))
+    per = np.zeros((Q, n), INT)
+    for r in ev.groupBy("g").agg(*[F.sum(F.when(F.col("stream") == k, F.col("d")).otherwise(0)).alias(f"d{k}")
+                                   for k in range(n)]).collect():
+        per[int(r["g"])] = [int(r[f"d{k}"] or 0) for k in range(n)]
+    carry = np.vstack([np.zeros((1, n), INT), np.cumsum(per, axis=0)[:-1]])
+    # every partition with tuples has a group, even without events (its memory is its carry)
+    marks = spark.createDataFrame([(g, offs[g], 0, 0) for g in range(Q) if bounds[g + 1] > offs[g]],
+                                  "g int, i bigint, stream int, d int")
+    ev = ev.select(F.col("g").cast("int"), F.col("i").cast("bigint"), F.col("stream").cast("int"),
+                   F.col("d").cast("int")).unionByName(marks)
     b = min(points, N)
     starts = np.unique(np.linspace(0, N, b, endpoint=False).astype(np.int64))
     w = np.asarray(row_bytes, dtype=np.float64)
 
-    def scan(it):
-        p = TaskContext.get().partitionId()
-        c = chunk(_table(it))
-        if not len(c["a"]):
-            return
-        mem = np.vstack([np.cumsum(c[d]) + sums[p][k] for k, d in enumerate(dn)])
+    def scan(t):
+        g = int(t.column("g")[0].as_py())
+        lo, m = bounds[g], bounds[g + 1] - bounds[g]
+        i, st, dd = (t.column(c).to_numpy() for c in ("i", "stream", "d"))
+        i = i - lo
+        mem = np.empty((n, m), INT)
+        for k in range(n):
+            mine = st == k
+            delta = (np.bincount(i[mine & (dd > 0)], minlength=m)[:m]
+                     - np.bincount(i[mine & (dd < 0)], minlength=m)[:m])
+            mem[k] = np.cumsum(delta) + carry[g][k]
         total = mem.sum(axis=0)
         nbytes = mem[0] * w[0]                 # metrics.memory_summary: the same products, the same order
         for k in range(1, n):
             nbytes = nbytes + mem[k] * w[k]
-        # pieces of constant memory, cut at the series' bucket starts
-        a = c["a"]
-        lo, hi = int(a[0]), nxt[p]
-        cuts = starts[(starts > lo) & (starts < hi)]
-        bp = np.union1d(a, cuts)
-        at = np.searchsorted(a, bp, side="right") - 1
-        length = np.diff(np.append(bp, hi))
-        bucket = np.searchsorted(starts, bp, side="right") - 1
+        bucket = np.searchsorted(starts, lo + np.arange(m), side="right") - 1
         heads = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
-        tot, byt = total[at], nbytes[at]
-        yield pa.RecordBatch.from_pydict({
-            "bucket": bucket[heads].astype(INT),
-            "peak": np.maximum.reduceat(tot, heads).astype(INT),
-            "sum": np.add.reduceat(tot * length, heads).astype(INT),
-            "bpeak": np.maximum.reduceat(byt, heads).astype(np.float64),
-            "bsum": np.add.reduceat(byt * length, heads).astype(np.float64)})
+        return pa.table({"bucket": bucket[heads].astype(INT), "peak": np.maximum.reduceat(total, heads).astype(INT),
+                         "sum": np.add.reduceat(total, heads).astype(INT),
+                         "bpeak": np.maximum.reduceat(nbytes, heads).astype(np.float64),
+                         "bsum": np.add.reduceat(nbytes, heads).astype(np.float64)})
 
-    got = ev.mapInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
+    got = ev.groupBy("g").applyInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
     B = len(starts)
     peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
     bucket = got.column("bucket").to_numpy()

@@ -145,7 +145,7 @@ def partition_use(router: str, plan, res: PlaneResult, ts, windows, span_us: flo
     tuples' times on the driver) and the
     join's candidates and intermediate results (the plane's statistics)."""
     n = len(ts)
-    if router == "atr" and res.stored is not None:   # counted by the tasks (Spark plane)
+    if router in ("atr", "ctr") and res.stored is not None:   # counted on Spark (the plane's tasks, the native path)
         stored = res.stored
     elif router == "atr":
         stored = atr_mod.copies_per_partition(plan, ts)

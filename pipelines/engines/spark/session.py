@@ -2,6 +2,11 @@
 the Python workers and imports the kernels in them (:func:`warm_up`), and
 numpy <-> Arrow helpers for DataFrames.
 
+On a master whose executors are on other hosts the session ships the
+package to them (:mod:`.ship`, ``spark.streamjoin.ship``); ``PYSPARK_PYTHON``
+is set to this interpreter only for ``local*`` masters (the executors there
+run on this host), a cluster's executors run the Python the cluster names.
+
 Spark's own output never reaches the user's terminal or cron mail
 (:func:`spark_log`): the JVM that PySpark starts inherits the process's
 stdout and stderr, so while the session starts both point at a log file, and
@@ -31,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from ...base.jit import KERNELS_ENV, executor_mode
-from ...config.options import same_host
+from ...config.options import SHIP_CONF_KEY, same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
+from .ship import executor_import_error, ship
 
 
 #: where Spark's own output goes (a path; appended to and kept); unset: a temporary file
@@ -112,6 +118,7 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        ship(active, master, conf)
         yield active
         return
     b = (SparkSession.builder.appName("streamjoin").master(master)
@@ -145,6 +152,7 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
             spark = b.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         try:
+            ship(spark, master, conf)   # the package to the executors (spark.streamjoin.ship)
             yield spark
         finally:
             spark.stop()
@@ -158,10 +166,17 @@ def _import_kernels(records):
 
 def warm_up(spark) -> None:
     """One trivial task per executor core: starts the Python workers (reused by
-    the job's tasks) and imports this module in them."""
+    the job's tasks) and imports this module in them.  A worker that cannot
+    import streamjoin fails here, in one line (:func:`.ship.executor_import_error`)."""
     sc = spark.sparkContext
     tasks = max(1, int(sc.defaultParallelism))
-    sc.parallelize(range(tasks), tasks).mapPartitions(_import_kernels).collect()
+    try:
+        sc.parallelize(range(tasks), tasks).mapPartitions(_import_kernels).collect()
+    except Exception as exc:
+        one_line = executor_import_error(exc, spark.conf.get(SHIP_CONF_KEY, "auto"))
+        if one_line is None:
+            raise
+        raise one_line from None
 
 
 def arrow_table(d: dict):

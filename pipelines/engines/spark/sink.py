@@ -21,7 +21,8 @@ and writes ``results.parquet/_SUCCESS`` when every task has written its
 part; the run's atomic publish (SPEC §8) then publishes the directory with
 the rest.  The part files go straight to ``--out``'s staging directory, so
 the executors must see the driver's file system there (true of ``local*``
-masters; on a cluster, ``--out`` on a file system every executor mounts).
+masters; on a cluster, ``--out`` on a file system every executor mounts;
+a Hadoop URI ``--out`` is refused on this path, .hadoop_out).
 """
 
 from __future__ import annotations

@@ -1,0 +1,110 @@
+"""Issue 19, cluster hygiene: the package shipped to the executors (pipelines/engines/spark/ship.py).
+
+The proof runs on ``local-cluster[2,1,1024]`` (separate executor JVMs and Python workers)
+with the executors' Python unable to import streamjoin from its own environment: a wrapper
+that runs this interpreter with ``-S`` (no ``site``: the editable install's ``.pth`` is not
+processed) and only the third-party site-packages on its path.  With
+``spark.streamjoin.ship=true`` the native path gives the local engine's numbers; with
+``false`` the run fails with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers.spark_runs import assert_same_run, cli_local_and_spark, write_inputs
+
+from streamjoin.pipelines.base.errors import InputError
+from streamjoin.pipelines.config.settings import Flags, resolve
+from streamjoin.pipelines.engines.spark.ship import package_files, package_zip, ship_wanted
+
+CLUSTER = "local-cluster[2,1,1024]"
+
+
+@pytest.mark.parametrize("master,mode,wanted", [
+    ("local[2]", "auto", False), (CLUSTER, "auto", False), ("spark://h:7077", "auto", True),
+    ("yarn", "auto", True), ("local[2]", "true", True), ("yarn", "false", False),
+])
+def test_ship_wanted(master, mode, wanted):
+    assert ship_wanted(master, [("spark.streamjoin.ship", mode)]) is wanted
+
+
+def test_bad_ship_mode_is_one_line(tmp_path):
+    cfg = write_inputs(tmp_path, 2, seed=1)
+    with pytest.raises(InputError, match=r"spark.streamjoin.ship=yes: expected auto, true or false"):
+        resolve(cfg, Flags(out=str(tmp_path / "o"), engine="spark", spark_conf=["spark.streamjoin.ship=yes"]))
+
+
+def _no_streamjoin_python(tmp: Path) -> Path:
+    """A Python that cannot import streamjoin: this interpreter, ``-S``, only site-packages on the path."""
+    site = sysconfig.get_paths()["purelib"]
+    w = tmp / "python-no-streamjoin"
+    w.write_text(f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" -S "$@"\n')
+    w.chmod(w.stat().st_mode | stat.S_IXUSR)
+    return w
+
+
+def test_zip_is_cached_whole_and_importable_alone(tmp_path):
+    """Built once per content (a second call returns the same file untouched), by concurrent
+    builders into one whole zip, holding every package file; a Python without streamjoin
+    imports the package from it alone."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = f"from pathlib import Path; from streamjoin.pipelines.engines.spark.ship import package_zip; " \
+           f"print(package_zip(Path({str(cache)!r})))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    paths = {p.communicate()[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(paths) == 1
+    z = Path(paths.pop())
+    assert sorted(cache.iterdir()) == [z]   # no temporary left behind
+    names = set(zipfile.ZipFile(z).namelist())
+    assert {name for name, _ in package_files()} | {"streamjoin/__init__.py"} == names
+    assert "streamjoin/pipelines/engines/spark/ship.py" in names and "streamjoin/cli/main.py" in names
+    before = z.stat().st_mtime_ns
+    assert package_zip(cache) == z and z.stat().st_mtime_ns == before
+
+    py = _no_streamjoin_python(tmp_path)
+    plain = subprocess.run([py, "-c", "import streamjoin"], capture_output=True, text=True)
+    assert plain.returncode != 0 and "No module named 'streamjoin'" in plain.stderr
+    shipped = subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {str(z)!r}); "
+                                        f"import streamjoin.pipelines.engines.spark.native_metrics as m; "
+                                        f"print(m.__file__)"], capture_output=True, text=True)
+    assert shipped.returncode == 0, shipped.stderr
+    assert shipped.stdout.strip().startswith(str(z))
+
+
+def test_local_cluster_without_streamjoin_runs_only_when_shipped(tmp_path, monkeypatch):
+    """Executors whose Python cannot import streamjoin: shipped (spark.streamjoin.ship=true),
+    the native path equals the local engine; not shipped, one line, exit 2, nothing published."""
+    py = _no_streamjoin_python(tmp_path)
+    # the executors' environment is this one with PYSPARK_PYTHON: check that it really lacks streamjoin
+    check = subprocess.run([py, "-c", "import pyspark, numpy, polars, pyarrow\nimport streamjoin"],
+                           capture_output=True, text=True)
+    assert check.returncode != 0 and "No module named 'streamjoin'" in check.stderr, check.stderr
+    monkeypatch.setenv("PYSPARK_PYTHON", str(py))
+    cfg = write_inputs(tmp_path, 3, seed=29)
+    common = ["--policy", "mpkslack"]
+    spark = ["--router", "atr", "--partitions", "3", "--master", CLUSTER,
+             "--spark-conf", "spark.streamjoin.native=true"]
+    ra, rb = cli_local_and_spark(tmp_path, cfg, common, spark + ["--spark-conf", "spark.streamjoin.ship=true"], "ship")
+    assert rb["routing"]["native"] is True and rb["routing"]["master"] == CLUSTER
+    assert ra["emitted_results"] > 0
+    assert_same_run(tmp_path / "local", tmp_path / "ship", ra, rb, bytes_mean_exact=False)
+
+    exe = str(Path(sys.executable).with_name("streamjoin"))
+    off = subprocess.run([exe, "run", str(cfg), "--engine", "spark", *spark, "--spark-conf", "spark.streamjoin.ship=false",
+                          "--out", str(tmp_path / "off"), *common],
+                         env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert off.returncode == 2, off.stderr[-3000:]
+    lines = [x for x in off.stderr.splitlines() if not x.startswith("streamjoin: stage ")]   # progress lines
+    assert len(lines) == 1, off.stderr[-3000:]
+    assert lines[0].startswith("error: the executors' Python cannot import streamjoin (spark.streamjoin.ship=false)")
+    assert "java" not in off.stderr.lower() and "Traceback" not in off.stderr
+    assert not (tmp_path / "off").exists()
