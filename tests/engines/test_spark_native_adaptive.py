@@ -85,6 +85,7 @@ CASES = [
     (3, "qjoin", 0.97, "none", 2),
     (2, "qkslack", 0.97, "atr", 2),
     (3, "qkslack", 0.8, "atr", 3),
+    (3, "qjoin", 0.8, "ctr", 3),      # CTR's hops carry the decided horizons H_k
 ]
 
 
