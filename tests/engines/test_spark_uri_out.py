@@ -101,6 +101,29 @@ def test_failure_before_and_inside_the_publish_leaves_no_partial_output(mounted,
     assert leftovers(mounted) == []
 
 
+def test_lock_where_the_local_file_system_serves_the_uri_is_a_local_out_s(mounted, tmp_path):
+    """Under a viewfs mount of a local directory, and at a file:// URI, the lock is a local
+    --out's flock: while the URI's writer holds it another process's local-path lock on the
+    same directory is refused (Hadoop's local create(overwrite=false) is no exclusive create,
+    and a lock file without flock would let it in); released, no lock file is left."""
+    from pyspark.sql import SparkSession
+
+    from streamjoin.pipelines.engines.spark.hadoop_out import HadoopOutput
+
+    spark = SparkSession.getActiveSession()
+    probe = ("import sys; from streamjoin.pipelines.io.lock import LockedError, OutputLock, lock_of\n"
+             "out = sys.argv[1]\n"
+             "try:\n    OutputLock(lock_of(out), out).__enter__(); print('taken')\n"
+             "except LockedError:\n    print('locked')\n")
+    for uri, out in (("viewfs://sjtest/data/held", mounted / "held"), ((tmp_path / "held").as_uri(), tmp_path / "held")):
+        with pytest.raises(RuntimeError, match="stop"):
+            with HadoopOutput(spark, uri):
+                other = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True)
+                assert other.stdout.strip() == "locked", other.stderr
+                raise RuntimeError("stop")
+        assert not (out.parent / f".{out.name}.lock").exists() and not out.exists()
+
+
 def test_uri_out_refused_off_spark_run(tmp_path):
     """A URI --out on the local engine, or for another command, is one line before any work;
     a local path is untouched by the URI rule."""
