@@ -21,7 +21,7 @@ import pytest
 from helpers.spark_runs import assert_same_run, run, write_inputs
 
 from streamjoin.pipelines.base.errors import InputError
-from streamjoin.pipelines.config.options import OutURI
+from streamjoin.pipelines.config.options import OutURI, is_uri
 from streamjoin.pipelines.config.settings import Flags, resolve
 from streamjoin.pipelines.engines.spark.session import spark_session
 
@@ -141,6 +141,25 @@ def test_uri_out_refused_off_spark_run(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: --out hdfs://nn/out")
     assert not any(tmp_path.parent.glob("hdfs:*")) and not Path("hdfs:").exists()
+
+
+@pytest.mark.parametrize("out,uri", [
+    ("hdfs:/jobs/out", True), ("file:/data/out", True), ("s3a://b/out", True),   # Hadoop's forms
+    ("a:b/out", False), ("C:/data/out", False), ("C://data/out", False), (r"C:\out", False), ("out:x", False),
+])
+def test_which_out_is_a_uri(tmp_path, out, uri):
+    """``scheme:/p`` (no authority: fs.defaultFS's, or file:/p as Spark prints paths) is a URI
+    too -- on the local engine refused, not written to a local directory named ``hdfs:``; a
+    colon elsewhere, or a one-letter scheme (a drive), is a local path."""
+    cfg = write_inputs(tmp_path, 2, seed=45)
+    if uri:
+        with pytest.raises(InputError, match=r"a Hadoop file system URI is written by `run --engine spark` only"):
+            resolve(cfg, Flags(out=out, engine="local"))
+        assert isinstance(resolve(cfg, Flags(out=out, engine="spark")).out, OutURI)
+    else:
+        assert not is_uri(out)
+        c = resolve(cfg, Flags(out=str(tmp_path / out), engine="local"))
+        assert isinstance(c.out, Path) and c.out == tmp_path / out
 
 
 def test_cli_interrupted_before_publish_leaves_nothing_at_the_uri(tmp_path):
