@@ -57,20 +57,64 @@ def streamjoin_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "streamjoin.cli.main"]
 
 
+#: the generator's unit: 3M tuples (``generate bench --scale 1``, 300 s); larger sizes are chunks of it
+CHUNK_MILLIONS = 3
+CHUNK_SECONDS = 300
+
+
 def ensure_data(millions: float) -> Path:
-    """``millions`` M tuples at the core benchmark's rate (3M per 300 s)."""
+    """``millions`` M tuples at the core benchmark's rate (3M per 300 s), written in
+    bounded memory: up to 3M one ``generate bench`` run; above, whole 3M chunks
+    (``generate bench --scale 1 --seed 7+i``, each chunk's ts and arrival shifted by
+    ``i x 300 s``) appended as row groups to one file per stream, so the generator
+    holds one chunk at a time whatever the size (48M: 16 chunks)."""
     out = DATA / f"scale{millions:g}"
     config = out / "bench.toml"
     if not (config.exists() and (out / ".complete").exists()):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        scale = millions / 3
         t0 = time.perf_counter()
-        subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", str(out), "--seed", "7",
-                        "--scale", f"{scale:g}", "--duration", f"{300 * scale:g}"], check=True, stdout=subprocess.DEVNULL)
+        if millions <= CHUNK_MILLIONS:
+            scale = millions / 3
+            subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", str(out), "--seed", "7",
+                            "--scale", f"{scale:g}", "--duration", f"{300 * scale:g}"], check=True,
+                           stdout=subprocess.DEVNULL)
+        else:
+            _chunked_data(out, millions)
         (out / ".complete").touch()
         print(f"generated {millions}M tuples in {time.perf_counter() - t0:.0f}s -> {out}", file=sys.stderr)
     return config
+
+
+def _chunked_data(out: Path, millions: float) -> None:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    chunks = round(millions / CHUNK_MILLIONS)
+    if abs(chunks * CHUNK_MILLIONS - millions) > 1e-9:
+        raise SystemExit(f"--sizes {millions:g}: above {CHUNK_MILLIONS}M, a multiple of {CHUNK_MILLIONS}M")
+    writers: dict[str, pq.ParquetWriter] = {}
+    try:
+        for i in range(chunks):
+            with tempfile.TemporaryDirectory(dir=DATA) as tmp:
+                subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", tmp, "--seed", str(7 + i),
+                                "--scale", "1", "--duration", str(CHUNK_SECONDS)], check=True,
+                               stdout=subprocess.DEVNULL)
+                if i == 0:
+                    shutil.copy(Path(tmp) / "bench.toml", out / "bench.toml")
+                for name in ("left", "right"):
+                    t = pq.read_table(Path(tmp) / f"{name}.parquet")
+                    shift = i * CHUNK_SECONDS * 1_000_000
+                    for c in ("ts", "arrival"):
+                        t = t.set_column(t.schema.get_field_index(c), c,
+                                         pc.add(t.column(c), shift))
+                    if name not in writers:
+                        writers[name] = pq.ParquetWriter(out / f"{name}.parquet", t.schema, compression="zstd")
+                    writers[name].write_table(t, row_group_size=1_000_000)
+            print(f"  chunk {i + 1}/{chunks}", file=sys.stderr, flush=True)
+    finally:
+        for w in writers.values():
+            w.close()
 
 
 def timed_run(config: Path, extra: list[str]) -> dict:

@@ -114,36 +114,28 @@ def payload_name(k: int, j: int) -> str:
     return f"__p{k}_{j}"
 
 
-def frame_from_loaded(spark, streams):
-    """The native path's input DataFrame from the local loader's streams (issue 19
-    item 1; ``read.read_streams`` makes the same on the executors)."""
-    import pyarrow as pa
+def frame_from_input(inp):
+    """The native path's input DataFrame from :func:`.read.read_streams`' frame (read
+    and validated on the executors; lazy): its columns with each stream's payload
+    renamed by position (:func:`payload_name`)."""
+    from pyspark.sql import functions as F
 
-    tables = []
-    for k, s in enumerate(streams):
-        cols = {"stream": pa.array(np.full(s.rows, k, np.int32)), "row": pa.array(np.arange(s.rows, dtype=np.int64)),
-                "ts": pa.array(np.asarray(s.ts, np.int64)), "arrival": pa.array(np.asarray(s.arrival, np.int64))}
-        keys = s.keys.to_arrow()
-        for c in keys.column_names:
-            cols[c] = keys.column(c)
-        payload = s.payload.to_arrow()
-        for j, c in enumerate(payload.column_names):
-            col = payload.column(c)
-            if pa.types.is_large_string(col.type) or str(col.type) == "string_view":
-                col = col.cast(pa.string())
-            cols[payload_name(k, j)] = col
-        tables.append(pa.table(cols))
-    table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
-    return spark.createDataFrame(table)
+    df = inp.frame
+    keys = [c for c in df.columns if c.startswith("__key")]
+    payload = [F.col(f"`{col}`").alias(payload_name(k, j))
+               for k, s in enumerate(inp.streams) for j, col in enumerate(s.payload.values())]
+    return df.select("stream", "row", "ts", "arrival", *keys, *payload)
 
 
 def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
-                period_us: int, results_dir: str | None, row_bytes, series_points: int) -> SummaryOutcome:
-    """Replay and join ``df`` (:func:`frame_from_loaded`) on the executors; the
+                period_us: int, results_dir: str | None, row_bytes, series_points: int,
+                release=None) -> SummaryOutcome:
+    """Replay and join ``df`` (:func:`frame_from_input`) on the executors; the
     driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
     ``aggregated``: the stream facts and the memory numbers ``report.json`` reads).
-    ``payloads``: each stream's payload column names in order, from the loaded streams
-    (the frame names them :func:`payload_name`, never re-derived from ``df.columns``)."""
+    ``payloads``: each stream's payload column names in order, from the read's facts
+    (the frame names them :func:`payload_name`, never re-derived from ``df.columns``).
+    ``release``: called once the input is checkpointed (drops the read's cached copy)."""
     from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
@@ -162,6 +154,8 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
 
     t0 = time.perf_counter()
     df = df.localCheckpoint(eager=True)   # read once: every stage below scans it
+    if release is not None:
+        release()
     timings["input"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # two streams: the probe order is the local engine's, from the join's exact count (below)

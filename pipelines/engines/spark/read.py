@@ -95,6 +95,11 @@ class StreamFacts:
     payload: dict[str, str]         # input column -> frame column (``<stream>_<column>``)
     arrow_types: dict[str, pa.DataType]    # every input column's Arrow type (as the local loader reads it)
     quarantine: Path | None = None  # the part-file directory, when rows were quarantined
+    row_bytes: float = 0.0          # the local loader's Arrow bytes per row read (``LoadedStream.row_bytes``)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(self.reasons.values())
 
     @property
     def name(self) -> str:
@@ -109,6 +114,13 @@ class SparkInput:
     streams: list[StreamFacts]
     key_dtypes: list[pl.DataType]
     _cached: list = field(default_factory=list, repr=False)
+
+    def arrival_span(self) -> tuple[int | None, int | None]:
+        """First and last kept arrival over the streams (``jobs.run.arrival_span``'s)."""
+        spans = [s.arrival_range for s in self.streams if s.arrival_range is not None]
+        if not spans:
+            return None, None
+        return min(lo for lo, _ in spans), max(hi for _, hi in spans)
 
     def release(self) -> None:
         """Drop the executors' cached copy of the read (the frame is recomputed if used again)."""
@@ -434,6 +446,33 @@ def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
     return out
 
 
+def _column_nbytes(cfg: StreamConfig, column: str) -> int:
+    """The Arrow bytes of one column of the stream as ``load.read_table`` reads it
+    (``pq.ParquetFile.read`` of a single file, else ``pyarrow.dataset``'s table):
+    one column at a time, so the chunking -- and with it ``nbytes`` -- is the local loader's."""
+    files = resolve_files(cfg.path, cfg.name)
+    one = single_file(cfg.path, files)
+    if one is not None:
+        return pq.ParquetFile(one).read(columns=[column]).nbytes
+    return open_dataset(cfg.path, cfg.name)[0].to_table(columns=[column]).nbytes
+
+
+def _row_bytes(spark, plans: list[_Plan], read: list[int]) -> list[float]:
+    """``LoadedStream.row_bytes`` of every stream (the memory estimate's Arrow bytes per
+    row read), one Spark task per (stream, column) reading that column whole with pyarrow
+    on an executor; the driver receives one number per column."""
+    jobs = [(i, c) for i, p in enumerate(plans) for c in p.schema.names if read[i]]
+    if not jobs:
+        return [0.0] * len(plans)
+    cfgs = [p.cfg for p in plans]
+    sizes = (spark.sparkContext.parallelize(jobs, len(jobs))
+             .map(lambda job: (job[0], _column_nbytes(cfgs[job[0]], job[1]))).collect())
+    total = [0] * len(plans)
+    for i, b in sizes:
+        total[i] += b
+    return [t / r if r else 0.0 for t, r in zip(total, read)]
+
+
 # ---------------------------------------------------------------------------
 # the entry point
 # ---------------------------------------------------------------------------
@@ -473,12 +512,15 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
             chunk_offsets.append(offsets)
         dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
         key_types = [_spark_key_type(d) for d in dtypes]
+        for fact, b in zip(facts, _row_bytes(spark, plans, [f.read for f in facts])):
+            fact.row_bytes = b
         for plan, inter, fact in zip(plans, inters, facts):
             if fact.reasons:
                 fact.quarantine = Path(quarantine_dir) / f"{plan.cfg.name}.parquet"
+                # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-                 .write.mode("overwrite").parquet(str(fact.quarantine)))
+                 .write.mode("overwrite").parquet(fact.quarantine.resolve().as_uri()))
     except BaseException as exc:
         for inter in inters:
             inter.unpersist()
