@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -182,15 +183,17 @@ def _heap_used_kb(pid: int) -> int:
         return 0
 
 
-def spark_run(config: Path, results: str, write: bool, conf: str | None = None) -> dict:
+def spark_run(config: Path, results: str, write: bool, conf: str | None = None, engine: str = "spark") -> dict:
     """One ``--engine spark`` run with the peak RSS of the driver's Python process,
     its JVM and the largest Python worker, sampled from /proc, and the JVM's peak heap
-    in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path)."""
+    in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path).
+    ``engine="local"``: the same policy on the local engine (its defaults otherwise)."""
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         out = Path(tmp) / "out"
-        cmd = [*streamjoin_cmd(), "run", str(config), "--engine", "spark", "--master", "local[2]",
-               "--router", "atr", "--policy", "mpkslack",
-               "--spark-conf", conf or f"spark.streamjoin.results={results}",
+        how = (["--engine", "spark", "--master", "local[2]", "--router", "atr",
+                "--spark-conf", conf or f"spark.streamjoin.results={results}"] if engine == "spark"
+               else ["--engine", "local"])
+        cmd = [*streamjoin_cmd(), "run", str(config), *how, "--policy", "mpkslack",
                *([] if write else ["--no-results"]), "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -257,15 +260,14 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
     import statistics
 
     configs = {m: ensure_data(m) for m in sizes}
-    paths = {"current": "spark.streamjoin.native=false", "native": "spark.streamjoin.native=true"}
-    if only is not None:
-        paths = {only: paths[only]}
+    paths = {"current": "spark.streamjoin.native=false", "native": "spark.streamjoin.native=true", "local": None}
+    paths = {only: paths[only]} if only is not None else {p: paths[p] for p in ("current", "native")}
     rows = []
     for m in sizes:
         got: dict[str, list[dict]] = {p: [] for p in paths}
         for _ in range(runs):
             for path, conf in paths.items():   # alternating
-                r = spark_run(configs[m], "auto", with_results, conf)
+                r = spark_run(configs[m], "auto", with_results, conf, engine="local" if path == "local" else "spark")
                 got[path].append(r)
                 print(f"  {m:g}M {path}: {r['wall_s']:.1f}s, driver {r['driver_gb']:.2f} GB, "
                       f"heap {r['heap_gb']:.2f} GB", file=sys.stderr, flush=True)
@@ -275,11 +277,13 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
                 med[k] = statistics.median(r[k] for r in rs)
             rows.append((m, path, med))
     print()
-    print("| input tuples | path | wall s | driver Python peak RSS GB | JVM peak heap used GB | JVM peak RSS GB | "
-          "largest worker GB | truth | emitted |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for m, path, r in rows:
-        print(f"| {r['rows']:,} | {path} | {r['wall_s']:.1f} | {r['driver_gb']:.2f} | {r['heap_gb']:.2f} | "
+    print("| input tuples | path | wall s | tuples/s per core | driver Python peak RSS GB | JVM peak heap used GB | "
+          "JVM peak RSS GB | largest worker GB | truth | emitted |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m, path, r in rows:   # cores: local[2]; the local engine's threads on this machine
+        cores = 2 if path != "local" else os.cpu_count()
+        print(f"| {r['rows']:,} | {path} | {r['wall_s']:.1f} | {r['rows'] / r['wall_s'] / cores:,.0f} | "
+              f"{r['driver_gb']:.2f} | {r['heap_gb']:.2f} | "
               f"{r['jvm_gb']:.2f} | {r['worker_gb']:.2f} | {r['truth']:,} | {r['emitted']:,} |")
     print("\nstage timings (s) of each run:")
     keys = ["load", "join", "join.input", "join.plan", "join.progress", "join.memory", "join.route_plan",
@@ -296,7 +300,8 @@ def main() -> None:
                     help="spark: local[2], ATR, mpkslack, both results paths (issue 19)")
     ap.add_argument("--native", action="store_true",
                     help="--engine spark: the current path against the native one (spark.streamjoin.native)")
-    ap.add_argument("--only", choices=["current", "native"], help="--native: run one path only")
+    ap.add_argument("--only", choices=["current", "native", "local"],
+                    help="--native: run one path only (local: the local engine, same policy, its default chunking)")
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")

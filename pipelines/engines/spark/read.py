@@ -478,6 +478,17 @@ def _row_bytes(spark, plans: list[_Plan], read: list[int]) -> list[float]:
 # ---------------------------------------------------------------------------
 
 
+def _written_here(directory: Path) -> None:
+    """After Spark's writer: its ``_SUCCESS`` must be in the local ``directory`` (else the
+    files went elsewhere, an internal error: nothing is published); Hadoop's local file
+    system leaves a ``.<file>.crc`` beside each file, which polars would try to read as
+    Parquet: removed (O(part files) names)."""
+    if not (directory / "_SUCCESS").is_file():
+        raise RuntimeError(f"{directory}: Spark's writer left no _SUCCESS there (nothing published)")
+    for f in directory.glob(".*.crc"):
+        f.unlink()
+
+
 def executor_input_error(exc: BaseException) -> str | None:
     """The one-line message of an :class:`InputError` raised on an executor
     (Spark hands it to the driver as a ``PythonException`` holding the worker's
@@ -521,6 +532,7 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
                  .write.mode("overwrite").parquet(fact.quarantine.resolve().as_uri()))
+                _written_here(fact.quarantine)
     except BaseException as exc:
         for inter in inters:
             inter.unpersist()
