@@ -35,17 +35,19 @@ That is the current path.  The native path (:mod:`.native`,
 ``spark.streamjoin.native``; auto on a non-local master) keeps the tuples
 and results on the executors once the inputs are a DataFrame; what reaches
 the driver there, stage by stage, is listed in :mod:`.native`'s docstring
-(O(P x n + segments + periods + distinct values); the loaded inputs until
-the executors read them).
+(O(P x n + segments + periods + distinct values); the inputs are read and
+validated on the executors, :mod:`.read`).
 
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
-SparkSession, warms the workers up and joins (the native path with ``native``); the session stays open until
+SparkSession (or takes :func:`open_session`'s), warms the workers up and joins (the native path with ``native``); the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
 :func:`results_path` picks the results path (``spark.streamjoin.results``:
-``auto`` = executors on a non-local master).  Not yet distributed: reading
-and validating the inputs, the progress facts and the memory series, and with
+``auto`` = executors on a non-local master).  Not yet distributed on the
+current path: reading and validating the inputs, the progress facts and the memory series, and with
 the inline hand-off the routing of tuples (docs/semantics.md, "Results on the
-executors").
+executors"; the native path reads on the executors).
+:func:`open_session` opens the run's one session (SPEC §6): the native path
+opens it before the read, ``jobs/run.py``'s load stage.
 """
 
 from __future__ import annotations

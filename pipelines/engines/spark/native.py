@@ -6,12 +6,26 @@ holds summaries (issue 19; ``spark.streamjoin.native``).
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
 dtype, and each stream's payload columns named by position,
-:func:`payload_name`; the results name them ``<stream>_<column>``).  :func:`frame_from_loaded` makes that DataFrame from the local
-loader's streams (the only place that touches loaded numpy columns).
+:func:`payload_name`; the results name them ``<stream>_<column>``).
+:func:`frame_from_input` makes that DataFrame from :func:`.read.read_streams`:
+the executors read, validate and quarantine the inputs; no input row passes
+through the driver (``jobs/run.py`` never calls ``load_all`` on this path).
 
 What reaches the driver, stage by stage (N tuples, C combinations, P
-partitions, J segments, n streams)::
+partitions, J segments, n streams, F files, t read tasks, c columns)::
 
+    read (read.read_streams, jobs/run.py's load stage): the files and
+      their footer schemas; per integer time column its min and max;
+      per (file, task) row index range, rows kept and read, ts and
+      arrival ranges; rows per quarantine reason; per key column
+      min, max, first inexact float; per input column its Arrow
+      bytes (read by pyarrow on an executor: the memory estimate's
+      row_bytes); the quarantine written by the executors into the
+      run's staging directory                                       O(F + t + c)
+      -> the recall period from the kept arrivals' range; offsets
+         (each task's first row) back as a broadcast table
+    input: the frame localCheckpointed on the executors, then the
+      read's cached copy released                                   nothing
     progress (native_progress.progress_frame): per partition rows and
       largest ts per stream, MP-K-slack's largest delay, the largest
       release / horizon candidate                                   O(P x n)

@@ -29,7 +29,11 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
 4. **Facts** (executors -> driver, small aggregations): per (file, task)
    the least and greatest row index, the rows kept and read and the least and greatest
    kept ``ts`` and ``arrival``; per reason the rows quarantined; per key
-   column its least and greatest kept value and the first inexact float.
+   column its least and greatest kept value and the first inexact float;
+   per input column its Arrow bytes as ``load.read_table`` reads it (one
+   task per (stream, column) reads that column whole with pyarrow on an
+   executor): ``StreamFacts.row_bytes``, the local loader's
+   ``LoadedStream.row_bytes`` (the memory estimate's bytes per row).
    The driver applies ``load.check_quarantine`` and ``keys.common_key_types``
    to them, and turns the per-(file, task) counts into each task's first
    ``row`` (a prefix count in sorted-file order; a file's chunks must be
@@ -37,8 +41,11 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    among the rows kept, in sorted-file order, as in the local loader.
 5. **Quarantine** (executors): each stream's quarantined rows, whole plus
    ``reason``, written by Spark's writer (its commit protocol) as
-   ``<quarantine_dir>/<stream>.parquet/`` part files, only for a stream that
-   has some.
+   ``<quarantine_dir>/<stream>.parquet/`` part files (a ``file://`` URI for
+   a local path; ``_SUCCESS`` checked there, Hadoop's ``.crc`` files
+   removed), only for a stream that has some.  ``streamjoin run``'s native
+   path passes its staging directory's ``quarantine/``, so the quarantine
+   is published atomically with the rest.
 6. **The frame** (lazy): kept rows with ``stream`` (index in ``configs``),
    ``row``, ``ts``, ``arrival`` (int64 us), ``__key0..`` in the common key
    types, and every payload column as ``<stream>_<column>`` (the results'
