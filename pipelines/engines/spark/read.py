@@ -241,13 +241,20 @@ def _spark_schema(plan: _Plan) -> str:
     return ", ".join(parts)
 
 
+def _uri(path) -> str:
+    """A local path as a ``file://`` URI (absolute, symlinks kept: the executors map
+    ``_metadata.file_path`` back to the driver's file list by ``os.path.abspath``)."""
+    return Path(os.path.abspath(path)).as_uri()
+
+
 def _scan(spark, plan: _Plan):
     from pyspark.sql import functions as F
 
     reader = spark.read.schema(_spark_schema(plan))
     if plan.base is not None:
-        reader = reader.option("basePath", plan.base)
-    df = reader.parquet(*[str(f) for f in plan.files])
+        reader = reader.option("basePath", _uri(plan.base))
+    # file:// URIs: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+    df = reader.parquet(*[_uri(f) for f in plan.files])
     return df.select("*", F.col("_metadata.file_path").alias(FILE), F.col("_metadata.row_index").alias(FILE_ROW))
 
 
@@ -538,7 +545,7 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
                 # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-                 .write.mode("overwrite").parquet(fact.quarantine.resolve().as_uri()))
+                 .write.mode("overwrite").parquet(_uri(fact.quarantine)))
                 _written_here(fact.quarantine)
     except BaseException as exc:
         for inter in inters:
