@@ -242,9 +242,10 @@ def _spark_schema(plan: _Plan) -> str:
 
 
 def _uri(path) -> str:
-    """A local path as a ``file://`` URI (absolute, symlinks kept: the executors map
-    ``_metadata.file_path`` back to the driver's file list by ``os.path.abspath``)."""
-    return Path(os.path.abspath(path)).as_uri()
+    """A local path as a ``file://`` URI for Hadoop (absolute, symlinks kept: the executors
+    map ``_metadata.file_path`` back to the driver's file list by ``os.path.abspath``;
+    not percent-encoded: Hadoop's ``Path`` takes a hive ``day=1`` as it is, not ``day%3D1``)."""
+    return "file://" + os.path.abspath(path)
 
 
 def _scan(spark, plan: _Plan):
