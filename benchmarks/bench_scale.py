@@ -7,7 +7,9 @@ Generates the core benchmark's streams at a constant rate (the ``bench`` set:
 two keyed streams, 2:1 rows, 278 keys, W = 100 ms, ~2.7 valid pairs per input
 tuple) but longer: ``N`` million tuples over ``N/3 * 300`` seconds, so the
 window, the rate and the disorder stay those of the core benchmark while the
-input grows.  Then runs, as a fresh process under ``/usr/bin/time -v``::
+input grows.  Up to 3M one ``generate bench`` run; above, in bounded memory,
+whole 3M chunks (seed 7 + i, shifted by i x 300 s) appended as row groups to
+one file per stream (:func:`ensure_data`).  Then runs, as a fresh process under ``/usr/bin/time -v``::
 
     streamjoin run <data>/bench.toml --engine local --router none \
         --policy static --retention 50ms --no-results --out <tmp>
@@ -33,7 +35,9 @@ Python worker.  JVM heap use is not read separately (the JVM's RSS bounds it).
 (``spark.streamjoin.native=true``, pipelines/engines/spark/native.py), both
 ``--no-results`` unless ``--results``, and also samples the JVM's heap in use
 (``jstat -gc``: survivor, eden and old generation used, every 2 s), apart
-from the driver Python's peak RSS.
+from the driver Python's peak RSS.  ``--only local`` runs the local engine
+instead with the same policy (``--engine local --policy mpkslack``, its
+default chunking: bounded above 6M rows), for throughput per core beside it.
 """
 
 from __future__ import annotations
