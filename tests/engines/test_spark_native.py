@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.spark_runs import with_null_ts
 from helpers.spark_runs import assert_same_run as assert_same
 from helpers.spark_runs import cli_local_and_spark, run, write_inputs
 
@@ -202,7 +203,7 @@ POLICIES = [{"policy": "none"}, {"policy": "static", "retention": ["10ms"]}, {"p
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr"]),
+@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr", "ctr"]),
        partitions=st.integers(1, 4), seed=st.integers(0, 10**6), no_results=st.booleans())
 def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed,
                                                          no_results):
@@ -215,7 +216,7 @@ def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory
     assert_same_run(tmp / "local", tmp / "nat", local, nat)
 
 
-@pytest.mark.parametrize("n,policy,router,partitions", [CASES[0], CASES[4]])
+@pytest.mark.parametrize("n,policy,router,partitions", [CASES[0], CASES[4], (3, CASES[2][1], "ctr", 3)])
 def test_native_without_results_equals_the_local_engine(spark, tmp_path, n, policy, router, partitions):
     """--no-results: the groups return only what report.json's numbers read (members' rows,
     latency, emitted, required slack, period), the same numbers."""
@@ -230,16 +231,6 @@ def test_native_without_results_equals_the_local_engine(spark, tmp_path, n, poli
 # --- the native path reads its inputs on the executors (engines/spark/read.py; no load_all) ---
 
 
-def _with_nulls(path: Path, share: float, seed: int) -> None:
-    """Null ``ts`` in about ``share`` of the file's rows (quarantined: ``null ts``)."""
-    import numpy as np
-    import polars as pl
-
-    df = pl.read_parquet(path)
-    null = np.random.default_rng(seed).random(df.height) < share
-    df.with_columns(pl.when(pl.Series(null)).then(None).otherwise(pl.col("ts")).alias("ts")).write_parquet(path)
-
-
 def test_native_reads_on_the_executors_quarantine_published(spark, tmp_path, monkeypatch):
     """Quarantined rows in two streams, one of them a directory of two files: the native run
     never calls load_all; its report equals the local engine's (memory bytes included: the
@@ -252,8 +243,8 @@ def test_native_reads_on_the_executors_quarantine_published(spark, tmp_path, mon
     from streamjoin.pipelines.jobs import run as run_module
 
     cfg = write_inputs(tmp_path, 3, seed=41)
-    _with_nulls(tmp_path / "a.parquet", 0.2, 1)
-    _with_nulls(tmp_path / "c.parquet", 0.1, 2)
+    with_null_ts(tmp_path / "a.parquet", 0.2, 1)
+    with_null_ts(tmp_path / "c.parquet", 0.1, 2)
     b = pl.read_parquet(tmp_path / "b.parquet")
     (tmp_path / "b").mkdir()
     b.head(100).write_parquet(tmp_path / "b" / "part-0.parquet")
@@ -314,7 +305,7 @@ def test_native_bad_input_is_the_local_engines_line(spark, tmp_path, monkeypatch
     elif case == "bad column":
         cfg.write_text(cfg.read_text().replace('keys = ["key"]\nwindow = "30ms"', 'keys = ["kee"]\nwindow = "30ms"'))
     else:
-        _with_nulls(tmp_path / "b.parquet", 0.7, 3)
+        with_null_ts(tmp_path / "b.parquet", 0.7, 3)
     want = _local_error(cfg, tmp_path / "local")
     tracker = spark.sparkContext.statusTracker()
     jobs = set(tracker.getJobIdsForGroup())

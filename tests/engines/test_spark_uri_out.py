@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.spark_runs import assert_same_run, run, write_inputs
+from helpers.spark_runs import assert_same_run, run, with_null_ts, write_inputs
 
 from streamjoin.pipelines.base.errors import InputError
 from streamjoin.pipelines.config.options import OutURI, is_uri
@@ -68,6 +68,28 @@ def test_native_and_driver_paths_publish_through_hadoop(mounted, tmp_path):
     assert "native" not in drv["routing"] and drv["routing"]["results"] == "driver"
     assert_same_run(tmp_path / "local", out, local, drv)
     assert (out / "results.parquet").is_file()   # the driver's single file replaced the directory
+    assert leftovers(mounted) == [] and not [p for p in out.rglob("*.crc")]
+
+
+def test_native_quarantine_is_written_into_the_uris_staging(mounted, tmp_path):
+    """The native path reads on the executors, which write a stream's quarantine: with a URI
+    --out it goes into the URI's staging directory (the executors' shared filesystem, not the
+    driver's local one) and is published with the rest, the local engine's rows."""
+    import polars as pl
+
+    cfg = write_inputs(tmp_path, 2, seed=47)
+    with_null_ts(tmp_path / "b.parquet", 0.15, 3)
+    local = run(cfg, tmp_path / "local", engine="local", policy="static", retention=["15ms"])
+    uri = "viewfs://sjtest/data/quarantined"
+    nat = run(cfg, uri, engine="spark", master="local[2]", router="atr", partitions=2, policy="static",
+              retention=["15ms"], spark_conf=[NATIVE])
+    out = mounted / "quarantined"
+    assert_same_run(tmp_path / "local", out, local, nat, bytes_mean_exact=False)
+    q = out / "quarantine" / "b.parquet"
+    assert nat["outputs"]["quarantine_b"] == f"{uri}/quarantine/b.parquet" and (q / "_SUCCESS").is_file()
+    mine = pl.read_parquet(q / "*.parquet")
+    theirs = pl.read_parquet(tmp_path / "local" / "quarantine" / "b.parquet").select(mine.columns)
+    assert mine.height == theirs.height > 0 and mine.sort(mine.columns).equals(theirs.sort(mine.columns))
     assert leftovers(mounted) == [] and not [p for p in out.rglob("*.crc")]
 
 
