@@ -140,7 +140,9 @@ def frame_from_loaded(spark, streams):
             cols[payload_name(k, j)] = col
         tables.append(pa.table(cols))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
-    return spark.createDataFrame(table)
+    # one chunk per column: PySpark's createDataFrame (4.x) drops every row after an empty
+    # chunk, i.e. all streams after one with no tuples
+    return spark.createDataFrame(table.combine_chunks())
 
 
 def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
