@@ -203,7 +203,7 @@ POLICIES = [{"policy": "none"}, {"policy": "static", "retention": ["10ms"]}, {"p
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr", "ctr"]),
+@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr", "ctr", "auto"]),
        partitions=st.integers(1, 4), seed=st.integers(0, 10**6), no_results=st.booleans())
 def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed,
                                                          no_results):
