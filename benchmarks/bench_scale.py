@@ -7,7 +7,9 @@ Generates the core benchmark's streams at a constant rate (the ``bench`` set:
 two keyed streams, 2:1 rows, 278 keys, W = 100 ms, ~2.7 valid pairs per input
 tuple) but longer: ``N`` million tuples over ``N/3 * 300`` seconds, so the
 window, the rate and the disorder stay those of the core benchmark while the
-input grows.  Then runs, as a fresh process under ``/usr/bin/time -v``::
+input grows.  Up to 3M one ``generate bench`` run; above, in bounded memory,
+whole 3M chunks (seed 7 + i, shifted by i x 300 s) appended as row groups to
+one file per stream (:func:`ensure_data`).  Then runs, as a fresh process under ``/usr/bin/time -v``::
 
     streamjoin run <data>/bench.toml --engine local --router none \
         --policy static --retention 50ms --no-results --out <tmp>
@@ -33,13 +35,16 @@ Python worker.  JVM heap use is not read separately (the JVM's RSS bounds it).
 (``spark.streamjoin.native=true``, pipelines/engines/spark/native.py), both
 ``--no-results`` unless ``--results``, and also samples the JVM's heap in use
 (``jstat -gc``: survivor, eden and old generation used, every 2 s), apart
-from the driver Python's peak RSS.
+from the driver Python's peak RSS.  ``--only local`` runs the local engine
+instead with the same policy (``--engine local --policy mpkslack``, its
+default chunking: bounded above 6M rows), for throughput per core beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -57,20 +62,64 @@ def streamjoin_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "streamjoin.cli.main"]
 
 
+#: the generator's unit: 3M tuples (``generate bench --scale 1``, 300 s); larger sizes are chunks of it
+CHUNK_MILLIONS = 3
+CHUNK_SECONDS = 300
+
+
 def ensure_data(millions: float) -> Path:
-    """``millions`` M tuples at the core benchmark's rate (3M per 300 s)."""
+    """``millions`` M tuples at the core benchmark's rate (3M per 300 s), written in
+    bounded memory: up to 3M one ``generate bench`` run; above, whole 3M chunks
+    (``generate bench --scale 1 --seed 7+i``, each chunk's ts and arrival shifted by
+    ``i x 300 s``) appended as row groups to one file per stream, so the generator
+    holds one chunk at a time whatever the size (48M: 16 chunks)."""
     out = DATA / f"scale{millions:g}"
     config = out / "bench.toml"
     if not (config.exists() and (out / ".complete").exists()):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        scale = millions / 3
         t0 = time.perf_counter()
-        subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", str(out), "--seed", "7",
-                        "--scale", f"{scale:g}", "--duration", f"{300 * scale:g}"], check=True, stdout=subprocess.DEVNULL)
+        if millions <= CHUNK_MILLIONS:
+            scale = millions / 3
+            subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", str(out), "--seed", "7",
+                            "--scale", f"{scale:g}", "--duration", f"{300 * scale:g}"], check=True,
+                           stdout=subprocess.DEVNULL)
+        else:
+            _chunked_data(out, millions)
         (out / ".complete").touch()
         print(f"generated {millions}M tuples in {time.perf_counter() - t0:.0f}s -> {out}", file=sys.stderr)
     return config
+
+
+def _chunked_data(out: Path, millions: float) -> None:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    chunks = round(millions / CHUNK_MILLIONS)
+    if abs(chunks * CHUNK_MILLIONS - millions) > 1e-9:
+        raise SystemExit(f"--sizes {millions:g}: above {CHUNK_MILLIONS}M, a multiple of {CHUNK_MILLIONS}M")
+    writers: dict[str, pq.ParquetWriter] = {}
+    try:
+        for i in range(chunks):
+            with tempfile.TemporaryDirectory(dir=DATA) as tmp:
+                subprocess.run([*streamjoin_cmd(), "generate", "bench", "--out", tmp, "--seed", str(7 + i),
+                                "--scale", "1", "--duration", str(CHUNK_SECONDS)], check=True,
+                               stdout=subprocess.DEVNULL)
+                if i == 0:
+                    shutil.copy(Path(tmp) / "bench.toml", out / "bench.toml")
+                for name in ("left", "right"):
+                    t = pq.read_table(Path(tmp) / f"{name}.parquet")
+                    shift = i * CHUNK_SECONDS * 1_000_000
+                    for c in ("ts", "arrival"):
+                        t = t.set_column(t.schema.get_field_index(c), c,
+                                         pc.add(t.column(c), shift))
+                    if name not in writers:
+                        writers[name] = pq.ParquetWriter(out / f"{name}.parquet", t.schema, compression="zstd")
+                    writers[name].write_table(t, row_group_size=1_000_000)
+            print(f"  chunk {i + 1}/{chunks}", file=sys.stderr, flush=True)
+    finally:
+        for w in writers.values():
+            w.close()
 
 
 def timed_run(config: Path, extra: list[str]) -> dict:
@@ -138,15 +187,17 @@ def _heap_used_kb(pid: int) -> int:
         return 0
 
 
-def spark_run(config: Path, results: str, write: bool, conf: str | None = None) -> dict:
+def spark_run(config: Path, results: str, write: bool, conf: str | None = None, engine: str = "spark") -> dict:
     """One ``--engine spark`` run with the peak RSS of the driver's Python process,
     its JVM and the largest Python worker, sampled from /proc, and the JVM's peak heap
-    in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path)."""
+    in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path).
+    ``engine="local"``: the same policy on the local engine (its defaults otherwise)."""
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         out = Path(tmp) / "out"
-        cmd = [*streamjoin_cmd(), "run", str(config), "--engine", "spark", "--master", "local[2]",
-               "--router", "atr", "--policy", "mpkslack",
-               "--spark-conf", conf or f"spark.streamjoin.results={results}",
+        how = (["--engine", "spark", "--master", "local[2]", "--router", "atr",
+                "--spark-conf", conf or f"spark.streamjoin.results={results}"] if engine == "spark"
+               else ["--engine", "local"])
+        cmd = [*streamjoin_cmd(), "run", str(config), *how, "--policy", "mpkslack",
                *([] if write else ["--no-results"]), "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -213,15 +264,14 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
     import statistics
 
     configs = {m: ensure_data(m) for m in sizes}
-    paths = {"current": "spark.streamjoin.native=false", "native": "spark.streamjoin.native=true"}
-    if only is not None:
-        paths = {only: paths[only]}
+    paths = {"current": "spark.streamjoin.native=false", "native": "spark.streamjoin.native=true", "local": None}
+    paths = {only: paths[only]} if only is not None else {p: paths[p] for p in ("current", "native")}
     rows = []
     for m in sizes:
         got: dict[str, list[dict]] = {p: [] for p in paths}
         for _ in range(runs):
             for path, conf in paths.items():   # alternating
-                r = spark_run(configs[m], "auto", with_results, conf)
+                r = spark_run(configs[m], "auto", with_results, conf, engine="local" if path == "local" else "spark")
                 got[path].append(r)
                 print(f"  {m:g}M {path}: {r['wall_s']:.1f}s, driver {r['driver_gb']:.2f} GB, "
                       f"heap {r['heap_gb']:.2f} GB", file=sys.stderr, flush=True)
@@ -231,11 +281,13 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
                 med[k] = statistics.median(r[k] for r in rs)
             rows.append((m, path, med))
     print()
-    print("| input tuples | path | wall s | driver Python peak RSS GB | JVM peak heap used GB | JVM peak RSS GB | "
-          "largest worker GB | truth | emitted |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for m, path, r in rows:
-        print(f"| {r['rows']:,} | {path} | {r['wall_s']:.1f} | {r['driver_gb']:.2f} | {r['heap_gb']:.2f} | "
+    print("| input tuples | path | wall s | tuples/s per core | driver Python peak RSS GB | JVM peak heap used GB | "
+          "JVM peak RSS GB | largest worker GB | truth | emitted |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m, path, r in rows:   # cores: local[2]; the local engine's threads on this machine
+        cores = 2 if path != "local" else os.cpu_count()
+        print(f"| {r['rows']:,} | {path} | {r['wall_s']:.1f} | {r['rows'] / r['wall_s'] / cores:,.0f} | "
+              f"{r['driver_gb']:.2f} | {r['heap_gb']:.2f} | "
               f"{r['jvm_gb']:.2f} | {r['worker_gb']:.2f} | {r['truth']:,} | {r['emitted']:,} |")
     print("\nstage timings (s) of each run:")
     keys = ["load", "join", "join.input", "join.plan", "join.progress", "join.memory", "join.route_plan",
@@ -252,7 +304,8 @@ def main() -> None:
                     help="spark: local[2], ATR, mpkslack, both results paths (issue 19)")
     ap.add_argument("--native", action="store_true",
                     help="--engine spark: the current path against the native one (spark.streamjoin.native)")
-    ap.add_argument("--only", choices=["current", "native"], help="--native: run one path only")
+    ap.add_argument("--only", choices=["current", "native", "local"],
+                    help="--native: run one path only (local: the local engine, same policy, its default chunking)")
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")

@@ -125,7 +125,9 @@ SHIP_CONF_KEY = "spark.streamjoin.ship"
 SHIP_MODES = ("auto", "true", "false")
 
 
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: a Hadoop URI: ``scheme:/...`` (``hdfs://nn/p``, ``file:/p`` as Spark prints it, ``hdfs:/p`` on
+#: fs.defaultFS's name node); a scheme of two characters or more, so ``C:/x`` stays a local path
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 class OutURI(str):
@@ -147,12 +149,12 @@ class OutURI(str):
 
 
 def is_uri(out) -> bool:
-    """Whether ``out`` is a URI (``scheme://...``), not a local path."""
+    """Whether ``out`` is a URI (``scheme:/...``, ``scheme://...``), not a local path."""
     return isinstance(out, OutURI) or bool(_URI.match(str(out)))
 
 
 def out_target(text: str) -> Path | OutURI:
-    """``--out`` as given: an :class:`OutURI` for ``scheme://...``, else a local path."""
+    """``--out`` as given: an :class:`OutURI` for ``scheme:/...``, else a local path."""
     return OutURI(text) if _URI.match(text) else Path(text)
 
 

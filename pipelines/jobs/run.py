@@ -106,21 +106,24 @@ def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outc
     return report
 
 
-def build_summary_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome) -> dict[str, Any]:
+def build_summary_report(cfg: RunConfig, command: str, streams: list, outcome,
+                         quarantined: list[int]) -> dict[str, Any]:
     """:func:`build_report` of a Spark run whose results stayed on the executors
-    (``outcome.summary``, merged from the tasks' summaries: the same numbers)."""
+    (``outcome.summary``, merged from the tasks' summaries: the same numbers).
+    ``streams``: the loaded streams, or on the native path the Spark read's facts
+    (``engines/spark/read.StreamFacts``); ``quarantined``: each stream's quarantined rows."""
     sm = outcome.summary
     names = [s.name for s in streams]
     agg = outcome.aggregated
     if agg is not None:   # the native path: aggregated on Spark
         first, last = agg["first"], agg["last"]
         mem_t, mem_b = agg["memory_tuples"], agg["memory_bytes"]
-        facts = [dict(f, quarantined=s.quarantine.height) for f, s in zip(agg["streams"], streams)]
+        facts = [dict(f, quarantined=q) for f, q in zip(agg["streams"], quarantined)]
     else:
         arrival = outcome.replay.arrival
         first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
         mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
-        facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
+        facts = metrics.stream_facts(names, [s.rows for s in streams], quarantined,
                                      [s.ts for s in streams], outcome.replay, outcome.decisions)
     emitted = sm.periods[1::2]
     truth = sm.periods[0::2] + emitted
@@ -171,6 +174,20 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     )
 
 
+def _read_on_spark(cfg: RunConfig, session, quarantine_dir):
+    """The native path's load stage: :func:`~streamjoin.pipelines.engines.spark.read.read_streams`
+    in the run's session (``engines.spark.engine.open_session``'s), the quarantine written by the
+    executors into ``quarantine_dir``; bad input stops the session and raises its one line."""
+    from ..engines.spark.read import read_streams
+
+    try:
+        return read_streams(session[1], list(cfg.streams), max_quarantine=cfg.max_quarantine,
+                            quarantine_dir=quarantine_dir)
+    except BaseException:
+        session[0].close()
+        raise
+
+
 @locks_out("run")  # the whole job holds the lock of --out (a second run exits 4)
 def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | None = None,
             on_chunk: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
@@ -194,7 +211,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     # before any work, so a refused combination (--flow-control, --capacity) is one line
     executors = native = False
     if cfg.engine == "spark":
-        from ..engines.spark.engine import join_for_job, results_path
+        from ..engines.spark.engine import join_for_job, open_session, results_path
         from ..engines.spark.native import native_path
 
         native = native_path(cfg)   # spark.streamjoin.native: the data stays on the executors
@@ -221,40 +238,54 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     if chunk_rows is not None:  # bounded memory: the replay in arrival-time chunks
         return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
                                on_chunk=on_chunk)
-    with stages("load"):
-        streams = load_all(list(cfg.streams), cfg.max_quarantine)
-        # checked with the inputs, so a bad --where fails before any work
-        where_fn = where_of(cfg, streams)
-        if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
-            streams, policy = with_file_batches(streams, cfg.policy)
-            cfg = replace(cfg, policy=policy)
-        # seed 001 flow control: the join sees each tuple when its unit admits it (capacity/flow.py)
-        original, flow = streams, None
-        if cfg.flow_control is not None:   # timed apart too (timings_s.flow_control, part of load)
-            from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
+    session = spark_in = flow = where_fn = None
+    if not native:
+        with stages("load"):
+            streams = load_all(list(cfg.streams), cfg.max_quarantine)
+            # checked with the inputs, so a bad --where fails before any work
+            where_fn = where_of(cfg, streams)
+            if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
+                streams, policy = with_file_batches(streams, cfg.policy)
+                cfg = replace(cfg, policy=policy)
+            # seed 001 flow control: the join sees each tuple when its unit admits it (capacity/flow.py)
+            original, flow = streams, None
+            if cfg.flow_control is not None:   # timed apart too (timings_s.flow_control, part of load)
+                from ..capacity.flow import delay_arrivals, end_to_end_latency, flow_report
 
-            t0 = time.perf_counter()
-            flow = delay_arrivals([s.arrival for s in streams], cfg.flow_control)
-            stages.timings["flow_control"] = time.perf_counter() - t0
-            streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
-        # the recall period: the user's, or chosen from the replay span (the controller needs it)
-        cfg = resolve_period(cfg, streams)
+                t0 = time.perf_counter()
+                flow = delay_arrivals([s.arrival for s in streams], cfg.flow_control)
+                stages.timings["flow_control"] = time.perf_counter() - t0
+                streams = [replace(s, arrival=a) for s, a in zip(original, flow.arrival)]
+            # the recall period: the user's, or chosen from the replay span (the controller needs it)
+            cfg = resolve_period(cfg, streams)
     with ExitStack() as publish:
         if is_uri(cfg.out):   # a Hadoop URI (--engine spark): staged and published through Hadoop's FileSystem API
             from ..engines.spark.hadoop_out import open_uri_output
 
             early, results_at = open_uri_output(publish, cfg, executors, native)
+            # the native path's quarantine: written by the executors beside the results, in the URI's staging
+            quarantine_at = results_at.parent / "quarantine" if native else None
         else:
             early = publish.enter_context(AtomicOutput(cfg.out)) if executors else None
             results_at = early / "results.parquet" if early is not None else None
+            quarantine_at = early / "quarantine" if native else None
+        if native:   # the executors read and validate the inputs; the driver keeps their facts
+            with stages("load"):
+                session = open_session(cfg)   # SPEC §6: the run's one SparkSession, before the read
+                spark_in = _read_on_spark(cfg, session, quarantine_at)
+                first, last = spark_in.arrival_span()
+                cfg = with_period(cfg, 0 if first is None else last - first)
+            streams = original = spark_in.streams   # read.StreamFacts: name, rows, quarantined, row_bytes
+        quarantined = [s.quarantined if native else s.quarantine.height for s in streams]
         with stages("join"):
-            keys = [s.keys if s.keys.width else None for s in streams]
+            keys = None if native else [s.keys if s.keys.width else None for s in streams]
             bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
             if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
-                outcome = join_for_job(cfg, streams, where_fn, space_of(cfg, streams), bad,
+                outcome = join_for_job(cfg, None if native else streams, where_fn,
+                                       None if native else space_of(cfg, streams), bad,
                                        results_dir=results_at if cfg.write_results else None,
-                                       results="executors" if executors else "driver", native=native,
-                                       series_points=report_build.MAX_SERIES_POINTS)
+                                       results="executors" if executors else "driver", native=spark_in,
+                                       series_points=report_build.MAX_SERIES_POINTS, session=session)
             else:
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
@@ -287,7 +318,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             # are independent of the metrics: compute them alongside
             if executors:
                 extras = pool.submit(report_build.extras_of_summary, cfg, outcome)
-                report = build_summary_report(cfg, command, streams, outcome)
+                report = build_summary_report(cfg, command, streams, outcome, quarantined)
             else:
                 extras = pool.submit(report_build.extras, cfg, outcome)
                 report = build_report(cfg, command, streams, outcome)
@@ -326,11 +357,12 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 write_row_groups(staging / "results.parquet", emitted_row_groups(outcome.combos, outcome.emission, original))
             if cfg.write_results:   # on the executors: a directory of part files, written by the tasks
                 outputs["results"] = str(cfg.out / "results.parquet")
-            for s in streams:
-                if s.quarantine.height:
+            for s, q in zip(streams, quarantined):
+                if q and not native:   # native: the executors wrote it into the staging directory (the read)
                     qdir = staging / "quarantine"
                     qdir.mkdir(exist_ok=True)
                     s.quarantine.write_parquet(qdir / f"{s.name}.parquet")
+                if q:
                     outputs[f"quarantine_{s.name}"] = str(cfg.out / "quarantine" / f"{s.name}.parquet")
             # rendered from the report alone, as `streamjoin report DIR` re-renders it
             (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")

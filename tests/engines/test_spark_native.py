@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.spark_runs import with_null_ts
 from helpers.spark_runs import assert_same_run as assert_same
 from helpers.spark_runs import cli_local_and_spark, run, write_inputs
 
@@ -203,7 +204,7 @@ POLICIES = [{"policy": "none"}, {"policy": "static", "retention": ["10ms"]}, {"p
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr"]),
+@given(n=st.integers(2, 4), policy=st.sampled_from(POLICIES), router=st.sampled_from(["none", "atr", "ctr", "auto"]),
        partitions=st.integers(1, 4), seed=st.integers(0, 10**6), no_results=st.booleans())
 def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory, n, policy, router, partitions, seed,
                                                          no_results):
@@ -216,7 +217,7 @@ def test_native_equals_the_local_engine_on_random_inputs(spark, tmp_path_factory
     assert_same_run(tmp / "local", tmp / "nat", local, nat)
 
 
-@pytest.mark.parametrize("n,policy,router,partitions", [CASES[0], CASES[4]])
+@pytest.mark.parametrize("n,policy,router,partitions", [CASES[0], CASES[4], (3, CASES[2][1], "ctr", 3)])
 def test_native_without_results_equals_the_local_engine(spark, tmp_path, n, policy, router, partitions):
     """--no-results: the groups return only what report.json's numbers read (members' rows,
     latency, emitted, required slack, period), the same numbers."""
@@ -226,3 +227,114 @@ def test_native_without_results_equals_the_local_engine(spark, tmp_path, n, poli
               spark_conf=[NATIVE], no_results=True, **policy)
     assert local["emitted_results"] > 0 and not (tmp_path / "nat" / "results.parquet").exists()
     assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)
+
+
+# --- the native path reads its inputs on the executors (engines/spark/read.py; no load_all) ---
+
+
+def test_native_reads_on_the_executors_quarantine_published(spark, tmp_path, monkeypatch):
+    """Quarantined rows in two streams, one of them a directory of two files: the native run
+    never calls load_all; its report equals the local engine's (memory bytes included: the
+    read's per-column row_bytes equal the local loader's); the executors' quarantine part
+    files are published under quarantine/<stream>.parquet/ with the local engine's rows."""
+    import polars as pl
+
+    from streamjoin.pipelines.engines.spark.read import read_streams
+    from streamjoin.pipelines.io import load
+    from streamjoin.pipelines.jobs import run as run_module
+
+    cfg = write_inputs(tmp_path, 3, seed=41)
+    with_null_ts(tmp_path / "a.parquet", 0.2, 1)
+    with_null_ts(tmp_path / "c.parquet", 0.1, 2)
+    b = pl.read_parquet(tmp_path / "b.parquet")
+    (tmp_path / "b").mkdir()
+    b.head(100).write_parquet(tmp_path / "b" / "part-0.parquet")
+    b.tail(b.height - 100).write_parquet(tmp_path / "b" / "part-1.parquet")
+    (tmp_path / "b.parquet").unlink()
+    cfg.write_text(cfg.read_text().replace('path = "b.parquet"', 'path = "b"'))
+    policy = {"policy": "kslack", "k": ["10ms"]}
+    local = run(cfg, tmp_path / "local", engine="local", **policy)
+
+    def no_load(*a, **k):
+        raise AssertionError("the native path called load_all")
+
+    monkeypatch.setattr(run_module, "load_all", no_load)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="atr", partitions=2,
+              spark_conf=[NATIVE], **policy)
+    monkeypatch.undo()
+    assert nat["routing"]["native"] is True
+    assert [s["quarantined"] for s in local["streams"]] == [s["quarantined"] for s in nat["streams"]]
+    assert local["streams"][0]["quarantined"] > 0 and local["streams"][1]["quarantined"] == 0
+    assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)
+    assert nat["memory_bytes"]["peak"] == local["memory_bytes"]["peak"] > 0
+    for s in ("a", "c"):
+        key = f"quarantine_{s}"
+        assert nat["outputs"][key] == str(tmp_path / "nat" / "quarantine" / f"{s}.parquet")
+        got, want = pl.read_parquet(nat["outputs"][key]), pl.read_parquet(local["outputs"][key])
+        assert got.columns == want.columns and got.height == want.height > 0
+        assert got.sort(got.columns).equals(want.sort(want.columns))
+        assert (tmp_path / "nat" / "quarantine" / f"{s}.parquet" / "_SUCCESS").exists()
+    assert "quarantine_b" not in nat["outputs"] and not (tmp_path / "nat" / "quarantine" / "b.parquet").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))  == []   # no staging left
+    # the read's row_bytes is the local loader's, a single file and a directory alike
+    from streamjoin.pipelines.config.settings import Flags, resolve
+
+    streams = resolve(cfg, Flags(out=str(tmp_path / "x"))).streams
+    facts = read_streams(spark, list(streams), quarantine_dir=tmp_path / "q").streams
+    assert [f.row_bytes for f in facts] == [s.row_bytes for s in load.load_all(list(streams))]
+
+
+def _local_error(cfg: Path, out: Path) -> str:
+    with pytest.raises(InputError) as exc:
+        run(cfg, out, engine="local", policy="mpkslack")
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("case", ["bad file", "bad column", "mostly quarantined"])
+def test_native_bad_input_is_the_local_engines_line(spark, tmp_path, monkeypatch, case):
+    """Bad input on the native path: the local engine's one-line error, raised in the read
+    (before the join; the bad file and column before any Spark job at all), nothing published."""
+    from streamjoin.pipelines.engines.spark import native
+
+    def no_join(*a, **k):
+        raise AssertionError("the join started")
+
+    monkeypatch.setattr(native, "native_join", no_join)
+    cfg = write_inputs(tmp_path, 2, seed=43)
+    if case == "bad file":
+        (tmp_path / "b.parquet").write_bytes(b"not parquet at all" * 10)
+    elif case == "bad column":
+        cfg.write_text(cfg.read_text().replace('keys = ["key"]\nwindow = "30ms"', 'keys = ["kee"]\nwindow = "30ms"'))
+    else:
+        with_null_ts(tmp_path / "b.parquet", 0.7, 3)
+    want = _local_error(cfg, tmp_path / "local")
+    tracker = spark.sparkContext.statusTracker()
+    jobs = set(tracker.getJobIdsForGroup())
+    with pytest.raises(InputError) as exc:
+        run(cfg, tmp_path / "nat", engine="spark", master="local[2]", policy="mpkslack", spark_conf=[NATIVE])
+    assert str(exc.value) == want and "\n" not in want
+    new = set(tracker.getJobIdsForGroup()) - jobs
+    assert (not new) if case != "mostly quarantined" else new   # the share: the read's aggregations
+    assert not (tmp_path / "nat").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".nat")]
+
+
+def test_cli_native_bad_column_exit_2(tmp_path):
+    """`streamjoin run --engine spark` on the native path: exit 2 with the local engine's line."""
+    import os
+    import subprocess
+    import sys
+
+    cfg = write_inputs(tmp_path, 2, seed=44)
+    cfg.write_text(cfg.read_text().replace('ts = "ts"\narrival = "arrival"\nunit = "us"\nkeys = ["key"]\nwindow = "30ms"',
+                                           'ts = "tss"\narrival = "arrival"\nunit = "us"\nkeys = ["key"]\nwindow = "30ms"'))
+    exe = str(Path(sys.executable).with_name("streamjoin"))
+    env = dict(os.environ, STREAMJOIN_ENGINE="local")
+    local = subprocess.run([exe, "run", str(cfg), "--engine", "local", "--out", str(tmp_path / "l")],
+                           env=env, capture_output=True, text=True)
+    nat = subprocess.run([exe, "run", str(cfg), "--engine", "spark", "--master", "local[2]", "--spark-conf", NATIVE,
+                          "--out", str(tmp_path / "n")], env=env, capture_output=True, text=True, timeout=600)
+    assert local.returncode == nat.returncode == 2
+    line = local.stderr.strip().splitlines()[-1]
+    assert "tss" in line and nat.stderr.strip().splitlines()[-1] == line
+    assert not (tmp_path / "n").exists()

@@ -109,3 +109,19 @@ def test_hop_copies_are_the_plans_destinations():
     got = sorted(zip(stream[idx].tolist(), row[idx].tolist(), dest.tolist()))
     want = sorted((k, int(i), int(d)) for k, t in enumerate(ts) for i, d in zip(*ctr.probe_copies(plan, k, t)))
     assert got == want and len(got) > len(allts)   # some tuples probe on more than one host
+
+
+def test_native_ctr_with_a_stream_without_tuples_equals_local(spark, tmp_path):
+    """A middle stream with no tuples: the streams after it reach the native path too
+    (stream facts, memory, periods equal the local engine's; PySpark's createDataFrame
+    of a table with an empty chunk dropped every later row)."""
+    import polars as pl
+
+    cfg = write_inputs(tmp_path, 3, seed=17)
+    b = pl.read_parquet(tmp_path / "b.parquet")
+    b.head(0).write_parquet(tmp_path / "b.parquet")
+    local = run(cfg, tmp_path / "local", engine="local", policy="none")
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="ctr", partitions=3,
+              spark_conf=[NATIVE], policy="none")
+    assert local["streams"][2]["rate_per_s"] is not None and local["memory_tuples"]["peak"] > 300
+    assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)

@@ -80,6 +80,19 @@ def test_zip_is_cached_whole_and_importable_alone(tmp_path):
     assert shipped.stdout.strip().startswith(str(z))
 
 
+def test_unwritable_cache_builds_once_per_process_and_leaves_nothing(tmp_path):
+    """Where ~/.cache cannot be written the zip goes to one temporary directory per process
+    (a second call, as a run's second session makes, finds it there), removed at exit."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, XDG_CACHE_HOME="/proc/no-such-cache", TMPDIR=str(tmp))
+    code = "from streamjoin.pipelines.engines.spark.ship import package_zip as z; a, b = z(), z(); " \
+           "print(a == b, a.is_file(), a.parent.parent == __import__('pathlib').Path({!r}))".format(str(tmp))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.split() == ["True", "True", "True"], p.stdout + p.stderr
+    assert list(tmp.iterdir()) == []
+
+
 def test_local_cluster_without_streamjoin_runs_only_when_shipped(tmp_path, monkeypatch):
     """Executors whose Python cannot import streamjoin: shipped (spark.streamjoin.ship=true),
     the native path equals the local engine; not shipped, one line, exit 2, nothing published."""

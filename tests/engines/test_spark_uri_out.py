@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.spark_runs import assert_same_run, run, write_inputs
+from helpers.spark_runs import assert_same_run, run, with_null_ts, write_inputs
 
 from streamjoin.pipelines.base.errors import InputError
-from streamjoin.pipelines.config.options import OutURI
+from streamjoin.pipelines.config.options import OutURI, is_uri
 from streamjoin.pipelines.config.settings import Flags, resolve
 from streamjoin.pipelines.engines.spark.session import spark_session
 
@@ -71,6 +71,28 @@ def test_native_and_driver_paths_publish_through_hadoop(mounted, tmp_path):
     assert leftovers(mounted) == [] and not [p for p in out.rglob("*.crc")]
 
 
+def test_native_quarantine_is_written_into_the_uris_staging(mounted, tmp_path):
+    """The native path reads on the executors, which write a stream's quarantine: with a URI
+    --out it goes into the URI's staging directory (the executors' shared filesystem, not the
+    driver's local one) and is published with the rest, the local engine's rows."""
+    import polars as pl
+
+    cfg = write_inputs(tmp_path, 2, seed=47)
+    with_null_ts(tmp_path / "b.parquet", 0.15, 3)
+    local = run(cfg, tmp_path / "local", engine="local", policy="static", retention=["15ms"])
+    uri = "viewfs://sjtest/data/quarantined"
+    nat = run(cfg, uri, engine="spark", master="local[2]", router="atr", partitions=2, policy="static",
+              retention=["15ms"], spark_conf=[NATIVE])
+    out = mounted / "quarantined"
+    assert_same_run(tmp_path / "local", out, local, nat, bytes_mean_exact=False)
+    q = out / "quarantine" / "b.parquet"
+    assert nat["outputs"]["quarantine_b"] == f"{uri}/quarantine/b.parquet" and (q / "_SUCCESS").is_file()
+    mine = pl.read_parquet(q / "*.parquet")
+    theirs = pl.read_parquet(tmp_path / "local" / "quarantine" / "b.parquet").select(mine.columns)
+    assert mine.height == theirs.height > 0 and mine.sort(mine.columns).equals(theirs.sort(mine.columns))
+    assert leftovers(mounted) == [] and not [p for p in out.rglob("*.crc")]
+
+
 def test_failure_before_and_inside_the_publish_leaves_no_partial_output(mounted, tmp_path, monkeypatch):
     """A failure at the last step before the publishing rename leaves nothing at the URI and
     nothing beside it; one between the two renames of a replace leaves the previous version
@@ -101,6 +123,29 @@ def test_failure_before_and_inside_the_publish_leaves_no_partial_output(mounted,
     assert leftovers(mounted) == []
 
 
+def test_lock_where_the_local_file_system_serves_the_uri_is_a_local_out_s(mounted, tmp_path):
+    """Under a viewfs mount of a local directory, and at a file:// URI, the lock is a local
+    --out's flock: while the URI's writer holds it another process's local-path lock on the
+    same directory is refused (Hadoop's local create(overwrite=false) is no exclusive create,
+    and a lock file without flock would let it in); released, no lock file is left."""
+    from pyspark.sql import SparkSession
+
+    from streamjoin.pipelines.engines.spark.hadoop_out import HadoopOutput
+
+    spark = SparkSession.getActiveSession()
+    probe = ("import sys; from streamjoin.pipelines.io.lock import LockedError, OutputLock, lock_of\n"
+             "out = sys.argv[1]\n"
+             "try:\n    OutputLock(lock_of(out), out).__enter__(); print('taken')\n"
+             "except LockedError:\n    print('locked')\n")
+    for uri, out in (("viewfs://sjtest/data/held", mounted / "held"), ((tmp_path / "held").as_uri(), tmp_path / "held")):
+        with pytest.raises(RuntimeError, match="stop"):
+            with HadoopOutput(spark, uri):
+                other = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True)
+                assert other.stdout.strip() == "locked", other.stderr
+                raise RuntimeError("stop")
+        assert not (out.parent / f".{out.name}.lock").exists() and not out.exists()
+
+
 def test_uri_out_refused_off_spark_run(tmp_path):
     """A URI --out on the local engine, or for another command, is one line before any work;
     a local path is untouched by the URI rule."""
@@ -118,6 +163,25 @@ def test_uri_out_refused_off_spark_run(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: --out hdfs://nn/out")
     assert not any(tmp_path.parent.glob("hdfs:*")) and not Path("hdfs:").exists()
+
+
+@pytest.mark.parametrize("out,uri", [
+    ("hdfs:/jobs/out", True), ("file:/data/out", True), ("s3a://b/out", True),   # Hadoop's forms
+    ("a:b/out", False), ("C:/data/out", False), ("C://data/out", False), (r"C:\out", False), ("out:x", False),
+])
+def test_which_out_is_a_uri(tmp_path, out, uri):
+    """``scheme:/p`` (no authority: fs.defaultFS's, or file:/p as Spark prints paths) is a URI
+    too -- on the local engine refused, not written to a local directory named ``hdfs:``; a
+    colon elsewhere, or a one-letter scheme (a drive), is a local path."""
+    cfg = write_inputs(tmp_path, 2, seed=45)
+    if uri:
+        with pytest.raises(InputError, match=r"a Hadoop file system URI is written by `run --engine spark` only"):
+            resolve(cfg, Flags(out=out, engine="local"))
+        assert isinstance(resolve(cfg, Flags(out=out, engine="spark")).out, OutURI)
+    else:
+        assert not is_uri(out)
+        c = resolve(cfg, Flags(out=str(tmp_path / out), engine="local"))
+        assert isinstance(c.out, Path) and c.out == tmp_path / out
 
 
 def test_cli_interrupted_before_publish_leaves_nothing_at_the_uri(tmp_path):

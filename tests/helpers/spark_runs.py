@@ -35,6 +35,13 @@ def write_inputs(tmp: Path, n: int, seed: int, sizes=(300, 220, 150, 180)) -> Pa
     return cfg
 
 
+def with_null_ts(path: Path, share: float, seed: int) -> None:
+    """Null ``ts`` in about ``share`` of the file's rows (quarantined: ``null ts``)."""
+    df = pl.read_parquet(path)
+    null = np.random.default_rng(seed).random(df.height) < share
+    df.with_columns(pl.when(pl.Series(null)).then(None).otherwise(pl.col("ts")).alias("ts")).write_parquet(path)
+
+
 def run(cfg: Path, out: Path, **flags) -> dict:
     return run_job(resolve(cfg, Flags(out=str(out), **flags)))
 

@@ -35,17 +35,19 @@ That is the current path.  The native path (:mod:`.native`,
 ``spark.streamjoin.native``; auto on a non-local master) keeps the tuples
 and results on the executors once the inputs are a DataFrame; what reaches
 the driver there, stage by stage, is listed in :mod:`.native`'s docstring
-(O(P x n + segments + periods + distinct values); the loaded inputs until
-the executors read them).
+(O(P x n + segments + periods + distinct values); the inputs are read and
+validated on the executors, :mod:`.read`).
 
 :func:`join_for_job` is ``streamjoin run --engine spark``: it opens the run's
-SparkSession, warms the workers up and joins (the native path with ``native``); the session stays open until
+SparkSession (or takes :func:`open_session`'s), warms the workers up and joins (the native path with ``native``); the session stays open until
 the job has written its output (:meth:`~.outcome.SparkOutcome.close`).
 :func:`results_path` picks the results path (``spark.streamjoin.results``:
-``auto`` = executors on a non-local master).  Not yet distributed: reading
-and validating the inputs, the progress facts and the memory series, and with
+``auto`` = executors on a non-local master).  Not yet distributed on the
+current path: reading and validating the inputs, the progress facts and the memory series, and with
 the inline hand-off the routing of tuples (docs/semantics.md, "Results on the
-executors").
+executors"; the native path reads on the executors).
+:func:`open_session` opens the run's one session (SPEC §6): the native path
+opens it before the read, ``jobs/run.py``'s load stage.
 """
 
 from __future__ import annotations
@@ -311,24 +313,33 @@ def results_path(cfg) -> str:
     return "driver"
 
 
-def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
-                 results: str = "driver", native: bool = False,
-                 series_points: int = 2000) -> SparkOutcome | SummaryOutcome:
-    """``streamjoin run --engine spark``: open the run's SparkSession and join; the
-    session stays open until the job is written, :meth:`SparkOutcome.close` stops it.
-    With ``results="executors"`` (:func:`results_path`) the tasks write ``results.parquet/``
-    into ``results_dir`` (the run's staging directory's; None: ``--no-results``).
-    ``native`` (:func:`.native.native_path`): the native path, :func:`.native.native_join`
-    (``series_points``: the report's memory series points)."""
+def open_session(cfg):
+    """SPEC §6: the run's one SparkSession, opened before any Spark work (the native
+    path reads its inputs in it); ``(stack, spark, timings)``, closing ``stack`` stops it."""
     from contextlib import ExitStack
 
     stack = ExitStack()
-    partitions = cfg.partitions
     t0 = time.perf_counter()
-    spark = stack.enter_context(spark_session(cfg.master, partitions or 4, cfg.spark_conf))
-    started = {"spark_session": time.perf_counter() - t0}
+    spark = stack.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf))
+    return stack, spark, {"spark_session": time.perf_counter() - t0}
+
+
+def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
+                 results: str = "driver", native=None,
+                 series_points: int = 2000, session=None) -> SparkOutcome | SummaryOutcome:
+    """``streamjoin run --engine spark``: open the run's SparkSession (or use ``session``,
+    :func:`open_session`'s) and join; the session stays open until the job is written,
+    :meth:`SparkOutcome.close` stops it.
+    With ``results="executors"`` (:func:`results_path`) the tasks write ``results.parquet/``
+    into ``results_dir`` (the run's staging directory's; None: ``--no-results``).
+    ``native``: the native path's input (:func:`.read.read_streams`' :class:`~.read.SparkInput`,
+    read in ``session``; ``streams`` is then unused), joined by :func:`.native.native_join`
+    (``series_points``: the report's memory series points)."""
+    stack, spark, started = session if session is not None else open_session(cfg)
+    partitions = cfg.partitions
     try:
-        if sum(len(s.ts) for s in streams) >= compiled.MIN_ROWS:
+        rows = sum(s.rows for s in native.streams) if native is not None else sum(len(s.ts) for s in streams)
+        if rows >= compiled.MIN_ROWS:
             compiled.ensure_built()   # the tasks' workers load them ($STREAMJOIN_KERNELS=load): none builds in a task
         t0 = time.perf_counter()
         warm_up(spark)
@@ -338,15 +349,16 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
         settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
                                  weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment,
                                  capacity=Capacity(*cfg.partition_capacity))
-        if native:
-            from .native import frame_from_loaded, native_join
+        if native is not None:
+            from .native import frame_from_input, native_join
 
-            out = native_join(spark, frame_from_loaded(spark, streams), names=[s.name for s in streams],
-                              payloads=[s.payload.columns for s in streams], sizes=[s.rows for s in streams],
+            facts = native.streams
+            out = native_join(spark, frame_from_input(native), names=[s.name for s in facts],
+                              payloads=[list(s.payload) for s in facts], sizes=[s.rows for s in facts],
                               windows=cfg.windows, policy=cfg.policy,
                               settings=settings, period_us=cfg.period_us, results_dir=results_dir,
-                              row_bytes=[s.row_bytes for s in streams], series_points=series_points,
-                              bad_arrivals=bad_arrivals)
+                              row_bytes=[s.row_bytes for s in facts], series_points=series_points,
+                              release=native.release, bad_arrivals=bad_arrivals)
         else:
             out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
                              [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,

@@ -10,7 +10,12 @@ SPEC §8), through Hadoop's ``FileSystem`` API in the driver's JVM
   for the whole job, holding ``host pid``; a second run finds it and exits 4.
   Hadoop has no lock that dies with its process: a lock whose holder ran on
   this host and is gone is removed as stale; one left by a run killed on
-  another host must be deleted by hand (the message names it);
+  another host must be deleted by hand (the message names it).  Where the
+  local file system serves ``P`` (``file://``, a ``viewfs://`` mount of a
+  local directory) the lock is a local ``--out``'s instead
+  (:class:`~streamjoin.pipelines.io.lock.OutputLock`, ``flock``): the local
+  file system's ``create`` is not exclusive (a check, then an open), and a
+  local-path run on the same directory must see the lock;
 * ``P/.NAME.staging-<pid>-<id>/`` -- the new version: ``results.parquet/`` is
   written there by the executors (Spark's writer and file commit protocol, on
   the native path); what the driver writes (``report.json``, ``report.html``,
@@ -49,7 +54,7 @@ from pathlib import Path
 
 from ...base.errors import InputError
 from ...config.options import MARKERS, OutURI, check_listing
-from ...io.lock import LockedError
+from ...io.lock import LockedError, OutputLock, lock_of
 from ...io.output import fault_point, interrupts_held, publishing
 
 _LEFTOVERS = ("staging-", "trash-", "old-")
@@ -106,6 +111,12 @@ class HadoopFS:
             return str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
+
+    def local_file(self, uri: str) -> Path | None:
+        """The local path an existing ``uri`` names where the local file system serves it
+        (``file://``, a ``viewfs://`` mount of a local directory), else None."""
+        p = self.fs.resolvePath(self.path(uri)).toUri()   # follows viewfs mount points
+        return Path(str(p.getPath())) if str(p.getScheme()) == "file" else None
 
     def put(self, local: Path, uri: str) -> None:
         """Copy a local file or directory tree to ``uri``."""
@@ -165,6 +176,10 @@ class HadoopOutput:
     def _take_lock(self) -> None:
         me = f"{socket.gethostname()} {os.getpid()}\n".encode()
         self.fs.mkdirs(self.out.parent)
+        parent = self.fs.local_file(self.out.parent)
+        if parent is not None:   # the local file system: its create is no exclusive one, flock is
+            self._stack.enter_context(OutputLock(lock_of(parent / self.out.name), str(self.out)))
+            return
         for _ in range(2):
             if self.fs.create_new(self.lock, me):
                 self._stack.callback(self.fs.delete, self.lock)
@@ -176,7 +191,8 @@ class HadoopOutput:
             if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
                 self.fs.delete(self.lock)   # stale: its run died on this host
                 continue
-            raise LockedError(f"{self.out}: being written by pid {pid} on {host} (lock {self.lock}; delete it "
+            holder = f"pid {pid} on {host}" if host != "?" else "another run"
+            raise LockedError(f"{self.out}: being written by {holder} (lock {self.lock}; delete it "
                               f"if that run is dead)")
         raise LockedError(f"{self.out}: lock {self.lock} keeps being taken")
 

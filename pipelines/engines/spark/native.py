@@ -8,12 +8,30 @@ holds summaries (issue 19; ``spark.streamjoin.native``).
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
 dtype, and each stream's payload columns named by position,
-:func:`payload_name`; the results name them ``<stream>_<column>``).  :func:`frame_from_loaded` makes that DataFrame from the local
-loader's streams (the only place that touches loaded numpy columns).
+:func:`payload_name`; the results name them ``<stream>_<column>``).
+:func:`frame_from_input` makes that DataFrame from :func:`.read.read_streams`:
+the executors read, validate and quarantine the inputs; no input row passes
+through the driver (``jobs/run.py`` never calls ``load_all`` on this path).
 
 What reaches the driver, stage by stage (N tuples, C combinations, P
-partitions, J segments, n streams, D controller decisions)::
+partitions, J segments, n streams, F files, t read tasks, c columns,
+D controller decisions, Q quarantined rows)::
 
+    read (read.read_streams, jobs/run.py's load stage): the files and
+      their footer schemas; per integer time column its min and max;
+      per (file, task) row index range, rows kept and read, ts and
+      arrival ranges; rows per quarantine reason; per key column
+      min, max, first inexact float; per input column its Arrow
+      bytes (read by pyarrow on an executor: the memory estimate's
+      row_bytes); the quarantine written by the executors into the
+      run's staging directory                                       O(F + t + c)
+      -> the recall period from the kept arrivals' range; offsets
+         (each task's first row) back as a broadcast table
+      (qjoin / qkslack with a bad-rows trigger: the quarantined rows'
+      stream and arrival, filtered by reason on the executors,
+      SparkInput.bad_arrivals)                                      O(Q)
+    input: the read's cached copy released once the progress frame
+      below is persisted                                            nothing
     controller (qjoin / qkslack only; native_adaptive.decide): every
       tuple's stream, row, ts, arrival and key columns collected, the
       local engine's controller run on them (exact decisions need the
@@ -132,39 +150,30 @@ def payload_name(k: int, j: int) -> str:
     return f"__p{k}_{j}"
 
 
-def frame_from_loaded(spark, streams):
-    """The native path's input DataFrame from the local loader's streams (issue 19
-    item 1; ``read.read_streams`` makes the same on the executors)."""
-    import pyarrow as pa
+def frame_from_input(inp):
+    """The native path's input DataFrame from :func:`.read.read_streams`' frame (read
+    and validated on the executors; lazy): its columns with each stream's payload
+    renamed by position (:func:`payload_name`)."""
+    from pyspark.sql import functions as F
 
-    tables = []
-    for k, s in enumerate(streams):
-        cols = {"stream": pa.array(np.full(s.rows, k, np.int32)), "row": pa.array(np.arange(s.rows, dtype=np.int64)),
-                "ts": pa.array(np.asarray(s.ts, np.int64)), "arrival": pa.array(np.asarray(s.arrival, np.int64))}
-        keys = s.keys.to_arrow()
-        for c in keys.column_names:
-            cols[c] = keys.column(c)
-        payload = s.payload.to_arrow()
-        for j, c in enumerate(payload.column_names):
-            col = payload.column(c)
-            if pa.types.is_large_string(col.type) or str(col.type) == "string_view":
-                col = col.cast(pa.string())
-            cols[payload_name(k, j)] = col
-        tables.append(pa.table(cols))
-    table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
-    return spark.createDataFrame(table)
+    df = inp.frame
+    keys = [c for c in df.columns if c.startswith("__key")]
+    payload = [F.col(f"`{col}`").alias(payload_name(k, j))
+               for k, s in enumerate(inp.streams) for j, col in enumerate(s.payload.values())]
+    return df.select("stream", "row", "ts", "arrival", *keys, *payload)
 
 
 def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
                 period_us: int, results_dir: str | None, row_bytes, series_points: int,
-                bad_arrivals=None) -> SummaryOutcome:
-    """Replay and join ``df`` (:func:`frame_from_loaded`) on the executors; the
+                release=None, bad_arrivals=None) -> SummaryOutcome:
+    """Replay and join ``df`` (:func:`frame_from_input`) on the executors; the
     driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
     ``aggregated``: the stream facts and the memory numbers ``report.json`` reads).
-    ``payloads``: each stream's payload column names in order, from the loaded streams
+    ``payloads``: each stream's payload column names in order, from the read's facts
     (the frame names them :func:`payload_name`, never re-derived from ``df.columns``).
+    ``release``: called once the progress frame is persisted (drops the read's cached copy).
     ``bad_arrivals``: per stream, the quarantined rows' arrival times (``qjoin`` /
-    ``qkslack``: the controller's bad-rows trigger)."""
+    ``qkslack``: the controller's bad-rows trigger; :meth:`.read.SparkInput.bad_arrivals`)."""
     from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
@@ -188,6 +197,8 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
         t0 = time.perf_counter()
     # read once, range-partitioned in replay order and persisted: every stage below scans it
     prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule)
+    if release is not None:   # the read's cached copy: the progress frame holds every column now
+        release()
     timings["progress"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # two streams: the probe order is the local engine's, from the join's exact count (below)

@@ -111,8 +111,8 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     from ...route.ctr import CtrPlan
 
     rschema = _results_schema(data.schema, names, payload_cols, sizes)
-    if results_dir is None:   # nothing written: only what the summary reads (no member ts, arrival, payload)
-        rschema = StructType([f for f in rschema.fields if f.name in SUMMARY_COLS
+    if results_dir is None:   # nothing written: only what the summary reads (no member ts, arrival, payload) and the statistics rows
+        rschema = StructType([f for f in rschema.fields if f.name in SUMMARY_COLS or f.name in STAT_COLS
                               or f.name in {f"{name}_row" for name in names}])
         data = data.drop(*[f for cols in payload_cols for f, _ in cols])   # nor replicated, nor cached
         payload_cols = [[] for _ in payload_cols]

@@ -29,7 +29,11 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
 4. **Facts** (executors -> driver, small aggregations): per (file, task)
    the least and greatest row index, the rows kept and read and the least and greatest
    kept ``ts`` and ``arrival``; per reason the rows quarantined; per key
-   column its least and greatest kept value and the first inexact float.
+   column its least and greatest kept value and the first inexact float;
+   per input column its Arrow bytes as ``load.read_table`` reads it (one
+   task per (stream, column) reads that column whole with pyarrow on an
+   executor): ``StreamFacts.row_bytes``, the local loader's
+   ``LoadedStream.row_bytes`` (the memory estimate's bytes per row).
    The driver applies ``load.check_quarantine`` and ``keys.common_key_types``
    to them, and turns the per-(file, task) counts into each task's first
    ``row`` (a prefix count in sorted-file order; a file's chunks must be
@@ -37,8 +41,11 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    among the rows kept, in sorted-file order, as in the local loader.
 5. **Quarantine** (executors): each stream's quarantined rows, whole plus
    ``reason``, written by Spark's writer (its commit protocol) as
-   ``<quarantine_dir>/<stream>.parquet/`` part files, only for a stream that
-   has some.
+   ``<quarantine_dir>/<stream>.parquet/`` part files (a ``file://`` URI for
+   a local path; ``_SUCCESS`` checked there, Hadoop's ``.crc`` files
+   removed), only for a stream that has some.  ``streamjoin run``'s native
+   path passes its staging directory's ``quarantine/``, so the quarantine
+   is published atomically with the rest.
 6. **The frame** (lazy): kept rows with ``stream`` (index in ``configs``),
    ``row``, ``ts``, ``arrival`` (int64 us), ``__key0..`` in the common key
    types, and every payload column as ``<stream>_<column>`` (the results'
@@ -69,12 +76,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...base.errors import InputError
+from ...config.options import is_uri
 from ...config.settings import MAX_QUARANTINE, StreamConfig
 from ...io.columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
 from ...io.load import (check_columns, check_file_schemas, check_quarantine, check_unit_range, check_vector_types,
                         input_columns, int64_range_error, normalise, open_dataset, resolve_files, single_file,
                         stream_where, time_unit, unreadable_error)
+from .hadoop_out import check_results_written
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
 FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
@@ -95,6 +104,11 @@ class StreamFacts:
     payload: dict[str, str]         # input column -> frame column (``<stream>_<column>``)
     arrow_types: dict[str, pa.DataType]    # every input column's Arrow type (as the local loader reads it)
     quarantine: Path | None = None  # the part-file directory, when rows were quarantined
+    row_bytes: float = 0.0          # the local loader's Arrow bytes per row read (``LoadedStream.row_bytes``)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(self.reasons.values())
 
     @property
     def name(self) -> str:
@@ -109,6 +123,13 @@ class SparkInput:
     streams: list[StreamFacts]
     key_dtypes: list[pl.DataType]
     _cached: list = field(default_factory=list, repr=False)
+
+    def arrival_span(self) -> tuple[int | None, int | None]:
+        """First and last kept arrival over the streams (``jobs.run.arrival_span``'s)."""
+        spans = [s.arrival_range for s in self.streams if s.arrival_range is not None]
+        if not spans:
+            return None, None
+        return min(lo for lo, _ in spans), max(hi for _, hi in spans)
 
     def release(self) -> None:
         """Drop the executors' cached copy of the read (the frame is recomputed if used again)."""
@@ -222,13 +243,24 @@ def _spark_schema(plan: _Plan) -> str:
     return ", ".join(parts)
 
 
+def _uri(path) -> str:
+    """A local path as a ``file://`` URI for Hadoop (absolute, symlinks kept: the executors
+    map ``_metadata.file_path`` back to the driver's file list by ``os.path.abspath``;
+    not percent-encoded: Hadoop's ``Path`` takes a hive ``day=1`` as it is, not ``day%3D1``);
+    a Hadoop URI (``--out`` on HDFS, S3, ...: the quarantine in its staging) as it is."""
+    if is_uri(path):
+        return str(path)
+    return "file://" + os.path.abspath(path)
+
+
 def _scan(spark, plan: _Plan):
     from pyspark.sql import functions as F
 
     reader = spark.read.schema(_spark_schema(plan))
     if plan.base is not None:
-        reader = reader.option("basePath", plan.base)
-    df = reader.parquet(*[str(f) for f in plan.files])
+        reader = reader.option("basePath", _uri(plan.base))
+    # file:// URIs: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+    df = reader.parquet(*[_uri(f) for f in plan.files])
     return df.select("*", F.col("_metadata.file_path").alias(FILE), F.col("_metadata.row_index").alias(FILE_ROW))
 
 
@@ -434,9 +466,47 @@ def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
     return out
 
 
+def _column_nbytes(cfg: StreamConfig, column: str) -> int:
+    """The Arrow bytes of one column of the stream as ``load.read_table`` reads it
+    (``pq.ParquetFile.read`` of a single file, else ``pyarrow.dataset``'s table):
+    one column at a time, so the chunking -- and with it ``nbytes`` -- is the local loader's."""
+    files = resolve_files(cfg.path, cfg.name)
+    one = single_file(cfg.path, files)
+    if one is not None:
+        return pq.ParquetFile(one).read(columns=[column]).nbytes
+    return open_dataset(cfg.path, cfg.name)[0].to_table(columns=[column]).nbytes
+
+
+def _row_bytes(spark, plans: list[_Plan], read: list[int]) -> list[float]:
+    """``LoadedStream.row_bytes`` of every stream (the memory estimate's Arrow bytes per
+    row read), one Spark task per (stream, column) reading that column whole with pyarrow
+    on an executor; the driver receives one number per column."""
+    jobs = [(i, c) for i, p in enumerate(plans) for c in p.schema.names if read[i]]
+    if not jobs:
+        return [0.0] * len(plans)
+    cfgs = [p.cfg for p in plans]
+    sizes = (spark.sparkContext.parallelize(jobs, len(jobs))
+             .map(lambda job: (job[0], _column_nbytes(cfgs[job[0]], job[1]))).collect())
+    total = [0] * len(plans)
+    for i, b in sizes:
+        total[i] += b
+    return [t / r if r else 0.0 for t, r in zip(total, read)]
+
+
 # ---------------------------------------------------------------------------
 # the entry point
 # ---------------------------------------------------------------------------
+
+
+def _written_here(directory: Path) -> None:
+    """After Spark's writer: its ``_SUCCESS`` must be in the local ``directory`` (else the
+    files went elsewhere, an internal error: nothing is published); Hadoop's local file
+    system leaves a ``.<file>.crc`` beside each file, which polars would try to read as
+    Parquet: removed (O(part files) names)."""
+    if not (directory / "_SUCCESS").is_file():
+        raise RuntimeError(f"{directory}: Spark's writer left no _SUCCESS there (nothing published)")
+    for f in directory.glob(".*.crc"):
+        f.unlink()
 
 
 def executor_input_error(exc: BaseException) -> str | None:
@@ -473,12 +543,20 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
             chunk_offsets.append(offsets)
         dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
         key_types = [_spark_key_type(d) for d in dtypes]
+        for fact, b in zip(facts, _row_bytes(spark, plans, [f.read for f in facts])):
+            fact.row_bytes = b
         for plan, inter, fact in zip(plans, inters, facts):
             if fact.reasons:
-                fact.quarantine = Path(quarantine_dir) / f"{plan.cfg.name}.parquet"
+                base = quarantine_dir if is_uri(quarantine_dir) else Path(quarantine_dir)
+                fact.quarantine = base / f"{plan.cfg.name}.parquet"
+                # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-                 .write.mode("overwrite").parquet(str(fact.quarantine)))
+                 .write.mode("overwrite").parquet(_uri(fact.quarantine)))
+                if is_uri(fact.quarantine):   # in a Hadoop URI's staging directory (.hadoop_out)
+                    check_results_written(spark, str(fact.quarantine))
+                else:
+                    _written_here(fact.quarantine)
     except BaseException as exc:
         for inter in inters:
             inter.unpersist()

@@ -18,7 +18,8 @@ the installed package's Python files as ``streamjoin/...`` (an editable
 install's source tree, or site-packages'); it is built once per content --
 its name carries the package version and a SHA-256 digest of every file's
 path and bytes -- in ``$XDG_CACHE_HOME/streamjoin/ship/`` (``~/.cache/...``;
-a fresh temporary directory where that is not writable), written under a
+where that is not writable, one temporary directory per process, removed when
+it exits), written under a
 temporary name and renamed into place, so concurrent first runs each leave a
 whole zip and readers never see half of one.  The compiled kernels are not
 in it: an executor without them runs the numpy kernels (the same answer,
@@ -31,9 +32,11 @@ into one line.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -79,6 +82,19 @@ def _cache_dir() -> Path | None:
     return d if os.access(d, os.W_OK) else None
 
 
+_temporary: Path | None = None
+
+
+def _temporary_cache() -> Path:
+    """This process's cache where the user's is not writable: one directory, removed at exit
+    (the session that shipped its zip has stopped by then)."""
+    global _temporary
+    if _temporary is None:
+        _temporary = Path(tempfile.mkdtemp(prefix="streamjoin-ship-"))
+        atexit.register(shutil.rmtree, _temporary, True)
+    return _temporary
+
+
 def package_zip(cache: Path | None = None) -> Path:
     """The zip of the installed package (module docstring): the cached one for this
     content, or built now (under a temporary name, renamed into place)."""
@@ -89,7 +105,7 @@ def package_zip(cache: Path | None = None) -> Path:
         digest.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     cache = cache if cache is not None else _cache_dir()
     if cache is None:
-        cache = Path(tempfile.mkdtemp(prefix="streamjoin-ship-"))
+        cache = _temporary_cache()
     target = cache / f"streamjoin-{tool_version()}-{digest.hexdigest()[:16]}.zip"
     if target.is_file() and zipfile.is_zipfile(target):
         return target
