@@ -2,6 +2,10 @@
 (pipelines/engines/spark/native_adaptive.py) equal the local engine -- decisions, policy
 log, per-period recall, latency, memory and results (as a set) -- on real Spark.
 
+The controller's bad-rows trigger there reads the quarantined rows' arrivals from the
+executors (``read.SparkInput.bad_arrivals``), checked against the local loader's
+``io.load.bad_arrivals_of``.
+
 The chunked scans with a decision table (replay/partitioned_progress.scheduled) are first
 checked without Spark against the local engine's own ``decide`` on random inputs and
 chunkings; then one quiet ``local[2]`` session for the in-process runs and one CLI run on
@@ -11,12 +15,18 @@ chunkings; then one quiet ``local[2]`` session for the in-process runs and one C
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers.spark_runs import assert_same_run, cli_local_and_spark, run, write_inputs
 
+from streamjoin.pipelines.config.settings import StreamConfig
+from streamjoin.pipelines.engines.spark.read import read_streams
 from streamjoin.pipelines.engines.spark.session import spark_session
+from streamjoin.pipelines.io.load import bad_arrivals_of, load_all
 from streamjoin.pipelines.policies import PolicySpec
 from streamjoin.pipelines.policies.recall_target import RecallTarget, decision_table
 from streamjoin.pipelines.replay.partitioned_progress import progress_chunks
@@ -128,3 +138,64 @@ def test_cli_native_adaptive_on_local_cluster_equals_local_engine(tmp_path):
     assert rb["routing"]["native"] is True and rb["routing"]["master"] == "local-cluster[2,1,1024]"
     assert len(ra["policy_decisions"]) >= 10
     _same(tmp_path / "local", tmp_path / "nat", ra, rb)
+
+
+def _bad_bursts(path, seed: int) -> None:
+    """Add to a ``write_inputs`` file two bursts of 12 quarantined rows: ``null ts`` ones
+    arriving at 720-723 ms (between the 50 ms decisions), ``null key key`` ones at 1400-1403 ms."""
+    df = pl.read_parquet(path)
+    rng = np.random.default_rng(seed)
+
+    def burst(at: int, null_ts: bool, null_key: bool) -> pl.DataFrame:
+        a = np.sort(at + rng.integers(0, 3_000, 12))
+        return pl.DataFrame({"ts": None if null_ts else a - 5_000, "arrival": a,
+                             "key": None if null_key else rng.integers(0, 4, 12), "val": rng.normal(size=12),
+                             "tag": ["bad"] * 12}, schema=df.schema)
+
+    pl.concat([df, burst(720_000, True, False), burst(1_400_000, False, True)]).sort("arrival").write_parquet(path)
+
+
+def test_bad_arrivals_from_the_executors_equal_the_local_loaders(spark, tmp_path):
+    """``SparkInput.bad_arrivals`` gives ``bad_arrivals_of``'s arrays for every reason filter:
+    streams with an arrival column (int us) and without one (``ts`` a millisecond timestamp:
+    the unit conversion), quarantined for two reasons."""
+    write_inputs(tmp_path, 2, seed=3)
+    _bad_bursts(tmp_path / "a.parquet", 1)
+    _bad_bursts(tmp_path / "b.parquet", 2)
+    rng = np.random.default_rng(4)
+    ms = np.sort(rng.integers(0, 2_000, 80))
+    null_ts, null_key = rng.random(80) < 0.1, rng.random(80) < 0.1
+    pq.write_table(pa.table({"t": pa.array(np.where(null_ts, 0, ms), pa.timestamp("ms"), mask=null_ts),
+                             "key": pa.array(rng.integers(0, 4, 80), mask=null_key)}), tmp_path / "c.parquet")
+    cfgs = [StreamConfig(s, str(tmp_path / f"{s}.parquet"), arrival="arrival", unit="us", keys=("key",))
+            for s in "ab"] + [StreamConfig("c", str(tmp_path / "c.parquet"), ts="t", keys=("key",))]
+    local = load_all(cfgs)
+    inp = read_streams(spark, cfgs, quarantine_dir=tmp_path / "q")
+    try:
+        for reason in (None, "null ts", "null key key", "null t", "no such reason"):
+            want, got = bad_arrivals_of(local, reason), inp.bad_arrivals(reason)
+            assert len(got) == 3 and all(g.dtype == np.int64 for g in got)
+            assert all(np.array_equal(w, g) for w, g in zip(want, got)), reason
+        every, null_ts_only = inp.bad_arrivals(), inp.bad_arrivals("null ts")
+        # the filter and the conversion do something: 24 bad rows in a and b, 12 of them null ts;
+        # c (no arrival column) keeps only its null-key rows, at their ts in us
+        assert [len(x) for x in every[:2]] == [24, 24] and [len(x) for x in null_ts_only[:2]] == [12, 12]
+        assert np.array_equal(every[2], np.sort(ms[null_key & ~null_ts]) * 1000) and len(every[2])
+        assert len(null_ts_only[2]) == 0
+    finally:
+        inp.release()
+
+
+def test_native_qjoin_bad_rows_trigger_equals_the_local_engine(spark, tmp_path):
+    """qjoin with ``bad_rows_reason = "null ts"`` on the native path: the ``null ts`` burst
+    re-decides at once, the ``null key key`` burst does not -- as on the local engine."""
+    cfg = write_inputs(tmp_path, 2, seed=5)
+    _bad_bursts(tmp_path / "a.parquet", 1)
+    flags = {"policy": "qjoin", "recall": 0.9, "interval": "50ms", "triggers": ["bad_rows_reason=null ts"]}
+    local = run(cfg, tmp_path / "local", engine="local", **flags)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="atr", partitions=3,
+              spark_conf=[NATIVE], **flags)
+    assert nat["routing"]["native"] is True
+    early = [d["time_us"] for d in local["policy_decisions"] if "bad_rows" in d["reason"]]
+    assert len(early) == 1 and 720_000 < early[0] < 730_000
+    _same(tmp_path / "local", tmp_path / "nat", local, nat)
