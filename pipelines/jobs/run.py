@@ -279,7 +279,10 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         quarantined = [s.quarantined if native else s.quarantine.height for s in streams]
         with stages("join"):
             keys = None if native else [s.keys if s.keys.width else None for s in streams]
-            bad = bad_arrivals_of(streams, cfg.policy.target.triggers.bad_rows_reason) if cfg.policy.adaptive else None
+            bad = None
+            if cfg.policy.adaptive:   # the controller's bad-rows trigger; native: from the executors' quarantine
+                reason = cfg.policy.target.triggers.bad_rows_reason
+                bad = spark_in.bad_arrivals(reason) if native else bad_arrivals_of(streams, reason)
             if cfg.engine == "spark":  # SPEC §6: one SparkSession per run, closed after the write stage
                 outcome = join_for_job(cfg, None if native else streams, where_fn,
                                        None if native else space_of(cfg, streams), bad,

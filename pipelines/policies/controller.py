@@ -78,7 +78,7 @@ import numpy as np
 from ..base.sorting import PACK_LIMIT, gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
 from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
-                            Schedule, candidates, ramp_sums, runs, search, search_product)
+                            Schedule, candidates, in_force, ramp_sums, runs, search, search_product)
 from .triggers import fired, probe_ticks
 
 class Controller:
@@ -349,14 +349,11 @@ class Controller:
 
     def _values_for(self, idx: np.ndarray) -> np.ndarray:
         """``(n, len(idx))`` values in force at indexes ``idx`` (decision at t applies to arrival > t)."""
-        arrival = self.r.arrival[idx]
         initial = self._initial(idx)
         if not self.decision_values:
             return initial
-        which = np.searchsorted(np.asarray(self.decision_times, dtype=np.int64), arrival, side="left") - 1
         table = np.stack(self.decision_values, axis=1)  # (n, decisions): built once, at the end of run()
-        chosen = table[:, np.maximum(which, 0)]
-        return np.where(which >= 0, chosen, initial)
+        return in_force(np.asarray(self.decision_times, dtype=np.int64), table, self.r.arrival[idx], initial)
 
     def _values_in_force(self, idx: np.ndarray) -> np.ndarray:
         """``_values_for`` for indexes arrived since the last decision (what ``_commit``

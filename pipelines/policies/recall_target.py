@@ -3,7 +3,9 @@ for, and what its controller (:mod:`.controller`) returns.
 
 :class:`RecallTarget` holds the settings; :class:`Resolved` the values a run
 uses (defaults filled in from the span and windows); :class:`Schedule` the
-per-arrival values and the decision log.  :func:`ramp_sums` and
+per-arrival values and the decision log (:func:`in_force` rebuilds the values
+from the log's times and values: :func:`decision_table`; the native Spark
+path applies them so on the executors).  :func:`ramp_sums` and
 :func:`candidates` are the model's two building blocks: the kept weight of a
 set of tuples under a setting, and the candidate settings; :func:`search`
 and :func:`search_product` find the cheapest candidate vector meeting a goal
@@ -146,6 +148,27 @@ class Schedule:
     values: np.ndarray
     log: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+
+
+def in_force(times: np.ndarray, values: np.ndarray, arrival: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """``(n, len(arrival))`` values in force at ``arrival`` times: those of the last decision
+    made strictly before (a decision at ``t`` applies to arrivals ``> t``), ``initial``
+    (``(n, len(arrival))``) before the first; ``times``: the decision times (sorted),
+    ``values``: their ``(n, D)`` values."""
+    if not len(times):
+        return initial
+    which = np.searchsorted(times, arrival, side="left") - 1
+    chosen = values[:, np.maximum(which, 0)]
+    return np.where(which >= 0, chosen, initial)
+
+
+def decision_table(log: list[dict[str, Any]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The decision times and their ``(n, D)`` values from a :class:`Schedule` log: all
+    :func:`in_force` needs to rebuild ``Schedule.values`` (O(decisions x n) numbers)."""
+    times = np.array([e["time_us"] for e in log], dtype=np.int64)
+    values = (np.array([e["values_us"] for e in log], dtype=np.int64).reshape(len(log), n).T.copy()
+              if log else np.zeros((n, 0), np.int64))
+    return times, values
 
 
 def ceil_to(values, step: int):

@@ -48,8 +48,13 @@ Worked example (two partitions, ``none`` policy, two streams)::
     query ts 12 of a=1 -> next change point with R >= 12 is a = 2 -> rel 2
 
 The recall-target policies (``qjoin``, ``qkslack``) decide with an online
-controller that walks the whole replay; their progress is computed on the
-driver (:func:`driver_facts`) and distributed afterwards (documented in
+controller that walks the whole replay.  The current Spark path computes
+their progress on the driver (:func:`driver_facts`); the native path runs
+the controller once and hands the scans its decision table (``schedule``:
+each decision's time and per-stream values): :func:`scheduled` gives every
+tuple the values in force at its arrival -- MP-K-slack's bound before the
+first decision, carried in through ``summary2`` like ``mpkslack``'s -- and
+stages 3 and 4 use them in place of a fixed ``K`` / ``d`` (documented in
 ``docs/semantics.md``).
 
 The chunk functions below are pure numpy so that the same code runs inside
@@ -65,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..policies import SORTING, SYMMETRIC, PolicySpec
+from ..policies.recall_target import in_force
 from .progress import Decisions, Replay, build_replay, decide, minus, running_max, stream_running_max
 from ..base.timeunits import NEG_INF
 
@@ -107,6 +113,21 @@ def _retention(n, policy: PolicySpec):
     return np.asarray(policy.retention, dtype=INT).reshape(n)
 
 
+def scheduled(c: dict, delay, n: int, policy: PolicySpec, Kcarry, schedule) -> np.ndarray:
+    """``qkslack``'s ``K_i(a)`` / ``qjoin``'s ``d_i(a)`` of a chunk, ``(n, m)``: the values of
+    the last decision made before each tuple's arrival (``schedule``: the decision times and
+    their ``(n, D)`` values, :func:`~streamjoin.pipelines.policies.recall_target.in_force`), before
+    the first one MP-K-slack's bound -- per stream (qkslack) or the largest delay of any stream
+    (qjoin) -- with ``Kcarry`` the largest delays per stream of the earlier chunks."""
+    stream = c["stream"]
+    own = np.empty((n, len(stream)), dtype=INT)
+    for i in range(n):
+        own[i] = running_max(np.where(stream == i, delay, 0), Kcarry[i])
+    initial = own if policy.family == SORTING else np.broadcast_to(own.max(axis=0, initial=0), own.shape)
+    times, values = schedule
+    return in_force(times, values, c["arrival"], initial)
+
+
 def summary1(c: dict, n: int) -> np.ndarray:
     """``[count, max ts of stream 0..n-1]``."""
     out = np.full(n + 1, NEG_INF, dtype=INT)
@@ -130,21 +151,25 @@ def summary2(c: dict, n: int, Mcarry) -> np.ndarray:
     return out
 
 
-def summary3(c: dict, n: int, policy: PolicySpec, Mcarry, Kcarry) -> np.ndarray:
-    """Largest local ``min_i(M_i - K_i)`` (sorting) or ``T - d_k`` per stream (symmetric)."""
+def summary3(c: dict, n: int, policy: PolicySpec, Mcarry, Kcarry, schedule=None) -> np.ndarray:
+    """Largest local ``min_i(M_i - K_i)`` (sorting) or ``T - d_k`` per stream (symmetric).
+    ``schedule``: the recall-target policies' decisions (:func:`scheduled`)."""
     M = _local_M(c["stream"], c["ts"], n, Mcarry)
     m = len(c["ts"])
+    values = None if schedule is None else scheduled(c, _delay(c["stream"], c["ts"], M), n, policy, Kcarry, schedule)
     if policy.family == SORTING:
-        K = _local_K(c["stream"], _delay(c["stream"], c["ts"], M), n, policy, Kcarry)
+        K = _local_K(c["stream"], _delay(c["stream"], c["ts"], M), n, policy, Kcarry) if values is None else values
         cand = minus(M, K).min(axis=0) if m else np.empty(0, INT)
         return np.array([cand.max() if m else NEG_INF], dtype=INT)
     T = M.min(axis=0) if m else np.empty(0, INT)
-    d = _retention(n, policy)
+    d = _retention(n, policy) if values is None else values
     return np.array([minus(T, d[k]).max() if m else NEG_INF for k in range(n)], dtype=INT)
 
 
-def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kcarry, Rcarry, Hcarry) -> dict:
-    """Every tuple's progress facts (columns of :func:`fact_columns`)."""
+def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kcarry, Rcarry, Hcarry,
+          schedule=None) -> dict:
+    """Every tuple's progress facts (columns of :func:`fact_columns`); ``schedule``: the
+    recall-target policies' decisions (:func:`scheduled`)."""
     stream, ts = c["stream"], c["ts"]
     m = len(ts)
     W = np.asarray(windows, dtype=INT)
@@ -157,8 +182,9 @@ def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kca
         out[f"M{i}"] = M[i]
     out["T"], out["delay"] = T, delay
     zeros = np.zeros(m, dtype=INT)
+    values = None if schedule is None else scheduled(c, delay, n, policy, Kcarry, schedule)
     if policy.family == SORTING:
-        K = _local_K(stream, delay, n, policy, Kcarry)
+        K = _local_K(stream, delay, n, policy, Kcarry) if values is None else values
         cand = minus(M, K).min(axis=0) if m else np.empty(0, INT)
         R = running_max(cand, Rcarry)
         R_prev = np.concatenate([[Rcarry], R[:-1]]).astype(INT) if m else R
@@ -168,7 +194,7 @@ def facts(c: dict, n: int, windows, policy: PolicySpec, offset: int, Mcarry, Kca
             out[f"H{k}"] = zeros
         out["expired"] = np.zeros(m, dtype=bool)
     else:
-        d = _retention(n, policy)
+        d = _retention(n, policy) if values is None else values
         H = np.empty((n, m), dtype=INT)
         for k in range(n):
             H[k] = running_max(minus(T, d[k]), Hcarry[k])
@@ -268,24 +294,27 @@ def _sort_release(r: dict) -> np.ndarray:
 
 # ---------------------------------------------------------------- drivers
 
-def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, release_chunks: int | None = None) -> Facts:
+def progress_chunks(chunks: list[dict], n: int, windows, policy: PolicySpec, release_chunks: int | None = None,
+                    schedule=None) -> Facts:
     """The partition-wise pass on in-memory chunks (tests; the Spark driver mirrors it).
 
     ``chunks`` are consecutive slices of the replay order (dicts of
     ``stream, row, ts, arrival``).  Returns the concatenated facts plus
-    ``rel`` and ``rel_us`` columns.
+    ``rel`` and ``rel_us`` columns.  ``schedule``: a recall-target policy's
+    decisions (:func:`scheduled`).
     """
     s1 = [summary1(c, n) for c in chunks]
     offsets, Mc, N = carries_from(s1, n)
     Kc = [np.zeros(n, INT)] * len(chunks)
-    if policy.name == "mpkslack":
+    if policy.name == "mpkslack" or schedule is not None:
         Kc = prefix_max([summary2(c, n, m) for c, m in zip(chunks, Mc)], np.zeros(n, INT))
-    s3 = [summary3(c, n, policy, m, k) for c, m, k in zip(chunks, Mc, Kc)]
+    s3 = [summary3(c, n, policy, m, k, schedule) for c, m, k in zip(chunks, Mc, Kc)]
     width = 1 if policy.family == SORTING else n
     carried = prefix_max(s3, np.full(width, NEG_INF, INT))
     Rc = [int(x[0]) if policy.family == SORTING else NEG_INF for x in carried]
     Hc = [x if policy.family == SYMMETRIC else np.full(n, NEG_INF, INT) for x in carried]
-    parts = [facts(c, n, windows, policy, o, m, k, r, h) for c, o, m, k, r, h in zip(chunks, offsets, Mc, Kc, Rc, Hc)]
+    parts = [facts(c, n, windows, policy, o, m, k, r, h, schedule)
+             for c, o, m, k, r, h in zip(chunks, offsets, Mc, Kc, Rc, Hc)]
     f = {k: np.concatenate([p[k] for p in parts]) for k in fact_columns(n)} if parts else {}
     last_arrival = int(f["arrival"][-1]) if N else 0
     rel = np.full(N, N, dtype=INT)

@@ -4,7 +4,9 @@ carried-summary chain (``engines/spark/progress.carried_from`` over
 tuple's release and end of stay in memory found in its own partition or the
 later one ``native_progress.local_search`` marks (``search_head``) against a
 per-tuple loop over the whole replay -- on random inputs cut into random
-partitions, empty ones included."""
+partitions, empty ones included; the same under a recall-target policy's
+decision table (``qjoin``: each stream's tuples searched in its own horizon
+``H_k``; ``qkslack``: in ``R``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from streamjoin.pipelines.engines.spark.native_progress import local_search, search_head
 from streamjoin.pipelines.engines.spark.progress import carried_from, first_summary
 from streamjoin.pipelines.policies import SORTING, PolicySpec
+from streamjoin.pipelines.policies.recall_target import RecallTarget
 from streamjoin.pipelines.replay import partitioned_progress as sp
 
 INT = np.int64
@@ -99,3 +102,58 @@ def test_native_carries_and_searches_equal_the_whole_replay(problem):
             if not strict:   # the local replay's release (partitioned_progress.facts_from_replay)
                 assert idx.tolist() == ref["rel"][bounds[p]:bounds[p + 1]].tolist()
                 assert us.tolist() == ref["rel_us"][bounds[p]:bounds[p + 1]].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems(), st.sampled_from(["qjoin", "qkslack"]), st.integers(0, 10**6))
+def test_native_searches_under_a_decision_table(problem, name, seed):
+    """A random decision table (times, per-stream values): the carried chain with MP-K-slack's
+    carried K, each partition's facts equal to the whole replay's (one chunk), and each held
+    tuple's end of stay (qjoin: the first index where its stream's H_k exceeds ts + W_k;
+    qkslack: R, and its release) found in its own or the marked later partition equal to a
+    per-tuple loop over the whole replay's sequence."""
+    n, ts, ar, W, _, cuts = problem
+    rng = np.random.default_rng(seed)
+    policy = PolicySpec(name, target=RecallTarget(0.9, period_us=50, interval_us=10))
+    D = int(rng.integers(0, 6))
+    schedule = (np.sort(rng.integers(0, 120, D)).astype(INT), rng.integers(0, 30, (n, D)).astype(INT))
+    order = sp.driver_facts(ts, ar, W, PolicySpec("none"))
+    N = len(order["a"])
+    whole = {k: order[k] for k in ("stream", "row", "ts", "arrival")}
+    ref = sp.progress_chunks([whole], n, W, policy, schedule=schedule)
+    bounds = [0, *cuts, N]
+    chunks = [{k: v[a:b] for k, v in whole.items()} for a, b in zip(bounds, bounds[1:])]
+    sorting = policy.family == SORTING
+    cy = carried_from([first_summary(c, n) for c in chunks],
+                      lambda Mc, Kc: [sp.summary3(c, n, policy, m, k, schedule) for c, m, k in zip(chunks, Mc, Kc)],
+                      n, policy, scheduled=True)
+    _, Mc, _ = sp.carries_from([sp.summary1(c, n) for c in chunks], n)
+    Kc = sp.prefix_max([sp.summary2(c, n, m) for c, m in zip(chunks, Mc)], np.zeros(n, INT))
+    assert all((x == y).all() for x, y in zip(Kc, cy.K))
+    per = [sp.facts(c, n, W, policy, o, m, k, r, h, schedule)
+           for c, o, m, k, r, h in zip(chunks, cy.offsets, cy.M, cy.K, cy.R, cy.H)]
+    seqs = ["R"] if sorting else [f"H{k}" for k in range(n)]
+    for j, g in enumerate(seqs):
+        assert all((ref[g][a:b] == f[g]).all() for a, b, f in zip(bounds, bounds[1:], per))
+        ends = cy.R_end if sorting else [int(h[j]) for h in cy.H_end]
+        # the sequence at each non-empty partition's last tuple
+        assert [int(ref[g][b - 1]) for a, b in zip(bounds, bounds[1:]) if b > a] == \
+            [e for e, a, b in zip(ends, bounds, bounds[1:]) if b > a]
+    last = cy.last_arrival or 0
+    for p, (c, f) in enumerate(zip(chunks, per)):
+        held = ~f["dropped"]
+        lim = c["ts"] + np.asarray(W, INT)[c["stream"]]
+        searches = [(c["ts"], False, "R", held), (lim, True, "R", held)] if sorting else \
+            [(lim, True, f"H{k}", c["stream"] == k) for k in range(n)]
+        for v, strict, g, mine in searches:
+            ends = cy.R_end if sorting else [int(h[int(g[1:])]) for h in cy.H_end]
+            idx, us, to = local_search(f[g], v, f["a"], c["arrival"], strict, mine, cy.offsets[p], ends, p, N, last)
+            for q in np.unique(to[to >= 0]):
+                sel = to == q
+                assert q > p and bounds[q + 1] > bounds[q]
+                idx[sel], us[sel] = search_head(per[q][g], per[q]["a"], chunks[q]["arrival"], v[sel], f["a"][sel],
+                                                c["arrival"][sel], strict)
+            want = np.array([reference_search(ref[g], int(x), int(a), strict) if h else N
+                             for x, a, h in zip(v, f["a"], mine)], INT)
+            assert idx.tolist() == want.tolist()
+            assert us.tolist() == [int(whole["arrival"][i]) if i < N else last for i in want]

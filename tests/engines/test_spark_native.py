@@ -113,10 +113,11 @@ def test_native_mode_auto_true_false_and_refusals(tmp_path):
     assert not native_path(resolved(master="spark://h:7077", policy="none",
                                     spark_conf=["spark.streamjoin.native=false"]))
     # auto falls back to the current path for what the native path does not do ...
-    assert not native_path(resolved(master="spark://h:7077", policy="qjoin", recall=0.9))
+    assert not native_path(resolved(master="spark://h:7077", policy="flink", watermark=["10ms"]))
+    assert native_path(resolved(master="spark://h:7077", policy="qjoin", recall=0.9))   # test_spark_native_adaptive
     # ... and an explicit true is refused in one line, before anything runs
-    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with policy qkslack"):
-        native_path(resolved(master="local[2]", policy="qkslack", recall=0.9, spark_conf=[NATIVE]))
+    with pytest.raises(InputError, match=r"spark.streamjoin.native=true: not with policy flink"):
+        native_path(resolved(master="local[2]", policy="flink", watermark=["10ms"], spark_conf=[NATIVE]))
     with pytest.raises(InputError, match=r"expected auto, true or false"):
         native_path(resolved(master="local[2]", policy="none", spark_conf=["spark.streamjoin.native=yes"]))
     # the native path's results are on the executors: an explicit results=driver is refused

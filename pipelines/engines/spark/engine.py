@@ -358,7 +358,7 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
                               windows=cfg.windows, policy=cfg.policy,
                               settings=settings, period_us=cfg.period_us, results_dir=results_dir,
                               row_bytes=[s.row_bytes for s in facts], series_points=series_points,
-                              release=native.release)
+                              release=native.release, bad_arrivals=bad_arrivals)
         else:
             out = spark_join([s.ts for s in streams], [s.arrival for s in streams],
                              [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,

@@ -2,7 +2,8 @@
 holds summaries (issue 19; ``spark.streamjoin.native``).
 
 :func:`native_join` runs one replay and join of a fixed policy (``none``,
-``static``, ``kslack``, ``mpkslack``) with ``--router none``, ATR, CTR or
+``static``, ``kslack``, ``mpkslack``) or a recall-target one (``qjoin``,
+``qkslack``: :mod:`.native_adaptive`) with ``--router none``, ATR, CTR or
 ``auto`` (the smaller predicted overhead), from a
 DataFrame of every tuple (``stream`` int, ``row`` long, ``ts`` and
 ``arrival`` long microseconds, the join keys ``__key0..`` in one common
@@ -13,7 +14,8 @@ the executors read, validate and quarantine the inputs; no input row passes
 through the driver (``jobs/run.py`` never calls ``load_all`` on this path).
 
 What reaches the driver, stage by stage (N tuples, C combinations, P
-partitions, J segments, n streams, F files, t read tasks, c columns)::
+partitions, J segments, n streams, F files, t read tasks, c columns,
+D controller decisions, Q quarantined rows)::
 
     read (read.read_streams, jobs/run.py's load stage): the files and
       their footer schemas; per integer time column its min and max;
@@ -25,8 +27,19 @@ partitions, J segments, n streams, F files, t read tasks, c columns)::
       run's staging directory                                       O(F + t + c)
       -> the recall period from the kept arrivals' range; offsets
          (each task's first row) back as a broadcast table
+      (qjoin / qkslack with a bad-rows trigger: the quarantined rows'
+      stream and arrival, filtered by reason on the executors,
+      SparkInput.bad_arrivals)                                      O(Q)
     input: the read's cached copy released once the progress frame
       below is persisted                                            nothing
+    controller (qjoin / qkslack only; native_adaptive.decide): every
+      tuple's stream, row, ts, arrival and key columns collected, the
+      local engine's controller run on them (exact decisions need the
+      tuples of each decision's history window, not summaries: see
+      native_adaptive); freed before the scans, ~380 B per tuple at
+      its peak (docs/performance.md)                            O(N) while it runs
+      -> the decision table (times, per-stream values) back into the
+      progress scans                                            O(D x n)
     progress (native_progress.progress_frame): the tuples range-partitioned
       in replay order once (keys and payload ride along), persisted;
       per partition rows, smallest and largest ts and largest own delay
@@ -64,9 +77,8 @@ partitions, J segments, n streams, F files, t read tasks, c columns)::
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
 
-Refused here (one line, the current path runs them): the adaptive policies
-and the engine emulations, ``--where``, ``--distance``,
-``--flow-control``, ``--capacity``.
+Refused here (one line, the current path runs them): the engine emulations,
+``--where``, ``--distance``, ``--flow-control``, ``--capacity``.
 """
 
 from __future__ import annotations
@@ -81,6 +93,7 @@ from ...config.options import NATIVE_CONF_KEY, RESULTS_CONF_KEY, same_host
 from ...policies import SORTING, SYMMETRIC, PolicySpec
 from ...replay.probe_order import order_from_selectivity, sample_rows, two_stream_order
 from ...route import Histogram
+from . import native_adaptive
 from .native_metrics import combination_metrics, stream_facts
 from .native_progress import memory_stats, progress_frame
 from .outcome import SummaryOutcome, partition_use, routing_report
@@ -88,7 +101,7 @@ from .plane import PlaneResult
 from .routing import RouteSettings, route_plans_from, segment_for_span
 
 #: the policies whose progress the native path computes as prefix scans
-NATIVE_POLICIES = ("none", "static", "kslack", "mpkslack")
+NATIVE_POLICIES = ("none", "static", "kslack", "mpkslack", "qjoin", "qkslack")
 NATIVE_MODES = ("auto", "true", "false")
 HIST_BUCKETS = 4096     # route.histogram's
 
@@ -152,13 +165,15 @@ def frame_from_input(inp):
 
 def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpec, settings: RouteSettings,
                 period_us: int, results_dir: str | None, row_bytes, series_points: int,
-                release=None) -> SummaryOutcome:
+                release=None, bad_arrivals=None) -> SummaryOutcome:
     """Replay and join ``df`` (:func:`frame_from_input`) on the executors; the
     driver gets the merged summaries (a :class:`~.outcome.SummaryOutcome` with
     ``aggregated``: the stream facts and the memory numbers ``report.json`` reads).
     ``payloads``: each stream's payload column names in order, from the read's facts
     (the frame names them :func:`payload_name`, never re-derived from ``df.columns``).
-    ``release``: called once the progress frame is persisted (drops the read's cached copy)."""
+    ``release``: called once the progress frame is persisted (drops the read's cached copy).
+    ``bad_arrivals``: per stream, the quarantined rows' arrival times (``qjoin`` /
+    ``qkslack``: the controller's bad-rows trigger; :meth:`.read.SparkInput.bad_arrivals`)."""
     from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
@@ -174,8 +189,14 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     N = int(sum(sizes))
 
     t0 = time.perf_counter()
+    schedule = log = policy_settings = None
+    if policy.adaptive:   # qjoin / qkslack: the controller on the driver, its decision table to the scans
+        schedule, log, policy_settings = native_adaptive.decide(df, n=n, sizes=sizes, W=W, policy=policy,
+                                                                bad_arrivals=bad_arrivals, keycols=keycols)
+        timings["controller"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
     # read once, range-partitioned in replay order and persisted: every stage below scans it
-    prog = progress_frame(spark, df, n, W, policy, P)
+    prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule)
     if release is not None:   # the read's cached copy: the progress frame holds every column now
         release()
     timings["progress"] = time.perf_counter() - t0
@@ -222,8 +243,8 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     else:
         probe = order_from_selectivity(list(sizes), sel)
     timings["collect"] = time.perf_counter() - t0
-    out = SummaryOutcome(replay=None, decisions=SimpleNamespace(family=policy.family, policy_log=None,
-                                                                 policy_settings=None),
+    out = SummaryOutcome(replay=None, decisions=SimpleNamespace(family=policy.family, policy_log=log,
+                                                                 policy_settings=policy_settings),
                          memory=None, summary=summary, period_ids=period_ids, timings_s=timings, probe_order=probe,
                          aggregated={"streams": facts, "memory_tuples": mem_t, "memory_bytes": mem_b,
                                      "memory_series": series, "first": prog.first, "last": prog.last})

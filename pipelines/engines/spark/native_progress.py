@@ -17,8 +17,10 @@ columns of a DataFrame that stays on the executors.
 The same ``mapInArrow`` finds where each tuple is released (sorting family:
 the first index ``>= a_x`` at which ``R`` reaches ``ts``) and where it leaves
 memory (the first index at which ``R`` -- sorting -- or ``T`` -- symmetric,
-``H_k = T - d_k`` passing ``ts + W_k`` -- exceeds ``ts + W (+ d)``): both
-sequences never decrease, so it is a ``searchsorted`` in the partition's own
+``H_k = T - d_k`` passing ``ts + W_k`` -- exceeds ``ts + W (+ d)``; ``qjoin``,
+whose retentions ``d_k(a)`` follow its decisions: the first index at which
+stream ``k``'s horizon ``H_k`` exceeds ``ts + W_k``, searched in ``H_k``):
+these sequences never decrease, so it is a ``searchsorted`` in the partition's own
 sequence (:func:`local_search`) when the partition reaches the value, and
 otherwise in the first later partition whose last value does (the driver
 knows each partition's last value: O(P)).  Those few tuples -- near a
@@ -105,11 +107,14 @@ def search_head(G, a_h, arr_h, v, a, arrival, strict: bool):
     return np.maximum(a, a_h[j]).astype(INT), np.maximum(arrival, arr_h[j]).astype(INT)
 
 
-def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress:
+def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
-    ``mpkslack``) as a DataFrame on the executors; ``df``: stream, row, ts,
-    arrival and anything else (keys, payload), which rides along: the facts frame
-    has ``df``'s columns and the facts, range-partitioned in replay order.
+    ``mpkslack``) or, given its ``schedule``, a recall-target one (``qjoin``,
+    ``qkslack``: the decision times and values,
+    :func:`~streamjoin.pipelines.replay.partitioned_progress.scheduled`; the hook
+    of :mod:`.native_adaptive`) as a DataFrame on the executors; ``df``: stream,
+    row, ts, arrival and anything else (keys, payload), which rides along: the
+    facts frame has ``df``'s columns and the facts, range-partitioned in replay order.
 
     One range partitioning, persisted (``MEMORY_AND_DISK``: spills rather than
     filling the heap); :func:`~.progress.carried` (two summary jobs); one
@@ -124,18 +129,23 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
 
     W = np.asarray(W, dtype=INT)
     sorting = policy.family == SORTING
-    d = np.zeros(n, INT) if sorting else np.asarray(policy.retention, dtype=INT).reshape(n)
+    qjoin = schedule is not None and not sorting   # leaves by H_k: d_k moves with the decisions
+    d = np.zeros(n, INT) if sorting or qjoin else np.asarray(policy.retention, dtype=INT).reshape(n)
     base = (df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
             .persist(StorageLevel.MEMORY_AND_DISK))
-    cy = carried(base.select(*TUPLE_COLS), n, policy)
+    cy = carried(base.select(*TUPLE_COLS), n, policy, schedule)
     offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
     first, last = cy.first, cy.last_arrival
-    G_end = cy.R_end if sorting else cy.T_end
     hcols = [f"H{k}" for k in range(n)]
+    # the never-decreasing sequences the ends of stay are searched in, with their value one index
+    # earlier (the marked partitions' heads) and at each partition's end: R, T, or qjoin's H_k
+    seqs = ([(h, f"{h}_prev", [int(x[k]) for x in cy.H_end]) for k, h in enumerate(hcols)] if qjoin
+            else [("R", "R_prev", cy.R_end) if sorting else ("T", "T_prev", cy.T_end)])
+    hprev = [f"{h}_prev" for h in hcols] if qjoin else []
     types = {"a": pa.int64(), "T": pa.int64(), "T_prev": pa.int64(), "delay": pa.int64(), "R": pa.int64(),
              "R_prev": pa.int64(), "dropped": pa.bool_(), "expired": pa.bool_(), "kneed": pa.int64(),
              **{h: pa.int64() for h in hcols}, "rel": pa.int64(), "rel_us": pa.int64(), "end0": pa.int64(),
-             "rel_to": pa.int32(), "end_to": pa.int32(), "__part": pa.int32()}
+             "rel_to": pa.int32(), "end_to": pa.int32(), "__part": pa.int32(), **{h: pa.int64() for h in hprev}}
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
     schema = StructType(base.schema.fields + [StructField(c, from_arrow_type(t)) for c, t in types.items()])
@@ -146,7 +156,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
         if t is None:
             return
         c = arrow_chunk(t)
-        f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p])
+        f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p], schedule)
         m = len(c["ts"])
         t_in = int(Mc[p].min()) if n else NEG_INF          # T(a - 1) of the partition's first tuple
         T_prev = np.concatenate([[t_in], f["T"][:-1]]).astype(INT) if m else np.empty(0, INT)
@@ -156,50 +166,70 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
         # a tuple's release (sorting): first a >= a_x with R(a) >= ts; it leaves memory at the
         # first a where R (sorting) or T (symmetric: H_k = T - d_k passes ts + W_k) exceeds ts + W (+ d)
         held = ~f["dropped"]
-        G = f["R"] if sorting else f["T"]
         args = (f["a"], arr)
         if sorting:
-            rel, rel_us, rel_to = local_search(G, ts, *args, False, held, offsets[p], G_end, p, N, last)
+            rel, rel_us, rel_to = local_search(f["R"], ts, *args, False, held, offsets[p], cy.R_end, p, N, last)
         else:
             rel, rel_us, rel_to = (np.full(m, N, INT), np.full(m, last, INT), np.full(m, -1, np.int32))
-        end0, _, end_to = local_search(G, ts + W[st] + d[st], *args, True, held, offsets[p], G_end, p, N, last)
+        lim = ts + W[st] + d[st]
+        if qjoin:   # stream k's tuples in H_k
+            end0, end_to = np.full(m, N, INT), np.full(m, -1, np.int32)
+            for k, (h, _, h_end) in enumerate(seqs):
+                mine = st == k
+                e, _, to = local_search(f[h], lim, *args, True, held & mine, offsets[p], h_end, p, N, last)
+                end0, end_to = np.where(mine, e, end0), np.where(mine, to, end_to)
+        else:
+            end0, _, end_to = local_search(f[seqs[0][0]], lim, *args, True, held, offsets[p], seqs[0][2], p, N, last)
+        prev = {f"{h}_prev": np.concatenate([[Hc[p][k]], f[h][:-1]]).astype(INT) if m else np.empty(0, INT)
+                for k, h in enumerate(hcols) if qjoin}
         cols = {"a": f["a"], "T": f["T"], "T_prev": T_prev, "delay": f["delay"], "R": f["R"], "R_prev": f["R_prev"],
                 "dropped": f["dropped"], "expired": f["expired"], "kneed": kneed, **{h: f[h] for h in hcols},
                 "rel": rel, "rel_us": rel_us, "end0": end0, "rel_to": rel_to, "end_to": end_to,
-                "__part": np.full(m, p, np.int32)}
+                "__part": np.full(m, p, np.int32), **prev}
         for name, typ in types.items():
             t = t.append_column(name, pa.array(np.asarray(cols[name]), typ))
         yield from t.to_batches()
 
     pre = base.mapInArrow(run_facts, schema).persist(StorageLevel.MEMORY_AND_DISK)
     lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w + x)) for w, x in zip(W, d)]), F.col("stream") + 1)
+    # g: the sequence a query is searched in (seqs' index: qjoin's leave queries by their stream)
+    g_leave = F.col("stream") if qjoin else F.lit(0)
     queries = (pre.filter(F.col("rel_to") >= 0).select(F.col("rel_to").alias("q"), F.lit(0).alias("s"),
-                                                       F.col("ts").alias("v"), "a", "arrival")
+                                                       F.lit(0).alias("g"), F.col("ts").alias("v"), "a", "arrival")
                .unionByName(pre.filter(F.col("end_to") >= 0).select(F.col("end_to").alias("q"), F.lit(1).alias("s"),
-                                                                   lim.alias("v"), "a", "arrival")))
-    heads = {int(r["q"]): (int(r["v"]), int(r["count"]))
-             for r in queries.groupBy("q").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
+                                                                   g_leave.alias("g"), lim.alias("v"), "a",
+                                                                   "arrival")))
+    heads = {(int(r["q"]), int(r["g"])): (int(r["v"]), int(r["count"])) for r in
+             queries.groupBy("q", "g").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
     base.unpersist()   # pre is whole: the aggregation above read every partition
     fdf, cached = pre, [pre]
     if heads:
-        g, g_prev = ("R", "R_prev") if sorting else ("T", "T_prev")
-        top = F.element_at(F.array(*[F.lit(heads.get(q, (NEG_INF, 0))[0]) for q in range(P)]), F.col("__part") + 1)
-        # the head of each marked partition: its rows up to the first where G passes the largest query
-        head = (pre.filter(F.col("__part").isin(list(heads)) & (F.col(g_prev) <= top))
-                .select(F.col("__part").alias("q"), F.lit(2).alias("s"), F.col(g).alias("v"), "a", "arrival"))
+        head = None
+        for j, (g, g_prev, _) in enumerate(seqs):
+            marked = sorted({q for q, gj in heads if gj == j})
+            if not marked:
+                continue
+            top = F.element_at(F.array(*[F.lit(heads.get((q, j), (NEG_INF, 0))[0]) for q in range(P)]),
+                               F.col("__part") + 1)
+            # the head of each marked partition: its rows up to the first where G passes the largest query
+            part = (pre.filter(F.col("__part").isin(marked) & (F.col(g_prev) <= top))
+                    .select(F.col("__part").alias("q"), F.lit(2).alias("s"), F.lit(j).alias("g"), F.col(g).alias("v"),
+                            "a", "arrival"))
+            head = part if head is None else head.unionByName(part)
 
         def resolve(t):
-            s, v, a, arr = (t.column(c).to_numpy() for c in ("s", "v", "a", "arrival"))
-            h = np.flatnonzero(s == 2)
-            h = h[np.argsort(a[h], kind="stable")]
+            s, g, v, a, arr = (t.column(c).to_numpy() for c in ("s", "g", "v", "a", "arrival"))
             out = {"a": [], "s": [], "idx": [], "us": []}
-            for kind in (0, 1):
-                qs = np.flatnonzero(s == kind)
-                idx, us = search_head(v[h], a[h], arr[h], v[qs], a[qs], arr[qs], strict=kind == 1)
-                out["a"].append(a[qs])
-                out["s"].append(np.full(len(qs), kind, np.int32))
-                out["idx"].append(idx)
-                out["us"].append(us)
+            for j in np.unique(g):
+                h = np.flatnonzero((s == 2) & (g == j))
+                h = h[np.argsort(a[h], kind="stable")]
+                for kind in (0, 1):
+                    qs = np.flatnonzero((s == kind) & (g == j))
+                    idx, us = search_head(v[h], a[h], arr[h], v[qs], a[qs], arr[qs], strict=kind == 1)
+                    out["a"].append(a[qs])
+                    out["s"].append(np.full(len(qs), kind, np.int32))
+                    out["idx"].append(idx)
+                    out["us"].append(us)
             return pa.table({k: np.concatenate(x) for k, x in out.items()})
 
         found = (queries.unionByName(head).groupBy("q").applyInArrow(resolve, "a bigint, s int, idx bigint, us bigint")
@@ -213,7 +243,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int) -> Progress
                .withColumn("rel", F.coalesce("idx0", "rel")).withColumn("rel_us", F.coalesce("us0", "rel_us"))
                .withColumn("end0", F.coalesce("idx1", "end0")).drop("idx0", "us0", "idx1", "us1"))
     end = F.greatest("end0", "a", "rel") if sorting else F.greatest("end0", "a")
-    fdf = fdf.withColumn("end", end).drop("end0", "rel_to", "end_to", "__part")
+    fdf = fdf.withColumn("end", end).drop("end0", "rel_to", "end_to", "__part", *hprev)
     if not sorting:
         fdf = fdf.drop("rel", "rel_us")
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),

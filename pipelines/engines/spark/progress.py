@@ -41,11 +41,13 @@ class Carried(sp.Carries):
     frontier before it; ``H``, symmetric: the horizons before it; ``N`` tuples in
     all; ``last_arrival``, None: no tuples).  Also, from the same summaries:
     ``R_end`` / ``T_end``, the release frontier and the frontier ``T`` at each
-    partition's last tuple (its carry if empty), the first arrival and the
-    smallest and largest ``ts`` (None: no tuples)."""
+    partition's last tuple (its carry if empty), ``H_end`` (symmetric) the
+    horizons there, the first arrival and the smallest and largest ``ts``
+    (None: no tuples)."""
 
     R_end: list[int]
     T_end: list[int]
+    H_end: list[np.ndarray]
     first: int | None
     ts_min: int | None
     ts_max: int | None
@@ -112,29 +114,32 @@ def carried_K(first: list[np.ndarray], Mc: list[np.ndarray], n: int) -> list[np.
     return sp.prefix_max(s2, np.zeros(n, INT))
 
 
-def carried(df, n: int, policy: PolicySpec) -> Carried:
+def carried(df, n: int, policy: PolicySpec, schedule=None) -> Carried:
     """The carried-summary chain of :mod:`~streamjoin.pipelines.replay.partitioned_progress`
     on Spark in two ``mapInArrow`` jobs: :func:`first_summary` (``summary1`` and the
     pieces of ``summary2``), then ``summary3`` with the carries (:func:`carried_from`).
     ``df``: ``stream``, ``row``, ``ts``, ``arrival``, range-partitioned and sorted by
-    ``(arrival, stream, row)``."""
+    ``(arrival, stream, row)``.  ``schedule``: a recall-target policy's decision table
+    (:func:`~streamjoin.pipelines.replay.partitioned_progress.scheduled`)."""
     empty = np.concatenate([[0], np.full(n, sp.NEG_INF), np.full(n, POS_INF), np.zeros(n), [POS_INF, sp.NEG_INF]])
     s0 = per_partition(df, lambda t, p: first_summary(arrow_chunk(t), n), 3 * n + 3, empty.astype(INT))
     width = 1 if policy.family == SORTING else n
 
     def third(Mc, Kc):
-        return per_partition(df, lambda t, p: sp.summary3(arrow_chunk(t), n, policy, Mc[p], Kc[p]), width,
-                             np.full(width, sp.NEG_INF, INT))
-    return carried_from(s0, third, n, policy)
+        return per_partition(df, lambda t, p: sp.summary3(arrow_chunk(t), n, policy, Mc[p], Kc[p], schedule),
+                             width, np.full(width, sp.NEG_INF, INT))
+    return carried_from(s0, third, n, policy, scheduled=schedule is not None)
 
 
-def carried_from(s0: list[np.ndarray], third, n: int, policy: PolicySpec) -> Carried:
+def carried_from(s0: list[np.ndarray], third, n: int, policy: PolicySpec, scheduled: bool = False) -> Carried:
     """:class:`Carried` from every partition's :func:`first_summary` (``s0``) and
     ``third(M carried, K carried)``, every partition's ``summary3``:
-    ``carries_from`` -> (``mpkslack``) :func:`carried_K` -> ``prefix_max``."""
+    ``carries_from`` -> (``mpkslack``, or ``scheduled``: a recall-target policy, which
+    starts from MP-K-slack's bound) :func:`carried_K` -> ``prefix_max``."""
     s1 = [s[:n + 1] for s in s0]
     offsets, Mc, N = sp.carries_from(s1, n)
-    Kc = carried_K(s0, Mc, n) if policy.name == "mpkslack" else [np.zeros(n, INT)] * len(s1)
+    mp = policy.name == "mpkslack" or scheduled
+    Kc = carried_K(s0, Mc, n) if mp else [np.zeros(n, INT)] * len(s1)
     width = 1 if policy.family == SORTING else n
     s3 = third(Mc, Kc)
     prefix = sp.prefix_max(s3, np.full(width, sp.NEG_INF, INT))
@@ -142,9 +147,10 @@ def carried_from(s0: list[np.ndarray], third, n: int, policy: PolicySpec) -> Car
     Hc = [x if policy.family == SYMMETRIC else np.full(n, sp.NEG_INF, INT) for x in prefix]
     R_end = [max(r, int(x[0])) if policy.family == SORTING else sp.NEG_INF for r, x in zip(Rc, s3)]
     T_end = [int(np.maximum(m, s[1:n + 1]).min()) if n else sp.NEG_INF for m, s in zip(Mc, s1)]
+    H_end = [np.maximum(h, x) if policy.family == SYMMETRIC else h for h, x in zip(Hc, s3)]
     lo = min((int(s[n + 1:2 * n + 1].min()) for s in s0), default=POS_INF)
     hi = max((int(s[1:n + 1].max()) for s in s0), default=sp.NEG_INF)
-    return Carried(offsets=offsets, M=Mc, K=Kc, R=Rc, H=Hc, N=N, R_end=R_end, T_end=T_end,
+    return Carried(offsets=offsets, M=Mc, K=Kc, R=Rc, H=Hc, N=N, R_end=R_end, T_end=T_end, H_end=H_end,
                    first=min(int(s[-2]) for s in s0) if N else None,
                    last_arrival=max(int(s[-1]) for s in s0) if N else None,
                    ts_min=lo if N else None, ts_max=hi if N else None)

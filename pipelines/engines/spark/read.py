@@ -50,6 +50,10 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    ``row``, ``ts``, ``arrival`` (int64 us), ``__key0..`` in the common key
    types, and every payload column as ``<stream>_<column>`` (the results'
    names, which io/columns.py keeps distinct; null on other streams' rows).
+7. **Bad arrivals** (``qjoin`` / ``qkslack``, on request:
+   :meth:`SparkInput.bad_arrivals`): the quarantined rows' arrival (or ``ts``)
+   filtered by reason and converted to us on the executors; the driver
+   receives one number per such row -- ``io.load.bad_arrivals_of``'s arrays.
 
 Differences from the local loader, by design: a schema error in any stream
 is reported before a quarantine share error in an earlier one (stage 1 runs
@@ -81,8 +85,8 @@ from ...config.settings import MAX_QUARANTINE, StreamConfig
 from ...io.columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
 from ...io.load import (check_columns, check_file_schemas, check_quarantine, check_unit_range, check_vector_types,
-                        input_columns, int64_range_error, normalise, open_dataset, resolve_files, single_file,
-                        stream_where, time_unit, unreadable_error)
+                        input_columns, int64_range_error, normalise, open_dataset, pl_to_numpy, resolve_files,
+                        single_file, stream_where, time_unit, to_micros, unreadable_error)
 from .hadoop_out import check_results_written
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
@@ -123,6 +127,7 @@ class SparkInput:
     streams: list[StreamFacts]
     key_dtypes: list[pl.DataType]
     _cached: list = field(default_factory=list, repr=False)
+    _quarantined: list = field(default_factory=list, repr=False)   # per stream: (the read's frame, its _Plan)
 
     def arrival_span(self) -> tuple[int | None, int | None]:
         """First and last kept arrival over the streams (``jobs.run.arrival_span``'s)."""
@@ -130,6 +135,38 @@ class SparkInput:
         if not spans:
             return None, None
         return min(lo for lo, _ in spans), max(hi for _, hi in spans)
+
+    def bad_arrivals(self, reason: str | None = None) -> list[np.ndarray]:
+        """``io.load.bad_arrivals_of`` of the streams, from the executors' quarantined rows:
+        per stream the sorted arrival times (us; ``ts`` without an arrival column) of its
+        quarantined rows (only those quarantined for ``reason``, when given: the
+        ``bad_rows_reason`` trigger), rows whose time is null or out of range left out.
+        The executors filter the rows by reason and convert the column as ``bad_arrivals_of``
+        does (``load.to_micros`` of its Arrow type and unit, no unit check: the read checked
+        the whole column); the driver receives one (stream, time) pair per such row, O(quarantined
+        rows), in one job (none when no stream quarantined a row for ``reason``)."""
+        from pyspark.sql import functions as F
+
+        out = [np.empty(0, np.int64) for _ in self.streams]
+        parts = []
+        for i, (fact, (inter, plan)) in enumerate(zip(self.streams, self._quarantined)):
+            if not (fact.reasons.get(reason) if reason is not None else fact.reasons):
+                continue
+            bad = F.col(REASON) == reason if reason is not None else F.col(REASON).isNotNull()
+            column = plan.cfg.arrival or plan.cfg.ts
+            parts.append(inter.filter(bad).select(F.col(f"`{column}`"))
+                         .mapInArrow(_bad_micros(i, plan, column), "stream int, t bigint"))
+        if not parts:
+            return out
+        frame = parts[0]
+        for part in parts[1:]:
+            frame = frame.union(part)
+        table = frame.toArrow()
+        stream = np.asarray(table.column("stream").to_numpy(), np.int32)
+        t = np.asarray(table.column("t").to_numpy(), np.int64)
+        for i in np.unique(stream):
+            out[int(i)] = np.sort(t[stream == i])
+        return out
 
     def release(self) -> None:
         """Drop the executors' cached copy of the read (the frame is recomputed if used again)."""
@@ -292,6 +329,14 @@ def _local_path(uri: str) -> str:
     return unquote(urlparse(uri).path)
 
 
+def _original(schema: pa.Schema, name: str, arr: pa.Array) -> pa.Array:
+    """A column as Spark hands it over (:func:`spark_read_type`) back in its Arrow type."""
+    t = schema.field(name).type
+    if pa.types.is_timestamp(t):
+        return arr.view(t)
+    return arr if arr.type == t else arr.cast(t)
+
+
 def _normaliser(plan: _Plan):
     """The ``mapInArrow`` function of one stream (see the module docstring, stage 3)."""
     cfg, schema, parts = plan.cfg, plan.schema, set(plan.partition_columns)
@@ -300,10 +345,7 @@ def _normaliser(plan: _Plan):
     convert = parts | {f.name for f in schema if out_types[f.name] != spark_read_type(f.type, "", f.name)[1]}
 
     def original(name: str, arr: pa.Array) -> pa.Array:
-        t = schema.field(name).type
-        if pa.types.is_timestamp(t):
-            return arr.view(t)
-        return arr if arr.type == t else arr.cast(t)
+        return _original(schema, name, arr)
 
     def run(batches):
         from pyspark import TaskContext
@@ -336,6 +378,22 @@ def _normaliser(plan: _Plan):
                     arr = original(c, arr).cast(out_types[c])
                 cols[c] = arr
             yield pa.RecordBatch.from_pydict(cols)
+
+    return run
+
+
+def _bad_micros(stream: int, plan: _Plan, column: str):
+    """The ``mapInArrow`` function of :meth:`SparkInput.bad_arrivals`: the quarantined rows'
+    ``column`` in us as ``load.bad_arrivals_of`` converts it (nulls dropped), tagged ``stream``."""
+    cfg, schema = plan.cfg, plan.schema
+
+    def run(batches):
+        for batch in batches:
+            arr = _original(schema, column, batch.column(0))
+            us = pl_to_numpy(to_micros(pa.chunked_array([arr], type=arr.type), column, cfg.unit, cfg.path,
+                                       check_unit=False))
+            yield pa.RecordBatch.from_pydict({"stream": pa.array(np.full(len(us), stream, np.int32)),
+                                              "t": pa.array(us, pa.int64())})
 
     return run
 
@@ -576,5 +634,6 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
     frame = frames[0]
     for f in frames[1:]:
         frame = frame.unionByName(f, allowMissingColumns=True)
-    return SparkInput(frame=frame, streams=facts, key_dtypes=dtypes, _cached=inters)
+    return SparkInput(frame=frame, streams=facts, key_dtypes=dtypes, _cached=inters,
+                      _quarantined=list(zip(inters, plans)))
 
