@@ -338,3 +338,20 @@ def test_cli_native_bad_column_exit_2(tmp_path):
     line = local.stderr.strip().splitlines()[-1]
     assert "tss" in line and nat.stderr.strip().splitlines()[-1] == line
     assert not (tmp_path / "n").exists()
+
+
+def test_native_out_under_a_hive_style_directory(spark, tmp_path):
+    """--out below a ``day=1`` directory: the executors' results and quarantine land in the
+    run's staging directory there (a percent-encoded ``file://`` URI, ``day%3D1``, is another
+    directory to Hadoop), and the run equals the local engine."""
+    cfg = write_inputs(tmp_path, 2, seed=5)
+    with_null_ts(tmp_path / "b.parquet", 0.1, 4)
+    local = run(cfg, tmp_path / "local", engine="local", policy="mpkslack")
+    (tmp_path / "day=1").mkdir()
+    out = tmp_path / "day=1" / "out"
+    nat = run(cfg, out, engine="spark", master="local[2]", router="atr", partitions=2, spark_conf=[NATIVE],
+              policy="mpkslack")
+    assert (out / "results.parquet" / "_SUCCESS").is_file()
+    assert (out / "quarantine" / "b.parquet" / "_SUCCESS").is_file() and local["streams"][1]["quarantined"] > 0
+    assert not (tmp_path / "day%3D1").exists()
+    assert_same_run(tmp_path / "local", out, local, nat)

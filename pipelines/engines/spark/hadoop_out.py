@@ -53,7 +53,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from ...base.errors import InputError
-from ...config.options import MARKERS, OutURI, check_listing
+from ...config.options import MARKERS, OutURI, check_listing, is_uri
 from ...io.lock import LockedError, OutputLock, lock_of
 from ...io.output import fault_point, interrupts_held, publishing
 
@@ -120,7 +120,7 @@ class HadoopFS:
 
     def put(self, local: Path, uri: str) -> None:
         """Copy a local file or directory tree to ``uri``."""
-        self.fs.copyFromLocalFile(False, True, self.path(Path(local).resolve().as_uri()), self.path(uri))
+        self.fs.copyFromLocalFile(False, True, self.path(file_uri(local)), self.path(uri))
 
     def drop_checksums(self, uri: str) -> None:
         """Remove the ``.<file>.crc`` side files that local-backed file systems write
@@ -134,6 +134,15 @@ class HadoopFS:
             crc = self.jvm.org.apache.hadoop.fs.Path(p.getParent(), f".{p.getName()}.crc")
             if self.fs.exists(crc):
                 self.fs.delete(crc, False)
+
+
+def file_uri(path) -> str:
+    """A local path as a ``file://`` URI for Hadoop: absolute, symlinks kept, and not
+    percent-encoded (``Path.as_uri`` writes a hive ``day=1`` as ``day%3D1``, which Hadoop's
+    ``Path`` takes literally: another directory); a Hadoop URI as it is."""
+    if is_uri(path):
+        return str(path)
+    return "file://" + os.path.abspath(path)
 
 
 def check_results_written(spark, uri: str) -> None:

@@ -29,7 +29,8 @@ bytes a tuple collected (36 with one key column) -- plus the controller's own ar
 the table, the log and the settings stay.  The smallest exact state would be a sliding
 window -- the tuples one decision reads (1.7 % of 1M in the benchmark) and their partner
 counters -- which the controller, written over whole replay arrays, does not offer yet.
-The quarantined rows' arrival times (``bad_arrivals``) come from the loader.
+The quarantined rows' arrival times (``bad_arrivals``, the bad-rows trigger) come from
+the read on the executors (``read.SparkInput.bad_arrivals``, O(quarantined rows)).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
 from ...route import atr as atr_mod
-from .hadoop_out import check_results_written
+from .hadoop_out import check_results_written, file_uri
 from .kernels import join_streams
 from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
 from .sink import combination_facts
@@ -209,7 +209,7 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
             # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
             # and the results would land there, not in the local staging directory
             (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
-             .write.option("compression", RESULTS_COMPRESSION).parquet(Path(str(results_dir)).resolve().as_uri()))
+             .write.option("compression", RESULTS_COMPRESSION).parquet(file_uri(results_dir)))
             if not (Path(str(results_dir)) / "_SUCCESS").is_file():
                 raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
                                    f"in the local staging directory (nothing published)")

@@ -87,7 +87,7 @@ from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
 from ...io.load import (check_columns, check_file_schemas, check_quarantine, check_unit_range, check_vector_types,
                         input_columns, int64_range_error, normalise, open_dataset, pl_to_numpy, resolve_files,
                         single_file, stream_where, time_unit, to_micros, unreadable_error)
-from .hadoop_out import check_results_written
+from .hadoop_out import check_results_written, file_uri
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
 FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
@@ -280,24 +280,14 @@ def _spark_schema(plan: _Plan) -> str:
     return ", ".join(parts)
 
 
-def _uri(path) -> str:
-    """A local path as a ``file://`` URI for Hadoop (absolute, symlinks kept: the executors
-    map ``_metadata.file_path`` back to the driver's file list by ``os.path.abspath``;
-    not percent-encoded: Hadoop's ``Path`` takes a hive ``day=1`` as it is, not ``day%3D1``);
-    a Hadoop URI (``--out`` on HDFS, S3, ...: the quarantine in its staging) as it is."""
-    if is_uri(path):
-        return str(path)
-    return "file://" + os.path.abspath(path)
-
-
 def _scan(spark, plan: _Plan):
     from pyspark.sql import functions as F
 
     reader = spark.read.schema(_spark_schema(plan))
     if plan.base is not None:
-        reader = reader.option("basePath", _uri(plan.base))
+        reader = reader.option("basePath", file_uri(plan.base))
     # file:// URIs: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
-    df = reader.parquet(*[_uri(f) for f in plan.files])
+    df = reader.parquet(*[file_uri(f) for f in plan.files])
     return df.select("*", F.col("_metadata.file_path").alias(FILE), F.col("_metadata.row_index").alias(FILE_ROW))
 
 
@@ -610,7 +600,7 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
                 # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-                 .write.mode("overwrite").parquet(_uri(fact.quarantine)))
+                 .write.mode("overwrite").parquet(file_uri(fact.quarantine)))
                 if is_uri(fact.quarantine):   # in a Hadoop URI's staging directory (.hadoop_out)
                     check_results_written(spark, str(fact.quarantine))
                 else:
