@@ -80,7 +80,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...base.errors import InputError
-from ...config.options import is_uri
+from ...config.options import SHIP_CONF_KEY, is_uri
 from ...config.settings import MAX_QUARANTINE, StreamConfig
 from ...io.columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
@@ -88,6 +88,7 @@ from ...io.load import (check_columns, check_file_schemas, check_quarantine, che
                         input_columns, int64_range_error, normalise, open_dataset, pl_to_numpy, resolve_files,
                         single_file, stream_where, time_unit, to_micros, unreadable_error)
 from .hadoop_out import check_results_written, file_uri
+from .ship import executor_import_error
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
 FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
@@ -611,6 +612,10 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
         line = executor_input_error(exc)
         if line is not None:
             raise InputError(line) from None
+        # the read is the native path's first job: a worker that cannot import streamjoin fails here
+        missing = executor_import_error(exc, spark.conf.get(SHIP_CONF_KEY, "auto"))
+        if missing is not None:
+            raise missing from None
         raise
     frames = []
     for i, (plan, inter, fact, offsets) in enumerate(zip(plans, inters, facts, chunk_offsets)):
