@@ -145,12 +145,22 @@ def file_uri(path) -> str:
     return "file://" + os.path.abspath(path)
 
 
-def check_results_written(spark, uri: str) -> None:
-    """After Spark wrote a results directory at ``uri``: its ``_SUCCESS`` is there, the ``.crc`` files go."""
-    fs = HadoopFS(spark, uri)
-    if not fs.exists(f"{uri.rstrip('/')}/_SUCCESS"):
-        raise RuntimeError(f"{uri}: Spark's writer left no _SUCCESS there (nothing published)")
-    fs.drop_checksums(uri)
+def check_written(spark, target) -> None:
+    """After Spark's writer wrote the directory ``target`` (a local path, or a Hadoop URI):
+    its ``_SUCCESS`` must be there (else the files went elsewhere, an internal error:
+    nothing is published), and the ``.<file>.crc`` side files that local-backed file
+    systems leave beside each file go (polars and DuckDB read a directory's every file)."""
+    if is_uri(target):
+        fs = HadoopFS(spark, str(target))
+        if not fs.exists(f"{str(target).rstrip('/')}/_SUCCESS"):
+            raise RuntimeError(f"{target}: Spark's writer left no _SUCCESS there (nothing published)")
+        fs.drop_checksums(str(target))
+        return
+    directory = Path(target)
+    if not (directory / "_SUCCESS").is_file():
+        raise RuntimeError(f"{target}: Spark's writer left no _SUCCESS there (nothing published)")
+    for f in directory.glob(".*.crc"):
+        f.unlink()
 
 
 def _pid_alive(pid: int) -> bool:

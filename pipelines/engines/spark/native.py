@@ -174,7 +174,6 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     ``release``: called once the progress frame is persisted (drops the read's cached copy).
     ``bad_arrivals``: per stream, the quarantined rows' arrival times (``qjoin`` /
     ``qkslack``: the controller's bad-rows trigger; :meth:`.read.SparkInput.bad_arrivals`)."""
-    from pyspark.sql import functions as F
 
     if policy.name not in NATIVE_POLICIES:
         raise InputError(f"{NATIVE_CONF_KEY}: policy {policy.name} runs on the current path "

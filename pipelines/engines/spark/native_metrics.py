@@ -27,19 +27,17 @@ nearest-rank percentiles).
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
 from ...analysis.summary import ResultSummary, nearest_rank_of_counts
-from ...config.options import is_uri
 from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
 from ...replay.results import frame_at
 from ...route import atr as atr_mod
-from .hadoop_out import check_results_written, file_uri
+from .hadoop_out import check_written, file_uri
 from .kernels import join_streams
 from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
 from .sink import combination_facts
@@ -146,7 +144,7 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
 
     shipped, routed = {}, None
     if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
-        combos, stored, shipped = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
+        combos, stored, shipped, routed = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
                                                    payload_cols=payload_cols, fact_cols=fact_cols,
                                                    rows_of=rows_of, rschema=rschema)
         combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
@@ -201,34 +199,16 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     try:
         stats = merge_stats(combos.filter(F.col(STAT_Q).isNotNull()).select(*STAT_COLS).collect(), P)
         rows = combos.filter(F.col(STAT_Q).isNull()).drop(*STAT_COLS)
-        if is_uri(results_dir):   # --out as a Hadoop URI: its staging directory there (.hadoop_out)
-            (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
-             .write.option("compression", RESULTS_COMPRESSION).parquet(str(results_dir)))
-            check_results_written(spark, str(results_dir))
-        elif results_dir is not None:
-            # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
-            # and the results would land there, not in the local staging directory
+        if results_dir is not None:   # a local staging directory, or a Hadoop URI's (.hadoop_out)
             (rows.filter(F.col(EMITTED)).drop(EMITTED, NEED, PERIOD)
              .write.option("compression", RESULTS_COMPRESSION).parquet(file_uri(results_dir)))
-            if not (Path(str(results_dir)) / "_SUCCESS").is_file():
-                raise RuntimeError(f"{results_dir}: Spark's writer left no _SUCCESS there; the results are not "
-                                   f"in the local staging directory (nothing published)")
-            _drop_checksums(results_dir)
+            check_written(spark, results_dir)
         summary, period_ids = _summary(rows, names)
     finally:
         combos.unpersist()
         if routed is not None:
             routed.unpersist()
     return {"summary": summary, "period_ids": period_ids, "stats": stats, **shipped}, stored
-
-
-def _drop_checksums(directory) -> None:
-    """Hadoop's local file system leaves a ``.<file>.crc`` beside each file; polars and
-    DuckDB read a directory's every file, so on a local ``--out`` they go (O(P) names)."""
-    d = Path(str(directory))
-    if d.is_dir():
-        for f in d.glob(".*.crc"):
-            f.unlink()
 
 
 def _value_counts(df, col: str):

@@ -60,20 +60,30 @@ def stat_fields():
         + [StructField(STAT_COLS[-1], DoubleType())]
 
 
+def stat_table(stats: list[dict], schema, **fixed):
+    """One row per entry of ``stats`` (``q``, ``n_in``, ``n_cand``, ``n_out``, ``n_inter_in``,
+    ``t_us``) in :data:`STAT_COLS`, ``fixed`` columns (name -> values) as given, every other
+    column of ``schema`` (an arrow schema) null."""
+    import pyarrow as pa
+
+    cols = {c: pa.nulls(len(stats), f.type) for c, f in zip(schema.names, schema)}
+    for c, values in fixed.items():
+        cols[c] = pa.array(values, schema.field(c).type)
+    for c in STAT_COLS:
+        key = "q" if c == STAT_Q else c[2:]
+        cols[c] = pa.array([s.get(key, 0) for s in stats], schema.field(c).type)
+    return pa.table(cols, schema=schema)
+
+
 def with_stat_rows(rows, stats: list[dict], schema):
-    """The arrow table ``rows`` (results columns) with null :data:`STAT_COLS`, and one
-    row per entry of ``stats`` (``q``, ``n_in``, ``n_cand``, ``n_out``, ``n_inter_in``,
-    ``t_us``) whose other columns are null (``schema``: the output's arrow schema)."""
+    """The arrow table ``rows`` (results columns) with null :data:`STAT_COLS`, and
+    :func:`stat_table`'s rows of ``stats`` (``schema``: the output's arrow schema)."""
     import pyarrow as pa
 
     m = rows.num_rows
     for c in STAT_COLS:
         rows = rows.append_column(c, pa.nulls(m, schema.field(c).type))
-    extra = {c: pa.nulls(len(stats), f.type) for c, f in zip(schema.names, schema)}
-    for c in STAT_COLS:
-        key = "q" if c == STAT_Q else c[2:]
-        extra[c] = pa.array([s.get(key, 0) for s in stats], schema.field(c).type)
-    return pa.concat_tables([rows.select(schema.names).cast(schema), pa.table(extra, schema=schema)])
+    return pa.concat_tables([rows.select(schema.names).cast(schema), stat_table(stats, schema)])
 
 
 def merge_stats(stat_rows, P: int) -> dict[int, dict]:
@@ -136,10 +146,12 @@ def copies(plan, hop: int, stream: np.ndarray, slot: np.ndarray, at: np.ndarray)
 def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, fact_cols, rows_of, rschema):
     """CTR's combinations of ``data`` as a DataFrame of ``rschema`` (results rows
     from ``rows_of(part, out)`` and the hop tasks' statistics rows); the ``(n, P)``
-    tuples stored on each partition; ``{"shipped_tuples": copies sent at hop 1}``."""
+    tuples stored on each partition; ``{"shipped_tuples": copies sent at hop 1}``; the
+    persisted hop-1 copies (the caller unpersists them once the combinations are read)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import polars as pl
+    from pyspark import StorageLevel
     from pyspark.sql.pandas.types import to_arrow_schema
 
     P = int(plan.partitions)
@@ -178,13 +190,7 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, fact_co
                               home[idx]).to_batches()
 
     def stat_rows(stats):
-        cols = {c: pa.nulls(len(stats), f.type) for c, f in zip(u_arrow.names, u_arrow)}
-        cols[ROLE] = pa.array([STAT] * len(stats), pa.int32())
-        cols[Q] = pa.array([s["q"] for s in stats], pa.int32())
-        for c in STAT_COLS:
-            key = "q" if c == STAT_Q else c[2:]
-            cols[c] = pa.array([s.get(key, 0) for s in stats], u_arrow.field(c).type)
-        return pa.table(cols, schema=u_arrow)
+        return stat_table(stats, u_arrow, **{ROLE: [STAT] * len(stats), Q: [s["q"] for s in stats]})
 
     def picked(t, stream, c, fill):
         """Fact ``c`` of each row's own member (one-member rows: stored tuples)."""
@@ -277,7 +283,9 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, fact_co
             return pa.concat_tables([moved.cast(u_arrow), stored.cast(u_arrow), stat_rows(passed + [stat])])
         return run
 
-    routed = data.mapInArrow(hop1, U).localCheckpoint(eager=True)   # copied once: counted, then joined
+    # copied once (the count below fills the cache), then joined; MEMORY_AND_DISK as the ATR
+    # copies: spills rather than filling the heap, and a lost executor's part is recomputed
+    routed = data.mapInArrow(hop1, U).persist(StorageLevel.MEMORY_AND_DISK)
     stored = np.zeros((n, max(P, 1)), np.int64)
     shipped = 0
     for r in routed.groupBy(Q, PS, ROLE).count().collect():
@@ -287,4 +295,4 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, fact_co
     frame = routed
     for hop in range(1, n):
         frame = frame.groupBy(Q).applyInArrow(hop_task(hop), rschema if hop == n - 1 else U)
-    return frame, stored, {"shipped_tuples": shipped}
+    return frame, stored, {"shipped_tuples": shipped}, routed

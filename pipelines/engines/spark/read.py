@@ -87,7 +87,7 @@ from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
 from ...io.load import (check_columns, check_file_schemas, check_quarantine, check_unit_range, check_vector_types,
                         input_columns, int64_range_error, normalise, open_dataset, pl_to_numpy, resolve_files,
                         single_file, stream_where, time_unit, to_micros, unreadable_error)
-from .hadoop_out import check_results_written, file_uri
+from .hadoop_out import check_written, file_uri
 from .ship import executor_import_error
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
@@ -547,17 +547,6 @@ def _row_bytes(spark, plans: list[_Plan], read: list[int]) -> list[float]:
 # ---------------------------------------------------------------------------
 
 
-def _written_here(directory: Path) -> None:
-    """After Spark's writer: its ``_SUCCESS`` must be in the local ``directory`` (else the
-    files went elsewhere, an internal error: nothing is published); Hadoop's local file
-    system leaves a ``.<file>.crc`` beside each file, which polars would try to read as
-    Parquet: removed (O(part files) names)."""
-    if not (directory / "_SUCCESS").is_file():
-        raise RuntimeError(f"{directory}: Spark's writer left no _SUCCESS there (nothing published)")
-    for f in directory.glob(".*.crc"):
-        f.unlink()
-
-
 def executor_input_error(exc: BaseException) -> str | None:
     """The one-line message of an :class:`InputError` raised on an executor
     (Spark hands it to the driver as a ``PythonException`` holding the worker's
@@ -602,10 +591,7 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
                 (inter.filter(F.col(REASON).isNotNull())
                  .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
                  .write.mode("overwrite").parquet(file_uri(fact.quarantine)))
-                if is_uri(fact.quarantine):   # in a Hadoop URI's staging directory (.hadoop_out)
-                    check_results_written(spark, str(fact.quarantine))
-                else:
-                    _written_here(fact.quarantine)
+                check_written(spark, fact.quarantine)   # a Hadoop URI's staging too (.hadoop_out)
     except BaseException as exc:
         for inter in inters:
             inter.unpersist()
