@@ -1,0 +1,231 @@
+"""Counting instead of materialising: a two-stream run's report numbers from
+one compiled walk over the band join (issue 21, fifth pass).
+
+A run without results (``--no-results``) reads every valid combination only
+to count it: truth and emitted per period (the period of the last member's
+arrival), the emitted latencies, the required slack of every ``k``-th
+combination (the report's tuning curve, at most ``sample`` of them) and the
+duplicate check.  The materialising path builds the combinations' member
+rows (:func:`~streamjoin.pipelines.replay.candidates.enumerate_truth`), their
+last member (:func:`~streamjoin.pipelines.replay.emit.last_arrivals`) and the
+emitted mask (:func:`~streamjoin.pipelines.replay.emit.emission`) -- several
+arrays of 8.1M elements on the core data -- and the metrics then read them.
+:func:`count_pairs` walks the same bands of the same plan
+(:class:`~streamjoin.pipelines.replay.candidates.BandPlan`), in the same
+order, and applies the same closed forms per pair:
+
+* **symmetric family** -- emitted iff ``last < min(b_q, b_s)`` with ``b =
+  max(expiry, a + 1)`` per row (``emit._emission_symmetric``); latency 0;
+  required common retention ``max(0, T(last) - (ts_x + W_x))`` of the member
+  ``x`` that is not last (``tuning.static_need``);
+* **sorting family** -- with ``v = release`` (``N + 1`` if dropped) per
+  arrival index, emitted iff ``max(v_q, v_s) <= N``, latency
+  ``arrival[min(max(v_q, v_s), N - 1)] - arrival[last]``
+  (``emit._emission_sorting``), written in combination order for the
+  emitted ones; required ``K`` = ``max(k(x_q), k(x_s))``
+  (``tuning.required_kslack``).
+
+Per pair it adds one to ``codes[2 * period(last) + emitted]`` (the layout of
+``metrics.period_code_counts``) and, at every ``every``-th position (``every
+= ceil(C / sample)`` once ``C`` exceeds ``sample``, as ``report/build.extras``
+picks them), writes the required slack.  Duplicates: every pair is a query
+row and one sorted position of the stored stream inside that query's band,
+so the pairs are distinct iff no query row and no stored row occurs twice --
+checked in the same call (``None`` otherwise: the caller materialises and
+counts them).
+
+The kernel is built ahead of time like the join's others
+(:func:`~streamjoin.pipelines.base.jit.prebuilt`, releasing the GIL);
+without it (no compiler, ``$STREAMJOIN_KERNELS=numpy``), below
+:data:`MIN_ROWS` input rows, or from ``2**31`` rows, :func:`count_pairs`
+returns ``None`` and the engine materialises.  ``tests/replay/test_counting.py``
+compares every report number of both paths on random inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import jit
+from ..base.kernels import MIN_ROWS as KERNEL_MIN_ROWS
+from ..policies import SORTING, SYMMETRIC
+from ..base.timeunits import NEG_INF
+from .candidates import BandPlan
+
+#: below this many input rows the engine materialises (the kernel's load costs more than it saves)
+MIN_ROWS = KERNEL_MIN_ROWS
+#: the families whose emission rule the walk applies
+COUNTED_FAMILIES = (SYMMETRIC, SORTING)
+COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[:], i4[:], i4[:], i4[:], i8[:], "
+                   "i8[:], i8[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8)")
+
+
+def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q, b_s, reach_q, reach_s,
+                T, kneed, period_of, arrival, family, N, periods, sample, q_rows, s_rows):   # pragma: no cover
+    nq = lo.shape[0]
+    m = sorted_values.shape[0]
+    start = np.empty(nq, np.int64)
+    end = np.empty(nq, np.int64)
+    # the bands, as the band-join fill finds them (base/kernels._band_fill)
+    s = 0
+    e = 0
+    total = 0
+    for q in range(nq):
+        x = lo[q]
+        while s < m and sorted_values[s] < x:
+            s += 1
+        y = hi[q]
+        if e < s:
+            e = s
+        if e > s and sorted_values[e - 1] > y:
+            a = s
+            b = e
+            while a < b:
+                mid = (a + b) >> 1
+                if sorted_values[mid] > y:
+                    b = mid
+                else:
+                    a = mid + 1
+            e = a
+        while e < m and sorted_values[e] <= y:
+            e += 1
+        start[q] = s
+        end[q] = e
+        total += e - s
+    stats = np.zeros(4, np.int64)   # total, emitted, every, distinct (1) or not (0)
+    stats[0] = total
+    # distinct pairs iff no query row and no stored row repeats
+    distinct = 1
+    seen = np.zeros(q_rows, np.uint8)
+    for q in range(nq):
+        r = query_rows[q]
+        if seen[r]:
+            distinct = 0
+        seen[r] = 1
+    seen = np.zeros(s_rows, np.uint8)
+    for j in range(m):
+        r = stored_rows[j]
+        if seen[r]:
+            distinct = 0
+        seen[r] = 1
+    stats[3] = distinct
+    every = (total + sample - 1) // sample if total > sample else 1
+    stats[2] = every
+    need = np.empty((total + every - 1) // every, np.int64)
+    codes = np.zeros(2 * periods, np.int64)
+    latency = np.empty(total if family == 1 else 0, np.int64)
+    big = 9223372036854775807
+    emitted_n = 0
+    o = 0
+    for q in range(nq):
+        p = query_rows[q]
+        aq = at_q[p]
+        bq = b_q[p]
+        for j in range(start[q], end[q]):
+            r = stored_rows[j]
+            a_s = at_s[r]
+            last = aq if aq > a_s else a_s
+            if family == 0:
+                bound = bq if bq < b_s[r] else b_s[r]
+                ok = last < bound
+            else:
+                v = bq if bq > b_s[r] else b_s[r]
+                ok = v <= N
+                if ok:
+                    if v > N - 1:
+                        v = N - 1
+                    latency[emitted_n] = arrival[v] - arrival[last]
+            if ok:
+                emitted_n += 1
+                codes[2 * period_of[last] + 1] += 1
+            else:
+                codes[2 * period_of[last]] += 1
+            if o % every == 0:
+                if family == 0:
+                    lq = reach_q[p] if aq != last else big
+                    ls = reach_s[r] if a_s != last else big
+                    need_v = T[last] - (lq if lq < ls else ls)
+                    need[o // every] = need_v if need_v > 0 else 0
+                else:
+                    kq = kneed[aq]
+                    ks = kneed[a_s]
+                    need[o // every] = kq if kq > ks else ks
+            o += 1
+    stats[1] = emitted_n
+    return stats, codes, need, latency[:emitted_n]
+
+
+@dataclass
+class Counted:
+    """What a two-stream run's report reads of its combinations, counted.
+
+    ``truth`` / ``emitted``: counts; ``codes``: per occupied period ``u`` the
+    combinations not emitted at ``2u`` and the emitted ones at ``2u + 1``
+    (``metrics.period_code_counts``'s layout; ``period_ids``: the periods);
+    ``latency``: the emitted combinations' latencies in combination order,
+    ``None`` when every latency is 0 (symmetric family); ``need``: the
+    required slack of every ``every``-th combination (``every = 1``: all).
+    """
+
+    truth: int
+    emitted: int
+    codes: np.ndarray
+    period_ids: np.ndarray
+    latency: np.ndarray | None
+    need: np.ndarray
+    every: int
+
+
+def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period_of: np.ndarray,
+                period_ids: np.ndarray, sample: int) -> Counted | None:
+    """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
+    symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
+    or ``None`` where the kernel is not built or does not apply (see the module
+    docstring): the caller then materialises.  ``period_of``: the occupied
+    period of every arrival index (int32); ``period_ids``: those periods;
+    ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
+    family = decisions.family
+    if family not in COUNTED_FAMILIES or replay.n != 2 or replay.N < MIN_ROWS or replay.N >= 2**31:
+        return None
+    arrays = (plan.sorted_values, plan.lo, plan.hi)
+    if any(a.dtype != np.int64 for a in arrays) or plan.stored_rows.dtype != np.int32 \
+            or plan.query_rows.dtype != np.int32:
+        return None
+    kernel = jit.prebuilt(_count_walk, COUNT_SIGNATURE)
+    if kernel is None:
+        return None
+    qs, ss = plan.query_stream, plan.stored_stream
+    at = [np.ascontiguousarray(replay.index_of[k], dtype=np.int32) for k in (qs, ss)]
+    W = np.asarray(windows, dtype=np.int64)
+    empty = np.empty(0, np.int64)
+    if family == SYMMETRIC:
+        # per row: b = max(expiry, a + 1) (emit._emission_symmetric); reach = ts + W (tuning.static_need)
+        bounds = [np.maximum(at[j].astype(np.int64) + 1, expiry_index[k]) for j, k in enumerate((qs, ss))]
+        reach = [replay.ts_of[k] + W[k] for k in (qs, ss)]
+        kneed = empty
+    else:
+        N = replay.N
+        v = np.where(decisions.dropped, N + 1, decisions.release).astype(np.int64)
+        bounds = [v[a] for a in at]
+        reach = [empty, empty]
+        before = np.concatenate([[NEG_INF], replay.T[:-1]])   # tuning.required_k_per_tuple
+        kneed = np.where(before == NEG_INF, 0, np.maximum(before - replay.ts, 0)).astype(np.int64)
+    sizes = [len(replay.index_of[k]) for k in (qs, ss)]
+    c = np.ascontiguousarray
+    stats, codes, need, latency = kernel(
+        c(plan.sorted_values), c(plan.stored_rows), c(plan.lo), c(plan.hi), c(plan.query_rows), at[0], at[1],
+        c(bounds[0], dtype=np.int64), c(bounds[1], dtype=np.int64), c(reach[0], dtype=np.int64),
+        c(reach[1], dtype=np.int64), c(replay.T, dtype=np.int64), kneed, c(period_of, dtype=np.int32),
+        c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1, replay.N, len(period_ids),
+        int(sample), sizes[0], sizes[1])
+    if not stats[3]:   # a row twice: the materialising path counts the duplicates
+        return None
+    return Counted(truth=int(stats[0]), emitted=int(stats[1]), codes=codes, period_ids=period_ids,
+                   latency=latency if family != SYMMETRIC else None, need=need, every=int(stats[2]))
+
+
+def ensure_built() -> None:
+    """Build (or load) the counting kernel now (the set-up's ``--build``)."""
+    jit.prebuilt(_count_walk, COUNT_SIGNATURE)
