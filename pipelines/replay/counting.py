@@ -116,43 +116,93 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q,
     need = np.empty((total + every - 1) // every, np.int64)
     codes = np.zeros(2 * periods, np.int64)
     latency = np.empty(total if family == 1 else 0, np.int64)
-    big = 9223372036854775807
-    emitted_n = 0
-    o = 0
+    # each member's facts -- in sorted order for the stored side, in band order for
+    # the queries -- gathered first (independent loads, which the CPU overlaps), so
+    # the walk reads them in sequence: its arrival index, bound (symmetric) or
+    # release value (sorting), period and, for the sampled slack, T or k at its
+    # arrival and ts + W; with the sorting family the arrival time at which it
+    # would be released.  ``arrival`` never decreases along the arrival index, so
+    # the last member's arrival (and release) time is the larger of the two.
+    sa = np.empty(m, np.int32)
+    sb = np.empty(m, np.int64)
+    sp = np.empty(m, np.int32)
+    sx = np.empty(m, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
+    sy = np.empty(m, np.int64)   # ts + W (symmetric) or the release time (sorting)
+    sz = np.empty(m if family == 1 else 0, np.int64)   # the arrival time (sorting)
+    for j in range(m):
+        r = stored_rows[j]
+        sa[j] = at_s[r]
+        sb[j] = b_s[r]
+    for j in range(m):
+        a = sa[j]
+        sp[j] = period_of[a]
+        if family == 0:
+            sx[j] = T[a]
+            sy[j] = reach_s[stored_rows[j]]
+        else:
+            sx[j] = kneed[a]
+            v = sb[j]
+            sy[j] = arrival[v if v < N - 1 else N - 1]
+            sz[j] = arrival[a]
+    qa = np.empty(nq, np.int32)
+    qb = np.empty(nq, np.int64)
+    qp = np.empty(nq, np.int32)
+    qx = np.empty(nq, np.int64)
+    qy = np.empty(nq, np.int64)
+    qz = np.empty(nq if family == 1 else 0, np.int64)
     for q in range(nq):
         p = query_rows[q]
-        aq = at_q[p]
-        bq = b_q[p]
+        qa[q] = at_q[p]
+        qb[q] = b_q[p]
+    for q in range(nq):
+        a = qa[q]
+        qp[q] = period_of[a]
+        if family == 0:
+            qx[q] = T[a]
+            qy[q] = reach_q[query_rows[q]]
+        else:
+            qx[q] = kneed[a]
+            v = qb[q]
+            qy[q] = arrival[v if v < N - 1 else N - 1]
+            qz[q] = arrival[a]
+    emitted_n = 0
+    countdown = 1   # pairs until the next sampled one (every ``every``-th, from the first)
+    k = 0
+    code = 0        # the counts of one code run up locally until the code changes
+    run = 0
+    for q in range(nq):
+        aq = qa[q]
+        bq = qb[q]
         for j in range(start[q], end[q]):
-            r = stored_rows[j]
-            a_s = at_s[r]
-            last = aq if aq > a_s else a_s
+            a_s = sa[j]
+            q_last = aq > a_s
             if family == 0:
-                bound = bq if bq < b_s[r] else b_s[r]
-                ok = last < bound
+                bound = bq if bq < sb[j] else sb[j]
+                ok = 1 if (aq if q_last else a_s) < bound else 0
             else:
-                v = bq if bq > b_s[r] else b_s[r]
-                ok = v <= N
+                v = bq if bq > sb[j] else sb[j]
+                ok = 1 if v <= N else 0
                 if ok:
-                    if v > N - 1:
-                        v = N - 1
-                    latency[emitted_n] = arrival[v] - arrival[last]
-            if ok:
-                emitted_n += 1
-                codes[2 * period_of[last] + 1] += 1
-            else:
-                codes[2 * period_of[last]] += 1
-            if o % every == 0:
+                    released = qy[q] if qy[q] > sy[j] else sy[j]
+                    latency[emitted_n] = released - (qz[q] if q_last else sz[j])
+            emitted_n += ok
+            c = 2 * (qp[q] if q_last else sp[j]) + ok
+            if c != code:
+                codes[code] += run
+                code = c
+                run = 0
+            run += 1
+            countdown -= 1
+            if countdown == 0:
+                countdown = every
                 if family == 0:
-                    lq = reach_q[p] if aq != last else big
-                    ls = reach_s[r] if a_s != last else big
-                    need_v = T[last] - (lq if lq < ls else ls)
-                    need[o // every] = need_v if need_v > 0 else 0
+                    # the member that is not last: T(last) - (ts + W), at least 0
+                    need_v = (qx[q] - sy[j]) if q_last else (sx[j] - qy[q])
+                    need[k] = need_v if need_v > 0 else 0
                 else:
-                    kq = kneed[aq]
-                    ks = kneed[a_s]
-                    need[o // every] = kq if kq > ks else ks
-            o += 1
+                    need[k] = qx[q] if qx[q] > sx[j] else sx[j]
+                k += 1
+    codes[code] += run
     stats[1] = emitted_n
     return stats, codes, need, latency[:emitted_n]
 
