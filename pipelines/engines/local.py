@@ -25,6 +25,14 @@ On two cores the stages run as two chains that meet at emission::
 Only emission's policy phase (is the last member's arrival still inside
 every other member's buffer?) waits for both chains.
 
+A run that only counts (``count``: ``run --no-results``, nothing reading the
+combinations one by one) with two streams and the symmetric or sorting
+family stops chain A at the band join's plan (the sorted codes and the
+bands, :class:`~streamjoin.pipelines.replay.candidates.BandPlan`) and, where
+emission would run, counts the pairs in one compiled walk
+(:mod:`~streamjoin.pipelines.replay.counting`): truth, emission and the
+report's per-combination numbers without the combination-sized columns.
+
 Count windows (``counts``, seed 000's ``S_i[N]``; policy ``static`` only):
 truth is :func:`~streamjoin.pipelines.replay.count_window.enumerate_counted`
 (it needs the replay order, so it waits for chain B's first stage), and a
