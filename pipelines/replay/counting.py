@@ -34,8 +34,9 @@ so the pairs are distinct iff no query row and no stored row occurs twice --
 checked in the same call (``None`` otherwise: the caller materialises and
 counts them).
 
-The kernel is built ahead of time like the join's others
-(:func:`~streamjoin.pipelines.base.jit.prebuilt`, releasing the GIL);
+The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
+ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
+releasing the GIL; the set-up's ``kernels --build`` builds it too);
 without it (no compiler, ``$STREAMJOIN_KERNELS=numpy``), below
 :data:`MIN_ROWS` input rows, or from ``2**31`` rows, :func:`count_pairs`
 returns ``None`` and the engine materialises.  ``tests/replay/test_counting.py``
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import jit
+from ..base import kernels
 from ..base.kernels import MIN_ROWS as KERNEL_MIN_ROWS
 from ..policies import SORTING, SYMMETRIC
 from ..base.timeunits import NEG_INF
@@ -58,155 +59,6 @@ from .candidates import BandPlan
 MIN_ROWS = KERNEL_MIN_ROWS
 #: the families whose emission rule the walk applies
 COUNTED_FAMILIES = (SYMMETRIC, SORTING)
-COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[:], i4[:], i4[:], i4[:], i8[:], "
-                   "i8[:], i8[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8)")
-
-
-def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q, b_s, reach_q, reach_s,
-                T, kneed, period_of, arrival, family, N, periods, sample, q_rows, s_rows):   # pragma: no cover
-    nq = lo.shape[0]
-    m = sorted_values.shape[0]
-    start = np.empty(nq, np.int64)
-    end = np.empty(nq, np.int64)
-    # the bands, as the band-join fill finds them (base/kernels._band_fill)
-    s = 0
-    e = 0
-    total = 0
-    for q in range(nq):
-        x = lo[q]
-        while s < m and sorted_values[s] < x:
-            s += 1
-        y = hi[q]
-        if e < s:
-            e = s
-        if e > s and sorted_values[e - 1] > y:
-            a = s
-            b = e
-            while a < b:
-                mid = (a + b) >> 1
-                if sorted_values[mid] > y:
-                    b = mid
-                else:
-                    a = mid + 1
-            e = a
-        while e < m and sorted_values[e] <= y:
-            e += 1
-        start[q] = s
-        end[q] = e
-        total += e - s
-    stats = np.zeros(4, np.int64)   # total, emitted, every, distinct (1) or not (0)
-    stats[0] = total
-    # distinct pairs iff no query row and no stored row repeats
-    distinct = 1
-    seen = np.zeros(q_rows, np.uint8)
-    for q in range(nq):
-        r = query_rows[q]
-        if seen[r]:
-            distinct = 0
-        seen[r] = 1
-    seen = np.zeros(s_rows, np.uint8)
-    for j in range(m):
-        r = stored_rows[j]
-        if seen[r]:
-            distinct = 0
-        seen[r] = 1
-    stats[3] = distinct
-    every = (total + sample - 1) // sample if total > sample else 1
-    stats[2] = every
-    need = np.empty((total + every - 1) // every, np.int64)
-    codes = np.zeros(2 * periods, np.int64)
-    latency = np.empty(total if family == 1 else 0, np.int64)
-    # each member's facts -- in sorted order for the stored side, in band order for
-    # the queries -- gathered first (independent loads, which the CPU overlaps), so
-    # the walk reads them in sequence: its arrival index, bound (symmetric) or
-    # release value (sorting), period and, for the sampled slack, T or k at its
-    # arrival and ts + W; with the sorting family the arrival time at which it
-    # would be released.  ``arrival`` never decreases along the arrival index, so
-    # the last member's arrival (and release) time is the larger of the two.
-    sa = np.empty(m, np.int32)
-    sb = np.empty(m, np.int64)
-    sp = np.empty(m, np.int32)
-    sx = np.empty(m, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
-    sy = np.empty(m, np.int64)   # ts + W (symmetric) or the release time (sorting)
-    sz = np.empty(m if family == 1 else 0, np.int64)   # the arrival time (sorting)
-    for j in range(m):
-        r = stored_rows[j]
-        sa[j] = at_s[r]
-        sb[j] = b_s[r]
-    for j in range(m):
-        a = sa[j]
-        sp[j] = period_of[a]
-        if family == 0:
-            sx[j] = T[a]
-            sy[j] = reach_s[stored_rows[j]]
-        else:
-            sx[j] = kneed[a]
-            v = sb[j]
-            sy[j] = arrival[v if v < N - 1 else N - 1]
-            sz[j] = arrival[a]
-    qa = np.empty(nq, np.int32)
-    qb = np.empty(nq, np.int64)
-    qp = np.empty(nq, np.int32)
-    qx = np.empty(nq, np.int64)
-    qy = np.empty(nq, np.int64)
-    qz = np.empty(nq if family == 1 else 0, np.int64)
-    for q in range(nq):
-        p = query_rows[q]
-        qa[q] = at_q[p]
-        qb[q] = b_q[p]
-    for q in range(nq):
-        a = qa[q]
-        qp[q] = period_of[a]
-        if family == 0:
-            qx[q] = T[a]
-            qy[q] = reach_q[query_rows[q]]
-        else:
-            qx[q] = kneed[a]
-            v = qb[q]
-            qy[q] = arrival[v if v < N - 1 else N - 1]
-            qz[q] = arrival[a]
-    emitted_n = 0
-    countdown = 1   # pairs until the next sampled one (every ``every``-th, from the first)
-    k = 0
-    code = 0        # the counts of one code run up locally until the code changes
-    run = 0
-    for q in range(nq):
-        aq = qa[q]
-        bq = qb[q]
-        for j in range(start[q], end[q]):
-            a_s = sa[j]
-            q_last = aq > a_s
-            if family == 0:
-                bound = bq if bq < sb[j] else sb[j]
-                ok = 1 if (aq if q_last else a_s) < bound else 0
-            else:
-                v = bq if bq > sb[j] else sb[j]
-                ok = 1 if v <= N else 0
-                if ok:
-                    released = qy[q] if qy[q] > sy[j] else sy[j]
-                    latency[emitted_n] = released - (qz[q] if q_last else sz[j])
-            emitted_n += ok
-            c = 2 * (qp[q] if q_last else sp[j]) + ok
-            if c != code:
-                codes[code] += run
-                code = c
-                run = 0
-            run += 1
-            countdown -= 1
-            if countdown == 0:
-                countdown = every
-                if family == 0:
-                    # the member that is not last: T(last) - (ts + W), at least 0
-                    need_v = (qx[q] - sy[j]) if q_last else (sx[j] - qy[q])
-                    need[k] = need_v if need_v > 0 else 0
-                else:
-                    need[k] = qx[q] if qx[q] > sx[j] else sx[j]
-                k += 1
-    codes[code] += run
-    stats[1] = emitted_n
-    return stats, codes, need, latency[:emitted_n]
-
-
 @dataclass
 class Counted:
     """What a two-stream run's report reads of its combinations, counted.
@@ -243,9 +95,6 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
     if any(a.dtype != np.int64 for a in arrays) or plan.stored_rows.dtype != np.int32 \
             or plan.query_rows.dtype != np.int32:
         return None
-    kernel = jit.prebuilt(_count_walk, COUNT_SIGNATURE)
-    if kernel is None:
-        return None
     qs, ss = plan.query_stream, plan.stored_stream
     at = [np.ascontiguousarray(replay.index_of[k], dtype=np.int32) for k in (qs, ss)]
     W = np.asarray(windows, dtype=np.int64)
@@ -264,18 +113,16 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
         kneed = np.where(before == NEG_INF, 0, np.maximum(before - replay.ts, 0)).astype(np.int64)
     sizes = [len(replay.index_of[k]) for k in (qs, ss)]
     c = np.ascontiguousarray
-    stats, codes, need, latency = kernel(
+    got = kernels.count_walk(
         c(plan.sorted_values), c(plan.stored_rows), c(plan.lo), c(plan.hi), c(plan.query_rows), at[0], at[1],
         c(bounds[0], dtype=np.int64), c(bounds[1], dtype=np.int64), c(reach[0], dtype=np.int64),
         c(reach[1], dtype=np.int64), c(replay.T, dtype=np.int64), kneed, c(period_of, dtype=np.int32),
         c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1, replay.N, len(period_ids),
         int(sample), sizes[0], sizes[1])
+    if got is None:
+        return None
+    stats, codes, need, latency = got
     if not stats[3]:   # a row twice: the materialising path counts the duplicates
         return None
     return Counted(truth=int(stats[0]), emitted=int(stats[1]), codes=codes, period_ids=period_ids,
                    latency=latency if family != SYMMETRIC else None, need=need, every=int(stats[2]))
-
-
-def ensure_built() -> None:
-    """Build (or load) the counting kernel now (the set-up's ``--build``)."""
-    jit.prebuilt(_count_walk, COUNT_SIGNATURE)

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers.strategies import fixed_policy
 
+from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.analysis.metrics import occupied_periods, period_code_counts
 from streamjoin.pipelines.analysis.tuning import required_slacks
 from streamjoin.pipelines.config.settings import RunConfig, StreamConfig
@@ -40,7 +41,7 @@ def counted_at_any_size():
     from ``MIN_ROWS`` input rows)."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(counting, "MIN_ROWS", 0)
-        assert counting.jit.prebuilt(counting._count_walk, counting.COUNT_SIGNATURE) is not None
+        assert jit.prebuilt(kernels._count_walk, kernels.COUNT_SIGNATURE) is not None
         yield
 
 
