@@ -234,7 +234,8 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q,
     m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)
     end = np.empty(nq, np.int64)
-    # the bands, as the band-join fill finds them (base/kernels._band_fill)
+    # the bands, as the band-join fill finds them (the first loop of _band_fill:
+    # an exported kernel cannot call another without numba at run time)
     s = 0
     e = 0
     total = 0
@@ -264,18 +265,14 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q,
     stats[0] = total
     # distinct pairs iff no query row and no stored row repeats
     distinct = 1
-    seen = np.zeros(q_rows, np.uint8)
-    for q in range(nq):
-        r = query_rows[q]
-        if seen[r]:
-            distinct = 0
-        seen[r] = 1
-    seen = np.zeros(s_rows, np.uint8)
-    for j in range(m):
-        r = stored_rows[j]
-        if seen[r]:
-            distinct = 0
-        seen[r] = 1
+    for side in range(2):
+        rows = query_rows if side == 0 else stored_rows
+        seen = np.zeros(q_rows if side == 0 else s_rows, np.uint8)
+        for j in range(rows.shape[0]):
+            r = rows[j]
+            if seen[r]:
+                distinct = 0
+            seen[r] = 1
     stats[3] = distinct
     every = (total + sample - 1) // sample if total > sample else 1
     stats[2] = every
@@ -289,48 +286,39 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q,
     # arrival and ts + W; with the sorting family the arrival time at which it
     # would be released.  ``arrival`` never decreases along the arrival index, so
     # the last member's arrival (and release) time is the larger of the two.
-    sa = np.empty(m, np.int32)
-    sb = np.empty(m, np.int64)
-    sp = np.empty(m, np.int32)
-    sx = np.empty(m, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
-    sy = np.empty(m, np.int64)   # ts + W (symmetric) or the release time (sorting)
-    sz = np.empty(m if family == 1 else 0, np.int64)   # the arrival time (sorting)
-    for j in range(m):
-        r = stored_rows[j]
-        sa[j] = at_s[r]
-        sb[j] = b_s[r]
-    for j in range(m):
-        a = sa[j]
-        sp[j] = period_of[a]
-        if family == 0:
-            sx[j] = T[a]
-            sy[j] = reach_s[stored_rows[j]]
-        else:
-            sx[j] = kneed[a]
-            v = sb[j]
-            sy[j] = arrival[v if v < N - 1 else N - 1]
-            sz[j] = arrival[a]
-    qa = np.empty(nq, np.int32)
-    qb = np.empty(nq, np.int64)
-    qp = np.empty(nq, np.int32)
-    qx = np.empty(nq, np.int64)
-    qy = np.empty(nq, np.int64)
-    qz = np.empty(nq if family == 1 else 0, np.int64)
-    for q in range(nq):
-        p = query_rows[q]
-        qa[q] = at_q[p]
-        qb[q] = b_q[p]
-    for q in range(nq):
-        a = qa[q]
-        qp[q] = period_of[a]
-        if family == 0:
-            qx[q] = T[a]
-            qy[q] = reach_q[query_rows[q]]
-        else:
-            qx[q] = kneed[a]
-            v = qb[q]
-            qy[q] = arrival[v if v < N - 1 else N - 1]
-            qz[q] = arrival[a]
+    # one pass per fact over both sides: stored positions 0..m-1, then the queries
+    both = m + nq
+    fa = np.empty(both, np.int32)
+    fb = np.empty(both, np.int64)
+    fp = np.empty(both, np.int32)
+    fx = np.empty(both, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
+    fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
+    fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)
+    for side in range(2):
+        rows = stored_rows if side == 0 else query_rows
+        at = at_s if side == 0 else at_q
+        bb = b_s if side == 0 else b_q
+        reach = reach_s if side == 0 else reach_q
+        o = 0 if side == 0 else m
+        for j in range(rows.shape[0]):
+            r = rows[j]
+            fa[o + j] = at[r]
+            fb[o + j] = bb[r]
+        for j in range(rows.shape[0]):
+            a = fa[o + j]
+            fp[o + j] = period_of[a]
+            if family == 0:
+                fx[o + j] = T[a]
+                fy[o + j] = reach[rows[j]]
+            else:
+                fx[o + j] = kneed[a]
+                v = fb[o + j]
+                fy[o + j] = arrival[v if v < N - 1 else N - 1]
+                fz[o + j] = arrival[a]
+    sa, sb, sp, sx, sy = fa[:m], fb[:m], fp[:m], fx[:m], fy[:m]
+    qa, qb, qp, qx, qy = fa[m:], fb[m:], fp[m:], fx[m:], fy[m:]
+    sz = fz[:m] if family == 1 else fz
+    qz = fz[m:] if family == 1 else fz
     emitted_n = 0
     countdown = 1   # pairs until the next sampled one (every ``every``-th, from the first)
     k = 0
