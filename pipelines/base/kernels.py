@@ -52,8 +52,8 @@ MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
 KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
-COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[:], i4[:], i4[:], i4[:], i8[:], "
-                   "i8[:], i8[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8)")
+COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[:], i4[:], i4[:], i4[:], i4[:], "
+                   "i4[:], i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8)")
 
 
 def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
@@ -228,8 +228,9 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     return order if len(order) == n else None
 
 
-def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q, b_s, reach_q, reach_s,
-                T, kneed, period_of, arrival, family, N, periods, sample, q_rows, s_rows):   # pragma: no cover
+def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q, e_s, ts_q, ts_s, w_q, w_s,
+                dropped, release, T, ts_arrival, period_of, arrival, family, N, periods, sample, q_rows, s_rows,
+                neg_inf):   # pragma: no cover
     nq = lo.shape[0]
     m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)
@@ -297,22 +298,29 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, b_q,
     for side in range(2):
         rows = stored_rows if side == 0 else query_rows
         at = at_s if side == 0 else at_q
-        bb = b_s if side == 0 else b_q
-        reach = reach_s if side == 0 else reach_q
+        ex = e_s if side == 0 else e_q
+        ts = ts_s if side == 0 else ts_q
+        w = w_s if side == 0 else w_q
         o = 0 if side == 0 else m
         for j in range(rows.shape[0]):
             r = rows[j]
             fa[o + j] = at[r]
-            fb[o + j] = bb[r]
+            if family == 0:
+                b = ex[r]
+                fb[o + j] = b if b > at[r] else at[r] + 1   # max(expiry, a + 1)
+                fy[o + j] = ts[r] + w
         for j in range(rows.shape[0]):
             a = fa[o + j]
             fp[o + j] = period_of[a]
             if family == 0:
                 fx[o + j] = T[a]
-                fy[o + j] = reach[rows[j]]
             else:
-                fx[o + j] = kneed[a]
-                v = fb[o + j]
+                v = N + 1 if dropped[a] else release[a]
+                fb[o + j] = v
+                # k(x) = max(0, T(a - 1) - ts), 0 where T(a - 1) is -inf (tuning.required_k_per_tuple)
+                before = T[a - 1] if a > 0 else neg_inf
+                k = before - ts_arrival[a]
+                fx[o + j] = 0 if before == neg_inf or k < 0 else k
                 fy[o + j] = arrival[v if v < N - 1 else N - 1]
                 fz[o + j] = arrival[a]
     sa, sb, sp, sx, sy = fa[:m], fb[:m], fp[:m], fx[:m], fy[:m]

@@ -96,29 +96,23 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
             or plan.query_rows.dtype != np.int32:
         return None
     qs, ss = plan.query_stream, plan.stored_stream
-    at = [np.ascontiguousarray(replay.index_of[k], dtype=np.int32) for k in (qs, ss)]
-    W = np.asarray(windows, dtype=np.int64)
-    empty = np.empty(0, np.int64)
-    if family == SYMMETRIC:
-        # per row: b = max(expiry, a + 1) (emit._emission_symmetric); reach = ts + W (tuning.static_need)
-        bounds = [np.maximum(at[j].astype(np.int64) + 1, expiry_index[k]) for j, k in enumerate((qs, ss))]
-        reach = [replay.ts_of[k] + W[k] for k in (qs, ss)]
-        kneed = empty
-    else:
-        N = replay.N
-        v = np.where(decisions.dropped, N + 1, decisions.release).astype(np.int64)
-        bounds = [v[a] for a in at]
-        reach = [empty, empty]
-        before = np.concatenate([[NEG_INF], replay.T[:-1]])   # tuning.required_k_per_tuple
-        kneed = np.where(before == NEG_INF, 0, np.maximum(before - replay.ts, 0)).astype(np.int64)
-    sizes = [len(replay.index_of[k]) for k in (qs, ss)]
     c = np.ascontiguousarray
+    at = [c(replay.index_of[k], dtype=np.int32) for k in (qs, ss)]
+    W = [int(w) for w in windows]
+    empty32, empty64 = np.empty(0, np.int32), np.empty(0, np.int64)
+    if family == SYMMETRIC:   # per row: the expiry index (emit._emission_symmetric's b = max(e, a + 1))
+        ends = [c(expiry_index[k], dtype=np.int32) for k in (qs, ss)]
+        dropped, release = np.empty(0, bool), empty64
+    else:   # per arrival index: dropped, release (emit._emission_sorting's v)
+        ends = [empty32, empty32]
+        dropped, release = c(decisions.dropped, dtype=bool), c(decisions.release, dtype=np.int64)
+    sizes = [len(replay.index_of[k]) for k in (qs, ss)]
     got = kernels.count_walk(
         c(plan.sorted_values), c(plan.stored_rows), c(plan.lo), c(plan.hi), c(plan.query_rows), at[0], at[1],
-        c(bounds[0], dtype=np.int64), c(bounds[1], dtype=np.int64), c(reach[0], dtype=np.int64),
-        c(reach[1], dtype=np.int64), c(replay.T, dtype=np.int64), kneed, c(period_of, dtype=np.int32),
+        ends[0], ends[1], c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
+        dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64), c(period_of, dtype=np.int32),
         c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1, replay.N, len(period_ids),
-        int(sample), sizes[0], sizes[1])
+        int(sample), sizes[0], sizes[1], NEG_INF)
     if got is None:
         return None
     stats, codes, need, latency = got
