@@ -31,10 +31,14 @@ def latency_summary_of(latency: np.ndarray, mask: np.ndarray) -> dict[str, float
     """``latency_summary(latency[mask])``; without the copy when every latency
     is 0 (the symmetric family emits the moment the last member arrives)."""
     if len(latency) and not latency.any():
-        count = int(np.count_nonzero(mask))
-        zero = 0 if count else None
-        return {"mean": 0.0 if count else None, "p50": zero, "p95": zero, "p99": zero, "max": zero}
+        return zero_latency_summary(int(np.count_nonzero(mask)))
     return latency_summary(latency[mask])
+
+
+def zero_latency_summary(count: int) -> dict[str, float | int | None]:
+    """:func:`latency_summary` of ``count`` latencies that are all 0."""
+    zero = 0 if count else None
+    return {"mean": 0.0 if count else None, "p50": zero, "p95": zero, "p99": zero, "max": zero}
 
 
 def outer_join_summary(outer, join: str, names: Sequence[str]) -> dict[str, Any]:
@@ -72,7 +76,12 @@ def periods(last: np.ndarray, emitted_mask: np.ndarray, arrival: np.ndarray, per
     # upper bounds at or below the index of its last member.  One binary
     # search per result over the occupied periods' bounds, then one count of
     # (period, emitted) codes -- no table the size of the input or the span.
-    both = period_code_counts(last, emitted_mask, upper)
+    return periods_of_codes(start, period_us, ids, period_code_counts(last, emitted_mask, upper), target)
+
+
+def periods_of_codes(start: int, period_us: int, ids: np.ndarray, both: np.ndarray,
+                     target: float | None) -> list[dict[str, Any]]:
+    """:func:`period_entries` from :func:`period_code_counts`' array ``both``."""
     emitted = both[1::2]
     truth = both[0::2] + emitted
     return period_entries(start, period_us, ids, truth, emitted, target)

@@ -18,6 +18,9 @@
   most inputs are): a counting sort by key, ``O(rows + keys)``, instead of
   the packed value sort of :func:`~streamjoin.pipelines.base.sorting.stable_order`
   (``None`` when some key's times go back: the caller sorts).
+* :func:`count_walk` -- a two-stream run without results: the band join's
+  pairs counted, not built (:mod:`~streamjoin.pipelines.replay.counting`
+  calls it and says what it counts; the materialising path is its twin).
 
 The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
@@ -49,6 +52,8 @@ MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
 KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
+COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[:], i4[:], i4[:], i4[:], i4[:], "
+                   "i4[:], i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8)")
 
 
 def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
@@ -223,13 +228,162 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     return order if len(order) == n else None
 
 
+def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q, e_s, ts_q, ts_s, w_q, w_s,
+                dropped, release, T, ts_arrival, period_of, arrival, family, N, periods, sample, q_rows, s_rows,
+                neg_inf):   # pragma: no cover
+    nq = lo.shape[0]
+    m = sorted_values.shape[0]
+    start = np.empty(nq, np.int64)
+    end = np.empty(nq, np.int64)
+    # the bands, as the band-join fill finds them (the first loop of _band_fill:
+    # an exported kernel cannot call another without numba at run time)
+    s = 0
+    e = 0
+    total = 0
+    for q in range(nq):
+        x = lo[q]
+        while s < m and sorted_values[s] < x:
+            s += 1
+        y = hi[q]
+        if e < s:
+            e = s
+        if e > s and sorted_values[e - 1] > y:
+            a = s
+            b = e
+            while a < b:
+                mid = (a + b) >> 1
+                if sorted_values[mid] > y:
+                    b = mid
+                else:
+                    a = mid + 1
+            e = a
+        while e < m and sorted_values[e] <= y:
+            e += 1
+        start[q] = s
+        end[q] = e
+        total += e - s
+    stats = np.zeros(4, np.int64)   # total, emitted, every, distinct (1) or not (0)
+    stats[0] = total
+    # distinct pairs iff no query row and no stored row repeats
+    distinct = 1
+    for side in range(2):
+        rows = query_rows if side == 0 else stored_rows
+        seen = np.zeros(q_rows if side == 0 else s_rows, np.uint8)
+        for j in range(rows.shape[0]):
+            r = rows[j]
+            if seen[r]:
+                distinct = 0
+            seen[r] = 1
+    stats[3] = distinct
+    every = (total + sample - 1) // sample if total > sample else 1
+    stats[2] = every
+    need = np.empty((total + every - 1) // every, np.int64)
+    codes = np.zeros(2 * periods, np.int64)
+    latency = np.empty(total if family == 1 else 0, np.int64)
+    # each member's facts -- in sorted order for the stored side, in band order for
+    # the queries -- gathered first (independent loads, which the CPU overlaps), so
+    # the walk reads them in sequence: its arrival index, bound (symmetric) or
+    # release value (sorting), period and, for the sampled slack, T or k at its
+    # arrival and ts + W; with the sorting family the arrival time at which it
+    # would be released.  ``arrival`` never decreases along the arrival index, so
+    # the last member's arrival (and release) time is the larger of the two.
+    # one pass per fact over both sides: stored positions 0..m-1, then the queries
+    both = m + nq
+    fa = np.empty(both, np.int32)
+    fb = np.empty(both, np.int64)
+    fp = np.empty(both, np.int32)
+    fx = np.empty(both, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
+    fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
+    fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)
+    for side in range(2):
+        rows = stored_rows if side == 0 else query_rows
+        at = at_s if side == 0 else at_q
+        ex = e_s if side == 0 else e_q
+        ts = ts_s if side == 0 else ts_q
+        w = w_s if side == 0 else w_q
+        o = 0 if side == 0 else m
+        for j in range(rows.shape[0]):
+            r = rows[j]
+            fa[o + j] = at[r]
+            if family == 0:
+                b = ex[r]
+                fb[o + j] = b if b > at[r] else at[r] + 1   # max(expiry, a + 1)
+                fy[o + j] = ts[r] + w
+        for j in range(rows.shape[0]):
+            a = fa[o + j]
+            fp[o + j] = period_of[a]
+            if family == 0:
+                fx[o + j] = T[a]
+            else:
+                v = N + 1 if dropped[a] else release[a]
+                fb[o + j] = v
+                # k(x) = max(0, T(a - 1) - ts), 0 where T(a - 1) is -inf (tuning.required_k_per_tuple)
+                before = T[a - 1] if a > 0 else neg_inf
+                k = before - ts_arrival[a]
+                fx[o + j] = 0 if before == neg_inf or k < 0 else k
+                fy[o + j] = arrival[v if v < N - 1 else N - 1]
+                fz[o + j] = arrival[a]
+    sa, sb, sp, sx, sy = fa[:m], fb[:m], fp[:m], fx[:m], fy[:m]
+    qa, qb, qp, qx, qy = fa[m:], fb[m:], fp[m:], fx[m:], fy[m:]
+    sz = fz[:m] if family == 1 else fz
+    qz = fz[m:] if family == 1 else fz
+    emitted_n = 0
+    countdown = 1   # pairs until the next sampled one (every ``every``-th, from the first)
+    k = 0
+    code = 0        # the counts of one code run up locally until the code changes
+    run = 0
+    for q in range(nq):
+        aq = qa[q]
+        bq = qb[q]
+        for j in range(start[q], end[q]):
+            a_s = sa[j]
+            q_last = aq > a_s
+            if family == 0:
+                bound = bq if bq < sb[j] else sb[j]
+                ok = 1 if (aq if q_last else a_s) < bound else 0
+            else:
+                v = bq if bq > sb[j] else sb[j]
+                ok = 1 if v <= N else 0
+                if ok:
+                    released = qy[q] if qy[q] > sy[j] else sy[j]
+                    latency[emitted_n] = released - (qz[q] if q_last else sz[j])
+            emitted_n += ok
+            c = 2 * (qp[q] if q_last else sp[j]) + ok
+            if c != code:
+                codes[code] += run
+                code = c
+                run = 0
+            run += 1
+            countdown -= 1
+            if countdown == 0:
+                countdown = every
+                if family == 0:
+                    # the member that is not last: T(last) - (ts + W), at least 0
+                    need_v = (qx[q] - sy[j]) if q_last else (sx[j] - qy[q])
+                    need[k] = need_v if need_v > 0 else 0
+                else:
+                    need[k] = qx[q] if qx[q] > sx[j] else sx[j]
+                k += 1
+    codes[code] += run
+    stats[1] = emitted_n
+    return stats, codes, need, latency[:emitted_n]
+
+
+def count_walk(*arrays_and_values):
+    """:func:`_count_walk` (its arguments, in its signature's types), or ``None``
+    without the kernel: :func:`~streamjoin.pipelines.replay.counting.count_pairs`
+    prepares the arguments and reads the answer."""
+    kernel = jit.prebuilt(_count_walk, COUNT_SIGNATURE)
+    return None if kernel is None else kernel(*arrays_and_values)
+
+
 def ensure_built() -> None:
     """Build (or load) every kernel of this module now: a Spark driver calls it
     before its tasks run.  The executors' Python workers only load modules
     (``$STREAMJOIN_KERNELS=load``, set by the engine's session): on this
     machine they load these; where none is built they run the numpy paths."""
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
-                          (_progress_pass, REPLAY_SIGNATURE)):
+                          (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE)):
         jit.prebuilt(fn, signature)
 
 
@@ -248,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
               "(same results, slower); install a C compiler (e.g. gcc) and re-run the set-up")
         return 0
     ensure_built()
-    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass)):
+    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk)):
         print("streamjoin: the compiled kernels could not be built now (stderr says why); "
               "runs use the numpy paths (same results) until one builds them")
     return 0

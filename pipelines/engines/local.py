@@ -25,6 +25,14 @@ On two cores the stages run as two chains that meet at emission::
 Only emission's policy phase (is the last member's arrival still inside
 every other member's buffer?) waits for both chains.
 
+A run that only counts (``count``: ``run --no-results``, nothing reading the
+combinations one by one) with two streams and the symmetric or sorting
+family stops chain A at the band join's plan (the sorted codes and the
+bands, :class:`~streamjoin.pipelines.replay.candidates.BandPlan`) and, where
+emission would run, counts the pairs in one compiled walk
+(:mod:`~streamjoin.pipelines.replay.counting`): truth, emission and the
+report's per-combination numbers without the combination-sized columns.
+
 Count windows (``counts``, seed 000's ``S_i[N]``; policy ``static`` only):
 truth is :func:`~streamjoin.pipelines.replay.count_window.enumerate_counted`
 (it needs the replay order, so it waits for chain B's first stage), and a
@@ -42,7 +50,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
+from ..analysis.metrics import occupied_periods
+from ..replay.candidates import Combos, Space, enumerate_sorted, enumerate_truth, key_ids
+from ..replay import counting
+from ..replay.counting import COUNTED_FAMILIES, Counted, count_pairs
 from ..replay.count_window import enumerate_counted, with_count_expiry
 from ..replay.emit import Emission, emission, last_arrivals
 from ..replay.probe_order import ProbeOrder, probe_order, smaller_first, two_stream_order
@@ -62,15 +73,28 @@ class JoinOutcome:
     ``combos`` holds every valid combination (truth); ``emission`` says, per
     combination, whether, when and with what latency it was emitted.
     ``memory`` is tuples held per stream after every arrival index ``(n, N)``.
+    A counted join (:func:`join`'s ``count``) has ``counted`` instead, and
+    ``combos`` / ``emission`` ``None``.
     """
 
     replay: Replay
     decisions: Decisions
-    combos: Combos
-    emission: Emission
+    combos: Combos | None
+    emission: Emission | None
     memory: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
     probe_order: ProbeOrder | None = None
+    counted: Counted | None = None
+
+
+@dataclass(frozen=True)
+class CountRequest:
+    """Count the combinations instead of building them, where the counting
+    kernel applies (:mod:`~streamjoin.pipelines.replay.counting`): the report's
+    recall period ``period_us`` and its tuning sample ``sample``."""
+
+    period_us: int
+    sample: int
 
 
 def join(
@@ -86,6 +110,7 @@ def join(
     order: Sequence[int] | None = None,
     bad_arrivals: Sequence[np.ndarray] | None = None,
     counts: Sequence[int | None] | None = None,
+    count: CountRequest | None = None,
 ) -> JoinOutcome:
     """Replay ``n`` streams through ``policy`` and join them.
 
@@ -106,6 +131,9 @@ def join(
         counts: per stream, ``N`` of a count window (the last ``N`` arrivals;
             its ``windows`` entry is ignored) or ``None`` for a duration;
             ``None``: no count window.  Policy ``static`` only.
+        count: count instead of materialising (a run without results) where
+            :func:`counts_apply`; the outcome then has ``counted`` and no
+            ``combos`` / ``emission`` (elsewhere it is as without it).
     """
     timings: dict[str, float] = {}
 
@@ -143,8 +171,19 @@ def join(
     replay_ready: Future = Future()
 
     sizes = [len(t) for t in ts]
+    counting = count is not None and counts_apply(sizes, policy, space=space, where=where, order=order,
+                                                  counts=counts)
 
     def truth():
+        if counting:   # the band join's plan only: counted once the policy's facts are there
+            probe = smaller_first(sizes)
+            plan = timed("candidates", enumerate_sorted, [np.asarray(t, dtype=np.int64) for t in ts],
+                         key_ids(list(keys)), W.tolist(), None, probe, plan=True)
+            if plan is not None:
+                return None, plan, None
+        return materialise()
+
+    def materialise():
         # two streams: no sample; the probe order is the smaller stream first, with
         # the exact selectivity taken from truth (before --where)
         from_truth = given is None and len(ts) == 2 and counted is None
@@ -193,8 +232,41 @@ def join(
         memory_job = pool.submit(
             lambda: timed("memory", memory_per_stream, replay, W_policy, decisions, expiry_index=expiry_job.result()))
         chosen, truth, arrivals = truth_job.result()
-        emitted = timed("emit", emission, truth, replay, W_policy, decisions, expiry_index=expiry_job.result(),
-                        arrivals=arrivals)
+        tally = None
+        if chosen is None:   # a band plan: count it (None: the kernel is not there, or rows repeat)
+            tally = timed("count", _count, truth, replay, W_policy, decisions, expiry_job.result(), count)
+            if tally is None:
+                chosen, truth, arrivals = materialise()
+            else:
+                chosen, truth = two_stream_order(sizes, tally.truth), None
+        if tally is None:
+            emitted = timed("emit", emission, truth, replay, W_policy, decisions, expiry_index=expiry_job.result(),
+                            arrivals=arrivals)
+        else:
+            emitted = None
         memory = memory_job.result()
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
-                       timings_s=timings, probe_order=chosen)
+                       timings_s=timings, probe_order=chosen, counted=tally)
+
+
+def counts_apply(sizes: Sequence[int], policy: PolicySpec, *, space=None, where=None, order=None,
+                 counts=None) -> bool:
+    """Whether :func:`join`'s ``count`` counts: two streams of at least
+    :data:`~streamjoin.pipelines.replay.counting.MIN_ROWS` rows together, the
+    symmetric or sorting family, no distance predicate, ``--where``, given probe
+    order or count window (the kernel's own checks come on top: built, int32 rows)."""
+    return (len(sizes) == 2 and sum(sizes) >= counting.MIN_ROWS and policy.family in COUNTED_FAMILIES
+            and space is None and where is None and order is None
+            and (counts is None or all(c is None for c in counts)))
+
+
+def _count(plan, replay: Replay, windows: np.ndarray, decisions: Decisions, expiry_index, count: CountRequest
+           ) -> Counted | None:
+    """:func:`~streamjoin.pipelines.replay.counting.count_pairs` with the occupied
+    periods of the replay (``metrics.periods``' own: by the first arrival)."""
+    arrival = replay.arrival
+    if not len(arrival):
+        return None
+    ids, upper = occupied_periods(arrival, int(arrival[0]), count.period_us)
+    period_of = np.repeat(np.arange(len(upper), dtype=np.int32), np.diff(upper, prepend=0))
+    return count_pairs(plan, replay, windows, decisions, expiry_index, period_of, ids, count.sample)

@@ -26,7 +26,8 @@ from ..capacity.spec import parse_capacity
 from ..config.options import is_uri
 from ..config.settings import RunConfig, with_period
 from ..config.windows import window_counts
-from ..engines.local import JoinOutcome, join
+from ..analysis.hindsight import MEASURE
+from ..engines.local import CountRequest, JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import AtomicOutput, locks_out
@@ -93,6 +94,11 @@ def resolve_period(cfg: RunConfig, streams: list[LoadedStream]) -> RunConfig:
 
 
 def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outcome: JoinOutcome) -> dict[str, Any]:
+    cnt = outcome.counted
+    if cnt is not None:   # counted, not materialised: the same numbers (replay/counting.py)
+        report = _report_body(cfg, command, streams, outcome, cnt.truth, cnt.emitted)
+        report["duplicates"] = 0   # count_pairs checked that no row repeats: every pair is distinct
+        return report
     em = outcome.emission
     truth_n = len(outcome.combos)
     emitted_n = int(np.count_nonzero(em.emitted))
@@ -143,7 +149,7 @@ def build_summary_report(cfg: RunConfig, command: str, streams: list, outcome,
 
 
 def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str, Any]:
-    em = outcome.emission
+    em, cnt = outcome.emission, outcome.counted
     mem_t, mem_b = metrics.memory_summary(outcome.memory, [s.row_bytes for s in streams])
     arrival = outcome.replay.arrival
     first, last = (int(arrival[0]), int(arrival[-1])) if len(arrival) else (None, None)
@@ -152,6 +158,14 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     names = [s.name for s in streams]
     facts = metrics.stream_facts(names, [s.rows for s in streams], [s.quarantine.height for s in streams],
                                  [s.ts for s in streams], outcome.replay, outcome.decisions)
+    if cnt is not None:   # a counted join: its latencies (None: every one 0) and period codes
+        latency = (metrics.zero_latency_summary(cnt.emitted) if cnt.latency is None
+                   else metrics.latency_summary(cnt.latency))
+        periods = (metrics.periods_of_codes(first, cfg.period_us, cnt.period_ids, cnt.codes, cfg.recall_target)
+                   if truth_n else [])
+    else:
+        latency = metrics.latency_summary_of(em.latency_us, em.emitted)
+        periods = metrics.periods(em.last, em.emitted, arrival, cfg.period_us, cfg.recall_target)
     outer = None
     if getattr(em, "outer", None) is not None:   # spark-ss / flink-sql outer joins: the null-padded rows
         outer = metrics.outer_join_summary(em.outer, cfg.policy.join, names)
@@ -162,9 +176,9 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         streams=facts,
         truth=truth_n, emitted=emitted_n,
         duplicates=None,  # filled in by build_report
-        latency=metrics.latency_summary_of(em.latency_us, em.emitted),
+        latency=latency,
         memory_tuples=mem_t, memory_bytes=mem_b,
-        periods=metrics.periods(em.last, em.emitted, arrival, cfg.period_us, cfg.recall_target),
+        periods=periods,
         first=first, last=last,
         # qjoin / qkslack: every decision (time, why, values per stream) -- SPEC §4.3
         policy={"policy_decisions": report_build.report_entries(outcome.decisions.policy_log, names),
@@ -172,6 +186,20 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
         probe_order=outcome.probe_order.to_dict(names) if outcome.probe_order else None,
         sections={"outer_join": outer} if outer is not None else None,
     )
+
+
+def count_request(cfg: RunConfig, capacity) -> CountRequest | None:
+    """Count the combinations instead of materialising them (the local engine,
+    ``engines.local.join``'s ``count``) when nothing reads them one by one: no
+    results file, no ``--capacity`` or ``--flow-control`` (which replay or
+    re-time each one) and no ``hindsight`` (a ``qjoin`` / ``qkslack`` run with a
+    target reads every required slack).  The engine decides the rest (two
+    streams, the symmetric or sorting family, ...)."""
+    if cfg.write_results or capacity is not None or cfg.flow_control is not None:
+        return None
+    if cfg.policy.name in MEASURE and cfg.recall_target is not None:
+        return None
+    return CountRequest(period_us=cfg.period_us, sample=report_build.TUNING_SAMPLE)
 
 
 def _read_on_spark(cfg: RunConfig, session, quarantine_dir):
@@ -293,6 +321,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
                     space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad, counts=window_counts(cfg.streams),
+                    count=count_request(cfg, capacity),
                 )
             if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
                 # on the driver for --engine spark too: the replay facts and the combinations are

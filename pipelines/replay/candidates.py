@@ -210,9 +210,32 @@ def compact_ids(ids: list[np.ndarray]) -> list[np.ndarray]:
     return [rank[i] for i in ids]
 
 
+@dataclass
+class BandPlan:
+    """A two-stream band join before its fill: the queries (rows of stream
+    ``query_stream``, in the stable order of their band starts) with their bands
+    ``[lo, hi]`` over the sorted codes of stream ``stored_stream`` (the row of
+    each code in ``stored_rows``).  :func:`band_pairs` fills it into the pairs;
+    :func:`~streamjoin.pipelines.replay.counting.count_pairs` counts them in
+    the same order without building them."""
+
+    query_stream: int
+    stored_stream: int
+    sorted_values: np.ndarray
+    stored_rows: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    query_rows: np.ndarray
+
+
 def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
-                     space: Space | None = None, order: Sequence[int] | None = None) -> Combos | None:
+                     space: Space | None = None, order: Sequence[int] | None = None, *,
+                     plan: bool = False) -> Combos | BandPlan | None:
     """Sorted-range enumeration; ``None`` if ``(key, cell, ts)`` cannot be packed into int64.
+
+    ``plan`` (two streams, no distance predicate, no empty stream): the
+    :class:`BandPlan` whose fill would be the combinations, not the fill
+    (``None`` where it does not apply).
 
     Partial combinations grow one stream at a time in ``order``.  Every
     member of a partial combination has the same key, and the band
@@ -233,6 +256,8 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
     W = [int(w) for w in windows]
     order = list(order) if order is not None else list(range(n))
     idx = index_dtype(*(len(t) for t in ts))
+    if plan and (n != 2 or space is not None or any(len(t) == 0 for t in ts)):
+        return None
     if any(len(t) == 0 for t in ts):
         return Combos([np.empty(0, idx) for _ in range(n)], ts)
     input_rows = sum(len(t) for t in ts)   # the kernels' size gate: the run's rows, not its partial combinations
@@ -297,6 +322,8 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             lo_q += p_tmax
             lo_q -= W[k] + base
             del qcode
+            if plan:   # two streams: this is the only band join
+                return BandPlan(first, k, vs, korder, *band_queries(lo_q, hi_q, qidx, q_order))
             pairs = band_pairs(vs, korder, lo_q, hi_q, qidx, lo_order=q_order, input_rows=input_rows)
             del lo_q, hi_q
             parents.append(pairs[0])
@@ -336,17 +363,24 @@ def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarra
     built and the join has ``input_rows`` (all streams' rows) of at least
     :data:`~streamjoin.pipelines.base.kernels.MIN_ROWS`, numpy otherwise:
     the same arrays."""
-    if lo_order is not None:
-        qorder, lo_sorted = lo_order, lo[lo_order]
-    else:
-        qorder, lo_sorted = stable_order(lo, query_dtype, overwrite=True)
-    hi_ordered = hi[qorder]
+    lo_sorted, hi_ordered, qorder = band_queries(lo, hi, query_dtype, lo_order)
     got = kernels.band_pairs(sorted_values, stored_rows, lo_sorted, hi_ordered, qorder, input_rows=input_rows)
     if got is not None:
         return got
     start, count = sorted_band_ranges(sorted_values, lo_sorted, hi_ordered)
     del lo_sorted, hi_ordered
     return np.repeat(qorder, count), gather_ranges(stored_rows, start, count)
+
+
+def band_queries(lo: np.ndarray, hi: np.ndarray, query_dtype,
+                 lo_order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bands in the stable order of their starts: ``(lo, hi, query)`` sorted
+    (``lo`` is scratch; ``lo_order``: its stable order, if known)."""
+    if lo_order is not None:
+        qorder, lo_sorted = lo_order, lo[lo_order]
+    else:
+        qorder, lo_sorted = stable_order(lo, query_dtype, overwrite=True)
+    return lo_sorted, hi[qorder], qorder
 
 
 def enumerate_bucketed(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],

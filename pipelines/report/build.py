@@ -162,19 +162,25 @@ def _emitted_latency_histogram(latency: np.ndarray, emitted: np.ndarray) -> dict
     """``latency_histogram(latency[emitted])``; without the copy when every
     latency is 0 (symmetric family): one bin holding every emitted result."""
     if len(latency) and not latency.any():
-        count = int(np.count_nonzero(emitted))
-        if count == 0:
-            return latency_histogram(latency[:0])
-        hist = latency_histogram(np.zeros(1, dtype=latency.dtype))
-        hist["counts"] = [count]
-        return hist
+        return _zero_latency_histogram(int(np.count_nonzero(emitted)))
     return latency_histogram(latency[emitted])
+
+
+def _zero_latency_histogram(count: int) -> dict[str, Any]:
+    """:func:`latency_histogram` of ``count`` latencies that are all 0."""
+    if count == 0:
+        return latency_histogram(np.zeros(0, np.int64))
+    hist = latency_histogram(np.zeros(1, dtype=np.int64))
+    hist["counts"] = [count]
+    return hist
 
 
 def extras(cfg, outcome) -> tuple[dict[str, Any], tuple[str, np.ndarray] | None]:
     """Keys ``report.json`` gains for the HTML report (SPEC §9 allows extra keys), and the
     exact tuning curve's required slacks with their fixed policy (``static`` / ``kslack``:
     every combination's, for :func:`hindsight_of`; ``None`` for a sampled curve or none)."""
+    if outcome.counted is not None:
+        return _extras_of_counted(cfg, outcome)
     em = outcome.emission
     family = outcome.decisions.family
     policy = "static" if family == SYMMETRIC else "kslack"
@@ -208,6 +214,25 @@ def extras(cfg, outcome) -> tuple[dict[str, Any], tuple[str, np.ndarray] | None]
         tuning["sample_every"] = every  # 1 = exact
         out["tuning"] = tuning
     return out, required
+
+
+def _extras_of_counted(cfg, outcome) -> tuple[dict[str, Any], None]:
+    """:func:`extras` of a counted join (``outcome.counted``,
+    :class:`~streamjoin.pipelines.replay.counting.Counted`: symmetric or sorting
+    family, no count window): the same sample's required slacks, the same
+    emitted latencies.  No required slacks for :func:`hindsight_of` (a run that
+    needs them is not counted)."""
+    cnt = outcome.counted
+    policy = "static" if outcome.decisions.family == SYMMETRIC else "kslack"
+    tuning = curve_summary(Curve(cnt.need, DEFAULT_GRANULARITY_US), policy, cfg.recall_target, TUNING_TARGETS)
+    tuning["truth_results"] = cnt.truth
+    tuning["sample_every"] = cnt.every
+    return {
+        "memory_series": memory_series(outcome.memory, outcome.replay.arrival),
+        "latency_histogram": (_zero_latency_histogram(cnt.emitted) if cnt.latency is None
+                              else latency_histogram(cnt.latency)),
+        "tuning": tuning,
+    }, None
 
 
 def hindsight_of(cfg, outcome, report: dict[str, Any], *, latency_mean: float | None = None,

@@ -1,0 +1,122 @@
+"""Counting instead of materialising: a two-stream run's report numbers from
+one compiled walk over the band join (issue 21, fifth pass).
+
+A run without results (``--no-results``) reads every valid combination only
+to count it: truth and emitted per period (the period of the last member's
+arrival), the emitted latencies, the required slack of every ``k``-th
+combination (the report's tuning curve, at most ``sample`` of them) and the
+duplicate check.  The materialising path builds the combinations' member
+rows (:func:`~streamjoin.pipelines.replay.candidates.enumerate_truth`), their
+last member (:func:`~streamjoin.pipelines.replay.emit.last_arrivals`) and the
+emitted mask (:func:`~streamjoin.pipelines.replay.emit.emission`) -- several
+arrays of 8.1M elements on the core data -- and the metrics then read them.
+:func:`count_pairs` walks the same bands of the same plan
+(:class:`~streamjoin.pipelines.replay.candidates.BandPlan`), in the same
+order, and applies the same closed forms per pair:
+
+* **symmetric family** -- emitted iff ``last < min(b_q, b_s)`` with ``b =
+  max(expiry, a + 1)`` per row (``emit._emission_symmetric``); latency 0;
+  required common retention ``max(0, T(last) - (ts_x + W_x))`` of the member
+  ``x`` that is not last (``tuning.static_need``);
+* **sorting family** -- with ``v = release`` (``N + 1`` if dropped) per
+  arrival index, emitted iff ``max(v_q, v_s) <= N``, latency
+  ``arrival[min(max(v_q, v_s), N - 1)] - arrival[last]``
+  (``emit._emission_sorting``), written in combination order for the
+  emitted ones; required ``K`` = ``max(k(x_q), k(x_s))``
+  (``tuning.required_kslack``).
+
+Per pair it adds one to ``codes[2 * period(last) + emitted]`` (the layout of
+``metrics.period_code_counts``) and, at every ``every``-th position (``every
+= ceil(C / sample)`` once ``C`` exceeds ``sample``, as ``report/build.extras``
+picks them), writes the required slack.  Duplicates: every pair is a query
+row and one sorted position of the stored stream inside that query's band,
+so the pairs are distinct iff no query row and no stored row occurs twice --
+checked in the same call (``None`` otherwise: the caller materialises and
+counts them).
+
+The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
+ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
+releasing the GIL; the set-up's ``kernels --build`` builds it too);
+without it (no compiler, ``$STREAMJOIN_KERNELS=numpy``), below
+:data:`MIN_ROWS` input rows, or from ``2**31`` rows, :func:`count_pairs`
+returns ``None`` and the engine materialises.  ``tests/replay/test_counting.py``
+compares every report number of both paths on random inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import kernels
+from ..base.kernels import MIN_ROWS as KERNEL_MIN_ROWS
+from ..policies import SORTING, SYMMETRIC
+from ..base.timeunits import NEG_INF
+from .candidates import BandPlan
+
+#: below this many input rows the engine materialises (the kernel's load costs more than it saves)
+MIN_ROWS = KERNEL_MIN_ROWS
+#: the families whose emission rule the walk applies
+COUNTED_FAMILIES = (SYMMETRIC, SORTING)
+@dataclass
+class Counted:
+    """What a two-stream run's report reads of its combinations, counted.
+
+    ``truth`` / ``emitted``: counts; ``codes``: per occupied period ``u`` the
+    combinations not emitted at ``2u`` and the emitted ones at ``2u + 1``
+    (``metrics.period_code_counts``'s layout; ``period_ids``: the periods);
+    ``latency``: the emitted combinations' latencies in combination order,
+    ``None`` when every latency is 0 (symmetric family); ``need``: the
+    required slack of every ``every``-th combination (``every = 1``: all).
+    """
+
+    truth: int
+    emitted: int
+    codes: np.ndarray
+    period_ids: np.ndarray
+    latency: np.ndarray | None
+    need: np.ndarray
+    every: int
+
+
+def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period_of: np.ndarray,
+                period_ids: np.ndarray, sample: int) -> Counted | None:
+    """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
+    symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
+    or ``None`` where the kernel is not built or does not apply (see the module
+    docstring): the caller then materialises.  ``period_of``: the occupied
+    period of every arrival index (int32); ``period_ids``: those periods;
+    ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
+    family = decisions.family
+    if family not in COUNTED_FAMILIES or replay.n != 2 or replay.N < MIN_ROWS or replay.N >= 2**31:
+        return None
+    arrays = (plan.sorted_values, plan.lo, plan.hi)
+    if any(a.dtype != np.int64 for a in arrays) or plan.stored_rows.dtype != np.int32 \
+            or plan.query_rows.dtype != np.int32:
+        return None
+    qs, ss = plan.query_stream, plan.stored_stream
+    c = np.ascontiguousarray
+    at = [c(replay.index_of[k], dtype=np.int32) for k in (qs, ss)]
+    W = [int(w) for w in windows]
+    empty32, empty64 = np.empty(0, np.int32), np.empty(0, np.int64)
+    if family == SYMMETRIC:   # per row: the expiry index (emit._emission_symmetric's b = max(e, a + 1))
+        ends = [c(expiry_index[k], dtype=np.int32) for k in (qs, ss)]
+        dropped, release = np.empty(0, bool), empty64
+    else:   # per arrival index: dropped, release (emit._emission_sorting's v)
+        ends = [empty32, empty32]
+        dropped, release = c(decisions.dropped, dtype=bool), c(decisions.release, dtype=np.int64)
+    sizes = [len(replay.index_of[k]) for k in (qs, ss)]
+    got = kernels.count_walk(
+        c(plan.sorted_values), c(plan.stored_rows), c(plan.lo), c(plan.hi), c(plan.query_rows), at[0], at[1],
+        ends[0], ends[1], c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
+        dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64), c(period_of, dtype=np.int32),
+        c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1, replay.N, len(period_ids),
+        int(sample), sizes[0], sizes[1], NEG_INF)
+    if got is None:
+        return None
+    stats, codes, need, latency = got
+    if not stats[3]:   # a row twice: the materialising path counts the duplicates
+        return None
+    return Counted(truth=int(stats[0]), emitted=int(stats[1]), codes=codes, period_ids=period_ids,
+                   latency=latency if family != SYMMETRIC else None, need=need, every=int(stats[2]))
