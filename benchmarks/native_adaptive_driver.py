@@ -17,6 +17,11 @@ numpy's arrays included, above the built input, per input tuple), either
   the streaming controller (chunks of ``CHUNK_ROWS``), with the per-bucket later-ts
   bounds the driver gets from Spark.
 
+``--rss``: each run in a fresh process instead, reporting the RSS it has before
+deciding (input built) and its peak RSS while deciding (``VmHWM``, reset through
+``/proc/self/clear_refs`` just before; Linux): the whole process, interpreter and
+libraries included.
+
 Both logs must be equal (checked).  ``held`` is the most tuples the streaming
 controller held at once (window, partner counters, per-stream arrivals).
 """
@@ -24,6 +29,7 @@ controller held at once (window, partner counters, per-stream arrivals).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import time
 import tracemalloc
 
@@ -83,6 +89,42 @@ def stream(batches, policy, W, sm):
     return ctl.on_eof().log, ctl.w.held_peak
 
 
+def rss_run(args) -> tuple:
+    """In a fresh process: (RSS before deciding MB, peak RSS MB, log, held) of one mode."""
+    mode, name, N, span_us = args
+    batches = replay_batches(N, span_us)
+    sm = summaries(batches)
+    policy = PolicySpec(name, target=RecallTarget(0.95, period_us=10_000_000))
+    with open("/proc/self/clear_refs", "w") as f:   # the peak (VmHWM) restarts from the current RSS
+        f.write("5")
+    before = _status("VmRSS")
+    log, held = {"whole": whole, "stream": stream}[mode](batches, policy, np.array([100_000, 100_000]), sm)
+    return before, _status("VmHWM"), log, held
+
+
+def _status(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1e3
+
+
+def main_rss(args) -> None:
+    print("| policy | input tuples | mode | RSS before MB | peak RSS MB | added MB | held tuples |")
+    print("|---|---|---|---|---|---|---|")
+    ctx = multiprocessing.get_context("spawn")
+    for name in args.policy:
+        for size in args.sizes:
+            N = int(size * 1e6) // 2 * 2
+            span = int(1_200e6 * size) if args.rate else 600_000_000
+            logs = {}
+            for mode in args.modes:
+                with ctx.Pool(1) as pool:
+                    before, peak, logs[mode], held = pool.apply(rss_run, ((mode, name, N, span),))
+                print(f"| {name} | {N:,} | {mode} | {before:.0f} | {peak:.0f} | {peak - before:.0f} "
+                      f"| {'' if held is None else f'{held:,}'} |", flush=True)
+            if len(logs) == 2:
+                assert logs["whole"] == logs["stream"], "the streaming controller must decide as the whole-array one"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=float, nargs="+", default=[0.5, 1.0, 2.0])
@@ -90,7 +132,10 @@ def main() -> None:
     ap.add_argument("--rate", action="store_true",
                     help="a constant rate (1,200 s of event time per million tuples) instead of 600 s for every size")
     ap.add_argument("--modes", nargs="+", default=["whole", "stream"])
+    ap.add_argument("--rss", action="store_true", help="peak RSS of a fresh process per run (module docstring)")
     args = ap.parse_args()
+    if args.rss:
+        return main_rss(args)
     W = np.array([100_000, 100_000])
     print("| policy | input tuples | mode | controller peak MB | bytes per tuple | decisions | held tuples | wall s |")
     print("|---|---|---|---|---|---|---|---|")
