@@ -22,9 +22,27 @@ Guarantees
   granularity: decisions are taken only where they govern an arrival (at most
   one per gap between arrivals, at most one per arrival), each looks at the
   tuples of its history window (their partner-counter ranges are found once
-  per run; a decision reads only the ranges a partner may still arrive in),
+  per chunk; a decision reads only the ranges a partner may still arrive in),
   and the candidate settings are a few hundred quantiles of observed lags --
   never a grid of ``max delay / g`` steps.
+
+Streaming
+---------
+``Controller(replay, ...).run()`` is the whole-array form: the replay is fed
+as one chunk.  :meth:`Controller.streaming` is fed the replay in arrival order,
+:meth:`~Controller.on_chunk` by chunk (any cuts, through equal arrivals too),
+then :meth:`~Controller.on_eof`; every decision a chunk allows (each tick lies
+before an arrival, so all of them) is taken when the chunk comes, and the log
+and settings are exactly the whole-array form's (property-tested).  It holds
+(:class:`~.window.ReplayWindow`) only what a later decision can read: the
+history window (the latest ``max(P, L)``, widened to ``10 / (1 - Q)``
+tuples) and the tuples since the last decision; the partners a held or later
+tuple may count (``ts`` within ``max(W, b)`` below the smallest held or
+later ``ts`` -- the caller bounds the later ones); each stream's arrivals of
+the last rate history (the triggers', the backlog's); the needs of the last
+``memory_periods`` periods (:class:`~.remembered.RememberedNeeds`).  Up front
+it needs the run's first and last arrival (the span sets the default period),
+its ``ts`` range and largest key id (keyed counters pack ``(key, ts)``).
 
 Settings and their defaults: :class:`~.recall_target.RecallTarget`; decision times
 (interval, rate, bad rows): :mod:`.triggers`; each controller's model: :mod:`.qjoin`
@@ -75,14 +93,21 @@ from typing import Any
 
 import numpy as np
 
-from ..base.sorting import PACK_LIMIT, gather_ranges
 from ..base.timeunits import NEG_INF, default_granularity
-from .recall_target import (BACKLOG_POINTS, MEMORY_QUANTILE, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
+from .recall_target import (BACKLOG_POINTS, REMEMBER_BUDGET, TAIL_SAMPLES, RecallTarget, Resolved,
                             Schedule, candidates, in_force, ramp_sums, runs, search, search_product)
 from .triggers import fired, probe_ticks
+from .remembered import RememberedNeeds
+from .window import ReplayWindow
 
 class Controller:
-    """Shared event loop; subclasses implement the model (``_stats``, ``_choose``, ``_commit``)."""
+    """Shared event loop; subclasses implement the model (``_stats``, ``_choose``, ``_commit``).
+
+    Two ways to feed it, one code path: the whole-array form
+    ``Controller(replay, ...).run()`` ingests the replay as one chunk; the
+    streaming form :meth:`streaming` is fed the replay in arrival order,
+    :meth:`on_chunk` by chunk, then :meth:`on_eof` (module docstring,
+    "Streaming").  Either way a decision reads the same numbers."""
 
     kind = ""
     value_key = ""
@@ -90,53 +115,61 @@ class Controller:
     remember_margin = False
 
     def __init__(self, replay, windows, target: RecallTarget, bad_arrivals=None, keys=None):
-        self.r = replay
-        self.n = replay.n
-        self.N = replay.N
+        N = replay.N
+        key = None
+        if keys is not None and N:
+            key = np.empty(N, dtype=np.int64)
+            for i, pos in enumerate(replay.index_of):
+                key[pos] = np.asarray(keys[i], dtype=np.int64)
+        self._setup(replay.n, windows, target, bad_arrivals,
+                    first=int(replay.arrival[0]) if N else 0, last=int(replay.arrival[-1]) if N else 0,
+                    ts_range=(int(replay.ts.min()), int(replay.ts.max())) if N else (0, 0),
+                    key_max=None if key is None else int(key.max(initial=0)))
+        self.N = N
+        if N:
+            self.w.ingest(replay.stream, replay.ts, replay.arrival, key, None, M=replay.M, T=replay.T,
+                          delay=replay.delay, extra=self._model_columns)
+            self._whole = dict(self.w.win)   # run()'s initial values read every index
+
+    @classmethod
+    def streaming(cls, n: int, windows, target: RecallTarget, *, first_arrival: int, last_arrival: int,
+                  ts_range: tuple[int, int], key_max: int | None = None, bad_arrivals=None) -> Controller:
+        """A controller fed in arrival order (:meth:`on_chunk`, :meth:`on_eof`); the run's
+        summaries up front (module docstring, "Streaming"; ``key_max`` ``None``: no keys;
+        ``bad_arrivals``: per stream, the quarantined rows' arrival times, O(quarantined rows))."""
+        self = cls.__new__(cls)
+        self._setup(n, windows, target, bad_arrivals, first=int(first_arrival), last=int(last_arrival),
+                    ts_range=(int(ts_range[0]), int(ts_range[1])), key_max=key_max)
+        self.N = None
+        self._range = (int(ts_range[0]), int(ts_range[1]))
+        return self
+
+    def _setup(self, n, windows, target, bad_arrivals, *, first, last, ts_range, key_max) -> None:
+        self.n = n
         self.W = np.asarray(windows, dtype=np.int64)
         self.target = target
         self.trig = target.triggers
-        span = int(replay.arrival[-1] - replay.arrival[0]) if self.N else 0
-        self.cfg = Resolved.of(target, span, self.W)
+        self.first = first
+        self.cfg = Resolved.of(target, last - first, self.W)
         self.bad = [np.sort(np.asarray(b, dtype=np.int64)) for b in (bad_arrivals or [])] or [
             np.empty(0, np.int64) for _ in range(self.n)]
-        self.arr_by_stream = [replay.arrival[replay.stream == i] for i in range(self.n)]
-        # per stream, late arrivals (delay above a probe) counted up to each of its arrivals:
-        # how much of a stalled stream's backlog has been delivered
-        self.late_count = [np.concatenate([[0], np.cumsum(replay.delay[replay.stream == i] > self.cfg.probe_us)])
-                           for i in range(self.n)]
-        self.debt: dict[int, tuple[float, int, int]] = {}   # stream -> (tuples owed, late by, arrivals then)
-        # per stream, (counter position, arrival) sorted by position: basic-window
-        # counters are slices of it.  With keys, a keyed operator's state is per key:
-        # the position packs (key, ts) so a basic window is counted per key.
-        self.key, self.t0, self.key_span = None, 0, 0
-        if keys is not None and self.N:
-            key = np.empty(self.N, dtype=np.int64)
-            for i, pos in enumerate(replay.index_of):
-                key[pos] = np.asarray(keys[i], dtype=np.int64)
-            t0, t1 = int(replay.ts.min()), int(replay.ts.max())
-            self.pad = int(self.W.max(initial=0)) + self.cfg.basic_window_us + 1
-            span = t1 - t0 + 2 * self.pad + 1
-            if int(key.max(initial=0)) < PACK_LIMIT // span:   # (key, ts) packs into an int64
-                self.key, self.t0, self.key_span = key, t0, span
-        self.by_ts = []
-        for i in range(self.n):
-            mine = replay.stream == i
-            pos_i = self._position(replay.ts[mine], None if self.key is None else self.key[mine])
-            order = np.argsort(pos_i, kind="stable")
-            self.by_ts.append((pos_i[order], self.arr_by_stream[i][order]))
-        self.ranges = [self._partner_ranges(j) for j in range(self.n)] if self.N else []
-        # running maximum delay over all streams: MP-K-slack's bound (and the search ceiling)
-        self.maxdelay = np.maximum.accumulate(replay.delay) if self.N else np.empty(0, np.int64)
+        self.debt: dict[int, tuple[float, int, int]] = {}   # stream -> (tuples owed, late by, late count then)
+        # what it holds of the replay (module docstring, "Streaming")
+        self.w = ReplayWindow(n, self.W, self.cfg, ts_range=ts_range, key_max=key_max)
+        self._last_arr = None                  # the last arrival fed (streaming form)
+        self.last_tick = [NEG_INF, NEG_INF]   # the interval's, the probes' (module docstring of .triggers)
         self.decision_times: list[int] = []
         self.decision_values: list[np.ndarray] = []
         self.log: list[dict[str, Any]] = []
         self.committed = 0               # indexes [0, committed) have their effective state computed
         self.period_w: dict[int, float] = {}
         self.period_kept: dict[int, float] = {}
-        self.period_need: dict[int, np.ndarray] = {}   # per period: the latest-P solution at its end
-        self.stalled: set[int] = set()                 # periods with a stalled stream (and the next)
-        self._memo: tuple[int, np.ndarray | None] | None = None   # (period, _remembered(period))
+        self.needs = RememberedNeeds(self.cfg.memory_periods, target.recall)
+        self.period_need = self.needs.need   # per period: the latest-P solution at its end
+        self._init_model()
+
+    def _init_model(self) -> None:
+        """The model's own running state (subclasses)."""
 
     # ------------------------------------------------------------------ events
 
@@ -144,25 +177,72 @@ class Controller:
         """Process every decision event in time order and build the schedule."""
         if self.N == 0:
             return Schedule(np.zeros((self.n, 0), dtype=np.int64), [], self._settings())
-        for t, triggers in self._events():
-            self._decide(t, triggers)
+        self._process(self._whole["arrival"])
         return Schedule(self._values_for(np.arange(self.N)), self.log, self._settings())
+
+    def on_chunk(self, stream, ts, arrival, keys=None, *, later_ts_min: int | None) -> None:
+        """Feed the next tuples in replay order (``arrival``, stream, row; a chunk may cut
+        through equal arrivals) and make every decision they allow.
+
+        ``keys``: the tuples' key ids (keyed runs); ``later_ts_min``: a lower bound of
+        the ``ts`` of every tuple in later chunks (``None``: none follows;
+        ``NEG_INF``: unknown, nothing is forgotten): the partners a later tuple may
+        count are kept from it on."""
+        stream = np.asarray(stream, dtype=np.int64)
+        ts, arrival = np.asarray(ts, dtype=np.int64), np.asarray(arrival, dtype=np.int64)
+        if not len(arrival):
+            return
+        prev = self._last_arr
+        if (prev is None and int(arrival[0]) != self.first) or (prev is not None and int(arrival[0]) < prev) \
+                or np.any(np.diff(arrival) < 0):
+            raise ValueError("controller chunks must come in replay order from the declared first arrival")
+        if self.w.keyed and (int(ts.min()) < self._range[0] or int(ts.max()) > self._range[1]):
+            raise ValueError("controller chunk: ts outside the declared range")
+        self.w.ingest(stream, ts, arrival, None if keys is None else np.asarray(keys, dtype=np.int64),
+                      later_ts_min, extra=self._model_columns)
+        self._last_arr = int(arrival[-1])
+        self._process(arrival)
+
+    def on_eof(self) -> Schedule:
+        """The decision log and settings once every chunk is in (no decision is left:
+        each is taken before an arrival).  ``values`` is ``None``: the log's times and
+        values rebuild them (:func:`~.recall_target.decision_table`, :func:`~.recall_target.in_force`)."""
+        return Schedule(None, self.log, self._settings())
 
     def _settings(self) -> dict[str, Any]:
         from dataclasses import asdict
         return asdict(self.cfg)
 
-    def _events(self) -> list[tuple[int, list[dict]]]:
-        """Decision times with their triggers: at most one interval tick and one probe
-        tick per gap between arrivals (module docstring); vectorised."""
+    def _model_columns(self, cols: dict) -> None:
+        """The model's own per-tuple columns of a new chunk (subclasses)."""
+
+    def _process(self, arrival: np.ndarray) -> None:
+        """The decisions the tuples of ``arrival`` (just ingested) allow, in time order;
+        then forget the per-stream arrivals no later trigger or backlog reads."""
+        for t, triggers in self._events(arrival):
+            self._decide(t, triggers)
+        if max(self.last_tick) > NEG_INF:
+            self.w.forget_arrivals(max(self.last_tick))
+
+    def _events(self, arrival: np.ndarray) -> list[tuple[int, list[dict]]]:
+        """Decision times with their triggers, among the ticks the arrivals ``arrival``
+        bring (later than those taken): at most one interval tick and one probe tick
+        per gap between arrivals (module docstring); vectorised."""
         cfg = self.cfg
-        first = int(self.r.arrival[0])
+        first = self.first
         events: dict[int, list[dict]] = {}
-        for t in probe_ticks(self.r.arrival, first, cfg.interval_us, cfg.interval_us).tolist():
+        ticks = probe_ticks(arrival, first, cfg.interval_us, cfg.interval_us)
+        ticks = ticks[ticks > self.last_tick[0]]
+        if len(ticks):
+            self.last_tick[0] = int(ticks[-1])
+        for t in ticks.tolist():
             events[t] = [{"kind": "interval"}]
-        ticks = probe_ticks(self.r.arrival, first, cfg.probe_us, cfg.interval_us + cfg.probe_us)
+        ticks = probe_ticks(arrival, first, cfg.probe_us, cfg.interval_us + cfg.probe_us)
+        ticks = ticks[ticks > self.last_tick[1]]
+        if len(ticks):
+            self.last_tick[1] = int(ticks[-1])
         for t, found in fired(self.trig, ticks, cfg.probe_us, first, cfg.rate_history_us,
-                              self.arr_by_stream, self.bad).items():
+                              self.w.arr_s, self.bad, offsets=self.w.arr_off, firsts=self.w.arr_first).items():
             events.setdefault(t, []).extend(found)
         return sorted(events.items())
 
@@ -171,27 +251,27 @@ class Controller:
     def _decide(self, t: int, triggers: list[dict]) -> None:
         """Make one decision at time ``t`` from tuples with ``arrival <= t``."""
         cfg = self.cfg
-        arrival = self.r.arrival
-        hi = int(np.searchsorted(arrival, t, side="right"))  # indexes [0, hi) have arrived
+        w = self.w
+        hi = w.count_upto(t)  # indexes [0, hi) have arrived
         spans = sorted({cfg.history_us, cfg.interval_us}, reverse=True)   # the latest P, then the latest L
-        starts = [int(np.searchsorted(arrival, t - span, side="right")) for span in spans]
+        starts = [w.count_upto(t - span) for span in spans]
         # the latest P, widened back until it holds enough tuples to resolve the target's tail
         tail = int(np.ceil(TAIL_SAMPLES / max(1.0 - float(self.target.recall), 1e-3)))
         starts[0] = max(min(starts[0], hi - tail), 0)
-        long_span = max(spans[0], t - int(arrival[starts[0]]) + 1) if starts[0] < hi else spans[0]
+        long_span = max(spans[0], t - int(w.col("arrival", starts[0])) + 1) if starts[0] < hi else spans[0]
         # one pass of per-tuple statistics serves the commit and both histories (same t, same counters)
         lo_all = min(starts[0], self.committed)
-        base = self._stats(np.arange(lo_all, hi), t)
-        self._commit(hi, t, _slice(base, self.committed - lo_all))
-        first = int(arrival[0])
+        base_st = self._stats(np.arange(lo_all, hi), t)
+        self._commit(hi, t, _slice(base_st, self.committed - lo_all))
+        first = self.first
         # the goal for the rest of this period (seed 002 (3)): what the period still needs
         period = (t - first) // cfg.period_us
         period_end = first + (period + 1) * cfg.period_us
-        ceiling = int(self.maxdelay[hi - 1]) if hi else 0
+        ceiling = int(w.col("maxdelay", hi - 1)) if hi else 0
         backlog = self._backlog(t, hi)
         ceiling = max([ceiling] + [silence for _, _, silence in backlog])   # a backlog is late by its silence
         g = cfg.granularity_us or default_granularity(ceiling)
-        stats = [self._with_backlog(_slice(base, lo - lo_all), backlog) for lo in starts]
+        stats = [self._with_backlog(_slice(base_st, lo - lo_all), backlog) for lo in starts]
         w_long = float(stats[0]["w"].sum())
         w_future = w_long * max(period_end - t, 0) / max(long_span, 1)
         w_past = self.period_w.get(period, 0.0)
@@ -216,7 +296,7 @@ class Controller:
                 # expected backlog is not a need it had): for Q itself, or (remember_margin)
                 # for the steady goal, Q plus the period's sampling margin, spending at most
                 # REMEMBER_BUDGET of the loss budget 1 - Q on it (never "keep every lag")
-                seen = self._with_backlog(_slice(base, starts[0] - lo_all), ()) if backlog else st
+                seen = self._with_backlog(_slice(base_st, starts[0] - lo_all), ()) if backlog else st
                 q = float(self.target.recall)
                 aim_q = min(steady, q + REMEMBER_BUDGET * (1.0 - q)) if self.remember_margin else q
                 if seen is st and aim == aim_q:
@@ -226,8 +306,8 @@ class Controller:
                               if float(seen["w"].sum()) > 0 else np.zeros(self.n, np.int64))
                 self.period_need[period] = (need_q, float(st["w"].sum()))
         if backlog:   # a stall's burst is foreseen by the backlog model, not remembered as a need
-            self.stalled.update((period, period + 1))
-        remembered = self._remembered(period)
+            self.needs.stalled.update((period, period + 1))
+        remembered = self.needs.of(period)
         if remembered is not None:
             chosen.append(remembered)
         if chosen:
@@ -253,47 +333,13 @@ class Controller:
         entry[self.value_key] = entry["values_us"]
         self.log.append(entry)
 
-    def _remembered(self, period: int) -> np.ndarray | None:
-        """Per stream, what the last ``memory_periods`` completed periods needed for
-        ``Q`` (qkslack: for ``Q`` + margin; the latest-P solution at each
-        period's end): the larger of their 95th percentile and their
-        ``(1 + Q) / 2`` quantile weighted by each period's expected results.
-
-        Purged state cannot come back, so a lag that recurs (a daily upload, a
-        weekly batch) must be covered before it arrives, not after.  The plain
-        percentile keeps ``Q`` in 95 % of periods; the weighted one keeps the
-        overall recall when the rare periods hold many results (a nightly
-        batch of late clicks: 3 % of periods, a fifth of the results), leaving
-        them half of the overall loss budget ``1 - Q``.  Periods in which a
-        stream stalled (and the next, where its burst lands) count in the plain
-        percentile only: the backlog model foresees a stall when it happens,
-        and one huge burst must not hold an hour of state for a week; stalls
-        that recur (a feed that stalls every few minutes) still show in the
-        plain percentile.
-
-        Needs of completed periods are final, so the answer changes only when a
-        period ends: it is computed once per period (cached)."""
-        if self._memo is not None and self._memo[0] == period:
-            return self._memo[1]
-        self._memo = (period, self._remember(period))
-        return self._memo[1]
-
-    def _remember(self, period: int) -> np.ndarray | None:
-        recent = [p for p in self.period_need if period - self.cfg.memory_periods <= p < period]
-        if not recent:
-            return None
-        values = np.stack([self.period_need[p][0] for p in recent])
-        # a stall's burst weighs nothing here: its period counts once, like any other
-        weights = np.array([0.0 if p in self.stalled else self.period_need[p][1] for p in recent])
-        out = np.quantile(values, MEMORY_QUANTILE, axis=0, method="higher").astype(np.int64)
-        level = (1.0 + float(self.target.recall)) / 2   # half the overall loss budget left to rare periods
-        if weights.sum() > 0:
-            for i in range(self.n):
-                order = np.argsort(values[:, i], kind="stable")
-                cum = np.cumsum(weights[order])
-                k = int(np.searchsorted(cum, level * cum[-1], side="left"))
-                out[i] = max(out[i], int(values[order[min(k, len(order) - 1)], i]))
-        return out
+        # what no later decision reads: the indexes before this one's history window,
+        # the periods before this one (their weights) and before the memory (their needs)
+        w.trim(starts[0])
+        for p in [p for p in self.period_w if p < period]:
+            del self.period_w[p]
+            self.period_kept.pop(p, None)
+        self.needs.forget_before(period)
 
     def _margin(self, w: np.ndarray, span: int) -> float:
         """What the goal adds to the need: the user's ``margin``, else the larger of
@@ -309,6 +355,7 @@ class Controller:
         spread = 1.645 * (q * (1.0 - q) / max(n_eff, 1.0)) ** 0.5
         return max((1.0 - q) / 4, spread)
 
+
     def _backlog(self, t: int, hi: int) -> list[tuple[int, float, int]]:
         """Streams that owe a backlog: ``(stream, tuples owed, how late)``.
 
@@ -320,27 +367,28 @@ class Controller:
         first tuple could never be raised again for the rest of it.
         """
         cfg = self.cfg
-        first = int(self.r.arrival[0])
+        first = self.first
         out = []
         for i in range(self.n):
-            times = self.arr_by_stream[i]
-            upto = int(np.searchsorted(times, t, side="right"))
+            times, off = self.w.arr_s[i], self.w.arr_off[i]
+            held = int(np.searchsorted(times, t, side="right"))
+            upto = off + held
             if upto == 0:
                 continue
-            last = int(times[upto - 1])
+            last = int(times[held - 1])
             silence = t - last
             # its rate before it fell silent (a stall longer than the rate history must still count)
             hist_lo = max(last - cfg.rate_history_us, first - 1)
-            start = int(np.searchsorted(times, hist_lo, side="right"))
+            start = off + int(np.searchsorted(times, hist_lo, side="right"))
             rate = (upto - start) / max(last - hist_lo, 1)
             if silence >= cfg.probe_us // 2 and rate * silence >= self.trig.rate_min_count:
                 # the stall may last until the next probe: owe that much more, that much later
                 late_by = silence + cfg.probe_us
-                self.debt[i] = (float(rate * late_by), int(late_by), upto)
+                self.debt[i] = (float(rate * late_by), int(late_by), int(self.w.late_cum[i][held]))
                 out.append((i, float(rate * late_by), int(late_by)))
             elif i in self.debt:
                 owed, late_by, since = self.debt[i]
-                paid = int(self.late_count[i][upto] - self.late_count[i][since])
+                paid = int(self.w.late_cum[i][held]) - since
                 if owed - paid >= self.trig.rate_min_count:
                     out.append((i, float(owed - paid), late_by))
                 else:
@@ -348,12 +396,20 @@ class Controller:
         return out
 
     def _values_for(self, idx: np.ndarray) -> np.ndarray:
-        """``(n, len(idx))`` values in force at indexes ``idx`` (decision at t applies to arrival > t)."""
-        initial = self._initial(idx)
+        """``(n, len(idx))`` values in force at indexes ``idx`` of the whole-array form
+        (decision at t applies to arrival > t)."""
+        initial = self._initial_of(self._whole, idx)
         if not self.decision_values:
             return initial
         table = np.stack(self.decision_values, axis=1)  # (n, decisions): built once, at the end of run()
-        return in_force(np.asarray(self.decision_times, dtype=np.int64), table, self.r.arrival[idx], initial)
+        return in_force(np.asarray(self.decision_times, dtype=np.int64), table, self._whole["arrival"][idx], initial)
+
+    def _initial(self, idx: np.ndarray) -> np.ndarray:
+        """The values in force before the first decision at held indexes ``idx``."""
+        return self._initial_of(self.w.win, idx - self.w.base)
+
+    def _initial_of(self, cols: dict, idx: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def _values_in_force(self, idx: np.ndarray) -> np.ndarray:
         """``_values_for`` for indexes arrived since the last decision (what ``_commit``
@@ -362,83 +418,21 @@ class Controller:
             return self._initial(idx)
         return np.broadcast_to(self.decision_values[-1][:, None], (self.n, len(idx)))
 
-    # ------------------------------------------------------- model helpers
-
-    def _position(self, ts: np.ndarray, key: np.ndarray | None) -> np.ndarray:
-        """Counter position of a tuple: its ``ts``, or ``(key, ts)`` packed (keyed joins)."""
-        if key is None:
-            return ts
-        return key * self.key_span + (ts - self.t0 + self.pad)
-
     def _density(self, t: int, idx: np.ndarray) -> np.ndarray:
-        """Partner density per stream around each ``ts[idx]``: ``(n, len(idx))`` tuples per us.
+        """Partner density per stream around each ``ts[idx]``: ``(n, len(idx))`` tuples
+        per us, counted over the partners arrived by ``t`` (:meth:`.window.ReplayWindow.density`)."""
+        return self.w.density(t, idx)
 
-        The operator's counters of tuples *arrived by t*: per basic window
-        ``b`` of event time, read only for the windows the tuples fall in (cost:
-        the tuples in those windows, never the span); in a keyed join, per key
-        over the tuple's partner window (the partners it can match: the
-        selectivity of seed 002 (11)-(12) observed per key, not a constant;
-        cost: its partners).
-        """
-        out = np.zeros((self.n, len(idx)))
-        if not len(idx):
-            return out
-        for j in range(self.n):
-            lo, count, last, span = self.ranges[j]
-            c = count[idx]
-            # only ranges with a partner still to arrive after t need reading (the recent tuples)
-            open_ = np.flatnonzero(last[idx] > t)
-            if len(open_):
-                sub = idx[open_]
-                n_sub = count[sub]
-                late = (gather_ranges(self.by_ts[j][1], lo[sub], n_sub) > t).astype(np.int64)
-                ends = np.cumsum(n_sub)
-                c_late = np.concatenate([[0], np.cumsum(late)])
-                c = c.copy()
-                c[open_] -= c_late[ends] - c_late[ends - n_sub]
-            out[j] = c / (span[idx] if isinstance(span, np.ndarray) else span)
-        return out
-
-    def _partner_ranges(self, j: int):
-        """For every tuple, its counter range in stream ``j`` (module docstring of
-        :meth:`_density`): ``(first, count, latest arrival in it, width)``, once per
-        run, so that a decision reads only the ranges with a partner still to arrive.
-
-        Without keys: the basic window ``b`` of event time the tuple falls in;
-        with keys, per key, a basic window is too sparse (a feeder's alerts, once
-        a day): the same key's partners over the tuple's whole partner window
-        ``[ts - max(W_j, b), ts + max(W_own, b)]``.
-        """
-        b = self.cfg.basic_window_us
-        ts_x = self.r.ts
-        pos_j, arr_j = self.by_ts[j]
-        if self.key is not None:
-            below = np.maximum(self.W[j], b)
-            above = np.maximum(self.W[self.r.stream], b)
-            lo_pos = self._position(ts_x - below, self.key)
-            hi_pos = self._position(ts_x + above, self.key) + 1
-            span = below + above + 1
-        else:
-            lo_pos = (ts_x // b) * b
-            hi_pos = lo_pos + b
-            span = b
-        lo = np.searchsorted(pos_j, lo_pos, side="left")
-        count = np.searchsorted(pos_j, hi_pos, side="left") - lo
-        last = np.full(self.N, NEG_INF, dtype=np.int64)
-        full = np.flatnonzero(count > 0)
-        if len(full):
-            vals = gather_ranges(arr_j, lo[full], count[full])
-            starts = np.concatenate([[0], np.cumsum(count[full])[:-1]])
-            last[full] = np.maximum.reduceat(vals, starts)
-        return lo, count, last, span
+    # ------------------------------------------------------- model helpers
 
     def _spans(self, idx: np.ndarray):
         """Per tuple and partner stream: owned partner-offset range ``[-W_j, U_j]`` (inclusive, us)."""
-        s = self.r.stream[idx]
-        ts = self.r.ts[idx]
+        s = self.w.col("stream", idx)
+        ts = self.w.col("ts", idx)
+        M = self.w.col("M", idx)
         upper = np.empty((self.n, len(idx)), dtype=np.int64)
         for j in range(self.n):
-            Mj = self.r.M[j, idx]
+            Mj = M[j]
             upper[j] = np.where(Mj == NEG_INF, -self.W[j] - 1, np.minimum(self.W[s], Mj - ts))
         return s, upper
 
@@ -453,7 +447,7 @@ class Controller:
         return np.bincount(s, minlength=self.n)[:self.n].astype(np.float64) / max(self.cfg.history_us, 1)
 
     def _accumulate(self, idx, w, kept) -> None:
-        per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
+        per = (self.w.col("arrival", idx) - self.first) // self.cfg.period_us
         for p, a, z in runs(per):
             self.period_w[p] = self.period_w.get(p, 0.0) + float(w[a:z].sum())
             self.period_kept[p] = self.period_kept.get(p, 0.0) + float(kept[a:z].sum())
@@ -480,8 +474,8 @@ class QJoinController(Controller):
     kind = "qjoin"
     value_key = "retention_us"
 
-    def _initial(self, idx: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(self.maxdelay[idx], (self.n, len(idx)))
+    def _initial_of(self, cols: dict, idx: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(cols["maxdelay"][idx], (self.n, len(idx)))
 
     def _stats(self, idx: np.ndarray, t: int):
         """Per tuple: stream, weight (expected results) and, per partner stream, its
@@ -490,8 +484,8 @@ class QJoinController(Controller):
         lower = -self.W[:, None]
         span = np.maximum(upper - lower + 1, 0)
         dens = self._density(t, idx)
-        T = self.r.T[idx]
-        lag = np.where(T == NEG_INF, -(2**40), T - self.r.ts[idx])
+        T = self.w.col("T", idx)
+        lag = np.where(T == NEG_INF, -(2**40), T - self.w.col("ts", idx))
         w = np.ones(len(idx))
         for j in range(self.n):
             w = w * np.where(s == j, 1.0, span[j] * dens[j])
@@ -567,7 +561,7 @@ class QJoinController(Controller):
             return
         idx = np.arange(lo, hi)
         d = self._values_in_force(idx)
-        T = self.r.T[idx]
+        T = self.w.col("T", idx)
         prev = self.H_last if lo else np.full(self.n, NEG_INF, dtype=np.int64)
         cand = np.where(T[None, :] == NEG_INF, NEG_INF, T[None, :] - d)
         H = np.maximum.accumulate(np.concatenate([prev[:, None], cand], axis=1), axis=1)[:, 1:]
@@ -590,26 +584,32 @@ class QKSlackController(Controller):
     # flights' K at 14 h for Q = 0.99 (measured on the corpus: docs/performance.md)
     remember_margin = True
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.own_max = np.empty((self.n, self.N), dtype=np.int64)
-        for i in range(self.n):
-            self.own_max[i] = np.maximum.accumulate(np.where(self.r.stream == i, self.r.delay, 0))
+    def _init_model(self) -> None:
         self.R_last = NEG_INF
+        self.own_last = np.zeros(self.n, dtype=np.int64)
 
-    def _initial(self, idx: np.ndarray) -> np.ndarray:
-        return self.own_max[:, idx]   # exactly MP-K-slack
+    def _model_columns(self, cols: dict) -> None:
+        """Per stream, the running maximum of its own delays (MP-K-slack's bound)."""
+        own = np.empty((self.n, len(cols["delay"])), dtype=np.int64)
+        for i in range(self.n):
+            own[i] = np.maximum(np.maximum.accumulate(np.where(cols["stream"] == i, cols["delay"], 0)),
+                                self.own_last[i])
+        self.own_last = own[:, -1].copy()
+        cols["own_max"] = own
+
+    def _initial_of(self, cols: dict, idx: np.ndarray) -> np.ndarray:
+        return cols["own_max"][:, idx]   # exactly MP-K-slack
 
     def _stats(self, idx: np.ndarray, t: int):
         """Per tuple: stream, productivity weight (expected partners over the whole
         window) and its own delay (it survives iff ``delay <= K_i``)."""
-        s = self.r.stream[idx]
+        s = self.w.col("stream", idx)
         full = (self.W[s][None, :] + self.W[:, None] + 1).astype(np.float64)
         dens = self._density(t, idx)
         w = np.ones(len(idx))
         for j in range(self.n):
             w = w * np.where(s == j, 1.0, full[j] * dens[j])
-        return {"s": s, "w": w, "need": self.r.delay[idx].astype(np.int64)}
+        return {"s": s, "w": w, "need": self.w.col("delay", idx).astype(np.int64)}
 
     def _with_backlog(self, st: dict, backlog) -> dict:
         """Add a stalled stream's owed tuples (delays even over ``[0, silence]``) and the rates."""
@@ -661,15 +661,15 @@ class QKSlackController(Controller):
             return
         idx = np.arange(lo, hi)
         K = self._values_in_force(idx)
-        M = self.r.M[:, idx]
+        M = self.w.col("M", idx)
         cand = np.where(M == NEG_INF, NEG_INF, M - K).min(axis=0)
         R = np.maximum.accumulate(np.concatenate([[self.R_last], cand]))
         before = R[:-1]
         self.R_last = int(R[-1])
-        dropped = self.r.ts[idx] < before
+        dropped = self.w.col("ts", idx) < before
         s, w = st["s"], st["w"]
         # a result survives iff every member does: per stream survival, multiplied
-        per = (self.r.arrival[idx] - int(self.r.arrival[0])) // self.cfg.period_us
+        per = (self.w.col("arrival", idx) - self.first) // self.cfg.period_us
         for p, a, z in runs(per):
             share = 1.0
             sa, wa, da = s[a:z], w[a:z], dropped[a:z]
@@ -689,3 +689,8 @@ def schedule(kind: str, replay, windows, target: RecallTarget, bad_arrivals=None
     stream, key ids in row order, or ``None``)."""
     cls = {"qjoin": QJoinController, "qkslack": QKSlackController}[kind]
     return cls(replay, windows, target, bad_arrivals, keys).run()
+
+
+def streaming(kind: str, n: int, windows, target: RecallTarget, **summaries) -> Controller:
+    """The ``qjoin`` or ``qkslack`` controller in its streaming form (:meth:`Controller.streaming`)."""
+    return {"qjoin": QJoinController, "qkslack": QKSlackController}[kind].streaming(n, windows, target, **summaries)

@@ -122,11 +122,14 @@ def probe_ticks(arrival: np.ndarray, first: int, step: int, skip: int) -> np.nda
 
 
 def fired(cfg: Triggers, ticks: np.ndarray, probe: int, first: int, history: int,
-          arrivals: list[np.ndarray], bad: list[np.ndarray]) -> dict[int, list[dict]]:
+          arrivals: list[np.ndarray], bad: list[np.ndarray], offsets=None, firsts=None) -> dict[int, list[dict]]:
     """Triggers firing at each tick: ``{tick: [trigger, ...]}`` (vectorised per stream).
 
     ``arrivals[i]`` / ``bad[i]``: sorted arrival times of stream ``i``'s tuples /
-    quarantined rows.  A trigger dict has ``kind`` (``rate`` / ``bad_rows``),
+    quarantined rows; a streaming caller holds only the recent ones:
+    ``offsets[i]`` tuples of stream ``i`` came before ``arrivals[i]``
+    (every one at or before ``ticks - max(history, probe)``) and ``firsts[i]``
+    is its first arrival.  A trigger dict has ``kind`` (``rate`` / ``bad_rows``),
     ``stream``, ``observed`` (count in the probe) and ``expected``.
     """
     out: dict[int, list[dict]] = {}
@@ -135,17 +138,21 @@ def fired(cfg: Triggers, ticks: np.ndarray, probe: int, first: int, history: int
     per_stream: list[list[tuple[np.ndarray, dict[str, np.ndarray]]]] = []
     for i, times in enumerate(arrivals):
         found = []
+        off = offsets[i] if offsets is not None else 0
         for kind, t in (("rate", times), ("bad_rows", bad[i] if i < len(bad) else np.empty(0, np.int64))):
-            if not len(t):
+            base = off if kind == "rate" else 0
+            if not len(t) + base:
                 continue
-            upto = np.searchsorted(t, ticks, side="right")            # <= tick
-            before = np.searchsorted(t, ticks - probe, side="right")  # <= tick - probe
+            upto = base + np.searchsorted(t, ticks, side="right")            # <= tick
+            before = base + np.searchsorted(t, ticks - probe, side="right")  # <= tick - probe
             observed = upto - before
-            if kind == "rate" and cfg.rate_history == "run":
-                hist_lo = np.full(len(ticks), int(t[0]) - 1, dtype=np.int64)
+            if kind == "rate" and cfg.rate_history == "run":   # since the stream's first arrival
+                t_first = firsts[i] if firsts is not None else int(t[0])
+                hist_lo = np.full(len(ticks), int(t_first) - 1, dtype=np.int64)
+                start = np.zeros(len(ticks), dtype=np.int64)
             else:
                 hist_lo = np.maximum(ticks - history, first - 1)
-            start = np.searchsorted(t, hist_lo, side="right")
+                start = base + np.searchsorted(t, hist_lo, side="right")
             span = np.maximum(ticks - probe - hist_lo, 1)
             expected = (before - start) * (probe / span)
             if kind == "rate":

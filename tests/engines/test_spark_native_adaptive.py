@@ -199,3 +199,22 @@ def test_native_qjoin_bad_rows_trigger_equals_the_local_engine(spark, tmp_path):
     early = [d["time_us"] for d in local["policy_decisions"] if "bad_rows" in d["reason"]]
     assert len(early) == 1 and 720_000 < early[0] < 730_000
     _same(tmp_path / "local", tmp_path / "nat", local, nat)
+
+
+@pytest.mark.parametrize("values", [["b", "a", "d", "b", "c", "a"], [5, -3, 5, 2**40, 7, -3], [9, 4, 9, 6, 4, 5]])
+def test_key_ids_on_the_executors_rename_the_local_ones(spark, values):
+    """The streamed controller's key ids (native_adaptive._with_key_ids): equal keys get
+    equal ids, different keys different ones, and the largest id is the local engine's
+    (replay/candidates.key_ids) -- what the keyed counters' packing decides on."""
+    from streamjoin.pipelines.engines.spark.native_adaptive import _with_key_ids
+    from streamjoin.pipelines.replay.candidates import key_ids
+
+    pdf = pl.DataFrame({"__key0": values, "row": list(range(len(values)))})
+    df = spark.createDataFrame([(v, i) for i, v in enumerate(values)],
+                               "__key0 string, row long" if isinstance(values[0], str) else "__key0 long, row long")
+    out, key_max = _with_key_ids(df, ["__key0"])
+    got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
+    ids = [got[i] for i in range(len(values))]
+    want = key_ids([pdf.select("__key0")])[0]
+    assert all((ids[a] == ids[b]) == (values[a] == values[b]) for a in range(len(values)) for b in range(len(values)))
+    assert key_max == int(np.max(want))

@@ -32,12 +32,13 @@ D controller decisions, Q quarantined rows)::
       SparkInput.bad_arrivals)                                      O(Q)
     input: the read's cached copy released once the progress frame
       below is persisted                                            nothing
-    controller (qjoin / qkslack only; native_adaptive.decide): every
-      tuple's stream, row, ts, arrival and key columns collected, the
-      local engine's controller run on them (exact decisions need the
-      tuples of each decision's history window, not summaries: see
-      native_adaptive); freed before the scans, ~380 B per tuple at
-      its peak (docs/performance.md)                            O(N) while it runs
+    controller (qjoin / qkslack only; native_adaptive.decide): count,
+      arrival and ts range, key ids' range, the smallest ts per arrival
+      bucket (4096)                                                 O(buckets)
+      then the tuples' stream, ts, arrival, key id, range-partitioned
+      in replay order, one partition at a time (toLocalIterator), fed
+      to the local engine's controller in its streaming form, which
+      holds a window (native_adaptive)    O(N / P + tuples per period + disorder)
       -> the decision table (times, per-stream values) back into the
       progress scans                                            O(D x n)
     progress (native_progress.progress_frame): the tuples range-partitioned
@@ -190,7 +191,7 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     t0 = time.perf_counter()
     schedule = log = policy_settings = None
     if policy.adaptive:   # qjoin / qkslack: the controller on the driver, its decision table to the scans
-        schedule, log, policy_settings = native_adaptive.decide(df, n=n, sizes=sizes, W=W, policy=policy,
+        schedule, log, policy_settings = native_adaptive.decide(df, n=n, W=W, policy=policy, partitions=P,
                                                                 bad_arrivals=bad_arrivals, keycols=keycols)
         timings["controller"] = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 path (issue 19): the controller's decisions on the driver, their effect on the executors.
 
 :func:`decide` runs the online controller (:mod:`~streamjoin.pipelines.policies.controller`,
-the local engine's own code) and returns its decision log, its resolved settings and the
+the local engine's own code, in its streaming form) and returns its decision log, its resolved settings and the
 decision table -- each decision's time and per-stream value, O(decisions x n) numbers.
 The table goes back to the executors inside the progress scans
 (:func:`~.native_progress.progress_frame`'s ``schedule``): each tuple's ``K_i(a)``
@@ -14,21 +14,26 @@ exactly as for a fixed policy.
 
 What the controller reads is NOT a per-period summary, and cannot be one while its
 decisions stay exactly the local engine's (docs/semantics.md, "``qjoin`` and ``qkslack``
-on the native path"):
-each decision at time ``t`` reads, per tuple of its history window (the latest period,
-widened back to ``10 / (1 - Q)`` tuples), that tuple's partner density counted over the
-partners arrived by ``t`` (so a tuple's weight changes from decision to decision), its
-ramp breakpoints (qjoin) or delay (qkslack); the candidates are quantiles of those
-per-tuple points (``method="higher"``), the estimates float sums in arrival order, and
-the rest-of-period goal feeds back the effective horizons the earlier decisions put in
-force.  So the driver holds, while deciding, the columns the controller reads: every
-tuple's ``stream``, ``row``, ``ts``, ``arrival`` (and key columns, keyed joins) -- 28
-bytes a tuple collected (36 with one key column) -- plus the controller's own arrays
-(the replay's ``M``, ``T``, delays, counter ranges; ~340 bytes a tuple at their peak,
-``benchmarks/native_adaptive_driver.py``): O(N), freed before the progress scans; only
-the table, the log and the settings stay.  The smallest exact state would be a sliding
-window -- the tuples one decision reads (1.7 % of 1M in the benchmark) and their partner
-counters -- which the controller, written over whole replay arrays, does not offer yet.
+on the native path"): each decision reads, per tuple of its history window (the latest
+period, widened back to ``10 / (1 - Q)`` tuples), its partner density counted over the
+partners arrived by the decision time, its ramp (qjoin) or delay (qkslack).  So the driver
+holds a sliding window instead (:class:`~streamjoin.pipelines.policies.window.ReplayWindow`):
+
+* up front, three aggregations: count, first / last arrival and ``ts`` range; the key ids
+  (:func:`_with_key_ids`: value minus the smallest for one integer column over a range
+  below 2^31, else the dense rank over the distinct keys, on the executors) and the
+  largest; the smallest ``ts`` arriving in each of :data:`FLOOR_BUCKETS` arrival buckets
+  (a bound on the ``ts`` still to come: which partners may still be counted)  O(buckets);
+* then the frame range-partitioned in replay order (``arrival``, ``stream``, ``row``),
+  each partition's Arrow batches as IPC bytes through
+  ``toLocalIterator(prefetchPartitions=False)`` (:func:`arrow_partitions`): the driver's
+  JVM holds one partition's bytes, its Python process one chunk of up to
+  :data:`CHUNK_ROWS` tuples (:func:`feed_chunks`) plus the controller's window -- the
+  history window's tuples and those since the last decision, the partners within
+  ``max(W, b)`` below the smallest held or later ``ts``, each stream's arrivals of the
+  last rate history, the last ``memory_periods`` periods' needs: O(chunk + tuples per
+  period + tuples per (disorder + W)), not O(N) (``benchmarks/native_adaptive_driver.py``,
+  docs/performance.md); only the table, the log and the settings stay.
 The quarantined rows' arrival times (``bad_arrivals``, the bad-rows trigger) come from
 the read on the executors (``read.SparkInput.bad_arrivals``, O(quarantined rows)).
 """
@@ -37,37 +42,113 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...policies import adaptive_schedule
+from ...policies.controller import streaming
 from ...policies.recall_target import decision_table
-from ...replay.candidates import key_ids
-from ...replay.progress import build_replay
+
+#: arrival buckets of the later-ts bound (the smallest ts arriving in each): O(buckets) numbers
+FLOOR_BUCKETS = 4096
+#: tuples per chunk fed to the controller (the Arrow batches of one partition are gathered up to it)
+CHUNK_ROWS = 65_536
+ORDER = ("arrival", "stream", "row")
 
 
-def decide(df, *, n: int, sizes, W, policy, bad_arrivals, keycols) -> tuple[tuple, list, dict]:
+def decide(df, *, n: int, W, policy, bad_arrivals, keycols, partitions: int) -> tuple[tuple, list, dict]:
     """The controller's ``(schedule, log, settings)`` for ``df`` (the native frame):
     ``schedule`` = (decision times, ``(n, D)`` values), what the progress scans apply;
-    ``log`` / ``settings``: ``report.json``'s ``policy_decisions`` / ``policy_settings``."""
-    t = df.select("stream", "row", "ts", "arrival", *keycols).toArrow()
-    return decide_from_table(t, n=n, sizes=sizes, W=W, policy=policy, bad_arrivals=bad_arrivals, keycols=keycols)
+    ``log`` / ``settings``: ``report.json``'s ``policy_decisions`` / ``policy_settings``.
+    The frame reaches the driver one partition at a time, in replay order (module docstring)."""
+    from pyspark.sql import functions as F
+
+    frame, key_max = _with_key_ids(df, keycols)
+    row = df.agg(F.count(F.lit(1)), F.min("arrival"), F.max("arrival"), F.min("ts"), F.max("ts")).first()
+    if not row[0]:
+        sched = streaming(policy.name, n, W, policy.target, first_arrival=0, last_arrival=0, ts_range=(0, 0),
+                          bad_arrivals=bad_arrivals).on_eof()
+        return decision_table(sched.log, n), sched.log, sched.settings
+    first, last, ts_lo, ts_hi = (int(v) for v in row[1:])
+    width = -(-(last - first + 1) // FLOOR_BUCKETS)
+    floors = np.full(FLOOR_BUCKETS + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    bucket = F.expr(f"(arrival - {first}L) div {width}L").alias("b")   # integral, as feed_chunks' own
+    for b, lo in df.groupBy(bucket).agg(F.min("ts")).collect():
+        floors[int(b)] = int(lo)
+    floors = np.minimum.accumulate(floors[::-1])[::-1]   # the smallest ts arriving in a bucket or later
+    ctl = streaming(policy.name, n, W, policy.target, first_arrival=first, last_arrival=last, ts_range=(ts_lo, ts_hi),
+                    key_max=key_max, bad_arrivals=bad_arrivals)
+    cols = ["stream", "ts", "arrival"] + (["__kid"] if key_max is not None else [])
+    ordered = frame.select(*ORDER, "ts", *cols[3:]).repartitionByRange(max(int(partitions), 1), *ORDER) \
+        .sortWithinPartitions(*ORDER)
+    feed_chunks(ctl, arrow_partitions(ordered.select(*cols)), floors, first, width)
+    sched = ctl.on_eof()
+    return decision_table(sched.log, n), sched.log, sched.settings
 
 
-def decide_from_table(t, *, n: int, sizes, W, policy, bad_arrivals, keycols) -> tuple[tuple, list, dict]:
-    """:func:`decide` of the collected Arrow table ``t`` (``stream``, ``row``, ``ts``,
-    ``arrival``, the key columns; any order): the driver's whole share of the work."""
-    import polars as pl
+def feed_chunks(ctl, batches, floors: np.ndarray, first: int, width: int) -> None:
+    """Feed ``batches`` (Arrow record batches of ``stream``, ``ts``, ``arrival`` and the
+    key ids ``__kid``, in replay order) to the streaming controller ``ctl`` in chunks of
+    about :data:`CHUNK_ROWS`; each chunk's bound on later ``ts``: the smallest ``ts``
+    arriving in its last tuple's arrival bucket or later (``floors``, bucket ``width``
+    from ``first``)."""
+    import pyarrow as pa
 
-    stream = t.column("stream").to_numpy()
-    order = np.lexsort([t.column("row").to_numpy(), stream])   # each stream's rows in row order
-    t = t.take(order)
-    bounds = np.cumsum([0, *[int(s) for s in sizes]])
-    ts_all, arr_all = t.column("ts").to_numpy(), t.column("arrival").to_numpy()
-    ts = [ts_all[bounds[k]:bounds[k + 1]] for k in range(n)]
-    arrival = [arr_all[bounds[k]:bounds[k + 1]] for k in range(n)]
-    keys = None
-    if keycols:
-        frame = pl.from_arrow(t.select(keycols))
-        keys = key_ids([frame.slice(int(bounds[k]), int(sizes[k])) for k in range(n)])
-    del t, stream, order
-    replay = build_replay(ts, arrival, keep_running_max=True)
-    schedule = adaptive_schedule(replay, np.asarray(W, dtype=np.int64), policy, bad_arrivals, keys)
-    return decision_table(schedule.log, n), schedule.log, schedule.settings
+    pending, rows = [], 0
+
+    def flush(final: bool) -> None:
+        t = pa.Table.from_batches(pending)
+        arrival = t.column("arrival").to_numpy()
+        later = None if final else int(floors[min((int(arrival[-1]) - first) // width, len(floors) - 1)])
+        ctl.on_chunk(t.column("stream").to_numpy(), t.column("ts").to_numpy(), arrival,
+                     t.column("__kid").to_numpy() if "__kid" in t.column_names else None, later_ts_min=later)
+        pending.clear()
+
+    for batch in batches:
+        if batch.num_rows:
+            pending.append(batch)
+            rows += batch.num_rows
+        if rows >= CHUNK_ROWS:
+            flush(False)
+            rows = 0
+    if pending:
+        flush(True)
+
+
+def arrow_partitions(frame):
+    """The rows of ``frame`` as Arrow record batches, partition by partition in order:
+    each partition's batches travel as Arrow IPC bytes (``mapInArrow``) and
+    ``toLocalIterator(prefetchPartitions=False)`` fetches one partition at a time, so
+    the driver holds one partition (and no Row per tuple)."""
+    import pyarrow as pa
+
+    def to_ipc(batches):
+        for b in batches:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, b.schema) as w:
+                w.write_batch(b)
+            yield pa.RecordBatch.from_pydict({"ipc": [sink.getvalue().to_pybytes()]},
+                                             schema=pa.schema([("ipc", pa.binary())]))
+
+    for row in frame.mapInArrow(to_ipc, "ipc binary").toLocalIterator(prefetchPartitions=False):
+        yield from pa.ipc.open_stream(row[0]).read_all().to_batches()
+
+
+def _with_key_ids(df, keycols):
+    """``df`` with ``__kid``, each tuple's key id, and the largest id -- the ids
+    :func:`~streamjoin.pipelines.replay.candidates.key_ids` gives the local engine up to
+    a renaming (one integer column over a range below 2^31: value minus the smallest;
+    else the dense rank, from 1, over the distinct keys, ranked on the executors) --
+    or ``(df, None)`` without keys."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
+
+    if not keycols:
+        return df, None
+    if len(keycols) == 1 and isinstance(df.schema[keycols[0]].dataType, (ByteType, ShortType, IntegerType, LongType)):
+        lo, hi = df.agg(F.min(keycols[0]), F.max(keycols[0])).first()
+        if lo is not None and int(hi) - int(lo) < 2**31:
+            return df.withColumn("__kid", (F.col(keycols[0]) - F.lit(int(lo))).cast("long")), int(hi) - int(lo)
+    ranked = df.select(*keycols).distinct().withColumn("__kid", F.dense_rank().over(Window.orderBy(*keycols)))
+    ranked = ranked.select(*[F.col(c).alias(f"__r{k}") for k, c in enumerate(keycols)], "__kid")
+    cond = [df[c].eqNullSafe(ranked[f"__r{k}"]) for k, c in enumerate(keycols)]
+    out = df.join(ranked, on=cond, how="left")
+    key_max = int(ranked.agg(F.max("__kid")).first()[0] or 0)
+    return out, key_max
