@@ -38,6 +38,10 @@ Python worker.  JVM heap use is not read separately (the JVM's RSS bounds it).
 from the driver Python's peak RSS.  ``--only local`` runs the local engine
 instead with the same policy (``--engine local --policy mpkslack``, its
 default chunking: bounded above 6M rows), for throughput per core beside it.
+``--per-partition M`` passes ``--partitions ceil(size / M)``: every size's tasks
+then hold about M million tuples (each range partition of the progress scans and
+each join group is one Python task; with the default, ``local[2]``'s two, a 48M
+run gives each task 24M tuples).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import math
 import re
 import shutil
 import subprocess
@@ -187,15 +192,18 @@ def _heap_used_kb(pid: int) -> int:
         return 0
 
 
-def spark_run(config: Path, results: str, write: bool, conf: str | None = None, engine: str = "spark") -> dict:
+def spark_run(config: Path, results: str, write: bool, conf: str | None = None, engine: str = "spark",
+              partitions: int | None = None) -> dict:
     """One ``--engine spark`` run with the peak RSS of the driver's Python process,
     its JVM and the largest Python worker, sampled from /proc, and the JVM's peak heap
     in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path).
-    ``engine="local"``: the same policy on the local engine (its defaults otherwise)."""
+    ``engine="local"``: the same policy on the local engine (its defaults otherwise).
+    ``partitions``: ``--partitions`` (None: the master's default parallelism)."""
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         out = Path(tmp) / "out"
         how = (["--engine", "spark", "--master", "local[2]", "--router", "atr",
-                "--spark-conf", conf or f"spark.streamjoin.results={results}"] if engine == "spark"
+                "--spark-conf", conf or f"spark.streamjoin.results={results}",
+                *([] if partitions is None else ["--partitions", str(partitions)])] if engine == "spark"
                else ["--engine", "local"])
         cmd = [*streamjoin_cmd(), "run", str(config), *how, "--policy", "mpkslack",
                *([] if write else ["--no-results"]), "--out", str(out)]
@@ -259,8 +267,11 @@ def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
               + ", ".join(f"{k} {t[k]:.1f}" for k in keys if k in t))
 
 
-def native_main(sizes: list[float], with_results: bool, runs: int, only: str | None = None) -> None:
-    """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians."""
+def native_main(sizes: list[float], with_results: bool, runs: int, only: str | None = None,
+                per_partition: float | None = None) -> None:
+    """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians.
+    ``per_partition`` (millions of tuples): ``--partitions`` = size / per_partition, rounded up, so
+    every size's tasks hold the same number of tuples (None: the master's default parallelism)."""
     import statistics
 
     configs = {m: ensure_data(m) for m in sizes}
@@ -271,7 +282,9 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
         got: dict[str, list[dict]] = {p: [] for p in paths}
         for _ in range(runs):
             for path, conf in paths.items():   # alternating
-                r = spark_run(configs[m], "auto", with_results, conf, engine="local" if path == "local" else "spark")
+                parts = None if per_partition is None else max(1, math.ceil(m / per_partition))
+                r = spark_run(configs[m], "auto", with_results, conf, engine="local" if path == "local" else "spark",
+                              partitions=parts)
                 got[path].append(r)
                 print(f"  {m:g}M {path}: {r['wall_s']:.1f}s, driver {r['driver_gb']:.2f} GB, "
                       f"heap {r['heap_gb']:.2f} GB", file=sys.stderr, flush=True)
@@ -308,10 +321,12 @@ def main() -> None:
                     help="--native: run one path only (local: the local engine, same policy, its default chunking)")
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
+    ap.add_argument("--per-partition", type=float,
+                    help="--native: millions of input tuples per --partitions (default: the master's parallelism)")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
     args = ap.parse_args()
     if args.engine == "spark" and args.native:
-        return native_main(args.sizes, args.results, args.runs, args.only)
+        return native_main(args.sizes, args.results, args.runs, args.only, args.per_partition)
     if args.engine == "spark":
         return spark_main(args.sizes, args.results, args.runs)
     modes = [("bounded, --no-results", ["--no-results"])]
