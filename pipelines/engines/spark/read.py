@@ -82,7 +82,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...base.errors import InputError
-from ...config.options import SHIP_CONF_KEY, is_uri
+from ...config.options import is_uri
 from ...config.settings import MAX_QUARANTINE, StreamConfig
 from ...io.columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
@@ -91,7 +91,7 @@ from ...io.load import (check_columns, check_file_schemas, check_quarantine, che
                         resolve_files, row_bytes_of, single_file, stream_where, time_unit, to_micros,
                         unreadable_error)
 from .hadoop_out import check_written, file_uri
-from .ship import executor_import_error
+from .ship import executor_imports
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
 FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL, BITS = (
@@ -549,40 +549,38 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
 
     check_output_columns([(c, input_columns(c)) for c in configs])
     plans = [_plan(c) for c in configs]
-    scans = [_scan(spark, p) for p in plans]
-    for plan, scan in zip(plans, scans):
-        _check_units(plan, scan)
-    inters: list = []
-    try:
-        facts, chunk_offsets = [], []
+    # the read is the native path's first job: a worker that cannot import streamjoin fails here
+    with executor_imports(spark):
+        scans = [_scan(spark, p) for p in plans]
         for plan, scan in zip(plans, scans):
-            inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
-            inters.append(inter)
-            fact, offsets = _stream_facts(plan, inter, max_quarantine)
-            facts.append(fact)
-            chunk_offsets.append(offsets)
-        dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
-        key_types = [_spark_key_type(d) for d in dtypes]
-        for plan, inter, fact in zip(plans, inters, facts):
-            if fact.reasons:
-                base = quarantine_dir if is_uri(quarantine_dir) else Path(quarantine_dir)
-                fact.quarantine = base / f"{plan.cfg.name}.parquet"
-                # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
-                (inter.filter(F.col(REASON).isNotNull())
-                 .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-                 .write.mode("overwrite").parquet(file_uri(fact.quarantine)))
-                check_written(spark, fact.quarantine)   # a Hadoop URI's staging too (.hadoop_out)
-    except BaseException as exc:
-        for inter in inters:
-            inter.unpersist()
-        line = executor_input_error(exc)
-        if line is not None:
-            raise InputError(line) from None
-        # the read is the native path's first job: a worker that cannot import streamjoin fails here
-        missing = executor_import_error(exc, spark.conf.get(SHIP_CONF_KEY, "auto"))
-        if missing is not None:
-            raise missing from None
-        raise
+            _check_units(plan, scan)
+        inters: list = []
+        try:
+            facts, chunk_offsets = [], []
+            for plan, scan in zip(plans, scans):
+                inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+                inters.append(inter)
+                fact, offsets = _stream_facts(plan, inter, max_quarantine)
+                facts.append(fact)
+                chunk_offsets.append(offsets)
+            dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
+            key_types = [_spark_key_type(d) for d in dtypes]
+            for plan, inter, fact in zip(plans, inters, facts):
+                if fact.reasons:
+                    base = quarantine_dir if is_uri(quarantine_dir) else Path(quarantine_dir)
+                    fact.quarantine = base / f"{plan.cfg.name}.parquet"
+                    # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+                    (inter.filter(F.col(REASON).isNotNull())
+                     .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
+                     .write.mode("overwrite").parquet(file_uri(fact.quarantine)))
+                    check_written(spark, fact.quarantine)   # a Hadoop URI's staging too (.hadoop_out)
+        except BaseException as exc:
+            for inter in inters:
+                inter.unpersist()
+            line = executor_input_error(exc)
+            if line is not None:
+                raise InputError(line) from None
+            raise
     frames = []
     for i, (plan, inter, fact, offsets) in enumerate(zip(plans, inters, facts, chunk_offsets)):
         starts = spark.createDataFrame(offsets or [(0, 0, 0)], f"{FILE} int, {TASK} int, __sj_offset bigint")
