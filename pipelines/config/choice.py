@@ -16,6 +16,11 @@ It does so only when the user did not choose Spark.  The user chose it with
 Spark setting the run then ignored would leave ``"engine": "local"`` next to
 ``"master": "spark://..."`` in report.json.  Where Spark was chosen and a feature
 cannot run there, the feature's one-line refusal names the choice.
+
+``--engine local`` (or ``[run] engine = "local"``) beside Spark settings runs
+locally, as asked; :func:`ignored_spark_settings` names the settings it then
+ignores, and ``settings.resolve`` says so in one ``note:`` line on stderr (not
+an error: a TOML written for Spark stays usable with ``--engine local``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,19 @@ def spark_choice(flags: Any, run: dict[str, Any], router: str) -> str | None:
         if run.get(key) is not None:
             return f"[run] {key}"
     return f"--router {router}" if router != "none" else None
+
+
+def ignored_spark_settings(flags: Any, run: dict[str, Any]) -> list[str]:
+    """The Spark settings a run on the local engine ignores -- ``--master spark://h:7077``,
+    ``[run] spark_conf`` -- in :data:`SPARK_SETTINGS` order (a flag shown with its value)."""
+    out = []
+    for attr, key, flag in SPARK_SETTINGS[1:]:   # not --engine itself
+        value = getattr(flags, attr, None)
+        if value not in (None, [], ()):
+            out.append(f"{flag} {' '.join(value) if isinstance(value, list) else value}")
+        elif run.get(key) not in (None, {}, []):
+            out.append(f"[run] {key}")
+    return out
 
 
 def engine_of(flags: Any, run: dict[str, Any], router: str, environment: str | None, default: str) -> str:
