@@ -19,13 +19,16 @@ cannot run there, the feature's one-line refusal names the choice.
 
 ``--engine local`` (or ``[run] engine = "local"``) beside Spark settings runs
 locally, as asked; :func:`ignored_spark_settings` names the settings it then
-ignores, and ``settings.resolve`` says so in one ``note:`` line on stderr (not
-an error: a TOML written for Spark stays usable with ``--engine local``).
+ignores, and :func:`note_ignored_spark_settings` (from :func:`engine_of`) says so in
+one ``note:`` line on stderr (not an error: a TOML written for Spark stays usable
+with ``--engine local``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ..base.errors import warn_once
 
 # (flag attribute of settings.Flags, [run] key, how a refusal names it)
 SPARK_SETTINGS = (("engine", "engine", "--engine"), ("master", "master", "--master"),
@@ -59,12 +62,22 @@ def ignored_spark_settings(flags: Any, run: dict[str, Any]) -> list[str]:
     return out
 
 
+def note_ignored_spark_settings(flags: Any, run: dict[str, Any], engine: str) -> None:
+    """On the local engine, one ``note:`` line on stderr naming the Spark settings it ignores
+    (once per process: ``base.errors.warn_once``)."""
+    ignored = ignored_spark_settings(flags, run) if engine == "local" else []
+    if ignored:
+        warn_once(f"--engine local: ignoring the Spark settings {', '.join(ignored)}", prefix="note")
+
+
 def engine_of(flags: Any, run: dict[str, Any], router: str, environment: str | None, default: str) -> str:
     """The engine a run starts from (before the give-way rules): ``--engine`` / ``[run] engine``;
     else ``"spark"`` when a router or a Spark setting chose it (:func:`spark_choice`); else
-    ``environment`` (``$STREAMJOIN_ENGINE``, unset: ``None``); else ``default``."""
+    ``environment`` (``$STREAMJOIN_ENGINE``, unset: ``None``); else ``default``.  An explicit
+    ``local`` beside Spark settings says so (:func:`note_ignored_spark_settings`)."""
     explicit = getattr(flags, "engine", None) or run.get("engine")
     if explicit:
+        note_ignored_spark_settings(flags, run, explicit)
         return explicit
     if spark_choice(flags, run, router) is not None:
         return "spark"

@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..base.errors import InputError, warn_once
+from ..base.errors import InputError
 from ..policies import ADAPTIVE, JOIN_TYPES, OUTER_JOIN, POLICY_NAMES, PolicySpec, RecallTarget, Triggers
 from .flow_control import FlowControl
-from .choice import engine_of, ignored_spark_settings, spark_choice
+from .choice import engine_of, spark_choice
 from .machine import capacity_setting, check_flow_control, flow_control_setting
 from .windows import count_windows_engine, static_retention, window_fields
 from .options import (ENGINE_KEYS, HANDOFF_CONF_KEY, HANDOFF_MODES, check_uri_out, is_uri, out_target, results_mode, same_host, ship_mode, DistanceSpec, check_duration,
@@ -556,9 +556,6 @@ def resolve(config_path: Path | None, flags: Flags, *, check_out: bool = True, o
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     chosen = spark_choice(flags, run, router)   # None: the default engine gives way (config/choice.py)
-    ignored = ignored_spark_settings(flags, run) if engine == "local" else []
-    if ignored:   # --engine local beside Spark settings: run locally, and say what is ignored
-        warn_once(f"--engine local: ignoring the Spark settings {', '.join(ignored)}", prefix="note")
     if policy_name in ("spark-ss", *FLINK) and engine == "spark" and chosen is None:
         engine = "local"   # the default engine for the emulations, not the user's choice (Spark runs them)
     flow, engine = flow_control_setting(flags.flow_control if flags.flow_control is not None
