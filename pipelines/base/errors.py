@@ -42,12 +42,13 @@ class InputError(StreamjoinError):
 _warned: set[str] = set()
 
 
-def warn_once(message: str) -> None:
-    """Print ``warning: <message>`` (one line) to stderr, once per process per message
-    (a stream read row group by row group would otherwise repeat it)."""
+def warn_once(message: str, prefix: str = "warning") -> None:
+    """Print ``<prefix>: <message>`` (one line; ``note`` for what is not a problem) to
+    stderr, once per process per message (a stream read row group by row group would
+    otherwise repeat it)."""
     line = " ".join(str(message).split())
     if line in _warned:
         return
     _warned.add(line)
-    sys.stderr.write(f"warning: {line}\n")
+    sys.stderr.write(f"{prefix}: {line}\n")
     sys.stderr.flush()

@@ -16,11 +16,19 @@ It does so only when the user did not choose Spark.  The user chose it with
 Spark setting the run then ignored would leave ``"engine": "local"`` next to
 ``"master": "spark://..."`` in report.json.  Where Spark was chosen and a feature
 cannot run there, the feature's one-line refusal names the choice.
+
+``--engine local`` (or ``[run] engine = "local"``) beside Spark settings runs
+locally, as asked; :func:`ignored_spark_settings` names the settings it then
+ignores, and :func:`note_ignored_spark_settings` (from :func:`engine_of`) says so in
+one ``note:`` line on stderr (not an error: a TOML written for Spark stays usable
+with ``--engine local``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ..base.errors import warn_once
 
 # (flag attribute of settings.Flags, [run] key, how a refusal names it)
 SPARK_SETTINGS = (("engine", "engine", "--engine"), ("master", "master", "--master"),
@@ -41,12 +49,35 @@ def spark_choice(flags: Any, run: dict[str, Any], router: str) -> str | None:
     return f"--router {router}" if router != "none" else None
 
 
+def ignored_spark_settings(flags: Any, run: dict[str, Any]) -> list[str]:
+    """The Spark settings a run on the local engine ignores -- ``--master spark://h:7077``,
+    ``[run] spark_conf`` -- in :data:`SPARK_SETTINGS` order (a flag shown with its value)."""
+    out = []
+    for attr, key, flag in SPARK_SETTINGS[1:]:   # not --engine itself
+        value = getattr(flags, attr, None)
+        if value not in (None, [], ()):
+            out.append(f"{flag} {' '.join(value) if isinstance(value, list) else value}")
+        elif run.get(key) not in (None, {}, []):
+            out.append(f"[run] {key}")
+    return out
+
+
+def note_ignored_spark_settings(flags: Any, run: dict[str, Any], engine: str) -> None:
+    """On the local engine, one ``note:`` line on stderr naming the Spark settings it ignores
+    (once per process: ``base.errors.warn_once``)."""
+    ignored = ignored_spark_settings(flags, run) if engine == "local" else []
+    if ignored:
+        warn_once(f"--engine local: ignoring the Spark settings {', '.join(ignored)}", prefix="note")
+
+
 def engine_of(flags: Any, run: dict[str, Any], router: str, environment: str | None, default: str) -> str:
     """The engine a run starts from (before the give-way rules): ``--engine`` / ``[run] engine``;
     else ``"spark"`` when a router or a Spark setting chose it (:func:`spark_choice`); else
-    ``environment`` (``$STREAMJOIN_ENGINE``, unset: ``None``); else ``default``."""
+    ``environment`` (``$STREAMJOIN_ENGINE``, unset: ``None``); else ``default``.  An explicit
+    ``local`` beside Spark settings says so (:func:`note_ignored_spark_settings`)."""
     explicit = getattr(flags, "engine", None) or run.get("engine")
     if explicit:
+        note_ignored_spark_settings(flags, run, explicit)
         return explicit
     if spark_choice(flags, run, router) is not None:
         return "spark"

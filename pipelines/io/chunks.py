@@ -49,6 +49,7 @@ from ..base.errors import InputError
 from .columns import check_output_columns
 from .keys import KeyFacts, common_key_types, key_facts, merge_key_facts
 from .load import (MAX_QUARANTINE, LoadedStream, Normalised, unreadable_error, check_file_schemas, check_quarantine,
+                   column_bits, row_bytes_of,
                    check_time_ranges, configured_columns, integer_time_ranges, merge_time_ranges, normalise,
                    open_dataset, past_int64, reason_counts)
 
@@ -83,7 +84,7 @@ class StreamSurvey:
     ts_max: int | None
     schema: pa.Schema
     columns: list[str]      # what the engine needs when results are not written
-    row_bytes: float        # Arrow bytes per row of the first non-empty row group (memory estimates)
+    row_bytes: float        # Arrow bytes per row of the first non-empty row group (memory estimates; load.column_bits)
 
 
 @dataclass
@@ -179,7 +180,7 @@ def survey(configs: Sequence[StreamConfig], chunk_rows: int, max_quarantine: flo
                 continue
             if not row_bytes:  # the in-memory loader's estimate, from one whole row group
                 whole = _read(piece, schema, cfg, None)
-                row_bytes = whole.nbytes / whole.num_rows
+                row_bytes = row_bytes_of(sum(column_bits(c) for c in whole.columns), whole.num_rows)
             order = np.argsort(part.arrival, kind="stable")
             arr, ts = part.arrival[order], part.ts[order]
             piece.lo, piece.hi = int(arr[0]), int(arr[-1])

@@ -69,7 +69,7 @@ class LoadedStream:
     payload: pl.DataFrame     # remaining columns, row order
     quarantine: pl.DataFrame  # rejected rows with a `reason` column
     files: list[Path]
-    row_bytes: float          # Arrow bytes per row (memory estimates)
+    row_bytes: float          # Arrow bytes per row read (memory estimates; column_bits)
     vectors: np.ndarray | None = None  # (rows, d) float64 for the distance predicate
     kept: np.ndarray | None = None     # rows read that were kept (not quarantined); None: all
 
@@ -482,6 +482,41 @@ def check_quarantine(cfg: StreamConfig, rows: int, reasons: dict[str, int], max_
                      f"--max-quarantine {max_share:g}{hint}; fix the input or raise --max-quarantine")
 
 
+def column_bits(arr: pa.Array | pa.ChunkedArray) -> int:
+    """The Arrow bits of one column for the memory estimate (``row_bytes``), the same
+    however the column is chunked -- so a reader that sees it batch by batch (the Spark
+    read's ``mapInArrow``) adds up the whole column's number: per value its validity
+    bit plus its fixed width (a boolean: 1 bit) or, for strings and binaries, its offset
+    (32 bits; 64 for the large types) and its bytes (the offsets' span); a dictionary
+    column as its values.  ``Table.nbytes`` instead depends on the chunks (a validity
+    bitmap per chunk, present or not as the reader chose, a dictionary per chunk).
+    Nested types: ``nbytes`` (the Spark read refuses them).  No ``pyarrow.compute``
+    (its import costs every run ~0.1 s) but for dictionary columns."""
+    if isinstance(arr, pa.ChunkedArray):
+        return sum(column_bits(c) for c in arr.chunks)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr, t = arr.dictionary_decode(), t.value_type
+    n = len(arr)
+    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    if large or pa.types.is_string(t) or pa.types.is_binary(t):
+        if not n:
+            return 0
+        offsets = np.frombuffer(arr.buffers()[1], np.int64 if large else np.int32)
+        data = int(offsets[arr.offset + n]) - int(offsets[arr.offset])
+        return n * (1 + (64 if large else 32)) + 8 * data
+    try:
+        width = t.bit_width
+    except ValueError:   # not fixed width
+        return 8 * arr.nbytes
+    return n * (1 + width)
+
+
+def row_bytes_of(bits: int, rows: int) -> float:
+    """``LoadedStream.row_bytes`` from the columns' :func:`column_bits` and the rows read."""
+    return bits / (8 * rows) if rows else 0.0
+
+
 def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE) -> LoadedStream:
     """Read, validate and normalise one stream (see module docstring);
     ``max_quarantine=None``: no :func:`check_quarantine` (``inspect``)."""
@@ -489,7 +524,7 @@ def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE
     part = normalise(table, cfg)
     if max_quarantine is not None:
         check_quarantine(cfg, table.num_rows, reason_counts(part.quarantine), max_quarantine)
-    row_bytes = (table.nbytes / table.num_rows) if table.num_rows else 0.0
+    row_bytes = row_bytes_of(sum(column_bits(c) for c in table.columns), table.num_rows)
     return LoadedStream(
         config=cfg,
         ts=part.ts,

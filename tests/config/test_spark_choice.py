@@ -146,3 +146,34 @@ def test_a_router_with_the_local_engine_chosen_is_still_refused(tmp_path, monkey
     monkeypatch.setenv("STREAMJOIN_ENGINE", "spark")
     with pytest.raises(InputError, match="--router atr needs --engine spark"):
         resolve(_toml(tmp_path, "none", "1s", ""), Flags(out=str(tmp_path / "o"), engine="local", router="atr"))
+
+
+def test_local_engine_beside_spark_settings_notes_them_on_stderr(tmp_path):
+    """Through the CLI: ``--engine local`` with ``--master`` / ``--spark-conf`` / ``[run] master``
+    runs locally and says in one ``note:`` line (not an error, exit 0) which Spark settings it
+    ignores; without Spark settings nothing is said."""
+    import json
+    import subprocess
+
+    from helpers.cli import CMD, cli_env
+    from helpers.spark_runs import write_inputs
+
+    cfg = write_inputs(tmp_path, 2, seed=3)
+    spark_toml = tmp_path / "spark.toml"
+    spark_toml.write_text(cfg.read_text().replace("[run]\n", '[run]\nmaster = "spark://nowhere:7077"\n', 1))
+    cases = [
+        (cfg, ["--master", "local[2]", "--spark-conf", "spark.sql.shuffle.partitions=8"],
+         "note: --engine local: ignoring the Spark settings --master local[2], "
+         "--spark-conf spark.sql.shuffle.partitions=8"),
+        (spark_toml, [], "note: --engine local: ignoring the Spark settings [run] master"),
+        (cfg, [], None),
+    ]
+    for i, (toml, extra, note) in enumerate(cases):
+        out = tmp_path / f"o{i}"
+        proc = subprocess.run(CMD + ["run", str(toml), "--engine", "local", "--policy", "kslack", "--k", "10ms",
+                                     "--no-results", "--out", str(out), *extra],
+                              capture_output=True, text=True, timeout=300, env=cli_env())
+        assert proc.returncode == 0, proc.stderr
+        notes = [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "warning:", "error:"))]
+        assert notes == ([note] if note else []), proc.stderr
+        assert json.loads((out / "report.json").read_text())["config"]["engine"] == "local"

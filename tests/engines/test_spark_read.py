@@ -153,6 +153,8 @@ def test_read_streams_equals_load_all(spark, tmp_path_factory, a, h, b, keys, st
         assert_same_quarantine(local, got.streams)
         for s, f in zip(local, got.streams):
             assert f.files == s.files
+            # counted batch by batch in the read's own pass; Spark's batches are not pyarrow's chunks
+            assert f.row_bytes == s.row_bytes
             assert f.ts_range == ((int(s.ts.min()), int(s.ts.max())) if s.rows else None)
     finally:
         got.release()
@@ -202,6 +204,8 @@ def test_glob_hive_and_types(spark, tmp_path):
     assert frame.columns == want.columns and "h_day" in frame.columns
     assert frame.equals(want.cast(frame.schema))
     assert_same_quarantine(local, got.streams)
+    # dictionary, unsigned, boolean, date and hive partition columns: the local loader's bytes per row
+    assert [f.row_bytes for f in got.streams] == [s.row_bytes for s in local] and local[0].row_bytes > 0
     got.release()
 
 

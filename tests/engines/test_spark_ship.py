@@ -121,3 +121,75 @@ def test_local_cluster_without_streamjoin_runs_only_when_shipped(tmp_path, monke
     assert lines[0].startswith("error: the executors' Python cannot import streamjoin (spark.streamjoin.ship=false)")
     assert "java" not in off.stderr.lower() and "Traceback" not in off.stderr
     assert not (tmp_path / "off").exists()
+
+
+def test_zip_is_hashed_once_per_process_while_the_files_are_unchanged(tmp_path, monkeypatch):
+    """A run that opens its session twice (a Hadoop URI --out, then the join) asks for the zip
+    twice: the package is read and hashed once; an edited file (its stat identity changes)
+    is read again and makes another zip."""
+    from streamjoin.pipelines.engines.spark import ship
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("A = 1\n")
+    (pkg / "b.py").write_text("B = 2\n")
+    monkeypatch.setattr(ship, "package_files", lambda: [(f"streamjoin/pipelines/{f.name}", f)
+                                                       for f in sorted(pkg.iterdir())])
+    hashed = []
+    real = ship.hashlib.sha256
+
+    class Counting:
+        @staticmethod
+        def sha256(*a):
+            hashed.append(1)
+            return real(*a)
+
+    monkeypatch.setattr(ship, "hashlib", Counting)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    first = ship.package_zip(cache)
+    assert ship.package_zip(cache) == first and len(hashed) == 1
+    (pkg / "b.py").write_text("B = 3\n")
+    second = ship.package_zip(cache)
+    assert second != first and len(hashed) == 2
+    assert zipfile.ZipFile(second).read("streamjoin/pipelines/b.py") == b"B = 3\n"
+    assert ship.package_zip(cache) == second and len(hashed) == 2
+
+
+def test_executor_import_failure_is_ships_line_in_warm_up_and_read(tmp_path):
+    """One mapping (ship.executor_imports) for every job whose workers import streamjoin: the
+    warm-up's and the native read's failures give the same line; other failures pass unchanged."""
+    from streamjoin.pipelines.config.settings import StreamConfig
+    from streamjoin.pipelines.engines.spark.read import read_streams
+    from streamjoin.pipelines.engines.spark.session import warm_up
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    class Failing:
+        """A session whose every job fails the way a worker without streamjoin does."""
+        conf = {"spark.streamjoin.ship": "false"}
+        failure = RuntimeError("PythonException: ... ModuleNotFoundError: No module named 'streamjoin'")
+
+        class sparkContext:
+            defaultParallelism = 2
+
+            @staticmethod
+            def parallelize(*a):
+                raise Failing.failure
+
+        @property
+        def read(self):
+            raise Failing.failure
+
+    pq.write_table(pa.table({"ts": pa.array([1, 2], pa.timestamp("us"))}), tmp_path / "a.parquet")
+    lines = []
+    for job in (lambda s: warm_up(s), lambda s: read_streams(s, [StreamConfig("a", str(tmp_path / "a.parquet"))],
+                                                             quarantine_dir=tmp_path / "q")):
+        with pytest.raises(InputError) as exc:
+            job(Failing())
+        lines.append(str(exc.value))
+    assert lines[0] == lines[1]
+    assert lines[0].startswith("the executors' Python cannot import streamjoin (spark.streamjoin.ship=false)")
+    Failing.failure = RuntimeError("a Java failure")
+    with pytest.raises(RuntimeError, match="a Java failure"):
+        warm_up(Failing())

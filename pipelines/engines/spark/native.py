@@ -21,10 +21,10 @@ D controller decisions, Q quarantined rows)::
       their footer schemas; per integer time column its min and max;
       per (file, task) row index range, rows kept and read, ts and
       arrival ranges; rows per quarantine reason; per key column
-      min, max, first inexact float; per input column its Arrow
-      bytes (read by pyarrow on an executor: the memory estimate's
-      row_bytes); the quarantine written by the executors into the
-      run's staging directory                                       O(F + t + c)
+      min, max, first inexact float; per (file, task) the input
+      columns' bits (load.column_bits, counted in the read's pass:
+      the memory estimate's row_bytes); the quarantine written by the
+      executors into the run's staging directory                    O(F + t + c)
       -> the recall period from the kept arrivals' range; offsets
          (each task's first row) back as a broadcast table
       (qjoin / qkslack with a bad-rows trigger: the quarantined rows'

@@ -28,12 +28,14 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    The result is persisted on the executors.
 4. **Facts** (executors -> driver, small aggregations): per (file, task)
    the least and greatest row index, the rows kept and read and the least and greatest
-   kept ``ts`` and ``arrival``; per reason the rows quarantined; per key
-   column its least and greatest kept value and the first inexact float;
-   per input column its Arrow bytes as ``load.read_table`` reads it (one
-   task per (stream, column) reads that column whole with pyarrow on an
-   executor): ``StreamFacts.row_bytes``, the local loader's
-   ``LoadedStream.row_bytes`` (the memory estimate's bytes per row).
+   kept ``ts`` and ``arrival`` and the sum of the batches' ``load.column_bits``
+   (each batch's on its first row: stage 3 counts them in the read's own pass,
+   no second read of the input); per reason the rows quarantined; per key
+   column its least and greatest kept value and the first inexact float.
+   ``StreamFacts.row_bytes`` is ``load.row_bytes_of`` those bits and the
+   rows read: the local loader's ``LoadedStream.row_bytes`` (the memory
+   estimate's bytes per row), which ``column_bits`` makes independent of
+   how a reader chunks the columns.
    The driver applies ``load.check_quarantine`` and ``keys.common_key_types``
    to them, and turns the per-(file, task) counts into each task's first
    ``row`` (a prefix count in sorted-file order; a file's chunks must be
@@ -80,19 +82,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...base.errors import InputError
-from ...config.options import SHIP_CONF_KEY, is_uri
+from ...config.options import is_uri
 from ...config.settings import MAX_QUARANTINE, StreamConfig
 from ...io.columns import QUARANTINE_REASON, check_output_columns, payload_columns
 from ...io.keys import SIGNIFICAND_BITS, KeyFacts, common_key_types
 from ...io.load import (check_columns, check_file_schemas, check_quarantine, check_unit_range, check_vector_types,
-                        input_columns, int64_range_error, normalise, open_dataset, pl_to_numpy, resolve_files,
-                        single_file, stream_where, time_unit, to_micros, unreadable_error)
+                        column_bits, input_columns, int64_range_error, normalise, open_dataset, pl_to_numpy,
+                        resolve_files, row_bytes_of, single_file, stream_where, time_unit, to_micros,
+                        unreadable_error)
 from .hadoop_out import check_written, file_uri
-from .ship import executor_import_error
+from .ship import executor_imports
 
 #: the working columns of the read's intermediate frame (input columns may not start with ``__sj_``)
-FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL = (
-    "__sj_file", "__sj_file_row", "__sj_task", "__sj_rank", "__sj_reason", "__sj_ts", "__sj_arrival")
+FILE, FILE_ROW, TASK, RANK, REASON, TS, ARRIVAL, BITS = (
+    "__sj_file", "__sj_file_row", "__sj_task", "__sj_rank", "__sj_reason", "__sj_ts", "__sj_arrival", "__sj_bits")
 
 
 @dataclass
@@ -353,6 +356,10 @@ def _normaliser(plan: _Plan):
             table = pa.table({c: original(c, batch.column(c)) for c in schema.names})
             part = normalise(table, cfg, check_units=False)   # stage 2 checked the whole column
             n = batch.num_rows
+            # the batch's column_bits (the same whatever the chunking), on its first row: summed in stage 4
+            bits = np.zeros(n, np.int64)
+            if n:
+                bits[0] = sum(column_bits(col) for col in table.columns)
             kept = part.kept if part.kept is not None else np.ones(n, bool)
             bad = ~kept
             reason = np.full(n, None, object)
@@ -362,7 +369,7 @@ def _normaliser(plan: _Plan):
             rank = pa.array(_ranks(files, rows, kept, seen), mask=bad)
             cols = {FILE: pa.array(files, pa.int32()), FILE_ROW: batch.column(FILE_ROW),
                     TASK: pa.array(np.full(n, task, np.int32)), RANK: rank, REASON: pa.array(reason, pa.string()),
-                    TS: pa.array(ts, mask=bad), ARRIVAL: pa.array(arrival, mask=bad)}
+                    TS: pa.array(ts, mask=bad), ARRIVAL: pa.array(arrival, mask=bad), BITS: pa.array(bits)}
             for c in schema.names:
                 arr = batch.column(c)
                 if c in convert:   # hive partition columns, payload timestamps
@@ -425,7 +432,7 @@ def _out_types(plan: _Plan) -> list[tuple[str, pa.DataType]]:
 
 def _out_schema(plan: _Plan) -> str:
     working = (f"{FILE} int, {FILE_ROW} bigint, {TASK} int, {RANK} bigint, {REASON} string, "
-               f"{TS} bigint, {ARRIVAL} bigint")
+               f"{TS} bigint, {ARRIVAL} bigint, {BITS} bigint")
     return ", ".join([working] + [f"`{f.name}` {ddl}" for f, (ddl, _) in zip(plan.schema, _out_types(plan))])
 
 
@@ -459,14 +466,15 @@ def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
 
 def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFacts, list[tuple[int, int, int]]]:
     """One stream's facts from two aggregations (per (file, task): least and
-    greatest row index, rows kept and read, time ranges; per reason: rows), refused by
-    ``load.check_quarantine`` as the local loader would; and each chunk's first ``row``."""
+    greatest row index, rows kept and read, time ranges, the columns' bits; per reason:
+    rows), refused by ``load.check_quarantine`` as the local loader would; and each
+    chunk's first ``row``."""
     from pyspark.sql import functions as F
 
     kept = F.col(REASON).isNull()
     chunks = (inter.groupBy(FILE, TASK)
               .agg(F.min(FILE_ROW), F.max(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
-                   F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL))
+                   F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL), F.sum(BITS))
               .collect())
     offsets, rows, read = _offsets([tuple(int(x) for x in r[:6]) for r in chunks])
     reasons = {r[0]: int(r[1]) for r in inter.filter(~kept).groupBy(REASON).count().collect()}
@@ -479,7 +487,8 @@ def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFact
     return StreamFacts(config=plan.cfg, files=plan.files, read=read, rows=rows, reasons=reasons,
                        ts_range=span(6, 7), arrival_range=span(8, 9),
                        payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
-                       arrow_types={f.name: f.type for f in plan.schema}), offsets
+                       arrow_types={f.name: f.type for f in plan.schema},
+                       row_bytes=row_bytes_of(sum(int(r[10] or 0) for r in chunks), read)), offsets
 
 
 def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
@@ -515,33 +524,6 @@ def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
     return out
 
 
-def _column_nbytes(cfg: StreamConfig, column: str) -> int:
-    """The Arrow bytes of one column of the stream as ``load.read_table`` reads it
-    (``pq.ParquetFile.read`` of a single file, else ``pyarrow.dataset``'s table):
-    one column at a time, so the chunking -- and with it ``nbytes`` -- is the local loader's."""
-    files = resolve_files(cfg.path, cfg.name)
-    one = single_file(cfg.path, files)
-    if one is not None:
-        return pq.ParquetFile(one).read(columns=[column]).nbytes
-    return open_dataset(cfg.path, cfg.name)[0].to_table(columns=[column]).nbytes
-
-
-def _row_bytes(spark, plans: list[_Plan], read: list[int]) -> list[float]:
-    """``LoadedStream.row_bytes`` of every stream (the memory estimate's Arrow bytes per
-    row read), one Spark task per (stream, column) reading that column whole with pyarrow
-    on an executor; the driver receives one number per column."""
-    jobs = [(i, c) for i, p in enumerate(plans) for c in p.schema.names if read[i]]
-    if not jobs:
-        return [0.0] * len(plans)
-    cfgs = [p.cfg for p in plans]
-    sizes = (spark.sparkContext.parallelize(jobs, len(jobs))
-             .map(lambda job: (job[0], _column_nbytes(cfgs[job[0]], job[1]))).collect())
-    total = [0] * len(plans)
-    for i, b in sizes:
-        total[i] += b
-    return [t / r if r else 0.0 for t, r in zip(total, read)]
-
-
 # ---------------------------------------------------------------------------
 # the entry point
 # ---------------------------------------------------------------------------
@@ -567,42 +549,38 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
 
     check_output_columns([(c, input_columns(c)) for c in configs])
     plans = [_plan(c) for c in configs]
-    scans = [_scan(spark, p) for p in plans]
-    for plan, scan in zip(plans, scans):
-        _check_units(plan, scan)
-    inters: list = []
-    try:
-        facts, chunk_offsets = [], []
+    # the read is the native path's first job: a worker that cannot import streamjoin fails here
+    with executor_imports(spark):
+        scans = [_scan(spark, p) for p in plans]
         for plan, scan in zip(plans, scans):
-            inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
-            inters.append(inter)
-            fact, offsets = _stream_facts(plan, inter, max_quarantine)
-            facts.append(fact)
-            chunk_offsets.append(offsets)
-        dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
-        key_types = [_spark_key_type(d) for d in dtypes]
-        for fact, b in zip(facts, _row_bytes(spark, plans, [f.read for f in facts])):
-            fact.row_bytes = b
-        for plan, inter, fact in zip(plans, inters, facts):
-            if fact.reasons:
-                base = quarantine_dir if is_uri(quarantine_dir) else Path(quarantine_dir)
-                fact.quarantine = base / f"{plan.cfg.name}.parquet"
-                # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
-                (inter.filter(F.col(REASON).isNotNull())
-                 .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
-                 .write.mode("overwrite").parquet(file_uri(fact.quarantine)))
-                check_written(spark, fact.quarantine)   # a Hadoop URI's staging too (.hadoop_out)
-    except BaseException as exc:
-        for inter in inters:
-            inter.unpersist()
-        line = executor_input_error(exc)
-        if line is not None:
-            raise InputError(line) from None
-        # the read is the native path's first job: a worker that cannot import streamjoin fails here
-        missing = executor_import_error(exc, spark.conf.get(SHIP_CONF_KEY, "auto"))
-        if missing is not None:
-            raise missing from None
-        raise
+            _check_units(plan, scan)
+        inters: list = []
+        try:
+            facts, chunk_offsets = [], []
+            for plan, scan in zip(plans, scans):
+                inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+                inters.append(inter)
+                fact, offsets = _stream_facts(plan, inter, max_quarantine)
+                facts.append(fact)
+                chunk_offsets.append(offsets)
+            dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
+            key_types = [_spark_key_type(d) for d in dtypes]
+            for plan, inter, fact in zip(plans, inters, facts):
+                if fact.reasons:
+                    base = quarantine_dir if is_uri(quarantine_dir) else Path(quarantine_dir)
+                    fact.quarantine = base / f"{plan.cfg.name}.parquet"
+                    # a file:// URI: a scheme-less path resolves against fs.defaultFS (hdfs:// on YARN)
+                    (inter.filter(F.col(REASON).isNotNull())
+                     .select(*[F.col(f"`{c}`") for c in plan.schema.names], F.col(REASON).alias(QUARANTINE_REASON))
+                     .write.mode("overwrite").parquet(file_uri(fact.quarantine)))
+                    check_written(spark, fact.quarantine)   # a Hadoop URI's staging too (.hadoop_out)
+        except BaseException as exc:
+            for inter in inters:
+                inter.unpersist()
+            line = executor_input_error(exc)
+            if line is not None:
+                raise InputError(line) from None
+            raise
     frames = []
     for i, (plan, inter, fact, offsets) in enumerate(zip(plans, inters, facts, chunk_offsets)):
         starts = spark.createDataFrame(offsets or [(0, 0, 0)], f"{FILE} int, {TASK} int, __sj_offset bigint")

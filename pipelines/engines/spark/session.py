@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from ...base.jit import KERNELS_ENV, executor_mode
-from ...config.options import SHIP_CONF_KEY, same_host
+from ...config.options import same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
-from .ship import executor_import_error, ship
+from .ship import executor_imports, ship
 
 
 #: where Spark's own output goes (a path; appended to and kept); unset: a temporary file
@@ -167,16 +167,11 @@ def _import_kernels(records):
 def warm_up(spark) -> None:
     """One trivial task per executor core: starts the Python workers (reused by
     the job's tasks) and imports this module in them.  A worker that cannot
-    import streamjoin fails here, in one line (:func:`.ship.executor_import_error`)."""
+    import streamjoin fails here, in one line (:func:`.ship.executor_imports`)."""
     sc = spark.sparkContext
     tasks = max(1, int(sc.defaultParallelism))
-    try:
+    with executor_imports(spark):
         sc.parallelize(range(tasks), tasks).mapPartitions(_import_kernels).collect()
-    except Exception as exc:
-        one_line = executor_import_error(exc, spark.conf.get(SHIP_CONF_KEY, "auto"))
-        if one_line is None:
-            raise
-        raise one_line from None
 
 
 def arrow_table(d: dict):

@@ -25,9 +25,14 @@ whole zip and readers never see half of one.  The compiled kernels are not
 in it: an executor without them runs the numpy kernels (the same answer,
 pipelines/base/jit.py).
 
-A worker that cannot import streamjoin fails the first job (the warm-up) with
-a Python traceback inside a Java one; :func:`executor_import_error` turns it
-into one line.
+A worker that cannot import streamjoin fails the first job (the warm-up; the
+read on the native path) with a Python traceback inside a Java one;
+:func:`executor_imports` around those jobs turns it into
+:func:`executor_import_error`'s one line.
+
+The zip's digest is computed once per process (:func:`package_zip` remembers
+it by the package files' stat identity): a run that opens its session twice
+(``--out`` as a Hadoop URI) reads and hashes the package once.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ...base.errors import InputError
@@ -95,19 +102,41 @@ def _temporary_cache() -> Path:
     return _temporary
 
 
+#: this process's zips: (cache directory, every package file's name and stat identity) -> zip
+_known: dict[tuple, Path] = {}
+
+
+def _identity(files: list[tuple[str, Path]]) -> tuple:
+    """The package files as they are now: name, inode, size and modification time of each
+    (an edit, a reinstall or a checkout changes one of them)."""
+    out = []
+    for name, f in files:
+        st = f.stat()
+        out.append((name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def package_zip(cache: Path | None = None) -> Path:
     """The zip of the installed package (module docstring): the cached one for this
-    content, or built now (under a temporary name, renamed into place)."""
+    content, or built now (under a temporary name, renamed into place).  Hashed once per
+    process while the files' stat identity holds: a run's second session (a Hadoop URI
+    ``--out`` opens one before the join's) finds this process's zip without reading the
+    package again."""
     files = package_files()
+    cache = cache if cache is not None else _cache_dir()
+    if cache is None:
+        cache = _temporary_cache()
+    key = (str(cache), _identity(files))
+    known = _known.get(key)
+    if known is not None and known.is_file():
+        return known
     contents = [(name, f.read_bytes()) for name, f in files]
     digest = hashlib.sha256()
     for name, data in contents:
         digest.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
-    cache = cache if cache is not None else _cache_dir()
-    if cache is None:
-        cache = _temporary_cache()
     target = cache / f"streamjoin-{tool_version()}-{digest.hexdigest()[:16]}.zip"
     if target.is_file() and zipfile.is_zipfile(target):
+        _known[key] = target
         return target
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -121,6 +150,7 @@ def package_zip(cache: Path | None = None) -> Path:
         os.replace(tmp, target)
     finally:
         Path(tmp).unlink(missing_ok=True)
+    _known[key] = target
     return target
 
 
@@ -141,3 +171,17 @@ def executor_import_error(exc: BaseException, mode: str) -> InputError | None:
     return InputError(f"the executors' Python cannot import streamjoin ({SHIP_CONF_KEY}={mode}): ship it with "
                       f"--spark-conf {SHIP_CONF_KEY}=true (or spark-submit --py-files), or install streamjoin "
                       f"in the executors' Python (spark.pyspark.python / PYSPARK_PYTHON)")
+
+
+@contextmanager
+def executor_imports(spark) -> Iterator[None]:
+    """Spark jobs whose workers import streamjoin: a failure to import it becomes
+    :func:`executor_import_error`'s one line, any other exception passes unchanged.
+    The one place that mapping is made (the warm-up, the native path's read)."""
+    try:
+        yield
+    except Exception as exc:
+        one_line = executor_import_error(exc, spark.conf.get(SHIP_CONF_KEY, "auto"))
+        if one_line is None:
+            raise
+        raise one_line from None
