@@ -377,6 +377,12 @@ def count_walk(*arrays_and_values):
     return None if kernel is None else kernel(*arrays_and_values)
 
 
+def count_walk_built() -> bool:
+    """Whether :func:`count_walk` runs here (built or loaded now if it can be;
+    ``False`` with ``$STREAMJOIN_KERNELS=numpy`` or where none can be built)."""
+    return jit.prebuilt(_count_walk, COUNT_SIGNATURE) is not None
+
+
 def ensure_built() -> None:
     """Build (or load) every kernel of this module now: a Spark driver calls it
     before its tasks run.  The executors' Python workers only load modules

@@ -171,8 +171,9 @@ def join(
     replay_ready: Future = Future()
 
     sizes = [len(t) for t in ts]
-    counting = count is not None and counts_apply(sizes, policy, space=space, where=where, order=order,
-                                                  counts=counts)
+    # the plan is the sorted enumeration's: a bucket join orders the combinations (and so the sample) otherwise
+    counting = count is not None and candidates_method != "bucket" and counts_apply(
+        sizes, policy, space=space, where=where, order=order, counts=counts)
 
     def truth():
         if counting:   # the band join's plan only: counted once the policy's facts are there
@@ -254,10 +255,12 @@ def counts_apply(sizes: Sequence[int], policy: PolicySpec, *, space=None, where=
     """Whether :func:`join`'s ``count`` counts: two streams of at least
     :data:`~streamjoin.pipelines.replay.counting.MIN_ROWS` rows together, the
     symmetric or sorting family, no distance predicate, ``--where``, given probe
-    order or count window (the kernel's own checks come on top: built, int32 rows)."""
+    order or count window, and the counting kernel built (without it the band
+    plan would be built only to be thrown away; the kernel's own checks come on
+    top: int32 rows, no repeated row)."""
     return (len(sizes) == 2 and sum(sizes) >= counting.MIN_ROWS and policy.family in COUNTED_FAMILIES
             and space is None and where is None and order is None
-            and (counts is None or all(c is None for c in counts)))
+            and (counts is None or all(c is None for c in counts)) and counting.kernel_built())
 
 
 def _count(plan, replay: Replay, windows: np.ndarray, decisions: Decisions, expiry_index, count: CountRequest

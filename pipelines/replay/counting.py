@@ -59,6 +59,14 @@ from .candidates import BandPlan
 MIN_ROWS = KERNEL_MIN_ROWS
 #: the families whose emission rule the walk applies
 COUNTED_FAMILIES = (SYMMETRIC, SORTING)
+
+
+def kernel_built() -> bool:
+    """Whether :func:`count_pairs` can count on this machine (the kernel is
+    built, or is built now): where not, the engine materialises from the start."""
+    return kernels.count_walk_built()
+
+
 @dataclass
 class Counted:
     """What a two-stream run's report reads of its combinations, counted.

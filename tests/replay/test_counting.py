@@ -178,3 +178,41 @@ def test_run_without_results_counts_and_writes_the_same_report(tmp_path, monkeyp
             r.pop(key)
     assert reports[0] == reports[1]
     assert reports[0]["truth_results"] > 0 and reports[0]["tuning"]["sample_every"] == 1
+
+
+def _two_streams(seed=5, sizes=(300, 200)):
+    rng = np.random.default_rng(seed)
+    ts = [np.sort(rng.integers(0, 5000, n)).astype(np.int64) for n in sizes]
+    return ts, [t + rng.integers(0, 200, len(t)) for t in ts]
+
+
+def test_without_the_kernel_the_plan_is_not_built_for_nothing(monkeypatch):
+    """No counting kernel (``$STREAMJOIN_KERNELS=numpy``, or none can be built):
+    the run materialises from the start -- no band plan built and thrown away,
+    no ``count`` stage in its timings -- and gives the materialised outcome."""
+    ts, arrival = _two_streams()
+    policy = PolicySpec("static", retention=(30, 30))
+    want = join(ts, arrival, [None, None], (40, 60), policy)
+    plans = []
+
+    def spy(*args, **kwargs):
+        plans.append(kwargs.get("plan"))
+        return enumerate_sorted(*args, **kwargs)
+
+    monkeypatch.setattr(local, "enumerate_sorted", spy)
+    monkeypatch.setenv("STREAMJOIN_KERNELS", "numpy")
+    got = join(ts, arrival, [None, None], (40, 60), policy, count=CountRequest(period_us=100, sample=50))
+    assert got.counted is None and got.combos is not None
+    assert "count" not in got.timings_s and plans == []
+    assert len(got.combos) == len(want.combos) > 0
+    assert np.array_equal(got.emission.emitted, want.emission.emitted)
+
+
+def test_a_bucket_join_is_not_counted():
+    """``candidates_method="bucket"`` orders the combinations otherwise than the
+    sorted plan: counting it would sample other combinations' required slacks."""
+    ts, arrival = _two_streams(sizes=(400, 300))
+    policy = PolicySpec("kslack", k=(20, 20))
+    got = join(ts, arrival, [None, None], (40, 60), policy, candidates_method="bucket",
+               count=CountRequest(period_us=100, sample=50))
+    assert got.counted is None and got.combos is not None
