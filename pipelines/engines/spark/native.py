@@ -186,6 +186,9 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     keycols = [c for c in df.columns if c.startswith("__key")]
     payload_cols = [[(payload_name(k, j), c) for j, c in enumerate(payloads[k])] for k in range(n)]
     N = int(sum(sizes))
+    if results_dir is None:   # no results: the payload is never read, so it neither moves nor is cached
+        df = df.drop(*[c for p in payload_cols for c, _ in p])
+        payload_cols = [[] for _ in range(n)]
 
     t0 = time.perf_counter()
     schedule = log = policy_settings = None

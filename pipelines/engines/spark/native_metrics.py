@@ -40,6 +40,7 @@ from ...route import atr as atr_mod
 from .hadoop_out import check_written, file_uri
 from .kernels import join_streams
 from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
+from .progress import one_group_per_task
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
@@ -317,7 +318,7 @@ def _partial_summaries(data, *, n, sizes, W, family, plan, P, keycols, fact_cols
         stat = out.pop("_stats")
         return pa.table(group_summary(q, n, sizes, family, W, part, out, stat, first, period_us))
 
-    got = (routed.groupBy("q").applyInArrow(task, PARTIAL_SCHEMA)
+    got = (one_group_per_task(routed, "q", P).groupBy("__pk").applyInArrow(task, PARTIAL_SCHEMA)
            .groupBy("kind", "k1", "k2").agg(*[F.sum(c).alias(c) for c in
                                                ("count", "n_in", "n_cand", "n_out", "t_us")]).toArrow())
     g = {c: got.column(c).to_numpy() for c in got.column_names}

@@ -49,7 +49,7 @@ from ...base.timeunits import NEG_INF
 from ...policies import SORTING, PolicySpec
 from ...replay import partitioned_progress as sp
 from .kernels import INT
-from .progress import TUPLE_COLS, arrow_chunk, carried, table_of
+from .progress import TUPLE_COLS, arrow_chunk, carried, one_group_per_task, table_of
 
 #: columns of the facts frame beside stream, row, ts, arrival (H0.. follow per stream)
 FACTS = ("a", "T", "T_prev", "delay", "R", "R_prev", "dropped", "expired", "kneed")
@@ -315,7 +315,7 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
                          "bpeak": np.maximum.reduceat(nbytes, heads).astype(np.float64),
                          "bsum": np.add.reduceat(nbytes, heads).astype(np.float64)})
 
-    got = ev.groupBy("g").applyInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
+    got = one_group_per_task(ev, "g", Q).groupBy("__pk").applyInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
     B = len(starts)
     peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
     bucket = got.column("bucket").to_numpy()
