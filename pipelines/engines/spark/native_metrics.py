@@ -13,7 +13,12 @@ by Spark's own writer (``results.parquet/``: part files and ``_SUCCESS``);
 ``report.json``'s numbers are aggregations of the rows -- counts, per period
 counts, value counts of the latencies and the required slacks, duplicates --
 the same :class:`~streamjoin.pipelines.analysis.summary.ResultSummary` the
-executors' results path merges.  With a CTR plan the combinations come from
+executors' results path merges.  Without results (``--no-results``) an ATR /
+``none`` group returns instead its partial summary (:func:`group_summary`:
+counts per period, value counts, duplicates, tuples received, its statistics
+row), summed by one aggregation: no row per combination leaves the Python
+workers.  The groups are shuffled one per task
+(:func:`~.progress.one_group_per_task`).  With a CTR plan the combinations come from
 :mod:`.native_route` (hops as successive shuffles) in the same rows.  Every
 join task adds one statistics row (:data:`~.native_route.STAT_COLS`: its
 partition, tuples in, candidates, combinations, intermediate results
