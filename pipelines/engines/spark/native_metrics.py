@@ -106,11 +106,10 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     (CTR: stored) and the partitions' statistics (:func:`merge_stats`; CTR also the
     tuples and intermediate results shipped: ``shipped_tuples``, ``shipped_intermediate``)."""
     import polars as pl
-    import pyarrow as pa
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import IntegerType, StructField, StructType
+    from pyspark.sql.types import StructType
 
     from ...route.ctr import CtrPlan
 
@@ -121,7 +120,6 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         data = data.drop(*[f for cols in payload_cols for f, _ in cols])   # nor replicated, nor cached
         payload_cols = [[] for _ in payload_cols]
     arrow_schema = to_arrow_schema(rschema)
-    keyed = bool(keycols)
     fact_cols = ["row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if family == SORTING else [])
     narrow = max(sizes, default=0) < 2**31
@@ -158,43 +156,11 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
                                                    rows_of=rows_of, rschema=rschema)
         combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
     else:
-        if plan is None:
-            routed = data.withColumn("q", F.lit(0).cast("int"))
-        else:
-            def replicate(it):
-                for b in it:
-                    t = pa.Table.from_batches([b])
-                    st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
-                    idx, part = [], []
-                    for k in range(n):
-                        sel = np.flatnonzero(st == k)
-                        i, p = atr_mod.assign(plan, k, ts[sel])
-                        idx.append(sel[i])
-                        part.append(p)
-                    idx = np.concatenate(idx)
-                    t = t.take(idx).append_column("q", pa.array(np.concatenate(part).astype(np.int32)))
-                    yield from t.to_batches()
-            routed = data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
+        routed = _routed(data, n, plan)
 
         def task(table):
-            q = int(table.column("q")[0].as_py()) if table.num_rows else 0
-            st = table.column("stream").to_numpy()
-            part, subs = [], []
-            for k in range(n):
-                sub = table.filter(pa.array(st == k))
-                sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
-                subs.append(sub)
-                d = {c: sub.column(c).to_numpy() for c in fact_cols}
-                d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
-                    dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
-                part.append(d)
-            if keyed:
-                ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
-                for k in range(n):
-                    part[k]["kid"] = ids[k]
-            own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
-            out = join_streams(part, n, W, family, keyed, 0, None, own, timing=False)
-            stat = out.pop("_stats")   # n_in, n_cand (before ownership), n_out, t_us: the kernel's
+            q, part, out, stat = _group_join(table, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                             fact_cols=fact_cols, payload_cols=payload_cols)
             return with_stat_rows(rows_of(part, out), [{**stat, "q": q}], arrow_schema)
 
         # replicated once (the count below fills the cache), then joined; MEMORY_AND_DISK spills
@@ -274,53 +240,75 @@ def group_summary(q: int, n: int, sizes, family: str, W, part: list[dict], out: 
     return cols
 
 
+def _routed(data, n: int, plan):
+    """``data`` with each tuple's ATR partition ``q`` (replicated to every partition
+    whose receive ranges hold it: ``atr.assign`` in ``mapInArrow``); no plan: all in 0."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    if plan is None:
+        return data.withColumn("q", F.lit(0).cast("int"))
+
+    def replicate(it):
+        for b in it:
+            t = pa.Table.from_batches([b])
+            st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
+            idx, to = [], []
+            for k in range(n):
+                sel = np.flatnonzero(st == k)
+                i, p = atr_mod.assign(plan, k, ts[sel])
+                idx.append(sel[i])
+                to.append(p)
+            t = t.take(np.concatenate(idx)).append_column("q", pa.array(np.concatenate(to).astype(np.int32)))
+            yield from t.to_batches()
+    return data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
+
+
+def _group_join(table, *, n, W, family, plan, keycols, fact_cols, payload_cols):
+    """One ATR / ``none`` group (the tuples routed to partition ``q``) joined by
+    :func:`~.kernels.join_streams`, keeping the combinations ``q`` owns:
+    ``(q, per-stream columns, the kernel's output, its statistics)``; ``payload_cols``
+    (None: none) become each stream's ``payload`` frame."""
+    import polars as pl
+    import pyarrow as pa
+
+    q = int(table.column("q")[0].as_py()) if table.num_rows else 0
+    st = table.column("stream").to_numpy()
+    part, subs = [], []
+    for k in range(n):
+        sub = table.filter(pa.array(st == k))
+        sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
+        subs.append(sub)
+        d = {c: sub.column(c).to_numpy() for c in fact_cols}
+        if payload_cols is not None:
+            d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
+                dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
+        part.append(d)
+    if keycols:
+        ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
+        for k in range(n):
+            part[k]["kid"] = ids[k]
+    own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
+    out = join_streams(part, n, W, family, bool(keycols), 0, None, own, timing=False)
+    stat = out.pop("_stats")   # n_in, n_cand (before ownership), n_out, t_us: the kernel's
+    return q, part, out, stat
+
+
 def _partial_summaries(data, *, n, sizes, W, family, plan, P, keycols, fact_cols, first, period_us):
     """The ATR / ``none`` join without results: replicate (``atr.assign`` in the
     shuffle's map side), group by partition, and every group returns
     :func:`group_summary` instead of a row per combination; one aggregation of those
     rows (O(P x n + periods + distinct latencies and slacks)) reaches the driver."""
-    import polars as pl
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    keyed = bool(keycols)
-    cols = ["stream", *dict.fromkeys(fact_cols), *keycols]
-    data = data.select(*cols)
-    if plan is None:
-        routed = data.withColumn("q", F.lit(0).cast("int"))
-    else:
-        from pyspark.sql.types import IntegerType, StructField, StructType
-
-        def replicate(it):
-            for b in it:
-                t = pa.Table.from_batches([b])
-                st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
-                idx, to = [], []
-                for k in range(n):
-                    sel = np.flatnonzero(st == k)
-                    i, p = atr_mod.assign(plan, k, ts[sel])
-                    idx.append(sel[i])
-                    to.append(p)
-                t = t.take(np.concatenate(idx)).append_column("q", pa.array(np.concatenate(to).astype(np.int32)))
-                yield from t.to_batches()
-        routed = data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
+    data = data.select("stream", *dict.fromkeys(fact_cols), *keycols)
+    routed = _routed(data, n, plan)
 
     def task(table):
-        q = int(table.column("q")[0].as_py()) if table.num_rows else 0
-        st = table.column("stream").to_numpy()
-        part, subs = [], []
-        for k in range(n):
-            sub = table.filter(pa.array(st == k))
-            sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
-            subs.append(sub)
-            part.append({c: sub.column(c).to_numpy() for c in fact_cols})
-        if keyed:
-            ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
-            for k in range(n):
-                part[k]["kid"] = ids[k]
-        own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
-        out = join_streams(part, n, W, family, keyed, 0, None, own, timing=False)
-        stat = out.pop("_stats")
+        q, part, out, stat = _group_join(table, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                         fact_cols=fact_cols, payload_cols=None)
         return pa.table(group_summary(q, n, sizes, family, W, part, out, stat, first, period_us))
 
     got = (one_group_per_task(routed, "q", P).groupBy("__pk").applyInArrow(task, PARTIAL_SCHEMA)

@@ -256,6 +256,23 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                     ts_min=cy.ts_min, ts_max=cy.ts_max, cached=cached, in_order=in_order)
 
 
+def bucket_pieces(mem, w, starts, lo: int) -> dict:
+    """A partition's memory ``mem`` (``(n, m)`` tuples held per stream at its indexes
+    ``lo..lo+m-1``) cut at the report's series buckets (``starts``): per bucket it
+    touches, the peak and sum of the tuples held and of their bytes (``w`` per stream)."""
+    n, m = mem.shape
+    total = mem.sum(axis=0)
+    nbytes = mem[0] * w[0]                 # metrics.memory_summary: the same products, the same order
+    for k in range(1, n):
+        nbytes = nbytes + mem[k] * w[k]
+    bucket = np.searchsorted(starts, lo + np.arange(m), side="right") - 1
+    heads = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+    return {"bucket": bucket[heads].astype(INT), "peak": np.maximum.reduceat(total, heads).astype(INT),
+            "sum": np.add.reduceat(total, heads).astype(INT),
+            "bpeak": np.maximum.reduceat(nbytes, heads).astype(np.float64),
+            "bsum": np.add.reduceat(nbytes, heads).astype(np.float64)}
+
+
 def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all: bool):
     """Memory over arrival indexes from the facts' ``a`` / ``end``: ``(tuples, bytes,
     series)`` as :func:`~streamjoin.pipelines.analysis.metrics.memory_summary` and
@@ -315,28 +332,25 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
             delta = (np.bincount(i[mine & (dd > 0)], minlength=m)[:m]
                      - np.bincount(i[mine & (dd < 0)], minlength=m)[:m])
             mem[k] = np.cumsum(delta) + carry[g][k]
-        total = mem.sum(axis=0)
-        nbytes = mem[0] * w[0]                 # metrics.memory_summary: the same products, the same order
-        for k in range(1, n):
-            nbytes = nbytes + mem[k] * w[k]
-        bucket = np.searchsorted(starts, lo + np.arange(m), side="right") - 1
-        heads = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
-        return pa.table({"bucket": bucket[heads].astype(INT), "peak": np.maximum.reduceat(total, heads).astype(INT),
-                         "sum": np.add.reduceat(total, heads).astype(INT),
-                         "bpeak": np.maximum.reduceat(nbytes, heads).astype(np.float64),
-                         "bsum": np.add.reduceat(nbytes, heads).astype(np.float64)})
+        return pa.table(bucket_pieces(mem, w, starts, lo))
 
     got = one_group_per_task(ev, "g", Q).groupBy("__pk").applyInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
-    B = len(starts)
-    peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
-    bucket = got.column("bucket").to_numpy()
-    np.maximum.at(peak, bucket, got.column("peak").to_numpy())
-    np.add.at(total_sum, bucket, got.column("sum").to_numpy())
-    bpeak = float(got.column("bpeak").to_numpy().max()) if got.num_rows else 0.0
-    bsum = float(got.column("bsum").to_numpy().sum())
-    sizes = np.diff(np.append(starts, N))
     arr = {int(r["a"]): int(r["arrival"]) for r in
            prog.facts.filter(F.col("a").isin([int(x) for x in starts])).select("a", "arrival").collect()}
+    return merged_pieces({c: got.column(c).to_numpy() for c in got.column_names}, starts, N, arr)
+
+
+def merged_pieces(g: dict, starts, N: int, arr: dict):
+    """The partitions' :func:`bucket_pieces` (``g``: their columns, concatenated) merged
+    into :func:`memory_stats`' ``(tuples, bytes, series)``; ``arr``: the arrival time at
+    each series point (index -> arrival)."""
+    B = len(starts)
+    peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
+    np.maximum.at(peak, g["bucket"], g["peak"])
+    np.add.at(total_sum, g["bucket"], g["sum"])
+    bpeak = float(g["bpeak"].max()) if len(g["bpeak"]) else 0.0
+    bsum = float(g["bsum"].sum())
+    sizes = np.diff(np.append(starts, N))
     tuples = {"peak": int(peak.max()), "mean": float(int(total_sum.sum()) / N)}
     nbytes = {"peak": int(round(max(bpeak, 0.0))), "mean": bsum / N}
     series = {"arrival_us": [arr[int(x)] for x in starts], "peak": peak.tolist(),
@@ -432,39 +446,21 @@ def _memory_in_order(prog: Progress, n: int, row_bytes, points: int, held_all: b
                      - np.bincount(e[own & (est == k)] - lo, minlength=m)[:m])
             np.add.at(delta, fi[fs == k] - lo, fd[fs == k])
             mem[k] = np.cumsum(delta) + carry[p][k]
-        total = mem.sum(axis=0)
-        nbytes = mem[0] * w[0]                 # metrics.memory_summary: the same products, the same order
-        for k in range(1, n):
-            nbytes = nbytes + mem[k] * w[k]
-        bucket = np.searchsorted(starts, lo + np.arange(m), side="right") - 1
-        heads = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+        pieces = bucket_pieces(mem, w, starts, lo)
         arrival = np.empty(m, INT)
         arrival[a - lo] = t.column("arrival").to_numpy()
         pts = starts[(starts >= lo) & (starts < lo + m)]
-        k0, k1 = np.zeros(len(heads), INT), np.ones(len(pts), INT)
+        k0, k1 = np.zeros(len(pieces["bucket"]), INT), np.ones(len(pts), INT)
         yield pa.RecordBatch.from_pydict({
-            "kind": np.concatenate([k0, k1]), "bucket": np.concatenate([bucket[heads], pts]).astype(INT),
-            "peak": np.concatenate([np.maximum.reduceat(total, heads), arrival[pts - lo]]).astype(INT),
-            "sum": np.concatenate([np.add.reduceat(total, heads), k1 * 0]).astype(INT),
-            "bpeak": np.concatenate([np.maximum.reduceat(nbytes, heads), k1 * 0.0]).astype(np.float64),
-            "bsum": np.concatenate([np.add.reduceat(nbytes, heads), k1 * 0.0]).astype(np.float64)})
+            "kind": np.concatenate([k0, k1]), "bucket": np.concatenate([pieces["bucket"], pts]).astype(INT),
+            "peak": np.concatenate([pieces["peak"], arrival[pts - lo]]).astype(INT),
+            "sum": np.concatenate([pieces["sum"], k1 * 0]).astype(INT),
+            "bpeak": np.concatenate([pieces["bpeak"], k1 * 0.0]).astype(np.float64),
+            "bsum": np.concatenate([pieces["bsum"], k1 * 0.0]).astype(np.float64)})
 
     got = facts.mapInArrow(scan, "kind bigint, bucket bigint, peak bigint, sum bigint, bpeak double, bsum double") \
         .toArrow()
     g = {c: got.column(c).to_numpy() for c in got.column_names}
     pt = g["kind"] == 1
     arr = dict(zip(g["bucket"][pt].tolist(), g["peak"][pt].tolist()))
-    s = ~pt
-    B = len(starts)
-    peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
-    np.maximum.at(peak, g["bucket"][s], g["peak"][s])
-    np.add.at(total_sum, g["bucket"][s], g["sum"][s])
-    bpeak = float(g["bpeak"][s].max()) if s.any() else 0.0
-    bsum = float(g["bsum"][s].sum())
-    sizes = np.diff(np.append(starts, N))
-    tuples = {"peak": int(peak.max()), "mean": float(int(total_sum.sum()) / N)}
-    nbytes = {"peak": int(round(max(bpeak, 0.0))), "mean": bsum / N}
-    series = {"arrival_us": [arr[int(x)] for x in starts], "peak": peak.tolist(),
-              "mean": (total_sum / sizes).round(3).tolist(), "points": int(B),
-              "arrivals_per_point": float(N / B)}
-    return tuples, nbytes, series
+    return merged_pieces({c: v[~pt] for c, v in g.items()}, starts, N, arr)
