@@ -52,7 +52,9 @@ D controller decisions, Q quarantined rows)::
       partition the largest value and a count                       O(P)
     memory (native_progress.memory_stats): per partition n sums, then its
       peak, sums and pieces of the report's downsampled series;
-      the arrival time at each series point                         O(P x n + points)
+      the arrival time at each series point (facts in replay order: the
+      -1 events that cross a partition boundary, aggregated by index,
+      and those sent to the partition that holds them, no shuffle)  O(P x n + points + crossing)
     stream facts: per stream count, ts range, drops, expiries; value
       counts of the delays                                          O(n x distinct delays)
     probe order (3+ streams): a sample of <= 4096 rows of each probing
@@ -64,8 +66,11 @@ D controller decisions, Q quarantined rows)::
     join, ATR / none: tuples replicated to their partitions on the
       executors (atr.assign in mapInArrow), groupBy(partition)
       .applyInArrow runs the kernel (kernels.join_streams) and gives
-      every combination its emission, latency, required slack, period;
-      tuples per partition and stream, each task's counts and time  O(P x n)
+      every combination its emission, latency, required slack, period
+      (--no-results: each group returns its partial summary instead,
+      native_metrics.group_summary, and the payload is dropped before
+      the progress frame); tuples per partition and stream, each
+      task's counts and time                                        O(P x n)
     join, CTR (.native_route): hop 1 a mapInArrow to each tuple's
       storage host and set cover, then one groupBy(partition)
       .applyInArrow shuffle per hop joining the tuples stored there;
@@ -74,7 +79,8 @@ D controller decisions, Q quarantined rows)::
     results: df.write.parquet into the staging directory, a file://
       URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
       protocol: part files + _SUCCESS)                              nothing
-    metrics: truth / emitted / duplicates counts, per period counts,
+    metrics (--no-results, ATR / none: the groups' partial summaries summed
+      by one aggregation): truth / emitted / duplicates counts, per period counts,
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
 
@@ -187,6 +193,9 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     keycols = [c for c in df.columns if c.startswith("__key")]
     payload_cols = [[(payload_name(k, j), c) for j, c in enumerate(payloads[k])] for k in range(n)]
     N = int(sum(sizes))
+    if results_dir is None:   # no results: the payload is never read, so it neither moves nor is cached
+        df = df.drop(*[c for p in payload_cols for c, _ in p])
+        payload_cols = [[] for _ in range(n)]
 
     t0 = time.perf_counter()
     schedule = log = policy_settings = None

@@ -13,7 +13,12 @@ by Spark's own writer (``results.parquet/``: part files and ``_SUCCESS``);
 ``report.json``'s numbers are aggregations of the rows -- counts, per period
 counts, value counts of the latencies and the required slacks, duplicates --
 the same :class:`~streamjoin.pipelines.analysis.summary.ResultSummary` the
-executors' results path merges.  With a CTR plan the combinations come from
+executors' results path merges.  Without results (``--no-results``) an ATR /
+``none`` group returns instead its partial summary (:func:`group_summary`:
+counts per period, value counts, duplicates, tuples received, its statistics
+row), summed by one aggregation: no row per combination leaves the Python
+workers.  The groups are shuffled one per task
+(:func:`~.progress.one_group_per_task`).  With a CTR plan the combinations come from
 :mod:`.native_route` (hops as successive shuffles) in the same rows.  Every
 join task adds one statistics row (:data:`~.native_route.STAT_COLS`: its
 partition, tuples in, candidates, combinations, intermediate results
@@ -40,6 +45,7 @@ from ...route import atr as atr_mod
 from .hadoop_out import check_written, file_uri
 from .kernels import join_streams
 from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
+from .progress import one_group_per_task
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
@@ -100,11 +106,10 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
     (CTR: stored) and the partitions' statistics (:func:`merge_stats`; CTR also the
     tuples and intermediate results shipped: ``shipped_tuples``, ``shipped_intermediate``)."""
     import polars as pl
-    import pyarrow as pa
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import IntegerType, StructField, StructType
+    from pyspark.sql.types import StructType
 
     from ...route.ctr import CtrPlan
 
@@ -115,7 +120,6 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         data = data.drop(*[f for cols in payload_cols for f, _ in cols])   # nor replicated, nor cached
         payload_cols = [[] for _ in payload_cols]
     arrow_schema = to_arrow_schema(rschema)
-    keyed = bool(keycols)
     fact_cols = ["row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
         + (["rel_us"] if family == SORTING else [])
     narrow = max(sizes, default=0) < 2**31
@@ -143,49 +147,20 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         return frame.to_arrow()
 
     shipped, routed = {}, None
+    if results_dir is None and not isinstance(plan, CtrPlan):   # each group returns its partial summary
+        return _partial_summaries(data, n=n, sizes=sizes, W=W, family=family, plan=plan, P=P, keycols=keycols,
+                                  fact_cols=fact_cols, first=first, period_us=period_us)
     if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
         combos, stored, shipped, routed = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
                                                    payload_cols=payload_cols, fact_cols=fact_cols,
                                                    rows_of=rows_of, rschema=rschema)
         combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
     else:
-        if plan is None:
-            routed = data.withColumn("q", F.lit(0).cast("int"))
-        else:
-            def replicate(it):
-                for b in it:
-                    t = pa.Table.from_batches([b])
-                    st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
-                    idx, part = [], []
-                    for k in range(n):
-                        sel = np.flatnonzero(st == k)
-                        i, p = atr_mod.assign(plan, k, ts[sel])
-                        idx.append(sel[i])
-                        part.append(p)
-                    idx = np.concatenate(idx)
-                    t = t.take(idx).append_column("q", pa.array(np.concatenate(part).astype(np.int32)))
-                    yield from t.to_batches()
-            routed = data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
+        routed = _routed(data, n, plan)
 
         def task(table):
-            q = int(table.column("q")[0].as_py()) if table.num_rows else 0
-            st = table.column("stream").to_numpy()
-            part, subs = [], []
-            for k in range(n):
-                sub = table.filter(pa.array(st == k))
-                sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
-                subs.append(sub)
-                d = {c: sub.column(c).to_numpy() for c in fact_cols}
-                d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
-                    dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
-                part.append(d)
-            if keyed:
-                ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
-                for k in range(n):
-                    part[k]["kid"] = ids[k]
-            own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
-            out = join_streams(part, n, W, family, keyed, 0, None, own, timing=False)
-            stat = out.pop("_stats")   # n_in, n_cand (before ownership), n_out, t_us: the kernel's
+            q, part, out, stat = _group_join(table, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                             fact_cols=fact_cols, payload_cols=payload_cols)
             return with_stat_rows(rows_of(part, out), [{**stat, "q": q}], arrow_schema)
 
         # replicated once (the count below fills the cache), then joined; MEMORY_AND_DISK spills
@@ -209,6 +184,158 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         if routed is not None:
             routed.unpersist()
     return {"summary": summary, "period_ids": period_ids, "stats": stats, **shipped}, stored
+
+
+#: the partial summaries' rows: ``kind``, two keys, a count (and the statistics columns, kind STATS)
+PERIODS, LATENCY, NEED_VC, DUPS, STORED, STATS = range(6)
+PARTIAL_SCHEMA = ("kind int, k1 bigint, k2 bigint, count bigint, n_in bigint, n_cand bigint, n_out bigint, "
+                  "t_us double")
+
+
+def group_summary(q: int, n: int, sizes, family: str, W, part: list[dict], out: dict, stat: dict, first: int,
+                  period_us: int) -> dict:
+    """One ATR / ``none`` group's partial summary of its combinations (``out``, the
+    kernel's) over its per-stream columns ``part``, as :data:`PARTIAL_SCHEMA` columns:
+    counts per (period, emitted), value counts of the emitted latencies and of every
+    combination's required slack, its duplicate count, tuples it received per stream
+    and its statistics row.  Summing them over the groups is the whole summary: a
+    combination is owned by one partition (``atr.owner_partition``), so no two groups
+    emit the same one and the duplicates add up."""
+    from ...analysis.summary import value_counts
+    from ...replay.duplicates import count_duplicates
+
+    loc, _, emitted, _, latency, need = combination_facts(family, tuple(int(w) for w in W), part, out)
+    m = len(emitted)
+    rows = [part[k]["row"][loc[k]].astype(np.int64) for k in range(n)]
+    kinds, k1, k2, cnt = [], [], [], []
+
+    def add(kind, a, b, c):
+        kinds.append(np.full(len(c), kind, np.int32))
+        k1.append(np.asarray(a, np.int64))
+        k2.append(np.asarray(b, np.int64))
+        cnt.append(np.asarray(c, np.int64))
+
+    if m:
+        arrival_last = np.maximum.reduce([part[k]["arrival"][loc[k]] for k in range(n)])
+        period = (arrival_last - first) // period_us
+        code, c = np.unique(period * 2 + emitted, return_counts=True)
+        add(PERIODS, code // 2, code % 2, c)
+        v, c = value_counts(np.asarray(latency)[emitted])
+        add(LATENCY, v, np.zeros(len(v)), c)
+        v, c = value_counts(need)
+        add(NEED_VC, v, np.zeros(len(v)), c)
+        width = [max(int(sizes[k]), int(rows[k].max()) + 1) for k in range(n)]   # codes never collide
+        add(DUPS, [0], [0], [count_duplicates(rows, width, emitted)])
+    add(STORED, np.arange(n), np.full(n, q), [len(part[k]["row"]) for k in range(n)])
+    cols = {"kind": np.concatenate(kinds), "k1": np.concatenate(k1), "k2": np.concatenate(k2),
+            "count": np.concatenate(cnt)}
+    z = len(cols["kind"])
+    cols = {**cols, "n_in": np.zeros(z, np.int64), "n_cand": np.zeros(z, np.int64), "n_out": np.zeros(z, np.int64),
+            "t_us": np.zeros(z, np.float64)}
+    cols["kind"] = np.append(cols["kind"], np.int32(STATS))
+    for c in ("k1", "k2", "count"):
+        cols[c] = np.append(cols[c], q if c == "k1" else 0)
+    for c in ("n_in", "n_cand", "n_out", "t_us"):
+        cols[c] = np.append(cols[c], stat.get(c, 0))
+    return cols
+
+
+def _routed(data, n: int, plan):
+    """``data`` with each tuple's ATR partition ``q`` (replicated to every partition
+    whose receive ranges hold it: ``atr.assign`` in ``mapInArrow``); no plan: all in 0."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    if plan is None:
+        return data.withColumn("q", F.lit(0).cast("int"))
+
+    def replicate(it):
+        for b in it:
+            t = pa.Table.from_batches([b])
+            st, ts = t.column("stream").to_numpy(), t.column("ts").to_numpy()
+            idx, to = [], []
+            for k in range(n):
+                sel = np.flatnonzero(st == k)
+                i, p = atr_mod.assign(plan, k, ts[sel])
+                idx.append(sel[i])
+                to.append(p)
+            t = t.take(np.concatenate(idx)).append_column("q", pa.array(np.concatenate(to).astype(np.int32)))
+            yield from t.to_batches()
+    return data.mapInArrow(replicate, StructType(data.schema.fields + [StructField("q", IntegerType())]))
+
+
+def _group_join(table, *, n, W, family, plan, keycols, fact_cols, payload_cols):
+    """One ATR / ``none`` group (the tuples routed to partition ``q``) joined by
+    :func:`~.kernels.join_streams`, keeping the combinations ``q`` owns:
+    ``(q, per-stream columns, the kernel's output, its statistics)``; ``payload_cols``
+    (None: none) become each stream's ``payload`` frame."""
+    import polars as pl
+    import pyarrow as pa
+
+    q = int(table.column("q")[0].as_py()) if table.num_rows else 0
+    st = table.column("stream").to_numpy()
+    part, subs = [], []
+    for k in range(n):
+        sub = table.filter(pa.array(st == k))
+        sub = sub.take(np.argsort(sub.column("row").to_numpy(), kind="stable"))
+        subs.append(sub)
+        d = {c: sub.column(c).to_numpy() for c in fact_cols}
+        if payload_cols is not None:
+            d["payload"] = pl.from_arrow(sub.select([f for f, _ in payload_cols[k]])).rename(
+                dict(payload_cols[k])) if payload_cols[k] else pl.DataFrame()
+        part.append(d)
+    if keycols:
+        ids = key_ids([pl.from_arrow(s.select(keycols)) for s in subs])
+        for k in range(n):
+            part[k]["kid"] = ids[k]
+    own = None if plan is None else (lambda mt: atr_mod.owner_partition(plan, mt) == q)
+    out = join_streams(part, n, W, family, bool(keycols), 0, None, own, timing=False)
+    stat = out.pop("_stats")   # n_in, n_cand (before ownership), n_out, t_us: the kernel's
+    return q, part, out, stat
+
+
+def _partial_summaries(data, *, n, sizes, W, family, plan, P, keycols, fact_cols, first, period_us):
+    """The ATR / ``none`` join without results: replicate (``atr.assign`` in the
+    shuffle's map side), group by partition, and every group returns
+    :func:`group_summary` instead of a row per combination; one aggregation of those
+    rows (O(P x n + periods + distinct latencies and slacks)) reaches the driver."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    data = data.select("stream", *dict.fromkeys(fact_cols), *keycols)
+    routed = _routed(data, n, plan)
+
+    def task(table):
+        q, part, out, stat = _group_join(table, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                         fact_cols=fact_cols, payload_cols=None)
+        return pa.table(group_summary(q, n, sizes, family, W, part, out, stat, first, period_us))
+
+    got = (one_group_per_task(routed, "q", P).groupBy("__pk").applyInArrow(task, PARTIAL_SCHEMA)
+           .groupBy("kind", "k1", "k2").agg(*[F.sum(c).alias(c) for c in
+                                               ("count", "n_in", "n_cand", "n_out", "t_us")]).toArrow())
+    g = {c: got.column(c).to_numpy() for c in got.column_names}
+    kind = g["kind"]
+    stored = np.zeros((n, max(P, 1)), np.int64)
+    s = kind == STORED
+    stored[g["k1"][s], g["k2"][s]] = g["count"][s]
+    s = np.flatnonzero(kind == STATS)
+    stats = merge_stats([{STAT_Q: int(g["k1"][i]), **{c: g[c[2:]][i].item() for c in STAT_COLS[1:] if c[2:] in g},
+                          "__n_inter_in": None} for i in s], P)
+    s = kind == PERIODS
+    ids = np.unique(g["k1"][s]).astype(np.int64)
+    periods = np.zeros(2 * len(ids), np.int64)
+    np.add.at(periods, 2 * np.searchsorted(ids, g["k1"][s]) + g["k2"][s], g["count"][s])
+
+    def counts(k):
+        s = kind == k
+        order = np.argsort(g["k1"][s], kind="stable")
+        return g["k1"][s][order].astype(np.int64), g["count"][s][order].astype(np.int64)
+
+    summary = ResultSummary(truth=int(periods.sum()), emitted=int(periods[1::2].sum()),
+                            duplicates=int(g["count"][kind == DUPS].sum()), periods=periods,
+                            latency=counts(LATENCY), need=counts(NEED_VC))
+    return {"summary": summary, "period_ids": ids, "stats": stats}, stored
 
 
 def _value_counts(df, col: str):

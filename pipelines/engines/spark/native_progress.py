@@ -36,7 +36,11 @@ sent to the partition of the replay order holding its index, summed per
 partition (n numbers each to the driver) and scanned with the carried-in
 sums; each partition returns its peak and sums per bucket of the report's
 downsampled series (:func:`~streamjoin.pipelines.report.build.memory_series`'
-buckets): O(P + buckets) numbers.
+buckets): O(P + buckets) numbers.  When the facts frame keeps the replay
+order's partitions (the found rows broadcast: ``Progress.in_order``) that is
+done without a shuffle (:func:`_memory_in_order`): a ``mapInArrow`` gives each
+partition's sums and the events it sends past its own range (those near a
+boundary) to the driver, a second scans each partition where it is.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from ...base.timeunits import NEG_INF
 from ...policies import SORTING, PolicySpec
 from ...replay import partitioned_progress as sp
 from .kernels import INT
-from .progress import TUPLE_COLS, arrow_chunk, carried, table_of
+from .progress import TUPLE_COLS, arrow_chunk, carried, one_group_per_task, table_of
 
 #: columns of the facts frame beside stream, row, ts, arrival (H0.. follow per stream)
 FACTS = ("a", "T", "T_prev", "delay", "R", "R_prev", "dropped", "expired", "kneed")
@@ -68,6 +72,7 @@ class Progress:
     ts_min: int | None = None                      # smallest and largest ts (None: no tuples)
     ts_max: int | None = None
     cached: list = field(default_factory=list)     # the persisted frames under ``facts`` (:meth:`release`)
+    in_order: bool = False                         # ``facts``' partition p is the replay order's p-th range
 
     def release(self) -> None:
         """Unpersist the frames the facts are read from (after the last reader)."""
@@ -202,7 +207,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     heads = {(int(r["q"]), int(r["g"])): (int(r["v"]), int(r["count"])) for r in
              queries.groupBy("q", "g").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
     base.unpersist()   # pre is whole: the aggregation above read every partition
-    fdf, cached = pre, [pre]
+    fdf, cached, in_order = pre, [pre], True
     if heads:
         head = None
         for j, (g, g_prev, _) in enumerate(seqs):
@@ -237,7 +242,8 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                                      for k in (0, 1) for c in ("idx", "us")])
                  .persist(StorageLevel.MEMORY_AND_DISK))   # found once: every reader of the facts joins it
         cached.append(found)
-        if sum(c for _, c in heads.values()) <= 2_000_000:   # a few MB: sent to every task, no shuffle of pre
+        in_order = sum(c for _, c in heads.values()) <= 2_000_000
+        if in_order:   # a few MB: sent to every task, no shuffle of pre (its partitions stay the replay order's)
             found = F.broadcast(found)
         fdf = (pre.join(found, "a", "left")
                .withColumn("rel", F.coalesce("idx0", "rel")).withColumn("rel_us", F.coalesce("us0", "rel_us"))
@@ -247,7 +253,24 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     if not sorting:
         fdf = fdf.drop("rel", "rel_us")
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),
-                    ts_min=cy.ts_min, ts_max=cy.ts_max, cached=cached)
+                    ts_min=cy.ts_min, ts_max=cy.ts_max, cached=cached, in_order=in_order)
+
+
+def bucket_pieces(mem, w, starts, lo: int) -> dict:
+    """A partition's memory ``mem`` (``(n, m)`` tuples held per stream at its indexes
+    ``lo..lo+m-1``) cut at the report's series buckets (``starts``): per bucket it
+    touches, the peak and sum of the tuples held and of their bytes (``w`` per stream)."""
+    n, m = mem.shape
+    total = mem.sum(axis=0)
+    nbytes = mem[0] * w[0]                 # metrics.memory_summary: the same products, the same order
+    for k in range(1, n):
+        nbytes = nbytes + mem[k] * w[k]
+    bucket = np.searchsorted(starts, lo + np.arange(m), side="right") - 1
+    heads = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+    return {"bucket": bucket[heads].astype(INT), "peak": np.maximum.reduceat(total, heads).astype(INT),
+            "sum": np.add.reduceat(total, heads).astype(INT),
+            "bpeak": np.maximum.reduceat(nbytes, heads).astype(np.float64),
+            "bsum": np.add.reduceat(nbytes, heads).astype(np.float64)}
 
 
 def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all: bool):
@@ -262,7 +285,8 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
     per-partition sums (n numbers each) give every partition its carried-in
     memory; one ``groupBy(partition).applyInArrow`` turns each partition's events
     into its memory at every index (a dense prefix sum) and returns its peak and
-    sums per bucket of the report's series."""
+    sums per bucket of the report's series.  With ``prog.in_order``,
+    :func:`_memory_in_order` instead (no shuffle of the events)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -270,6 +294,10 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
     if N == 0:
         return ({"peak": 0, "mean": 0.0}, {"peak": 0, "mean": 0.0},
                 {"arrival_us": [], "peak": [], "mean": [], "points": 0, "arrivals_per_point": 0})
+    if prog.in_order:
+        got = _memory_in_order(prog, n, row_bytes, points, held_all)
+        if got is not None:
+            return got
     f = prog.facts if held_all else prog.facts.filter(~F.col("dropped"))
     offs = [int(o) for o in prog.offsets]
     bounds = offs + [N]
@@ -304,31 +332,135 @@ def memory_stats(spark, prog: Progress, n: int, row_bytes, points: int, held_all
             delta = (np.bincount(i[mine & (dd > 0)], minlength=m)[:m]
                      - np.bincount(i[mine & (dd < 0)], minlength=m)[:m])
             mem[k] = np.cumsum(delta) + carry[g][k]
-        total = mem.sum(axis=0)
-        nbytes = mem[0] * w[0]                 # metrics.memory_summary: the same products, the same order
-        for k in range(1, n):
-            nbytes = nbytes + mem[k] * w[k]
-        bucket = np.searchsorted(starts, lo + np.arange(m), side="right") - 1
-        heads = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
-        return pa.table({"bucket": bucket[heads].astype(INT), "peak": np.maximum.reduceat(total, heads).astype(INT),
-                         "sum": np.add.reduceat(total, heads).astype(INT),
-                         "bpeak": np.maximum.reduceat(nbytes, heads).astype(np.float64),
-                         "bsum": np.add.reduceat(nbytes, heads).astype(np.float64)})
+        return pa.table(bucket_pieces(mem, w, starts, lo))
 
-    got = ev.groupBy("g").applyInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
-    B = len(starts)
-    peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
-    bucket = got.column("bucket").to_numpy()
-    np.maximum.at(peak, bucket, got.column("peak").to_numpy())
-    np.add.at(total_sum, bucket, got.column("sum").to_numpy())
-    bpeak = float(got.column("bpeak").to_numpy().max()) if got.num_rows else 0.0
-    bsum = float(got.column("bsum").to_numpy().sum())
-    sizes = np.diff(np.append(starts, N))
+    got = one_group_per_task(ev, "g", Q).groupBy("__pk").applyInArrow(scan, "bucket bigint, peak bigint, sum bigint, bpeak double, bsum double").toArrow()
     arr = {int(r["a"]): int(r["arrival"]) for r in
            prog.facts.filter(F.col("a").isin([int(x) for x in starts])).select("a", "arrival").collect()}
+    return merged_pieces({c: got.column(c).to_numpy() for c in got.column_names}, starts, N, arr)
+
+
+def merged_pieces(g: dict, starts, N: int, arr: dict):
+    """The partitions' :func:`bucket_pieces` (``g``: their columns, concatenated) merged
+    into :func:`memory_stats`' ``(tuples, bytes, series)``; ``arr``: the arrival time at
+    each series point (index -> arrival)."""
+    B = len(starts)
+    peak, total_sum = np.zeros(B, INT), np.zeros(B, INT)
+    np.maximum.at(peak, g["bucket"], g["peak"])
+    np.add.at(total_sum, g["bucket"], g["sum"])
+    bpeak = float(g["bpeak"].max()) if len(g["bpeak"]) else 0.0
+    bsum = float(g["bsum"].sum())
+    sizes = np.diff(np.append(starts, N))
     tuples = {"peak": int(peak.max()), "mean": float(int(total_sum.sum()) / N)}
     nbytes = {"peak": int(round(max(bpeak, 0.0))), "mean": bsum / N}
     series = {"arrival_us": [arr[int(x)] for x in starts], "peak": peak.tolist(),
               "mean": (total_sum / sizes).round(3).tolist(), "points": int(B),
               "arrivals_per_point": float(N / B)}
     return tuples, nbytes, series
+
+
+#: the largest number of events crossing a partition boundary :func:`_memory_in_order` takes to the driver
+FOREIGN_MAX = 2_000_000
+
+
+def _memory_in_order(prog: Progress, n: int, row_bytes, points: int, held_all: bool):
+    """:func:`memory_stats` without a shuffle, when the facts' partitions are the replay
+    order's ranges (``prog.in_order``): one ``mapInArrow`` gives per partition its
+    events' sums per stream (``n`` numbers) and the ``-1`` events it sends to a later
+    partition (a held tuple whose ``end`` is past its own range: those near a boundary),
+    aggregated by index; a second ``mapInArrow`` scans each partition's own events
+    with those it receives and its carried-in memory (the dense prefix sum), returning
+    its peak and sums per bucket of the report's series and the arrival time at the
+    series points it holds.  None (the caller shuffles instead) when more than
+    :data:`FOREIGN_MAX` events cross a boundary."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+
+    N = prog.N
+    offs = np.asarray([int(o) for o in prog.offsets], INT)
+    bounds = np.append(offs, N)
+    Q = len(offs)
+    cols = ["a", "end", "stream", "dropped", "arrival"]
+
+    def held_events(t):
+        a, end, st = (t.column(c).to_numpy() for c in ("a", "end", "stream"))
+        held = np.ones(len(a), bool) if held_all else ~t.column("dropped").to_numpy(zero_copy_only=False)
+        leaves = held & (end < N)
+        g_end = np.searchsorted(offs, end[leaves], side="right") - 1   # an empty partition shares the next's start
+        return a, st.astype(INT), held, end[leaves], st[leaves].astype(INT), g_end
+
+    def sums(it):
+        p = TaskContext.get().partitionId()
+        t = table_of(it)
+        if t is None:
+            return
+        a, st, held, e, est, g = held_events(t)
+        out = {"kind": [], "g": [], "i": [], "stream": [], "d": []}
+
+        def put(kind, gg, i, s, d):
+            for k, v in (("kind", np.full(len(d), kind)), ("g", gg), ("i", i), ("stream", s), ("d", d)):
+                out[k].append(np.asarray(v, INT))
+        put(0, np.full(n, p), np.zeros(n), np.arange(n), np.bincount(st[held], minlength=n))
+        code, c = np.unique(g * n + est, return_counts=True)
+        put(0, code // n, np.zeros(len(c)), code % n, -c)
+        away = g != p
+        code, c = np.unique(e[away] * n + est[away], return_counts=True)
+        put(1, np.searchsorted(offs, code // n, side="right") - 1, code // n, code % n, -c)
+        yield pa.RecordBatch.from_pydict({k: np.concatenate(v) for k, v in out.items()})
+
+    facts = prog.facts.select(*cols)
+    part = facts.mapInArrow(sums, "kind bigint, g bigint, i bigint, stream bigint, d bigint").persist()
+    try:   # small: n rows per partition and the boundary-crossing events
+        if part.filter(F.col("kind") == 1).count() > FOREIGN_MAX:
+            return None
+        rows = part.groupBy("kind", "g", "i", "stream").agg(F.sum("d").alias("d")).toArrow()
+    finally:
+        part.unpersist()
+    r = {c: rows.column(c).to_numpy() for c in ("kind", "g", "i", "stream", "d")}
+    per = np.zeros((Q, n), INT)
+    s = r["kind"] == 0
+    np.add.at(per, (r["g"][s], r["stream"][s]), r["d"][s])
+    carry = np.vstack([np.zeros((1, n), INT), np.cumsum(per, axis=0)[:-1]])
+    s = np.flatnonzero(r["kind"] == 1)
+    incoming = {int(g): (r["i"][s][r["g"][s] == g], r["stream"][s][r["g"][s] == g], r["d"][s][r["g"][s] == g])
+                for g in np.unique(r["g"][s])}
+    b = min(points, N)
+    starts = np.unique(np.linspace(0, N, b, endpoint=False).astype(np.int64))
+    w = np.asarray(row_bytes, dtype=np.float64)
+
+    def scan(it):
+        p = TaskContext.get().partitionId()
+        t = table_of(it)
+        lo, m = int(bounds[p]), int(bounds[p + 1] - bounds[p])
+        if t is None or m == 0:
+            return
+        a, st, held, e, est, g = held_events(t)
+        if len(a) != m or a.min() != lo or a.max() != lo + m - 1:
+            raise RuntimeError(f"memory scan: partition {p} holds not the replay order's indexes {lo}..{lo + m - 1}")
+        own = g == p
+        fi, fs, fd = incoming.get(p, (np.empty(0, INT), np.empty(0, INT), np.empty(0, INT)))
+        mem = np.empty((n, m), INT)
+        for k in range(n):
+            delta = (np.bincount(a[held & (st == k)] - lo, minlength=m)[:m]
+                     - np.bincount(e[own & (est == k)] - lo, minlength=m)[:m])
+            np.add.at(delta, fi[fs == k] - lo, fd[fs == k])
+            mem[k] = np.cumsum(delta) + carry[p][k]
+        pieces = bucket_pieces(mem, w, starts, lo)
+        arrival = np.empty(m, INT)
+        arrival[a - lo] = t.column("arrival").to_numpy()
+        pts = starts[(starts >= lo) & (starts < lo + m)]
+        k0, k1 = np.zeros(len(pieces["bucket"]), INT), np.ones(len(pts), INT)
+        yield pa.RecordBatch.from_pydict({
+            "kind": np.concatenate([k0, k1]), "bucket": np.concatenate([pieces["bucket"], pts]).astype(INT),
+            "peak": np.concatenate([pieces["peak"], arrival[pts - lo]]).astype(INT),
+            "sum": np.concatenate([pieces["sum"], k1 * 0]).astype(INT),
+            "bpeak": np.concatenate([pieces["bpeak"], k1 * 0.0]).astype(np.float64),
+            "bsum": np.concatenate([pieces["bsum"], k1 * 0.0]).astype(np.float64)})
+
+    got = facts.mapInArrow(scan, "kind bigint, bucket bigint, peak bigint, sum bigint, bpeak double, bsum double") \
+        .toArrow()
+    g = {c: got.column(c).to_numpy() for c in got.column_names}
+    pt = g["kind"] == 1
+    arr = dict(zip(g["bucket"][pt].tolist(), g["peak"][pt].tolist()))
+    return merged_pieces({c: v[~pt] for c, v in g.items()}, starts, N, arr)

@@ -87,6 +87,26 @@ def per_partition(df, fn, width: int, default) -> list[np.ndarray]:
     return [got.get(p, np.asarray(default, INT)) for p in range(P)]
 
 
+def one_group_per_task(df, col: str, P: int, key: str = "__pk"):
+    """``df`` shuffled so that each value ``0..P-1`` of the int column ``col`` is
+    alone in its own task: a column ``key`` whose Spark hash lands on partition ``col``
+    (``pmod(hash(key), P)``, the hash partitioner's; found by a tiny job), and
+    ``repartition(P, key)`` (a shuffle with an explicit number of partitions, which
+    adaptive execution leaves as it is).  ``groupBy(col)`` alone hashes ``P`` values
+    into ``spark.sql.shuffle.partitions`` buckets, where two often share one task
+    (or AQE coalesces the small shuffle into one): one core for the stage.
+    Group by ``key`` afterwards (one group per ``col`` value, no further shuffle)."""
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    salt = {}
+    for r in (spark.range(64 * P).select(F.col("id").cast("int").alias("v"))
+              .select("v", F.expr(f"pmod(hash(v), {P})").alias("p")).collect()):
+        salt.setdefault(int(r["p"]), int(r["v"]))
+    values = F.array(*[F.lit(salt.get(q, q)) for q in range(P)])
+    return df.withColumn(key, F.element_at(values, F.col(col) + 1).cast("int")).repartition(P, key)
+
+
 def first_summary(c: dict, n: int) -> np.ndarray:
     """One pass's summary of a chunk: ``summary1`` (count, largest ``ts`` per stream),
     the smallest ``ts`` per stream (``POS_INF`` if none), ``summary2`` with no carry
