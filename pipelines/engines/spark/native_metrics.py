@@ -39,7 +39,7 @@ from ...replay.results import frame_at
 from ...route import atr as atr_mod
 from .hadoop_out import check_written, file_uri
 from .kernels import join_streams
-from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
+from .native_route import STAT_COLS, STAT_Q, ctr_combinations, ctr_summary, merge_stats, stat_fields, with_stat_rows
 from .sink import combination_facts
 
 EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
@@ -144,9 +144,13 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
 
     shipped, routed = {}, None
     if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
-        combos, stored, shipped, routed = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
-                                                   payload_cols=payload_cols, fact_cols=fact_cols,
-                                                   rows_of=rows_of, rschema=rschema)
+        combos, stored, shipped = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                                   payload_cols=payload_cols, sizes=sizes, names=names, first=first,
+                                                   period_us=period_us,
+                                                   rschema=rschema if results_dir is not None else None)
+        if results_dir is None:   # each task's summary, no result rows (.native_route.ctr_summary)
+            summary, period_ids, stats = ctr_summary(combos, P)
+            return {"summary": summary, "period_ids": period_ids, "stats": stats, **shipped}, stored
         combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         if plan is None:
