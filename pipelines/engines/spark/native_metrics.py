@@ -149,8 +149,8 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
                                                    period_us=period_us,
                                                    rschema=rschema if results_dir is not None else None)
         if results_dir is None:   # each task's summary, no result rows (.native_route.ctr_summary)
-            summary, period_ids, stats = ctr_summary(combos, P)
-            return {"summary": summary, "period_ids": period_ids, "stats": stats, **shipped}, stored
+            summary, period_ids, stats, stored, shipped = ctr_summary(combos, P, n)
+            return {"summary": summary, "period_ids": period_ids, "stats": stats, "shipped_tuples": shipped}, stored
         combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         if plan is None:

@@ -71,11 +71,13 @@ STAT_Q = "__stat_q"
 STAT_COLS = (STAT_Q, "__n_in", "__n_cand", "__n_out", "__n_inter_in", "__t_us")
 #: between the hops a statistics row (role 2, ``q`` its partition) keeps its numbers in
 #: the layout's own columns (kernel time in nanoseconds), no column null on every row
-STAT_AS = {"n_in": "r0", "n_cand": "t0", "n_out": "a0", "n_inter_in": "amax", "t_ns": "arrmax"}
+STAT_AS = {"n_in": "amax", "n_cand": "arrmax", "n_out": "t0", "n_inter_in": "a0", "t_ns": "t1"}
+#: and hop 1's stored tuples of stream k in ``r<k>`
 #: the last hop's summary rows without results: (kind, value, count)
 KIND, VALUE, COUNT = "__kind", "__value", "__count"
 #: period code (2 x period + emitted), emitted latency, required slack, duplicates (value 0)
-SUMMARY_KINDS = (CODE, LATENCY, NEED_KIND, DUPS) = (0, 1, 2, 3)
+#: and (value stream x P + partition) the tuples stored there
+SUMMARY_KINDS = (CODE, LATENCY, NEED_KIND, DUPS, STORED_KIND) = (0, 1, 2, 3, 4)
 
 
 def stat_fields():
@@ -192,14 +194,37 @@ def copies(plan, hop: int, stream: np.ndarray, slot: np.ndarray, at: np.ndarray)
     return idx, flat[offset[inv[idx]] + within]
 
 
+def slot_column(plan):
+    """:meth:`~streamjoin.pipelines.route.ctr.CtrPlan.slot` as a Spark column."""
+    from pyspark.sql import functions as F
+
+    return F.least(F.greatest(F.floor((F.col("ts") - F.lit(int(plan.base))) / F.lit(int(plan.T))), F.lit(0)),
+                   F.lit(int(plan.slots) - 1)).cast("long")
+
+
+def routed_copies(data, plan):
+    """Hop 1's copies of ``data`` in the JVM: each tuple joined with the routing table of
+    its segment ``(stream, slot)`` -- one row per destination ``q``
+    (:meth:`~streamjoin.pipelines.route.ctr.CtrPlan.dest` from the storage host), role
+    1 at the storage host, 0 elsewhere (a broadcast table of O(n x slots x cover) rows)."""
+    from pyspark.sql import functions as F
+
+    rows = []
+    for k in range(plan.n):
+        for j in range(int(plan.slots)):
+            home = int(plan.host[k, j])
+            rows += [(k, j, int(d), STORED if int(d) == home else PARTIAL) for d in plan.dest(k, j, 1, home)]
+    spark = data.sparkSession
+    table = spark.createDataFrame(rows, f"stream {data.schema['stream'].dataType.simpleString()}, "
+                                        f"__slot long, {Q} int, {ROLE} int")
+    return data.withColumn("__slot", slot_column(plan)).join(F.broadcast(table), ["stream", "__slot"]).drop("__slot")
+
+
 def stored_and_shipped(data, plan, n: int) -> tuple[np.ndarray, int]:
     """The ``(n, P)`` tuples stored on each partition and the copies shipped at hop 1,
     from the tuples per stream and slot (a JVM aggregation: O(n x slots) rows)."""
-    from pyspark.sql import functions as F
-
     P = max(int(plan.partitions), 1)
-    slot = F.least(F.greatest(F.floor((F.col("ts") - F.lit(int(plan.base))) / F.lit(int(plan.T))), F.lit(0)),
-                   F.lit(int(plan.slots) - 1)).cast("long")
+    slot = slot_column(plan)
     stored = np.zeros((n, P), np.int64)
     shipped = 0
     for r in data.groupBy("stream", slot.alias("slot")).count().collect():
@@ -249,6 +274,7 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
     from pyspark.sql.pandas.types import to_arrow_schema
 
     results = rschema is not None
+    P = max(int(plan.partitions), 1)
     if not results:
         payload_cols = [[] for _ in range(n)]
     keyed = bool(keycols)
@@ -273,34 +299,31 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
                 arrays.append(payload[f.name])
         return pa.Table.from_arrays(arrays, schema=u_arrow)
 
-    def hop1(it):
-        for b in it:
-            t = pa.Table.from_batches([b])
-            stream = t.column("stream").to_numpy().astype(INT)
-            slot = plan.slot(t.column("ts").to_numpy())
-            home = plan.host[stream, slot]
-            idx, dest = copies(plan, 1, stream, slot, home)
-            if not len(idx):
-                continue
-            s = stream[idx]
-            g = {c: t.column(c).to_numpy(zero_copy_only=False)[idx] for c in
-                 ["row", "ts", "a", "arrival"] + ([f"H{j}" for j in range(n)] + ["T"] if sym
-                                                  else ["dropped", "rel_us", "kneed"])}
-            cols = {ROLE: (dest == home[idx]).astype(np.int32), Q: dest, SRC: home[idx], PS: s}
-            for k in range(n):
-                mine = s == k
-                cols[f"r{k}"] = np.where(mine, g["row"], -1)
-                cols[f"t{k}"] = np.where(mine, g["ts"], 0)
-                cols[f"a{k}"] = np.where(mine, g["a"], -1)
-                if results:
-                    cols[f"arr{k}"] = np.where(mine, g["arrival"], 0)
-            cols["amax"], cols["arrmax"] = g["a"], g["arrival"]
-            if sym:
-                cols.update({f"h{j}": g[f"H{j}"] for j in range(n)}, tlast=g["T"])
-            else:
-                cols.update(drop_any=g["dropped"].astype(bool), relmax=g["rel_us"], kneedmax=g["kneed"])
-            other = {c: t.column(c).take(pa.array(idx)) for c in keycols + [f for p in pay for f in p]}
-            yield from table_of(cols, len(idx), other).to_batches()
+    tuple_cols = ["row", "ts", "a", "arrival"] + ([f"H{j}" for j in range(n)] + ["T"] if sym
+                                                 else ["dropped", "rel_us", "kneed"])
+
+    def columns_of(t, hop: int) -> dict:
+        """The layout's numeric columns and ``ps`` of ``t``: hop 1's tuples (the data's
+        columns) spread into one-member combinations, a later hop's as they came."""
+        if hop > 1:
+            d = {c: t.column(c).to_numpy(zero_copy_only=False) for c in nums}
+            d["ps"] = t.column(PS).to_numpy().astype(INT)
+            return d
+        s = t.column("stream").to_numpy().astype(INT)
+        g = {c: t.column(c).to_numpy(zero_copy_only=False) for c in tuple_cols}
+        d = {"ps": s, "amax": g["a"].astype(INT), "arrmax": g["arrival"]}
+        for k in range(n):
+            mine = s == k
+            d[f"r{k}"] = np.where(mine, g["row"], -1)
+            d[f"t{k}"] = np.where(mine, g["ts"], 0)
+            d[f"a{k}"] = np.where(mine, d["amax"], -1)
+            if results:
+                d[f"arr{k}"] = np.where(mine, g["arrival"], 0)
+        if sym:
+            d.update({f"h{j}": g[f"H{j}"] for j in range(n)}, tlast=g["T"])
+        else:
+            d.update(drop_any=g["dropped"].astype(bool), relmax=g["rel_us"], kneedmax=g["kneed"])
+        return d
 
     def stat_in_hop(stats):
         """Statistics rows in the hop layout (:data:`STAT_AS`)."""
@@ -308,17 +331,17 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
         cols = {c: np.zeros(m, bool if c == "drop_any" else INT) for c in nums}
         cols.update({ROLE: np.full(m, STAT, np.int32), Q: np.array([s["q"] for s in stats], np.int32),
                      SRC: np.zeros(m, np.int32), PS: np.zeros(m, np.int32)})
-        for key, c in STAT_AS.items():
-            cols[c] = np.array([int(round(s.get("t_us", 0) * 1000)) if key == "t_ns" else s.get(key, 0)
+        for key, c in [*STAT_AS.items(), *((f"stored{k}", f"r{k}") for k in range(n))]:
+            cols[c] = np.array([int(round(s.get("t_us", 0) * 1000)) if key == "t_ns" else s.get(key, -1)
                                 for s in stats], INT)
         other = {f.name: pa.nulls(m, f.type) for f in u_arrow if f.name not in cols}   # keys, payload
         return table_of(cols, m, other)
 
     def stats_of(table):
         """The earlier hops' statistics rows of ``table`` (:data:`STAT_AS`) as dicts."""
-        got = table.select([Q] + list(STAT_AS.values())).to_pylist()
-        return [{"q": r[Q], **{k: r[c] for k, c in STAT_AS.items() if k != "t_ns"}, "t_us": r[STAT_AS["t_ns"]] / 1000}
-                for r in got]
+        got = table.select([Q] + list(STAT_AS.values()) + [f"r{k}" for k in range(n)]).to_pylist()
+        return [{"q": r[Q], **{k: r[c] for k, c in STAT_AS.items() if k != "t_ns"}, "t_us": r[STAT_AS["t_ns"]] / 1000,
+                 **({f"stored{k}": r[f"r{k}"] for k in range(n)} if r["r0"] >= 0 else {})} for r in got]
 
     def hop_task(hop: int):
         final = hop == n - 1
@@ -331,13 +354,10 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
             probers = table.filter(pa.array((role != STAT) if hop == 1 else (role == PARTIAL)))
             t0 = time.perf_counter()
             m = probers.num_rows
-            arr = {c: probers.column(c).to_numpy(zero_copy_only=False) for c in nums}
-            arr["ps"] = probers.column(PS).to_numpy().astype(INT)
+            arr = columns_of(probers, hop)
             arr["pidx"] = np.arange(m, dtype=INT)
-            sstream = stored.column(PS).to_numpy().astype(INT)
-            ms = stored.num_rows
-            own = {c: stored.column(c).to_numpy(zero_copy_only=False) for c in
-                   [f"{x}{k}" for x in "rt" for k in range(n)] + folded(n, family)}
+            own = columns_of(stored, hop)
+            sstream, ms = own["ps"], stored.num_rows
             pick = np.zeros(ms, INT)
             for k in range(n):
                 pick = np.where(sstream == k, own[f"t{k}"], pick)
@@ -387,6 +407,8 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
             mout = len(pidx)
             stat = {"q": q, "n_in": m if hop == 1 else 0, "n_cand": mout, "n_out": mout if final else 0,
                     "n_inter_in": int((probers.column(SRC).to_numpy() != q).sum()) if hop > 1 else 0}
+            if hop == 1:   # the tuples stored here, per stream (the routing report's, without results)
+                stat.update({f"stored{k}": c for k, c in enumerate(np.bincount(sstream, minlength=n).tolist())})
             if final:
                 emitted, emit_us, latency, need, period = combination_facts(ext, n, W, family, first, period_us)
                 if results:
@@ -396,6 +418,10 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
                 dup = count_duplicates([ext[f"r{k}"] for k in range(n)], list(sizes), emitted) if mout else 0
                 parts = [(CODE, *_counts(period * 2 + emitted)), (LATENCY, *_counts(latency[emitted])),
                          (NEED_KIND, *_counts(need)), (DUPS, np.zeros(1, INT), np.array([dup], INT))]
+                for st in passed + [stat]:   # hop 1's stored tuples: value stream x P + partition
+                    if "stored0" in st:
+                        parts.append((STORED_KIND, np.arange(n, dtype=INT) * P + int(st["q"]),
+                                      np.array([st[f"stored{k}"] for k in range(n)], INT)))
                 summ = pa.table({KIND: pa.array(np.concatenate([np.full(len(v), kd, np.int32) for kd, v, _ in parts]),
                                                  pa.int32()),
                                  VALUE: pa.array(np.concatenate([v for _, v, _ in parts]), pa.int64()),
@@ -413,6 +439,10 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
             other = {c: probers.column(c).take(pa.array(pidx[idx])) for c in keycols}
             other.update({f: payload[f].take(pa.array(idx)) for f in payload})
             stat["t_us"] = (time.perf_counter() - t0) * 1e6
+            if hop == 1:   # the stored tuples stay here, from now on in the layout
+                kept = {c: v for c, v in own.items() if c in nums}
+                kept.update({ROLE: np.full(ms, STORED, np.int32), Q: np.full(ms, q), SRC: np.full(ms, q), PS: sstream})
+                stored = table_of(kept, ms, {c: stored.column(c) for c in keycols + [f for p in pay for f in p]})
             return pa.concat_tables([table_of(moved, len(idx), other), stored.cast(u_arrow),
                                      stat_in_hop(passed + [stat])])
         return run
@@ -432,14 +462,14 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
             cols[c] = pa.array(v, o_arrow.field(c).type)
         return pa.table(cols)
 
-    stored, shipped = stored_and_shipped(data, plan, n)
-    frame = data.mapInArrow(hop1, U)
+    stored, shipped = stored_and_shipped(data, plan, n) if results else (None, None)
+    frame = routed_copies(data, plan)
     for hop in range(1, n):
         frame = frame.groupBy(Q).applyInArrow(hop_task(hop), out_schema if hop == n - 1 else U)
     return frame, stored, {"shipped_tuples": shipped}
 
 
-def ctr_summary(frame, P: int) -> tuple[ResultSummary, np.ndarray, dict[int, dict]]:
+def ctr_summary(frame, P: int, n: int) -> tuple[ResultSummary, np.ndarray, dict[int, dict], np.ndarray, int]:
     """The merged summary, the occupied periods and the partitions' statistics from
     :func:`ctr_combinations`' frame without results (one job; O(P x (periods +
     distinct latencies and slacks)) rows to the driver)."""
@@ -461,4 +491,7 @@ def ctr_summary(frame, P: int) -> tuple[ResultSummary, np.ndarray, dict[int, dic
     summary = ResultSummary(truth=int(periods.sum()), emitted=int(periods[1::2].sum()),
                             duplicates=int(count[kind == DUPS].sum()), periods=periods,
                             latency=merged(LATENCY), need=merged(NEED_KIND))
-    return summary, ids.astype(INT), stats
+    stored = np.zeros(n * max(P, 1), np.int64)
+    np.add.at(stored, value[kind == STORED_KIND], count[kind == STORED_KIND])
+    # every copy shipped at hop 1 is a tuple some hop-1 task received (n_in: hop 1's only)
+    return summary, ids.astype(INT), stats, stored.reshape(n, max(P, 1)), sum(s["n_in"] for s in stats.values())
