@@ -463,7 +463,8 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
         return pa.table(cols)
 
     stored, shipped = stored_and_shipped(data, plan, n) if results else (None, None)
-    frame = routed_copies(data, plan)
+    # only what the hops read moves: the family's facts, keys, and payload when results are written
+    frame = routed_copies(data.select("stream", *tuple_cols, *keycols, *[f for p in pay for f in p]), plan)
     for hop in range(1, n):
         frame = frame.groupBy(Q).applyInArrow(hop_task(hop), out_schema if hop == n - 1 else U)
     return frame, stored, {"shipped_tuples": shipped}
