@@ -18,11 +18,14 @@ itself.  Only when results are written do the rows also carry each
 member's arrival time ``arr<k>`` and its stream's payload columns (null
 until the member joins)::
 
-    hop 1   mapInArrow: each tuple to its storage host (role 1; it probes there
-            too) and, as probe copies (role 0), to the cover of its partner
-            segments: ctr.CtrPlan.dest(stream, slot, 1, host)
-            groupBy(q).applyInArrow: the probers extended by the next stream
-            in their probe order, joined only with the tuples *stored* at q
+    hop 1   in the JVM (routed_copies): each tuple, only the columns the hops
+            read, joined with a broadcast routing table per (stream, slot) --
+            to its storage host (role 1; it probes there too) and, as probe
+            copies (role 0), to the cover of its partner segments:
+            ctr.CtrPlan.dest(stream, slot, 1, host)
+            groupBy(q).applyInArrow: the tuples spread into one-member rows
+            of the layout, the probers extended by the next stream in their
+            probe order, joined only with the tuples *stored* at q
             (kernels.extend_with, the current path's kernel)
     hop h   (n >= 3) each partial goes to q itself plus the cover of the next
             stream's segments (dest(ps, slot, h, q)); the stored tuples stay
