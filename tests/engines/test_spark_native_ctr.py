@@ -32,9 +32,11 @@ def spark():
 POLICIES = {"static": {"policy": "static", "retention": ["15ms"]}, "kslack": {"policy": "kslack", "k": ["20ms"]},
             "mpkslack": {"policy": "mpkslack"}, "none": {"policy": "none"}}
 
-CASES = [(n, name, "ctr", p) for n, p in ((2, 3), (3, 3)) for name in POLICIES] + [
-    (3, "mpkslack", "atr", 3),    # ATR's per-partition counts from the native tasks
-    (3, "kslack", "auto", 2),     # auto: the same choice as the current path (least predicted overhead)
+CASES = [(n, name, "ctr", p, False) for n, p in ((2, 3), (3, 3)) for name in POLICIES] + [
+    (3, "mpkslack", "atr", 3, False),    # ATR's per-partition counts from the native tasks
+    (3, "kslack", "auto", 2, False),     # auto: the same choice as the current path (least predicted overhead)
+    # --no-results: each last-hop task's summary (value counts) instead of result rows, both families
+    (2, "static", "ctr", 3, True), (3, "mpkslack", "ctr", 4, True),
 ]
 
 
@@ -47,10 +49,10 @@ def assert_same_routing(cur: dict, nat: dict) -> None:
         assert (b["t_us"] > 0) == (b["n_in"] > 0)   # measured in the task that joined there
 
 
-@pytest.mark.parametrize("n,policy,router,partitions", CASES)
-def test_native_ctr_equals_local_and_current_routing(spark, tmp_path, n, policy, router, partitions):
+@pytest.mark.parametrize("n,policy,router,partitions,no_results", CASES)
+def test_native_ctr_equals_local_and_current_routing(spark, tmp_path, n, policy, router, partitions, no_results):
     cfg = write_inputs(tmp_path, n, seed=n * 7 + len(policy))
-    flags = POLICIES[policy]
+    flags = {**POLICIES[policy], "no_results": no_results}
     local = run(cfg, tmp_path / "local", engine="local", **flags)
     # an explicit results=executors is taken with CTR here (the current path's refuses it)
     conf = [NATIVE] + (["spark.streamjoin.results=executors"] if n == 3 else [])
@@ -60,6 +62,7 @@ def test_native_ctr_equals_local_and_current_routing(spark, tmp_path, n, policy,
               spark_conf=[CURRENT], **flags)
     assert nat["routing"]["native"] is True and cur["routing"].get("native") is not True
     assert local["emitted_results"] > 0
+    assert (tmp_path / "nat" / "results.parquet").exists() is not no_results
     assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)
     assert nat["routing"]["router"] == cur["routing"]["router"]
     if router == "ctr":

@@ -71,11 +71,13 @@ D controller decisions, Q quarantined rows)::
       native_metrics.group_summary, and the payload is dropped before
       the progress frame); tuples per partition and stream, each
       task's counts and time                                        O(P x n)
-    join, CTR (.native_route): hop 1 a mapInArrow to each tuple's
-      storage host and set cover, then one groupBy(partition)
-      .applyInArrow shuffle per hop joining the tuples stored there;
-      tuples stored per partition and stream, copies shipped, each
-      task's counts and time per hop                                O(P x n)
+    join, CTR (.native_route): hop 1 a broadcast join (JVM) of each
+      tuple with its segment's storage host and set cover, then one
+      groupBy(partition).applyInArrow shuffle per hop joining the
+      tuples stored there; tuples stored per partition and stream,
+      copies shipped, each task's counts and time per hop           O(P x n)
+      (--no-results: each last-hop task's value counts instead of
+      result rows, O(P x (periods + distinct values)))
     results: df.write.parquet into the staging directory, a file://
       URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
       protocol: part files + _SUCCESS)                              nothing

@@ -44,7 +44,7 @@ from ...replay.results import frame_at
 from ...route import atr as atr_mod
 from .hadoop_out import check_written, file_uri
 from .kernels import join_streams
-from .native_route import STAT_COLS, STAT_Q, ctr_combinations, merge_stats, stat_fields, with_stat_rows
+from .native_route import STAT_COLS, STAT_Q, ctr_combinations, ctr_summary, merge_stats, stat_fields, with_stat_rows
 from .progress import one_group_per_task
 from .sink import combination_facts
 
@@ -151,9 +151,13 @@ def combination_metrics(spark, data, *, n, names, sizes, W, family, plan, P, key
         return _partial_summaries(data, n=n, sizes=sizes, W=W, family=family, plan=plan, P=P, keycols=keycols,
                                   fact_cols=fact_cols, first=first, period_us=period_us)
     if isinstance(plan, CtrPlan):   # hops as successive shuffles (.native_route)
-        combos, stored, shipped, routed = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
-                                                   payload_cols=payload_cols, fact_cols=fact_cols,
-                                                   rows_of=rows_of, rschema=rschema)
+        combos, stored, shipped = ctr_combinations(data, n=n, W=W, family=family, plan=plan, keycols=keycols,
+                                                   payload_cols=payload_cols, sizes=sizes, names=names, first=first,
+                                                   period_us=period_us,
+                                                   rschema=rschema if results_dir is not None else None)
+        if results_dir is None:   # each task's summary, no result rows (.native_route.ctr_summary)
+            summary, period_ids, stats, stored, shipped = ctr_summary(combos, P, n)
+            return {"summary": summary, "period_ids": period_ids, "stats": stats, "shipped_tuples": shipped}, stored
         combos = combos.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         routed = _routed(data, n, plan)
