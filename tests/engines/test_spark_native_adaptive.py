@@ -238,3 +238,20 @@ def test_uint64_key_ids_on_the_executors_are_the_local_ones(spark):
     want = key_ids([pl.DataFrame({"__key0": pl.Series(values, dtype=pl.UInt64)})])[0]
     assert key_max == int(np.max(want)) == 40
     assert [got[i] for i in range(len(values))] == [int(v) for v in want]
+
+
+def test_float_key_ids_on_the_executors_group_as_the_local_ones(spark):
+    """Float keys (ranked on the executors): NaN equals NaN and -0.0 equals 0.0 in
+    the executors' ids exactly when it does in the local engine's (polars), and the
+    largest id is the same -- the keyed counters group tuples by these ids."""
+    from streamjoin.pipelines.engines.spark.native_adaptive import _with_key_ids
+    from streamjoin.pipelines.replay.candidates import key_ids
+
+    values = [1.0, float("nan"), -0.0, 0.0, float("nan"), 2.0, 1.0, -0.0]
+    df = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "__key0 double, row long")
+    out, key_max = _with_key_ids(df, ["__key0"])
+    got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
+    ids = [got[i] for i in range(len(values))]
+    want = key_ids([pl.DataFrame({"__key0": values})])[0]
+    assert all((ids[a] == ids[b]) == (want[a] == want[b]) for a in range(len(values)) for b in range(len(values)))
+    assert key_max == int(np.max(want)) == 4
