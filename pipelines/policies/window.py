@@ -196,7 +196,7 @@ class ReplayWindow:
 
     def _partner_ranges(self, j: int):
         """For every held tuple, its counter range in stream ``j`` (module docstring of
-        :meth:`_density`): ``(first, count, latest arrival in it, width)``, once per
+        :meth:`density`): ``(first, count, latest arrival in it, width)``, once per
         chunk, so that a decision reads only the ranges with a partner still to arrive.
 
         Without keys: the basic window ``b`` of event time the tuple falls in;

@@ -218,3 +218,40 @@ def test_key_ids_on_the_executors_rename_the_local_ones(spark, values):
     want = key_ids([pdf.select("__key0")])[0]
     assert all((ids[a] == ids[b]) == (values[a] == values[b]) for a in range(len(values)) for b in range(len(values)))
     assert key_max == int(np.max(want))
+
+
+def test_uint64_key_ids_on_the_executors_are_the_local_ones(spark):
+    """A ``uint64`` key reaches the native frame as ``decimal(20,0)`` (read._spark_key_type);
+    the local engine gives it ``value - min`` (replay/candidates.key_ids: an integer
+    column over a range below 2^31), so the largest id -- which decides whether the
+    keyed counters pack ``(key, ts)`` -- must be ``max - min`` here too, not the
+    number of distinct keys."""
+    from decimal import Decimal
+
+    from streamjoin.pipelines.engines.spark.native_adaptive import _with_key_ids
+    from streamjoin.pipelines.replay.candidates import key_ids
+
+    values = [2**64 - 1, 2**64 - 41, 2**64 - 1, 2**64 - 7, 2**64 - 41]
+    df = spark.createDataFrame([(Decimal(v), i) for i, v in enumerate(values)], "__key0 decimal(20,0), row long")
+    out, key_max = _with_key_ids(df, ["__key0"])
+    got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
+    want = key_ids([pl.DataFrame({"__key0": pl.Series(values, dtype=pl.UInt64)})])[0]
+    assert key_max == int(np.max(want)) == 40
+    assert [got[i] for i in range(len(values))] == [int(v) for v in want]
+
+
+def test_float_key_ids_on_the_executors_group_as_the_local_ones(spark):
+    """Float keys (ranked on the executors): NaN equals NaN and -0.0 equals 0.0 in
+    the executors' ids exactly when it does in the local engine's (polars), and the
+    largest id is the same -- the keyed counters group tuples by these ids."""
+    from streamjoin.pipelines.engines.spark.native_adaptive import _with_key_ids
+    from streamjoin.pipelines.replay.candidates import key_ids
+
+    values = [1.0, float("nan"), -0.0, 0.0, float("nan"), 2.0, 1.0, -0.0]
+    df = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "__key0 double, row long")
+    out, key_max = _with_key_ids(df, ["__key0"])
+    got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
+    ids = [got[i] for i in range(len(values))]
+    want = key_ids([pl.DataFrame({"__key0": values})])[0]
+    assert all((ids[a] == ids[b]) == (want[a] == want[b]) for a in range(len(values)) for b in range(len(values)))
+    assert key_max == int(np.max(want)) == 4

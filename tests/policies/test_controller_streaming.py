@@ -175,3 +175,24 @@ def test_chunks_out_of_replay_order_are_refused():
     ctl.on_chunk(replay.stream[:20], replay.ts[:20], replay.arrival[:20], later_ts_min=NEG_INF)
     with pytest.raises(ValueError, match="replay order"):   # back in time
         ctl.on_chunk(replay.stream[:5], replay.ts[:5], replay.arrival[:5], later_ts_min=NEG_INF)
+
+
+@pytest.mark.parametrize("kind", ["qjoin", "qkslack"])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_streaming_with_one_stream_empty_equals_the_whole_array_controller(kind, keyed):
+    """One of three streams has no tuple (``make_input`` never draws one): the
+    streamed log and values are still the whole-array ones, chunk by chunk."""
+    ts, arr, keys, bads = make_input(11, 3, 120, keyed, True, True, 7)
+    ts[2], arr[2], bads[2] = ts[2][:0], arr[2][:0], bads[2][:0]
+    if keys is not None:
+        keys[2] = keys[2][:0]
+    replay = build_replay(ts, arr)
+    target = RecallTarget(0.9, period_us=2_000, interval_us=200,
+                          triggers=Triggers(rate_min_count=2, bad_rows_min=2))
+    W = np.array([150, 150, 150])
+    whole = schedule(kind, replay, W, target, bads, keys)
+    for mode in ("ones", "ties"):
+        _, got = streamed(kind, replay, W, target, bads, keys, cuts_for(mode, replay.arrival, 11))
+        assert got.log == whole.log and len(got.log) > 0
+        times, values = decision_table(got.log, 3)
+        assert np.array_equal(in_force(times, values, replay.arrival, initial(kind, replay)), whole.values)

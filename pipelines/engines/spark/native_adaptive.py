@@ -133,19 +133,24 @@ def arrow_partitions(frame):
 def _with_key_ids(df, keycols):
     """``df`` with ``__kid``, each tuple's key id, and the largest id -- the ids
     :func:`~streamjoin.pipelines.replay.candidates.key_ids` gives the local engine up to
-    a renaming (one integer column over a range below 2^31: value minus the smallest;
+    a renaming (one integer column -- ``uint64`` included, ``decimal(20,0)`` here -- over a
+    range below 2^31: value minus the smallest;
     else the dense rank, from 1, over the distinct keys, ranked on the executors) --
     or ``(df, None)`` without keys."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
+    from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType
 
     if not keycols:
         return df, None
-    if len(keycols) == 1 and isinstance(df.schema[keycols[0]].dataType, (ByteType, ShortType, IntegerType, LongType)):
+    dtype = df.schema[keycols[0]].dataType
+    # decimal(20,0): a uint64 key (read._spark_key_type), an integer column to the local engine
+    integral = isinstance(dtype, (ByteType, ShortType, IntegerType, LongType)) or (
+        isinstance(dtype, DecimalType) and dtype.scale == 0)
+    if len(keycols) == 1 and integral:
         lo, hi = df.agg(F.min(keycols[0]), F.max(keycols[0])).first()
-        if lo is not None and int(hi) - int(lo) < 2**31:
-            return df.withColumn("__kid", (F.col(keycols[0]) - F.lit(int(lo))).cast("long")), int(hi) - int(lo)
+        if lo is not None and int(hi) - int(lo) < 2**31:   # lo as Spark gave it: a uint64 may exceed a long
+            return df.withColumn("__kid", (F.col(keycols[0]) - F.lit(lo)).cast("long")), int(hi) - int(lo)
     ranked = df.select(*keycols).distinct().withColumn("__kid", F.dense_rank().over(Window.orderBy(*keycols)))
     ranked = ranked.select(*[F.col(c).alias(f"__r{k}") for k, c in enumerate(keycols)], "__kid")
     cond = [df[c].eqNullSafe(ranked[f"__r{k}"]) for k, c in enumerate(keycols)]
