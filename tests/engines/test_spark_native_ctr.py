@@ -128,3 +128,35 @@ def test_native_ctr_with_a_stream_without_tuples_equals_local(spark, tmp_path):
               spark_conf=[NATIVE], policy="none")
     assert local["streams"][2]["rate_per_s"] is not None and local["memory_tuples"]["peak"] > 300
     assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)
+
+
+def test_native_ctr_summary_reaches_the_driver_summed(spark, tmp_path, monkeypatch):
+    """CTR --no-results: the last-hop tasks' value counts are summed per (kind, value) before
+    the driver reads them (one row per distinct value and one statistics row per partition;
+    each task's own rows were up to P times as many), and the numbers are the local engine's."""
+    import numpy as np
+
+    from streamjoin.pipelines.engines.spark import native_route as nr
+
+    DataFrame = type(spark.range(1))   # the classic DataFrame (pyspark.sql.DataFrame is its base)
+    seen = []
+    to_arrow = DataFrame.toArrow
+
+    def spy(self):
+        t = to_arrow(self)
+        if nr.KIND in t.column_names:
+            seen.append(t)
+        return t
+
+    monkeypatch.setattr(DataFrame, "toArrow", spy)
+    cfg = write_inputs(tmp_path, 3, seed=29)
+    local = run(cfg, tmp_path / "local", engine="local", policy="mpkslack", no_results=True)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="ctr", partitions=4,
+              spark_conf=[NATIVE], policy="mpkslack", no_results=True)
+    assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)
+    (t,) = seen
+    stat = t.column(nr.STAT_Q).is_valid().to_numpy(zero_copy_only=False)
+    kv = list(zip(t.column(nr.KIND).to_numpy(zero_copy_only=False)[~stat].tolist(),
+                  t.column(nr.VALUE).to_numpy(zero_copy_only=False)[~stat].tolist()))
+    q = t.column(nr.STAT_Q).to_numpy(zero_copy_only=False)[stat]
+    assert len(kv) == len(set(kv)) and len(q) == len(np.unique(q)) <= 4 and local["emitted_results"] > 0
