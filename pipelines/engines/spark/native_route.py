@@ -66,6 +66,9 @@ from ...replay.duplicates import count_duplicates
 from .kernels import INT, distinct_small, emitted_partials, extend_with
 
 ROLE, Q, SRC, PS = "__role", "q", "__src", "__ps"
+#: a combination's facts beside its members' columns in the results rows (native_metrics' results schema)
+EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
+COMBINATION_COLS = ("emit_us", "latency_us", EMITTED, NEED, PERIOD)
 PARTIAL, STORED, STAT = 0, 1, 2
 
 #: the join tasks' statistics: one extra row per task (per hop for CTR) whose results
@@ -459,9 +462,7 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
             cols[f"{name}_arrival_us"] = pa.array(ext[f"arr{k}"], pa.int64())
             for f, c in payload_cols[k]:
                 cols[f"{name}_{c}"] = payload[f]
-        # rschema (native_metrics' results schema) ends with emit_us, latency_us, emitted, need, period
-        tail = [c for c in o_arrow.names if c not in STAT_COLS][-5:]
-        for c, v in zip(tail, (emit_us, latency, emitted, need, period)):
+        for c, v in zip(COMBINATION_COLS, (emit_us, latency, emitted, need, period)):   # by name, in any order
             cols[c] = pa.array(v, o_arrow.field(c).type)
         return pa.table(cols)
 
