@@ -27,7 +27,8 @@ knows each partition's last value: O(P)).  Those few tuples -- near a
 partition's end -- are found there (:func:`search_head`, a
 ``groupBy(partition).applyInArrow`` over them and the partition's head, the
 driver getting the largest value and count per partition, O(P)) and joined
-back (broadcast).
+back: broadcast when at most 2,000,000 are marked (the facts keep the replay
+order's partitions: ``Progress.in_order``), else a shuffle join.
 
 :func:`memory_stats` is the memory series as a prefix sum: +1 at each held
 tuple's own index, -1 where it leaves (the rule of
@@ -39,8 +40,9 @@ downsampled series (:func:`~streamjoin.pipelines.report.build.memory_series`'
 buckets): O(P + buckets) numbers.  When the facts frame keeps the replay
 order's partitions (the found rows broadcast: ``Progress.in_order``) that is
 done without a shuffle (:func:`_memory_in_order`): a ``mapInArrow`` gives each
-partition's sums and the events it sends past its own range (those near a
-boundary) to the driver, a second scans each partition where it is.
+partition's sums and the events it sends past its own range to the driver (at
+most :data:`FOREIGN_MAX`, else the shuffle), a second scans each partition where
+it is.
 """
 
 from __future__ import annotations
