@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines.engines.spark.native_progress import local_search, search_head
+from streamjoin.pipelines.engines.spark.native_progress import FOREIGN_MAX, crossing_events, local_search, search_head
 from streamjoin.pipelines.engines.spark.progress import carried_from, first_summary
 from streamjoin.pipelines.policies import SORTING, PolicySpec
 from streamjoin.pipelines.policies.recall_target import RecallTarget
@@ -157,3 +157,58 @@ def test_native_searches_under_a_decision_table(problem, name, seed):
                              for x, a, h in zip(v, f["a"], mine)], INT)
             assert idx.tolist() == want.tolist()
             assert us.tolist() == [int(whole["arrival"][i]) if i < N else last for i in want]
+
+
+def _crossing_rows(kind, g, i, stream, d):
+    import pyarrow as pa
+
+    return pa.table({c: np.asarray(v, INT) for c, v in
+                     (("kind", kind), ("g", g), ("i", i), ("stream", stream), ("d", d))})
+
+
+@settings(max_examples=60, deadline=None)
+@given(Q=st.integers(1, 6), n=st.integers(1, 4), seed=st.integers(0, 10**6), m=st.integers(0, 40))
+def test_crossing_events_are_the_per_row_sums(Q, n, seed, m):
+    """``crossing_events`` (the driver side of the in-order memory scan): each partition's
+    carried-in memory is the sum of the kind-0 rows of the partitions before it, and it
+    receives exactly its kind-1 rows, in their order -- against a loop over the rows."""
+    rng = np.random.default_rng(seed)
+    k0 = rng.integers(0, 3 * Q * n + 1)
+    kind = np.concatenate([np.zeros(k0, INT), np.ones(m, INT)])
+    rng.shuffle(kind)
+    g, stream = rng.integers(0, Q, len(kind)), rng.integers(0, n, len(kind))
+    i, d = rng.integers(0, 10**6, len(kind)), rng.integers(-5, 6, len(kind))
+    carry, incoming = crossing_events(_crossing_rows(kind, g, i, stream, d), Q, n)
+    want_carry, want_in = np.zeros((Q, n), INT), {}
+    for p in range(Q):
+        for j in range(len(kind)):
+            if kind[j] == 0 and g[j] < p:
+                want_carry[p, stream[j]] += d[j]
+            if kind[j] == 1 and g[j] == p:
+                want_in.setdefault(p, []).append((i[j], stream[j], d[j]))
+    assert np.array_equal(carry, want_carry)
+    assert sorted(incoming) == sorted(want_in)
+    for p, events in want_in.items():
+        assert list(zip(*(a.tolist() for a in incoming[p]))) == [tuple(map(int, e)) for e in events]
+
+
+def test_crossing_events_at_the_cap_fit_the_driver_budget():
+    """At ``FOREIGN_MAX`` boundary-crossing events the in-order memory scan's driver side --
+    the aggregated rows, ``crossing_events``' arrays and their pickled copy in the scan
+    task -- stays within a quarter of the native path's driver budget (160 MB above the
+    session's start, test_spark_native.test_capped_driver_runs_native_not_current).
+    The cap was 2,000,000: about 175 MB of these alone."""
+    import pickle
+
+    Q, n, E = 16, 4, FOREIGN_MAX
+    sums = np.arange(Q * n)
+    kind = np.concatenate([np.zeros(len(sums), INT), np.ones(E, INT)])
+    g = np.concatenate([sums // n, np.arange(E) * Q // E])
+    i = np.concatenate([np.zeros(len(sums), INT), np.arange(E) * 7])
+    stream = np.concatenate([sums % n, np.arange(E) % n])
+    rows = _crossing_rows(kind, g, i, stream, -np.ones(len(kind), INT))
+    carry, incoming = crossing_events(rows, Q, n)
+    assert sum(len(v[0]) for v in incoming.values()) == E
+    held = rows.nbytes + sum(a.nbytes for v in incoming.values() for a in v) \
+        + len(pickle.dumps(incoming, protocol=pickle.HIGHEST_PROTOCOL))
+    assert held <= 40 * 2**20, held

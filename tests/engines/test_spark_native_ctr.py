@@ -128,3 +128,60 @@ def test_native_ctr_with_a_stream_without_tuples_equals_local(spark, tmp_path):
               spark_conf=[NATIVE], policy="none")
     assert local["streams"][2]["rate_per_s"] is not None and local["memory_tuples"]["peak"] > 300
     assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)
+
+
+def test_native_ctr_summary_reaches_the_driver_summed(spark, tmp_path, monkeypatch):
+    """CTR --no-results: the last-hop tasks' value counts are summed per (kind, value) before
+    the driver reads them (one row per distinct value and one statistics row per partition;
+    each task's own rows were up to P times as many), and the numbers are the local engine's."""
+    import numpy as np
+
+    from streamjoin.pipelines.engines.spark import native_route as nr
+
+    DataFrame = type(spark.range(1))   # the classic DataFrame (pyspark.sql.DataFrame is its base)
+    seen = []
+    to_arrow = DataFrame.toArrow
+
+    def spy(self):
+        t = to_arrow(self)
+        if nr.KIND in t.column_names:
+            seen.append(t)
+        return t
+
+    monkeypatch.setattr(DataFrame, "toArrow", spy)
+    cfg = write_inputs(tmp_path, 3, seed=29)
+    local = run(cfg, tmp_path / "local", engine="local", policy="mpkslack", no_results=True)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="ctr", partitions=4,
+              spark_conf=[NATIVE], policy="mpkslack", no_results=True)
+    assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)
+    (t,) = seen
+    stat = t.column(nr.STAT_Q).is_valid().to_numpy(zero_copy_only=False)
+    kv = list(zip(t.column(nr.KIND).to_numpy(zero_copy_only=False)[~stat].tolist(),
+                  t.column(nr.VALUE).to_numpy(zero_copy_only=False)[~stat].tolist()))
+    q = t.column(nr.STAT_Q).to_numpy(zero_copy_only=False)[stat]
+    assert len(kv) == len(set(kv)) and len(q) == len(np.unique(q)) <= 4 and local["emitted_results"] > 0
+
+
+def test_native_ctr_results_rows_by_name_not_position(spark, tmp_path, monkeypatch):
+    """CTR's results rows fill the combination's facts (emission time, latency, emitted,
+    required slack, period) by name: native_metrics' results schema listing them in another
+    order gives the same results and numbers (they were filled by position, the schema's last five)."""
+    from streamjoin.pipelines.engines.spark import native_metrics as nm
+    from streamjoin.pipelines.engines.spark.native_route import COMBINATION_COLS
+
+    schema_of = nm._results_schema
+
+    def reordered(*args):
+        from pyspark.sql.types import StructType
+
+        s = schema_of(*args)   # the internal columns (dropped before writing) first, reversed
+        inner = [f for f in s.fields if f.name in COMBINATION_COLS and f.name.startswith("__")]
+        return StructType(inner[::-1] + [f for f in s.fields if f not in inner])
+
+    monkeypatch.setattr(nm, "_results_schema", reordered)
+    cfg = write_inputs(tmp_path, 3, seed=31)
+    local = run(cfg, tmp_path / "local", engine="local", policy="kslack", k=["20ms"])
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="ctr", partitions=3,
+              spark_conf=[NATIVE], policy="kslack", k=["20ms"])
+    assert local["emitted_results"] > 0 and nat["routing"]["router"] == "ctr"
+    assert_same(tmp_path / "local", tmp_path / "nat", local, nat, bytes_mean_exact=False)

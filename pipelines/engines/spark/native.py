@@ -77,7 +77,8 @@ D controller decisions, Q quarantined rows)::
       tuples stored there; tuples stored per partition and stream,
       copies shipped, each task's counts and time per hop           O(P x n)
       (--no-results: each last-hop task's value counts instead of
-      result rows, O(P x (periods + distinct values)))
+      result rows, summed per value in the JVM: O(P + periods +
+      distinct values))
     results: df.write.parquet into the staging directory, a file://
       URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
       protocol: part files + _SUCCESS)                              nothing

@@ -44,11 +44,11 @@ from ...replay.results import frame_at
 from ...route import atr as atr_mod
 from .hadoop_out import check_written, file_uri
 from .kernels import join_streams
-from .native_route import STAT_COLS, STAT_Q, ctr_combinations, ctr_summary, merge_stats, stat_fields, with_stat_rows
+from .native_route import (EMITTED, NEED, PERIOD, STAT_COLS, STAT_Q, ctr_combinations, ctr_summary, merge_stats,
+                           stat_fields, with_stat_rows)
 from .progress import one_group_per_task
 from .sink import combination_facts
 
-EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
 #: the combination columns :func:`_summary` reads besides the members' row numbers
 SUMMARY_COLS = ("latency_us", EMITTED, NEED, PERIOD)
 

@@ -27,7 +27,8 @@ knows each partition's last value: O(P)).  Those few tuples -- near a
 partition's end -- are found there (:func:`search_head`, a
 ``groupBy(partition).applyInArrow`` over them and the partition's head, the
 driver getting the largest value and count per partition, O(P)) and joined
-back (broadcast).
+back: broadcast when at most 2,000,000 are marked (the facts keep the replay
+order's partitions: ``Progress.in_order``), else a shuffle join.
 
 :func:`memory_stats` is the memory series as a prefix sum: +1 at each held
 tuple's own index, -1 where it leaves (the rule of
@@ -39,8 +40,9 @@ downsampled series (:func:`~streamjoin.pipelines.report.build.memory_series`'
 buckets): O(P + buckets) numbers.  When the facts frame keeps the replay
 order's partitions (the found rows broadcast: ``Progress.in_order``) that is
 done without a shuffle (:func:`_memory_in_order`): a ``mapInArrow`` gives each
-partition's sums and the events it sends past its own range (those near a
-boundary) to the driver, a second scans each partition where it is.
+partition's sums and the events it sends past its own range to the driver (at
+most :data:`FOREIGN_MAX`, else the shuffle), a second scans each partition where
+it is.
 """
 
 from __future__ import annotations
@@ -359,8 +361,32 @@ def merged_pieces(g: dict, starts, N: int, arr: dict):
     return tuples, nbytes, series
 
 
-#: the largest number of events crossing a partition boundary :func:`_memory_in_order` takes to the driver
-FOREIGN_MAX = 2_000_000
+#: the largest number of events crossing a partition boundary :func:`_memory_in_order` takes to the
+#: driver (more: the shuffle).  Each costs the driver about 90 bytes (:func:`crossing_events`: the
+#: aggregated row, its copy by destination, and the pickled scan task that carries it): 400,000 are
+#: about 35 MB, within the native path's driver budget (docs/performance.md, 160 MB above the
+#: session's start); 2,000,000 were about 175 MB, past it on their own
+FOREIGN_MAX = 400_000
+
+
+def crossing_events(rows, Q: int, n: int):
+    """:func:`_memory_in_order`'s first job's aggregated rows (``kind``, ``g``, ``i``,
+    ``stream``, ``d``: kind 0 a partition's sums per stream, kind 1 the events landing at
+    index ``i`` of partition ``g``) as each partition's carried-in memory (``(Q, n)``) and
+    the events it receives: partition -> (indexes, streams, counts)."""
+    r = {c: rows.column(c).to_numpy() for c in ("kind", "g", "i", "stream", "d")}
+    per = np.zeros((Q, n), INT)
+    s = r["kind"] == 0
+    np.add.at(per, (r["g"][s], r["stream"][s]), r["d"][s])
+    carry = np.vstack([np.zeros((1, n), INT), np.cumsum(per, axis=0)[:-1]])
+    s = np.flatnonzero(r["kind"] == 1)
+    g = r["g"][s]
+    order = np.argsort(g, kind="stable")
+    s, g = s[order], g[order]
+    cut = np.flatnonzero(np.diff(g)) + 1
+    incoming = {int(gs[0]): (r["i"][ss], r["stream"][ss], r["d"][ss])
+                for ss, gs in zip(np.split(s, cut), np.split(g, cut)) if len(ss)}
+    return carry, incoming
 
 
 def _memory_in_order(prog: Progress, n: int, row_bytes, points: int, held_all: bool):
@@ -417,14 +443,8 @@ def _memory_in_order(prog: Progress, n: int, row_bytes, points: int, held_all: b
         rows = part.groupBy("kind", "g", "i", "stream").agg(F.sum("d").alias("d")).toArrow()
     finally:
         part.unpersist()
-    r = {c: rows.column(c).to_numpy() for c in ("kind", "g", "i", "stream", "d")}
-    per = np.zeros((Q, n), INT)
-    s = r["kind"] == 0
-    np.add.at(per, (r["g"][s], r["stream"][s]), r["d"][s])
-    carry = np.vstack([np.zeros((1, n), INT), np.cumsum(per, axis=0)[:-1]])
-    s = np.flatnonzero(r["kind"] == 1)
-    incoming = {int(g): (r["i"][s][r["g"][s] == g], r["stream"][s][r["g"][s] == g], r["d"][s][r["g"][s] == g])
-                for g in np.unique(r["g"][s])}
+    carry, incoming = crossing_events(rows, Q, n)
+    del rows
     b = min(points, N)
     starts = np.unique(np.linspace(0, N, b, endpoint=False).astype(np.int64))
     w = np.asarray(row_bytes, dtype=np.float64)

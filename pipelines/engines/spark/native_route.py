@@ -36,7 +36,7 @@ until the member joins)::
             columns are in the row); without (--no-results), each task's
             summary instead of rows (:data:`SUMMARY_KINDS`: value counts of
             the period codes, latencies and required slacks, its
-            duplicates), merged on the driver (:func:`ctr_summary`)
+            duplicates), summed per value in one aggregation (:func:`ctr_summary`)
 
 The tuples stored per partition and the copies shipped at hop 1 are counted
 on the driver from a JVM aggregation (tuples per stream and slot, O(n x
@@ -66,6 +66,9 @@ from ...replay.duplicates import count_duplicates
 from .kernels import INT, distinct_small, emitted_partials, extend_with
 
 ROLE, Q, SRC, PS = "__role", "q", "__src", "__ps"
+#: a combination's facts beside its members' columns in the results rows (native_metrics' results schema)
+EMITTED, NEED, PERIOD = "__emitted", "__need", "__period"
+COMBINATION_COLS = ("emit_us", "latency_us", EMITTED, NEED, PERIOD)
 PARTIAL, STORED, STAT = 0, 1, 2
 
 #: the join tasks' statistics: one extra row per task (per hop for CTR) whose results
@@ -459,9 +462,7 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
             cols[f"{name}_arrival_us"] = pa.array(ext[f"arr{k}"], pa.int64())
             for f, c in payload_cols[k]:
                 cols[f"{name}_{c}"] = payload[f]
-        # rschema (native_metrics' results schema) ends with emit_us, latency_us, emitted, need, period
-        tail = [c for c in o_arrow.names if c not in STAT_COLS][-5:]
-        for c, v in zip(tail, (emit_us, latency, emitted, need, period)):
+        for c, v in zip(COMBINATION_COLS, (emit_us, latency, emitted, need, period)):   # by name, in any order
             cols[c] = pa.array(v, o_arrow.field(c).type)
         return pa.table(cols)
 
@@ -475,9 +476,13 @@ def ctr_combinations(data, *, n, W, family, plan, keycols, payload_cols, sizes, 
 
 def ctr_summary(frame, P: int, n: int) -> tuple[ResultSummary, np.ndarray, dict[int, dict], np.ndarray, int]:
     """The merged summary, the occupied periods and the partitions' statistics from
-    :func:`ctr_combinations`' frame without results (one job; O(P x (periods +
-    distinct latencies and slacks)) rows to the driver)."""
-    t = frame.toArrow()
+    :func:`ctr_combinations`' frame without results: one job, whose aggregation
+    sums the tasks' counts per (kind, value) and their statistics per partition, so
+    that O(periods + distinct latencies and slacks + P) rows reach the driver (each
+    task's own value counts would be up to P times as many)."""
+    from pyspark.sql import functions as F
+
+    t = frame.groupBy(KIND, VALUE, STAT_Q).agg(*[F.sum(c).alias(c) for c in (COUNT, *STAT_COLS[1:])]).toArrow()
     stat = t.column(STAT_Q).is_valid().to_numpy(zero_copy_only=False)
     stats = merge_stats(t.filter(stat).select(list(STAT_COLS)).to_pylist(), P)
     s = t.filter(~stat)
