@@ -56,7 +56,12 @@ COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[
                    "i4[:], i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8)")
 
 
-def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
+@jit.helper
+def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
+    """Where each band ``[lo[q], hi[q]]`` (``lo`` ascending) falls in ``sorted_values``:
+    ``(start, end, total)`` -- one forward pass of both pointers (a band ending
+    before the previous one's end searches back); shared by :func:`_band_fill`
+    and :func:`_count_walk`, compiled into each (:func:`~streamjoin.pipelines.base.jit.helper`)."""
     nq = lo.shape[0]
     m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)
@@ -86,6 +91,12 @@ def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no c
         start[q] = s
         end[q] = e
         total += e - s
+    return start, end, total
+
+
+def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
+    nq = lo.shape[0]
+    start, end, total = _bands(sorted_values, lo, hi)
     parent = np.empty(total, np.int32)
     member = np.empty(total, np.int32)
     o = 0
@@ -233,35 +244,7 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q,
                 neg_inf):   # pragma: no cover
     nq = lo.shape[0]
     m = sorted_values.shape[0]
-    start = np.empty(nq, np.int64)
-    end = np.empty(nq, np.int64)
-    # the bands, as the band-join fill finds them (the first loop of _band_fill:
-    # an exported kernel cannot call another without numba at run time)
-    s = 0
-    e = 0
-    total = 0
-    for q in range(nq):
-        x = lo[q]
-        while s < m and sorted_values[s] < x:
-            s += 1
-        y = hi[q]
-        if e < s:
-            e = s
-        if e > s and sorted_values[e - 1] > y:
-            a = s
-            b = e
-            while a < b:
-                mid = (a + b) >> 1
-                if sorted_values[mid] > y:
-                    b = mid
-                else:
-                    a = mid + 1
-            e = a
-        while e < m and sorted_values[e] <= y:
-            e += 1
-        start[q] = s
-        end[q] = e
-        total += e - s
+    start, end, total = _bands(sorted_values, lo, hi)   # the bands, as the band-join fill finds them
     stats = np.zeros(4, np.int64)   # total, emitted, every, distinct (1) or not (0)
     stats[0] = total
     # distinct pairs iff no query row and no stored row repeats
