@@ -37,9 +37,10 @@ counts them).
 The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
 ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
 releasing the GIL; the set-up's ``kernels --build`` builds it too);
-without it (no compiler, ``$STREAMJOIN_KERNELS=numpy``), below
-:data:`MIN_ROWS` input rows, or from ``2**31`` rows, :func:`count_pairs`
-returns ``None`` and the engine materialises.  ``tests/replay/test_counting.py``
+which runs count is one predicate, :func:`counts` (the job, the engine and
+:func:`count_pairs` each call it with what they know): without the kernel
+(no compiler, ``$STREAMJOIN_KERNELS=numpy``), below :data:`MIN_ROWS` input
+rows, or from ``2**31`` rows, among others, the engine materialises.  ``tests/replay/test_counting.py``
 compares every report number of both paths on random inputs.
 """
 
@@ -67,6 +68,32 @@ def kernel_built() -> bool:
     return kernels.count_walk_built()
 
 
+def counts(family: str, *, streams: int = 2, rows: int | None = None, reads_each: bool = False,
+           filtered: bool = False, given_order: bool = False, count_windows: bool = False,
+           bucket: bool = False) -> bool:
+    """The one rule "count the combinations instead of materialising them"; each
+    caller passes what it knows (the job its outputs, the engine its join, :func:`count_pairs`
+    the replay; a fact left at its default is checked by another caller):
+
+    * nothing reads the combinations one by one (``reads_each``: a results file,
+      ``--capacity`` or ``--flow-control``, which replay or re-time each one, or
+      ``hindsight``, which reads every required slack);
+    * two streams, ``rows`` input rows together in ``[MIN_ROWS, 2**31)`` (below,
+      the kernel's load costs more than it saves; above, int32 rows);
+    * the symmetric or sorting family (:data:`COUNTED_FAMILIES`);
+    * no distance predicate or ``--where`` (``filtered``), no given probe order,
+      no count window, not the bucket join (which orders the combinations, and
+      so the tuning sample, otherwise than the sorted plan);
+    * the counting kernel built here (without it the band plan would be built
+      only to be thrown away).
+
+    The walk's own finding comes on top: a repeated row makes :func:`count_pairs`
+    return ``None`` (the materialising path counts the duplicates)."""
+    return (not (reads_each or filtered or given_order or count_windows or bucket)
+            and streams == 2 and (rows is None or MIN_ROWS <= rows < 2**31)
+            and family in COUNTED_FAMILIES and kernel_built())
+
+
 @dataclass
 class Counted:
     """What a two-stream run's report reads of its combinations, counted.
@@ -92,12 +119,12 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
                 period_ids: np.ndarray, sample: int) -> Counted | None:
     """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
     symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
-    or ``None`` where the kernel is not built or does not apply (see the module
-    docstring): the caller then materialises.  ``period_of``: the occupied
+    or ``None`` where :func:`counts` says no, an index is not int32 / int64 or a row
+    repeats: the caller then materialises.  ``period_of``: the occupied
     period of every arrival index (int32); ``period_ids``: those periods;
     ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
     family = decisions.family
-    if family not in COUNTED_FAMILIES or replay.n != 2 or replay.N < MIN_ROWS or replay.N >= 2**31:
+    if not counts(family, streams=replay.n, rows=replay.N):
         return None
     arrays = (plan.sorted_values, plan.lo, plan.hi)
     if any(a.dtype != np.int64 for a in arrays) or plan.stored_rows.dtype != np.int32 \
