@@ -31,8 +31,17 @@ Per pair it adds one to ``codes[2 * period(last) + emitted]`` (the layout of
 picks them), writes the required slack.  Duplicates: every pair is a query
 row and one sorted position of the stored stream inside that query's band,
 so the pairs are distinct iff no query row and no stored row occurs twice --
-checked in the same call (``None`` otherwise: the caller materialises and
+checked in the same calls (``None`` otherwise: the caller materialises and
 counts them).
+
+The walk runs over a range of queries (their bands from
+:func:`~streamjoin.pipelines.base.kernels.bands`, computed once): from
+:data:`SPLIT_QUERIES` queries :func:`count_pairs` splits them at about half
+the work (:func:`split_point`) and walks the halves on two threads -- the
+second walk's sampling countdown continues the first's (it starts at the
+pairs before it, modulo ``every``), its required slacks and latencies follow
+the first's, the codes add, and each half checks one side's rows for
+repeats.  The same CPU, half the wall time where a second core is free.
 
 The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
 ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
@@ -46,6 +55,7 @@ compares every report number of both paths on random inputs.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +68,8 @@ from .candidates import BandPlan
 
 #: below this many input rows the engine materialises (the kernel's load costs more than it saves)
 MIN_ROWS = KERNEL_MIN_ROWS
+#: from this many queries (bands) the walk runs as two range walks on two threads
+SPLIT_QUERIES = 1 << 15
 #: the families whose emission rule the walk applies
 COUNTED_FAMILIES = (SYMMETRIC, SORTING)
 
@@ -142,16 +154,41 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
         ends = [empty32, empty32]
         dropped, release = c(decisions.dropped, dtype=bool), c(decisions.release, dtype=np.int64)
     sizes = [len(replay.index_of[k]) for k in (qs, ss)]
-    got = kernels.count_walk(
-        c(plan.sorted_values), c(plan.stored_rows), c(plan.lo), c(plan.hi), c(plan.query_rows), at[0], at[1],
-        ends[0], ends[1], c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
-        dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64), c(period_of, dtype=np.int32),
-        c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1, replay.N, len(period_ids),
-        int(sample), sizes[0], sizes[1], NEG_INF)
+    sorted_values, lo, hi = c(plan.sorted_values), c(plan.lo), c(plan.hi)
+    got = kernels.bands(sorted_values, lo, hi)
     if got is None:
         return None
-    stats, codes, need, latency = got
-    if not stats[3]:   # a row twice: the materialising path counts the duplicates
+    start, end, total = got
+    every = (total + sample - 1) // sample if total > sample else 1
+    facts = (c(plan.stored_rows), c(plan.query_rows), at[0], at[1], ends[0], ends[1],
+             c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
+             dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64),
+             c(period_of, dtype=np.int32), c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1,
+             replay.N, len(period_ids), every, sizes[0], sizes[1], NEG_INF)
+    nq = len(lo)
+    if nq < max(SPLIT_QUERIES, 2):
+        parts = [kernels.count_walk(start, end, *facts, 0, nq, 1, 3)]
+    else:   # two range walks, on two threads (the kernel releases the GIL)
+        mid = split_point(start, end)
+        before = int(end[:mid].sum() - start[:mid].sum())   # pairs of the first half
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            second = pool.submit(kernels.count_walk, start, end, *facts, mid, nq, 1 + (-before) % every, 2)
+            parts = [kernels.count_walk(start, end, *facts, 0, mid, 1, 1), second.result()]
+    if any(p is None for p in parts):
         return None
-    return Counted(truth=int(stats[0]), emitted=int(stats[1]), codes=codes, period_ids=period_ids,
-                   latency=latency if family != SYMMETRIC else None, need=need, every=int(stats[2]))
+    if not all(p[0][3] for p in parts):   # a row twice: the materialising path counts the duplicates
+        return None
+    codes = parts[0][1] if len(parts) == 1 else parts[0][1] + parts[1][1]
+    need = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+    latency = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
+    emitted = sum(int(p[0][1]) for p in parts)
+    return Counted(truth=int(total), emitted=emitted, codes=codes, period_ids=period_ids,
+                   latency=latency if family != SYMMETRIC else None, need=need, every=int(every))
+
+
+def split_point(start: np.ndarray, end: np.ndarray) -> int:
+    """The query at which the second of two range walks starts: about half of the
+    work on each side, counting a query's pairs plus two for its and its stored
+    partner's gathered facts."""
+    work = np.cumsum(end - start + 2)
+    return int(np.searchsorted(work, work[-1] // 2))

@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamjoin.pipelines.config.options import DistanceSpec
 from streamjoin.pipelines.config.settings import RunConfig, StreamConfig
@@ -65,3 +68,34 @@ def test_the_engine_materialises_where_the_rule_says_no(monkeypatch, kw):
                 count=request).counted is not None
     got = join(ts, arrival, [None, None], (40, 60), PolicySpec("static", retention=(5, 5)), count=request, **kw)
     assert got.counted is None and got.combos is not None
+
+
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.tuples(st.integers(0, 300), st.integers(0, 300)),
+       sample=st.integers(1, 40), family=st.sampled_from(["static", "kslack", "mpkslack"]), keyed=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_two_range_walks_count_what_one_walk_counts(seed, sizes, sample, family, keyed):
+    """The walk split between two threads at any query (counting.SPLIT_QUERIES) gives the
+    single walk's Counted: the same totals, period codes, sampled required slacks (the
+    second walk's countdown continues the first's) and latencies in combination order."""
+    rng = np.random.default_rng(seed)
+    ts = [np.sort(rng.integers(0, 2000, n)).astype(np.int64) for n in sizes]
+    arrival = [t + rng.integers(0, 80, len(t)) for t in ts]
+    keys = [pl.DataFrame({"__key0": rng.integers(0, 3, n)}) for n in sizes] if keyed else [None, None]
+    policy = {"static": PolicySpec("static", retention=(15, 15)), "kslack": PolicySpec("kslack", k=(20, 20)),
+              "mpkslack": PolicySpec("mpkslack")}[family]
+    got = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(counting, "MIN_ROWS", 0)
+        for split in (10**9, 0):
+            m.setattr(counting, "SPLIT_QUERIES", split)
+            out = join(ts, arrival, keys, (30, 50), policy, count=CountRequest(period_us=97, sample=sample))
+            got.append(out.counted)
+    one, two = got
+    if one is None:   # an empty stream: neither counts
+        assert two is None
+        return
+    assert (one.truth, one.emitted, one.every) == (two.truth, two.emitted, two.every)
+    assert np.array_equal(one.codes, two.codes) and np.array_equal(one.need, two.need)
+    assert (one.latency is None) == (two.latency is None)
+    if one.latency is not None:
+        assert np.array_equal(one.latency, two.latency)
