@@ -4,7 +4,10 @@ The ``q``-quantile of ``n`` values is the smallest value with at least ``q``
 of the data at or below it -- the ``ceil(q·n)``-th smallest (1-based) -- so
 every reported latency and delay is a value that actually occurred, and
 every engine (and the capacity model below the metrics) reports the same
-integers.
+integers.  Several at once come from one sort of the values, or -- for
+integers whose range is below their number, as latencies and delays in us
+usually are -- from a count of each value (the same integers, without the
+sort).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ A run that only counts (``count``: ``run --no-results``, nothing reading the
 combinations one by one) with two streams and the symmetric or sorting
 family stops chain A at the band join's plan (the sorted codes and the
 bands, :class:`~streamjoin.pipelines.replay.candidates.BandPlan`) and, where
-emission would run, counts the pairs in one compiled walk
+emission would run, counts the pairs in a compiled walk (two halves on two threads)
 (:mod:`~streamjoin.pipelines.replay.counting`): truth, emission and the
 report's per-combination numbers without the combination-sized columns.
 

@@ -1,5 +1,6 @@
 """Counting instead of materialising: a two-stream run's report numbers from
-one compiled walk over the band join (issue 21, fifth pass).
+a compiled walk over the band join (issue 21, fifth pass; on two threads
+since the sixth).
 
 A run without results (``--no-results``) reads every valid combination only
 to count it: truth and emitted per period (the period of the last member's
