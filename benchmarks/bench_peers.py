@@ -644,7 +644,8 @@ def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, comp
     print()
     print(f"Whole process, `run --engine local --no-results`, {runs} rounds after a warm-up (A = this checkout"
           + (f", B = {compare}" if compare else "") + "); medians, spread = min..max")
-    hdr = f"{'input':<20} {'side':<7} {'wall s':>7} {'spread':>11} {'CPU s':>6} {'job s':>6} {'outside s':>9}  walls"
+    hdr = (f"{'input':<20} {'side':<7} {'wall s':>7} {'spread':>11} {'CPU s':>6} {'CPU spread':>11} {'job s':>6} "
+           f"{'outside s':>9}  walls")
     print(hdr)
     print("-" * len(hdr))
     for name, _, _ in inputs:
@@ -654,11 +655,13 @@ def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, comp
                 continue
             w = [r["wall_s"] for r in rs]
             job = med([r["timings_s"]["total"] for r in rs]) if "timings_s" in rs[0] else None
-            print(f"{name:<20} {side:<7} {med(w):>7.2f} {min(w):>5.2f}..{max(w):<5.2f} {med([r['cpu_s'] for r in rs]):>6.2f} "
-                  f"{fmt_s(job):>6} {fmt_s(None if job is None else med(w) - job):>9}  " + " ".join(f"{x:.2f}" for x in w))
+            c = [r["cpu_s"] for r in rs]
+            print(f"{name:<20} {side:<7} {med(w):>7.2f} {min(w):>5.2f}..{max(w):<5.2f} {med(c):>6.2f} "
+                  f"{min(c):>5.2f}..{max(c):<5.2f} {fmt_s(job):>6} {fmt_s(None if job is None else med(w) - job):>9}  " + " ".join(f"{x:.2f}" for x in w))
         if len(sides) == 2:
-            rs = [a["wall_s"] / b["wall_s"] for a, b in zip(got[(name, "A")], got[(name, "B")])]
-            print(f"{'':<20} A / B wall: median {med(rs):.2f} (rounds: " + ", ".join(f"{x:.2f}" for x in rs) + ")")
+            for what in ("wall_s", "cpu_s"):   # per round: the two sides saw the same load
+                rs = [a[what] / b[what] for a, b in zip(got[(name, "A")], got[(name, "B")])]
+                print(f"{'':<20} A / B {what[:-2]}: median {med(rs):.2f} (rounds: " + ", ".join(f"{x:.2f}" for x in rs) + ")")
     db = got[("core 2M + 1M", "DuckDB")]
     for side in sides:
         for what in ("wall_s", "cpu_s"):
@@ -667,7 +670,8 @@ def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, comp
                   + ", ".join(f"{x:.2f}" for x in rs) + ")")
     for side in sides:
         stage = {k: med([r["timings_s"].get(k, 0.0) for r in got[("core 2M + 1M", side)]])
-                 for k in ("load", "join", "join.candidates", "join.progress", "metrics", "write", "total")}
+                 for k in ("load", "join", "join.candidates", "join.progress", "join.count", "metrics", "write",
+                           "total")}
         print(f"core stages, {side} (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
 
 

@@ -31,7 +31,9 @@ processes, which then fall back at once, without another attempt or line on
 stderr, for a day (:data:`MARKER_TTL_S`; delete the marker to try sooner);
 any other failure (a killed compiler, a full disk) leaves no marker and the
 next process tries again.  numba is imported only when
-a kernel has to be built or jitted (a plain run never loads it).
+a kernel has to be built or jitted (a plain run never loads it).  A kernel may
+call plain functions marked :func:`helper`: they are compiled into its module
+(and named in its digest) only then.
 """
 
 from __future__ import annotations
@@ -128,6 +130,50 @@ def how(fn: Callable) -> str | None:
 BUILD_OPTIONS = b"release_gil"
 
 
+def helper(fn: Callable) -> Callable:
+    """Mark ``fn`` as a helper a kernel calls (by its global name): it stays a plain
+    Python function (the kernels' plain-Python runs call it as such), and only
+    where a kernel is built or jitted is it compiled with it (``numba.njit``,
+    in a copy of the kernel's globals: the module is not changed).  Its source
+    is part of the kernel module's name, so an edited helper is rebuilt too."""
+    fn.__sj_helper__ = True
+    return fn
+
+
+def _helpers(fn: Callable) -> list[Callable]:
+    """The :func:`helper` functions ``fn`` calls, and theirs, each once, in order."""
+    found: list[Callable] = []
+
+    def visit(f):
+        for name in f.__code__.co_names:
+            g = f.__globals__.get(name)
+            if getattr(g, "__sj_helper__", False) and g not in found:
+                found.append(g)
+                visit(g)
+    visit(fn)
+    return found
+
+
+def _with_compiled_helpers(fn: Callable, njit: Callable) -> Callable:
+    """``fn`` reading its :func:`helper` globals as ``njit`` of them (recursively)."""
+    import types
+
+    compiled_: dict[str, Callable] = {}
+
+    def rebound(f):
+        names = {n for n in f.__code__.co_names if getattr(f.__globals__.get(n), "__sj_helper__", False)}
+        for n in names:
+            if n not in compiled_:
+                compiled_[n] = njit(rebound(f.__globals__[n]))
+        if not names:
+            return f
+        g = types.FunctionType(f.__code__, {**f.__globals__, **{n: compiled_[n] for n in names}}, f.__name__,
+                               f.__defaults__, f.__closure__)
+        g.__qualname__, g.__module__ = f.__qualname__, f.__module__
+        return g
+    return rebound(fn)
+
+
 def _module_name(fn: Callable, signature: str) -> str:
     versions = []
     for package in ("numba", "numpy"):   # the module checks numpy's C API when it is imported
@@ -137,9 +183,9 @@ def _module_name(fn: Callable, signature: str) -> str:
             version = "none"
         versions.append(version if package == "numba" else ".".join(version.split(".")[:2]))
     try:
-        source = inspect.getsource(fn).encode()
+        source = b"\n".join(inspect.getsource(f).encode() for f in (fn, *_helpers(fn)))
     except OSError:   # no source file (a frozen install): the bytecode names the kernel
-        source = marshal.dumps(fn.__code__)
+        source = b"".join(marshal.dumps(f.__code__) for f in (fn, *_helpers(fn)))
     digest = hashlib.sha256(b"\n".join((source, signature.encode(), *(v.encode() for v in versions),
                                           sys.version.encode(), BUILD_OPTIONS)))
     return f"_sj_{fn.__name__.strip('_')}_{digest.hexdigest()[:16]}"
@@ -305,7 +351,7 @@ def _write_marker(path: Path, why: str) -> bool:
 def _jit(fn: Callable, signature: str) -> Callable:
     from numba import njit
 
-    return njit(signature, cache=True, nogil=True)(fn)
+    return njit(signature, cache=True, nogil=True)(_with_compiled_helpers(fn, njit))
 
 
 def _build(fn: Callable, signature: str, name: str, out_dir: str) -> None:
@@ -315,8 +361,10 @@ def _build(fn: Callable, signature: str, name: str, out_dir: str) -> None:
         warnings.simplefilter("ignore")   # numba.pycc announces its deprecation
         from numba.pycc import CC
 
+        from numba import njit
         from numba.pycc import compiler as pycc_compiler
 
+        fn = _with_compiled_helpers(fn, njit)
         cc = CC(name)
         cc.output_dir = out_dir
         cc.verbose = False

@@ -18,7 +18,7 @@
   most inputs are): a counting sort by key, ``O(rows + keys)``, instead of
   the packed value sort of :func:`~streamjoin.pipelines.base.sorting.stable_order`
   (``None`` when some key's times go back: the caller sorts).
-* :func:`count_walk` -- a two-stream run without results: the band join's
+* :func:`bands` and :func:`count_walk` -- a two-stream run without results: the band join's
   pairs counted, not built (:mod:`~streamjoin.pipelines.replay.counting`
   calls it and says what it counts; the materialising path is its twin).
 
@@ -52,11 +52,18 @@ MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
 KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
-COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i4[:], i8[:], i8[:], i4[:], i4[:], i4[:], i4[:], "
-                   "i4[:], i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8)")
+COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i8[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
+                   "i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8, i8, i8, "
+                   "i8, i8)")
+BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
 
 
-def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
+@jit.helper
+def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
+    """Where each band ``[lo[q], hi[q]]`` (``lo`` ascending) falls in ``sorted_values``:
+    ``(start, end, total)`` -- one forward pass of both pointers (a band ending
+    before the previous one's end searches back); shared by :func:`_band_fill`
+    and :func:`_count_walk`, compiled into each (:func:`~streamjoin.pipelines.base.jit.helper`)."""
     nq = lo.shape[0]
     m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)
@@ -86,6 +93,12 @@ def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no c
         start[q] = s
         end[q] = e
         total += e - s
+    return start, end, total
+
+
+def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
+    nq = lo.shape[0]
+    start, end, total = _bands(sorted_values, lo, hi)
     parent = np.empty(total, np.int32)
     member = np.empty(total, np.int32)
     o = 0
@@ -228,56 +241,35 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     return order if len(order) == n else None
 
 
-def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q, e_s, ts_q, ts_s, w_q, w_s,
-                dropped, release, T, ts_arrival, period_of, arrival, family, N, periods, sample, q_rows, s_rows,
-                neg_inf):   # pragma: no cover
-    nq = lo.shape[0]
-    m = sorted_values.shape[0]
-    start = np.empty(nq, np.int64)
-    end = np.empty(nq, np.int64)
-    # the bands, as the band-join fill finds them (the first loop of _band_fill:
-    # an exported kernel cannot call another without numba at run time)
-    s = 0
-    e = 0
+def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q, ts_s, w_q, w_s,
+                dropped, release, T, ts_arrival, period_of, arrival, family, N, periods, every, q_rows, s_rows,
+                neg_inf, q0, q1, first, check):   # pragma: no cover
+    # the queries q0..q1-1 of the bands (start, end) of _bands: their pairs in order, the
+    # stored positions they reach [s_lo, s_hi) (start ascends, end need not)
+    stats = np.zeros(4, np.int64)   # pairs, emitted, 0, distinct (1) or not (0)
+    s_lo = start[q0] if q1 > q0 else 0
+    s_hi = s_lo
     total = 0
-    for q in range(nq):
-        x = lo[q]
-        while s < m and sorted_values[s] < x:
-            s += 1
-        y = hi[q]
-        if e < s:
-            e = s
-        if e > s and sorted_values[e - 1] > y:
-            a = s
-            b = e
-            while a < b:
-                mid = (a + b) >> 1
-                if sorted_values[mid] > y:
-                    b = mid
-                else:
-                    a = mid + 1
-            e = a
-        while e < m and sorted_values[e] <= y:
-            e += 1
-        start[q] = s
-        end[q] = e
-        total += e - s
-    stats = np.zeros(4, np.int64)   # total, emitted, every, distinct (1) or not (0)
+    for q in range(q0, q1):
+        if end[q] > s_hi:
+            s_hi = end[q]
+        total += end[q] - start[q]
     stats[0] = total
-    # distinct pairs iff no query row and no stored row repeats
+    # distinct pairs iff no query row and no stored row repeats (check: 1 the stored
+    # side, 2 the queries, 3 both -- two range walks split the sides between them)
     distinct = 1
     for side in range(2):
-        rows = query_rows if side == 0 else stored_rows
-        seen = np.zeros(q_rows if side == 0 else s_rows, np.uint8)
+        if not (check >> side) & 1:
+            continue
+        rows = stored_rows if side == 0 else query_rows
+        seen = np.zeros(s_rows if side == 0 else q_rows, np.uint8)
         for j in range(rows.shape[0]):
             r = rows[j]
             if seen[r]:
                 distinct = 0
             seen[r] = 1
     stats[3] = distinct
-    every = (total + sample - 1) // sample if total > sample else 1
-    stats[2] = every
-    need = np.empty((total + every - 1) // every, np.int64)
+    need = np.empty(total // every + 1, np.int64)
     codes = np.zeros(2 * periods, np.int64)
     latency = np.empty(total if family == 1 else 0, np.int64)
     # each member's facts -- in sorted order for the stored side, in band order for
@@ -287,7 +279,9 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q,
     # arrival and ts + W; with the sorting family the arrival time at which it
     # would be released.  ``arrival`` never decreases along the arrival index, so
     # the last member's arrival (and release) time is the larger of the two.
-    # one pass per fact over both sides: stored positions 0..m-1, then the queries
+    # one pass per fact over both sides: stored positions s_lo..s_hi-1, then the queries
+    m = s_hi - s_lo
+    nq = q1 - q0
     both = m + nq
     fa = np.empty(both, np.int32)
     fb = np.empty(both, np.int64)
@@ -296,7 +290,7 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q,
     fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
     fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)
     for side in range(2):
-        rows = stored_rows if side == 0 else query_rows
+        rows = stored_rows[s_lo:s_hi] if side == 0 else query_rows[q0:q1]
         at = at_s if side == 0 else at_q
         ex = e_s if side == 0 else e_q
         ts = ts_s if side == 0 else ts_q
@@ -328,14 +322,16 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q,
     sz = fz[:m] if family == 1 else fz
     qz = fz[m:] if family == 1 else fz
     emitted_n = 0
-    countdown = 1   # pairs until the next sampled one (every ``every``-th, from the first)
+    countdown = first   # pairs until the next sampled one (every ``every``-th of all the bands' pairs)
     k = 0
     code = 0        # the counts of one code run up locally until the code changes
     run = 0
-    for q in range(nq):
-        aq = qa[q]
-        bq = qb[q]
-        for j in range(start[q], end[q]):
+    for i in range(nq):
+        q = q0 + i
+        aq = qa[i]
+        bq = qb[i]
+        for jj in range(start[q], end[q]):
+            j = jj - s_lo
             a_s = sa[j]
             q_last = aq > a_s
             if family == 0:
@@ -345,10 +341,10 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q,
                 v = bq if bq > sb[j] else sb[j]
                 ok = 1 if v <= N else 0
                 if ok:
-                    released = qy[q] if qy[q] > sy[j] else sy[j]
-                    latency[emitted_n] = released - (qz[q] if q_last else sz[j])
+                    released = qy[i] if qy[i] > sy[j] else sy[j]
+                    latency[emitted_n] = released - (qz[i] if q_last else sz[j])
             emitted_n += ok
-            c = 2 * (qp[q] if q_last else sp[j]) + ok
+            c = 2 * (qp[i] if q_last else sp[j]) + ok
             if c != code:
                 codes[code] += run
                 code = c
@@ -359,20 +355,26 @@ def _count_walk(sorted_values, stored_rows, lo, hi, query_rows, at_q, at_s, e_q,
                 countdown = every
                 if family == 0:
                     # the member that is not last: T(last) - (ts + W), at least 0
-                    need_v = (qx[q] - sy[j]) if q_last else (sx[j] - qy[q])
+                    need_v = (qx[i] - sy[j]) if q_last else (sx[j] - qy[i])
                     need[k] = need_v if need_v > 0 else 0
                 else:
-                    need[k] = qx[q] if qx[q] > sx[j] else sx[j]
+                    need[k] = qx[i] if qx[i] > sx[j] else sx[j]
                 k += 1
     codes[code] += run
     stats[1] = emitted_n
-    return stats, codes, need, latency[:emitted_n]
+    return stats, codes, need[:k], latency[:emitted_n]
+
+
+def bands(sorted_values: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """:func:`_bands` compiled (``(start, end, total)``), or ``None`` without the kernel."""
+    kernel = jit.prebuilt(_bands, BANDS_SIGNATURE)
+    return None if kernel is None else kernel(sorted_values, lo, hi)
 
 
 def count_walk(*arrays_and_values):
     """:func:`_count_walk` (its arguments, in its signature's types), or ``None``
     without the kernel: :func:`~streamjoin.pipelines.replay.counting.count_pairs`
-    prepares the arguments and reads the answer."""
+    prepares the arguments, splits the queries between two threads and reads the answer."""
     kernel = jit.prebuilt(_count_walk, COUNT_SIGNATURE)
     return None if kernel is None else kernel(*arrays_and_values)
 
@@ -380,7 +382,7 @@ def count_walk(*arrays_and_values):
 def count_walk_built() -> bool:
     """Whether :func:`count_walk` runs here (built or loaded now if it can be;
     ``False`` with ``$STREAMJOIN_KERNELS=numpy`` or where none can be built)."""
-    return jit.prebuilt(_count_walk, COUNT_SIGNATURE) is not None
+    return jit.prebuilt(_count_walk, COUNT_SIGNATURE) is not None and jit.prebuilt(_bands, BANDS_SIGNATURE) is not None
 
 
 def ensure_built() -> None:
@@ -389,7 +391,8 @@ def ensure_built() -> None:
     (``$STREAMJOIN_KERNELS=load``, set by the engine's session): on this
     machine they load these; where none is built they run the numpy paths."""
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
-                          (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE)):
+                          (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE),
+                          (_bands, BANDS_SIGNATURE)):
         jit.prebuilt(fn, signature)
 
 
@@ -408,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
               "(same results, slower); install a C compiler (e.g. gcc) and re-run the set-up")
         return 0
     ensure_built()
-    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk)):
+    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands)):
         print("streamjoin: the compiled kernels could not be built now (stderr says why); "
               "runs use the numpy paths (same results) until one builds them")
     return 0

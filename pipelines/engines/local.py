@@ -29,7 +29,7 @@ A run that only counts (``count``: ``run --no-results``, nothing reading the
 combinations one by one) with two streams and the symmetric or sorting
 family stops chain A at the band join's plan (the sorted codes and the
 bands, :class:`~streamjoin.pipelines.replay.candidates.BandPlan`) and, where
-emission would run, counts the pairs in one compiled walk
+emission would run, counts the pairs in a compiled walk (two halves on two threads)
 (:mod:`~streamjoin.pipelines.replay.counting`): truth, emission and the
 report's per-combination numbers without the combination-sized columns.
 
@@ -52,8 +52,8 @@ import polars as pl
 
 from ..analysis.metrics import occupied_periods
 from ..replay.candidates import Combos, Space, enumerate_sorted, enumerate_truth, key_ids
-from ..replay import counting
-from ..replay.counting import COUNTED_FAMILIES, Counted, count_pairs
+from ..replay.counting import Counted, count_pairs
+from ..replay.counting import counts as counts_pairs
 from ..replay.count_window import enumerate_counted, with_count_expiry
 from ..replay.emit import Emission, emission, last_arrivals
 from ..replay.probe_order import ProbeOrder, probe_order, smaller_first, two_stream_order
@@ -132,7 +132,8 @@ def join(
             its ``windows`` entry is ignored) or ``None`` for a duration;
             ``None``: no count window.  Policy ``static`` only.
         count: count instead of materialising (a run without results) where
-            :func:`counts_apply`; the outcome then has ``counted`` and no
+            :func:`~streamjoin.pipelines.replay.counting.counts` says so for this
+            join (and the walk finds no repeated row); the outcome then has ``counted`` and no
             ``combos`` / ``emission`` (elsewhere it is as without it).
     """
     timings: dict[str, float] = {}
@@ -172,8 +173,10 @@ def join(
 
     sizes = [len(t) for t in ts]
     # the plan is the sorted enumeration's: a bucket join orders the combinations (and so the sample) otherwise
-    counting = count is not None and candidates_method != "bucket" and counts_apply(
-        sizes, policy, space=space, where=where, order=order, counts=counts)
+    counting = count is not None and counts_pairs(policy.family, streams=len(sizes), rows=sum(sizes),
+                                                  filtered=space is not None or where is not None,
+                                                  given_order=order is not None, count_windows=counted is not None,
+                                                  bucket=candidates_method == "bucket")
 
     def truth():
         if counting:   # the band join's plan only: counted once the policy's facts are there
@@ -248,19 +251,6 @@ def join(
         memory = memory_job.result()
     return JoinOutcome(replay=replay, decisions=decisions, combos=truth, emission=emitted, memory=memory,
                        timings_s=timings, probe_order=chosen, counted=tally)
-
-
-def counts_apply(sizes: Sequence[int], policy: PolicySpec, *, space=None, where=None, order=None,
-                 counts=None) -> bool:
-    """Whether :func:`join`'s ``count`` counts: two streams of at least
-    :data:`~streamjoin.pipelines.replay.counting.MIN_ROWS` rows together, the
-    symmetric or sorting family, no distance predicate, ``--where``, given probe
-    order or count window, and the counting kernel built (without it the band
-    plan would be built only to be thrown away; the kernel's own checks come on
-    top: int32 rows, no repeated row)."""
-    return (len(sizes) == 2 and sum(sizes) >= counting.MIN_ROWS and policy.family in COUNTED_FAMILIES
-            and space is None and where is None and order is None
-            and (counts is None or all(c is None for c in counts)) and counting.kernel_built())
 
 
 def _count(plan, replay: Replay, windows: np.ndarray, decisions: Decisions, expiry_index, count: CountRequest

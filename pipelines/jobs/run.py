@@ -31,6 +31,7 @@ from ..engines.local import CountRequest, JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import AtomicOutput, locks_out
+from ..replay.counting import counts
 from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
 from ..replay.results import emitted_row_groups
@@ -190,14 +191,17 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
 
 def count_request(cfg: RunConfig, capacity) -> CountRequest | None:
     """Count the combinations instead of materialising them (the local engine,
-    ``engines.local.join``'s ``count``) when nothing reads them one by one: no
-    results file, no ``--capacity`` or ``--flow-control`` (which replay or
-    re-time each one) and no ``hindsight`` (a ``qjoin`` / ``qkslack`` run with a
-    target reads every required slack).  The engine decides the rest (two
-    streams, the symmetric or sorting family, ...)."""
-    if cfg.write_results or capacity is not None or cfg.flow_control is not None:
-        return None
-    if cfg.policy.name in MEASURE and cfg.recall_target is not None:
+    ``engines.local.join``'s ``count``) where :func:`~streamjoin.pipelines.replay.counting.counts`
+    says so for this job: nothing reads them one by one -- no results file, no
+    ``--capacity`` or ``--flow-control`` (which replay or re-time each one) and
+    no ``hindsight`` (a ``qjoin`` / ``qkslack`` run with a target reads every
+    required slack) -- and the job's streams, family and ``--where``; the
+    engine adds what only the join knows (rows, probe order, ...)."""
+    reads_each = (cfg.write_results or capacity is not None or cfg.flow_control is not None
+                  or (cfg.policy.name in MEASURE and cfg.recall_target is not None))
+    if not counts(cfg.policy.family, streams=len(cfg.streams), reads_each=reads_each,
+                  filtered=bool(cfg.where) or cfg.distance is not None,
+                  count_windows=window_counts(cfg.streams) is not None):
         return None
     return CountRequest(period_us=cfg.period_us, sample=report_build.TUNING_SAMPLE)
 

@@ -1,5 +1,6 @@
 """Counting instead of materialising: a two-stream run's report numbers from
-one compiled walk over the band join (issue 21, fifth pass).
+a compiled walk over the band join (issue 21, fifth pass; on two threads
+since the sixth).
 
 A run without results (``--no-results``) reads every valid combination only
 to count it: truth and emitted per period (the period of the last member's
@@ -31,20 +32,31 @@ Per pair it adds one to ``codes[2 * period(last) + emitted]`` (the layout of
 picks them), writes the required slack.  Duplicates: every pair is a query
 row and one sorted position of the stored stream inside that query's band,
 so the pairs are distinct iff no query row and no stored row occurs twice --
-checked in the same call (``None`` otherwise: the caller materialises and
+checked in the same calls (``None`` otherwise: the caller materialises and
 counts them).
+
+The walk runs over a range of queries (their bands from
+:func:`~streamjoin.pipelines.base.kernels.bands`, computed once): from
+:data:`SPLIT_QUERIES` queries :func:`count_pairs` splits them at about half
+the work (:func:`split_point`) and walks the halves on two threads -- the
+second walk's sampling countdown continues the first's (it starts at the
+pairs before it, modulo ``every``), its required slacks and latencies follow
+the first's, the codes add, and each half checks one side's rows for
+repeats.  The same CPU, half the wall time where a second core is free.
 
 The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
 ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
 releasing the GIL; the set-up's ``kernels --build`` builds it too);
-without it (no compiler, ``$STREAMJOIN_KERNELS=numpy``), below
-:data:`MIN_ROWS` input rows, or from ``2**31`` rows, :func:`count_pairs`
-returns ``None`` and the engine materialises.  ``tests/replay/test_counting.py``
+which runs count is one predicate, :func:`counts` (the job, the engine and
+:func:`count_pairs` each call it with what they know): without the kernel
+(no compiler, ``$STREAMJOIN_KERNELS=numpy``), below :data:`MIN_ROWS` input
+rows, or from ``2**31`` rows, among others, the engine materialises.  ``tests/replay/test_counting.py``
 compares every report number of both paths on random inputs.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +69,8 @@ from .candidates import BandPlan
 
 #: below this many input rows the engine materialises (the kernel's load costs more than it saves)
 MIN_ROWS = KERNEL_MIN_ROWS
+#: from this many queries (bands) the walk runs as two range walks on two threads
+SPLIT_QUERIES = 1 << 15
 #: the families whose emission rule the walk applies
 COUNTED_FAMILIES = (SYMMETRIC, SORTING)
 
@@ -65,6 +79,32 @@ def kernel_built() -> bool:
     """Whether :func:`count_pairs` can count on this machine (the kernel is
     built, or is built now): where not, the engine materialises from the start."""
     return kernels.count_walk_built()
+
+
+def counts(family: str, *, streams: int = 2, rows: int | None = None, reads_each: bool = False,
+           filtered: bool = False, given_order: bool = False, count_windows: bool = False,
+           bucket: bool = False) -> bool:
+    """The one rule "count the combinations instead of materialising them"; each
+    caller passes what it knows (the job its outputs, the engine its join, :func:`count_pairs`
+    the replay; a fact left at its default is checked by another caller):
+
+    * nothing reads the combinations one by one (``reads_each``: a results file,
+      ``--capacity`` or ``--flow-control``, which replay or re-time each one, or
+      ``hindsight``, which reads every required slack);
+    * two streams, ``rows`` input rows together in ``[MIN_ROWS, 2**31)`` (below,
+      the kernel's load costs more than it saves; above, int32 rows);
+    * the symmetric or sorting family (:data:`COUNTED_FAMILIES`);
+    * no distance predicate or ``--where`` (``filtered``), no given probe order,
+      no count window, not the bucket join (which orders the combinations, and
+      so the tuning sample, otherwise than the sorted plan);
+    * the counting kernel built here (without it the band plan would be built
+      only to be thrown away).
+
+    The walk's own finding comes on top: a repeated row makes :func:`count_pairs`
+    return ``None`` (the materialising path counts the duplicates)."""
+    return (not (reads_each or filtered or given_order or count_windows or bucket)
+            and streams == 2 and (rows is None or MIN_ROWS <= rows < 2**31)
+            and family in COUNTED_FAMILIES and kernel_built())
 
 
 @dataclass
@@ -92,12 +132,12 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
                 period_ids: np.ndarray, sample: int) -> Counted | None:
     """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
     symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
-    or ``None`` where the kernel is not built or does not apply (see the module
-    docstring): the caller then materialises.  ``period_of``: the occupied
+    or ``None`` where :func:`counts` says no, an index is not int32 / int64 or a row
+    repeats: the caller then materialises.  ``period_of``: the occupied
     period of every arrival index (int32); ``period_ids``: those periods;
     ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
     family = decisions.family
-    if family not in COUNTED_FAMILIES or replay.n != 2 or replay.N < MIN_ROWS or replay.N >= 2**31:
+    if not counts(family, streams=replay.n, rows=replay.N):
         return None
     arrays = (plan.sorted_values, plan.lo, plan.hi)
     if any(a.dtype != np.int64 for a in arrays) or plan.stored_rows.dtype != np.int32 \
@@ -115,16 +155,41 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
         ends = [empty32, empty32]
         dropped, release = c(decisions.dropped, dtype=bool), c(decisions.release, dtype=np.int64)
     sizes = [len(replay.index_of[k]) for k in (qs, ss)]
-    got = kernels.count_walk(
-        c(plan.sorted_values), c(plan.stored_rows), c(plan.lo), c(plan.hi), c(plan.query_rows), at[0], at[1],
-        ends[0], ends[1], c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
-        dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64), c(period_of, dtype=np.int32),
-        c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1, replay.N, len(period_ids),
-        int(sample), sizes[0], sizes[1], NEG_INF)
+    sorted_values, lo, hi = c(plan.sorted_values), c(plan.lo), c(plan.hi)
+    got = kernels.bands(sorted_values, lo, hi)
     if got is None:
         return None
-    stats, codes, need, latency = got
-    if not stats[3]:   # a row twice: the materialising path counts the duplicates
+    start, end, total = got
+    every = (total + sample - 1) // sample if total > sample else 1
+    facts = (c(plan.stored_rows), c(plan.query_rows), at[0], at[1], ends[0], ends[1],
+             c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
+             dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64),
+             c(period_of, dtype=np.int32), c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1,
+             replay.N, len(period_ids), every, sizes[0], sizes[1], NEG_INF)
+    nq = len(lo)
+    if nq < max(SPLIT_QUERIES, 2):
+        parts = [kernels.count_walk(start, end, *facts, 0, nq, 1, 3)]
+    else:   # two range walks, on two threads (the kernel releases the GIL)
+        mid = split_point(start, end)
+        before = int(end[:mid].sum() - start[:mid].sum())   # pairs of the first half
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            second = pool.submit(kernels.count_walk, start, end, *facts, mid, nq, 1 + (-before) % every, 2)
+            parts = [kernels.count_walk(start, end, *facts, 0, mid, 1, 1), second.result()]
+    if any(p is None for p in parts):
         return None
-    return Counted(truth=int(stats[0]), emitted=int(stats[1]), codes=codes, period_ids=period_ids,
-                   latency=latency if family != SYMMETRIC else None, need=need, every=int(stats[2]))
+    if not all(p[0][3] for p in parts):   # a row twice: the materialising path counts the duplicates
+        return None
+    codes = parts[0][1] if len(parts) == 1 else parts[0][1] + parts[1][1]
+    need = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+    latency = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
+    emitted = sum(int(p[0][1]) for p in parts)
+    return Counted(truth=int(total), emitted=emitted, codes=codes, period_ids=period_ids,
+                   latency=latency if family != SYMMETRIC else None, need=need, every=int(every))
+
+
+def split_point(start: np.ndarray, end: np.ndarray) -> int:
+    """The query at which the second of two range walks starts: about half of the
+    work on each side, counting a query's pairs plus two for its and its stored
+    partner's gathered facts."""
+    work = np.cumsum(end - start + 2)
+    return int(np.searchsorted(work, work[-1] // 2))

@@ -218,3 +218,27 @@ def test_numba_pyccs_failed_compiler_probe_is_marked_like_no_compiler(tmp_path, 
     capsys.readouterr()
     assert jit._ahead_of_time(queueing._bounded_kernel, QUEUE_SIGNATURE)[1] == "jit"
     assert [m.parent.name for m in tmp_path.rglob("*.nobuild")] == ["user"] and "for a day" in capsys.readouterr().err
+
+
+def test_a_helper_stays_python_and_its_source_names_the_module(tmp_path):
+    """A :func:`jit.helper` is called as a plain function by the plain-Python kernel,
+    compiled into the built one, and an edited helper gives another module name
+    (so it is rebuilt)."""
+    import importlib.util
+
+    def module(body: str, name: str):
+        path = tmp_path / f"{name}.py"
+        path.write_text("from streamjoin.pipelines.base import jit\n\n"
+                        f"@jit.helper\ndef _twice(x):\n    return {body}\n\n"
+                        "def _kernel(x):\n    return _twice(x) + 1\n")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    a, b = module("2 * x", "helper_a"), module("x + x", "helper_b")
+    assert a._kernel(5) == b._kernel(5) == 11 and not hasattr(a._twice, "py_func")   # plain Python
+    assert jit._helpers(a._kernel) == [a._twice]
+    assert jit._module_name(a._kernel, "i8(i8)").split("_")[-1] != jit._module_name(b._kernel, "i8(i8)").split("_")[-1]
+    compiled = jit._jit(a._kernel, "i8(i8)")
+    assert compiled(5) == 11 and a._twice(5) == 10 and not hasattr(a._twice, "py_func")   # the module unchanged

@@ -1,0 +1,101 @@
+"""The one rule "count instead of materialise" (replay/counting.counts): each of its
+conditions alone turns counting off, and the job (run.count_request), the engine
+(local.join) and the walk (counting.count_pairs) all follow it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamjoin.pipelines.config.options import DistanceSpec
+from streamjoin.pipelines.config.settings import RunConfig, StreamConfig
+from streamjoin.pipelines.engines.local import CountRequest, join
+from streamjoin.pipelines.jobs.run import count_request
+from streamjoin.pipelines.policies import SORTING, SQL_INTERVAL_JOIN, SYMMETRIC, PolicySpec, RecallTarget
+from streamjoin.pipelines.replay import counting
+
+BIG = counting.MIN_ROWS
+
+
+def test_every_condition_alone_turns_counting_off():
+    assert counting.kernel_built()
+    assert counting.counts(SYMMETRIC, streams=2, rows=BIG) and counting.counts(SORTING, rows=2**31 - 1)
+    assert counting.counts(SYMMETRIC)   # a fact left out is another caller's to check
+    for off in ({"reads_each": True}, {"filtered": True}, {"given_order": True}, {"count_windows": True},
+                {"bucket": True}, {"streams": 3}, {"rows": BIG - 1}, {"rows": 2**31}):
+        assert not counting.counts(SYMMETRIC, **off), off
+    assert not counting.counts(SQL_INTERVAL_JOIN, rows=BIG)
+
+
+def test_without_the_kernel_nothing_counts(monkeypatch):
+    monkeypatch.setattr(counting, "kernel_built", lambda: False)
+    assert not counting.counts(SYMMETRIC, rows=BIG)
+
+
+def _cfg(tmp_path, **kw) -> RunConfig:
+    streams = tuple(StreamConfig(name=f"s{i}", path=str(tmp_path / f"s{i}.parquet"), window_us=10) for i in range(2))
+    return replace(RunConfig(streams=streams, policy=PolicySpec("static", retention=(5, 5)), out=tmp_path / "out",
+                             write_results=False, period_us=100), **kw)
+
+
+def test_the_job_asks_for_counts_only_where_the_rule_says(tmp_path):
+    cfg = _cfg(tmp_path)
+    got = count_request(cfg, None)
+    assert got is not None and got.period_us == 100
+    third = replace(cfg.streams[0], name="s2")
+    for off in (replace(cfg, write_results=True), replace(cfg, where="s0_ts > 0"),
+                replace(cfg, distance=DistanceSpec(columns=("v",), threshold=1.0)),
+                replace(cfg, streams=(*cfg.streams, third)),
+                replace(cfg, streams=(replace(cfg.streams[0], window_count=3, window_us=0), cfg.streams[1])),
+                replace(cfg, policy=PolicySpec("qjoin", target=RecallTarget(0.9, period_us=100)), recall_target=0.9)):
+        assert count_request(off, None) is None, off
+    assert count_request(cfg, object()) is None   # --capacity
+
+
+@pytest.mark.parametrize("kw", [{"order": [1, 0]}, {"candidates_method": "bucket"}, {"counts": [3, None]}])
+def test_the_engine_materialises_where_the_rule_says_no(monkeypatch, kw):
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    rng = np.random.default_rng(2)
+    ts = [np.sort(rng.integers(0, 3000, n)).astype(np.int64) for n in (200, 150)]
+    arrival = [t + rng.integers(0, 50, len(t)) for t in ts]
+    request = CountRequest(period_us=100, sample=50)
+    assert join(ts, arrival, [None, None], (40, 60), PolicySpec("static", retention=(5, 5)),
+                count=request).counted is not None
+    got = join(ts, arrival, [None, None], (40, 60), PolicySpec("static", retention=(5, 5)), count=request, **kw)
+    assert got.counted is None and got.combos is not None
+
+
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.tuples(st.integers(0, 300), st.integers(0, 300)),
+       sample=st.integers(1, 40), family=st.sampled_from(["static", "kslack", "mpkslack"]), keyed=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_two_range_walks_count_what_one_walk_counts(seed, sizes, sample, family, keyed):
+    """The walk split between two threads at any query (counting.SPLIT_QUERIES) gives the
+    single walk's Counted: the same totals, period codes, sampled required slacks (the
+    second walk's countdown continues the first's) and latencies in combination order."""
+    rng = np.random.default_rng(seed)
+    ts = [np.sort(rng.integers(0, 2000, n)).astype(np.int64) for n in sizes]
+    arrival = [t + rng.integers(0, 80, len(t)) for t in ts]
+    keys = [pl.DataFrame({"__key0": rng.integers(0, 3, n)}) for n in sizes] if keyed else [None, None]
+    policy = {"static": PolicySpec("static", retention=(15, 15)), "kslack": PolicySpec("kslack", k=(20, 20)),
+              "mpkslack": PolicySpec("mpkslack")}[family]
+    got = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(counting, "MIN_ROWS", 0)
+        for split in (10**9, 0):
+            m.setattr(counting, "SPLIT_QUERIES", split)
+            out = join(ts, arrival, keys, (30, 50), policy, count=CountRequest(period_us=97, sample=sample))
+            got.append(out.counted)
+    one, two = got
+    if one is None:   # an empty stream: neither counts
+        assert two is None
+        return
+    assert (one.truth, one.emitted, one.every) == (two.truth, two.emitted, two.every)
+    assert np.array_equal(one.codes, two.codes) and np.array_equal(one.need, two.need)
+    assert (one.latency is None) == (two.latency is None)
+    if one.latency is not None:
+        assert np.array_equal(one.latency, two.latency)
