@@ -99,3 +99,27 @@ def test_two_range_walks_count_what_one_walk_counts(seed, sizes, sample, family,
     assert (one.latency is None) == (two.latency is None)
     if one.latency is not None:
         assert np.array_equal(one.latency, two.latency)
+
+
+def test_a_small_job_never_asks_for_the_counting_kernel(tmp_path, monkeypatch):
+    """A ``--no-results`` run below ``MIN_ROWS`` input rows never looks the count
+    kernels up (a lookup builds them where they are missing: 5-10 s each, a
+    line on stderr): the job passes its rows to the rule, which checks them
+    before the kernel (base/kernels: "a small run never waits for a first build")."""
+    import pyarrow.parquet as pq
+
+    from streamjoin.pipelines.jobs.run import run_job
+
+    asked = []
+    monkeypatch.setattr(counting, "kernel_built", lambda: asked.append(1) or True)
+    cfg = _cfg(tmp_path)
+    assert count_request(cfg, None, rows=BIG - 1) is None and not asked
+    assert count_request(cfg, None, rows=BIG) is not None and asked
+    asked.clear()
+    streams = []
+    for i, s in enumerate(cfg.streams):
+        ts = np.arange(100, dtype=np.int64) * 10 + 3 * i
+        pq.write_table(pl.DataFrame({"ts": ts, "arrival": ts + 5}).to_arrow(), s.path)
+        streams.append(replace(s, ts="ts", arrival="arrival", unit="us"))
+    report = run_job(replace(cfg, streams=tuple(streams), engine="local"))
+    assert report["truth_results"] > 0 and not asked
