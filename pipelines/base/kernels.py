@@ -62,8 +62,9 @@ BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
 def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
     """Where each band ``[lo[q], hi[q]]`` (``lo`` ascending) falls in ``sorted_values``:
     ``(start, end, total)`` -- one forward pass of both pointers (a band ending
-    before the previous one's end searches back); shared by :func:`_band_fill`
-    and :func:`_count_walk`, compiled into each (:func:`~streamjoin.pipelines.base.jit.helper`)."""
+    before the previous one's end searches back).  Compiled into :func:`_band_fill`'s
+    module (:func:`~streamjoin.pipelines.base.jit.helper`) and exported on its own
+    as :func:`bands`, whose ``(start, end)`` :func:`_count_walk` walks."""
     nq = lo.shape[0]
     m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)

@@ -189,17 +189,19 @@ def _report_body(cfg, command, streams, outcome, truth_n, emitted_n) -> dict[str
     )
 
 
-def count_request(cfg: RunConfig, capacity) -> CountRequest | None:
+def count_request(cfg: RunConfig, capacity, rows: int | None = None) -> CountRequest | None:
     """Count the combinations instead of materialising them (the local engine,
     ``engines.local.join``'s ``count``) where :func:`~streamjoin.pipelines.replay.counting.counts`
     says so for this job: nothing reads them one by one -- no results file, no
     ``--capacity`` or ``--flow-control`` (which replay or re-time each one) and
     no ``hindsight`` (a ``qjoin`` / ``qkslack`` run with a target reads every
-    required slack) -- and the job's streams, family and ``--where``; the
-    engine adds what only the join knows (rows, probe order, ...)."""
+    required slack) -- and the job's streams, family, ``--where`` and ``rows``
+    (the loaded input rows: a small run never looks the count kernels up, which
+    would build them where they are missing); the engine adds what only the
+    join knows (probe order, ...)."""
     reads_each = (cfg.write_results or capacity is not None or cfg.flow_control is not None
                   or (cfg.policy.name in MEASURE and cfg.recall_target is not None))
-    if not counts(cfg.policy.family, streams=len(cfg.streams), reads_each=reads_each,
+    if not counts(cfg.policy.family, streams=len(cfg.streams), rows=rows, reads_each=reads_each,
                   filtered=bool(cfg.where) or cfg.distance is not None,
                   count_windows=window_counts(cfg.streams) is not None):
         return None
@@ -325,7 +327,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,
                     space=space_of(cfg, streams), where=where_fn, bad_arrivals=bad, counts=window_counts(cfg.streams),
-                    count=count_request(cfg, capacity),
+                    count=count_request(cfg, capacity, rows=sum(len(s.ts) for s in streams)),
                 )
             if capacity is not None:   # the same replay on a finite machine (pipelines/capacity/)
                 # on the driver for --engine spark too: the replay facts and the combinations are

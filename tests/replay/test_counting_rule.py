@@ -99,3 +99,58 @@ def test_two_range_walks_count_what_one_walk_counts(seed, sizes, sample, family,
     assert (one.latency is None) == (two.latency is None)
     if one.latency is not None:
         assert np.array_equal(one.latency, two.latency)
+
+
+def test_a_small_job_never_asks_for_the_counting_kernel(tmp_path, monkeypatch):
+    """A ``--no-results`` run below ``MIN_ROWS`` input rows never looks the count
+    kernels up (a lookup builds them where they are missing: 5-10 s each, a
+    line on stderr): the job passes its rows to the rule, which checks them
+    before the kernel (base/kernels: "a small run never waits for a first build")."""
+    import pyarrow.parquet as pq
+
+    from streamjoin.pipelines.jobs.run import run_job
+
+    asked = []
+    monkeypatch.setattr(counting, "kernel_built", lambda: asked.append(1) or True)
+    cfg = _cfg(tmp_path)
+    assert count_request(cfg, None, rows=BIG - 1) is None and not asked
+    assert count_request(cfg, None, rows=BIG) is not None and asked
+    asked.clear()
+    streams = []
+    for i, s in enumerate(cfg.streams):
+        ts = np.arange(100, dtype=np.int64) * 10 + 3 * i
+        pq.write_table(pl.DataFrame({"ts": ts, "arrival": ts + 5}).to_arrow(), s.path)
+        streams.append(replace(s, ts="ts", arrival="arrival", unit="us"))
+    report = run_job(replace(cfg, streams=tuple(streams), engine="local"))
+    assert report["truth_results"] > 0 and not asked
+
+
+@pytest.mark.parametrize("side", ["query_rows", "stored_rows"])
+@pytest.mark.parametrize("at", [0, -1])
+def test_two_range_walks_see_a_repeated_row_on_either_side(monkeypatch, side, at):
+    """Split between two walks, each checks one side's rows for repeats: a query
+    row or a stored row twice -- at either end, so in either walk's range -- is
+    still left to the materialising path (``None``)."""
+    from streamjoin.pipelines.engines import local
+    from streamjoin.pipelines.replay.candidates import enumerate_sorted, key_ids
+
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    monkeypatch.setattr(counting, "SPLIT_QUERIES", 0)
+    rng = np.random.default_rng(3)
+    ts = [np.sort(rng.integers(0, 1000, n)).astype(np.int64) for n in (50, 80)]
+    arrival = [t + rng.integers(0, 20, len(t)) for t in ts]
+    outcome = join(ts, arrival, [None, None], (10, 10), PolicySpec("static", retention=(5, 5)),
+                   count=CountRequest(period_us=100, sample=1000))
+    W = np.array([10, 10])
+
+    def counted(plan):
+        return counting.count_pairs(plan, outcome.replay, W, outcome.decisions,
+                                    local.expiry(outcome.replay, W, outcome.decisions),
+                                    np.zeros(outcome.replay.N, np.int32), np.zeros(1, np.int64), 1000)
+
+    plan = enumerate_sorted(ts, key_ids([None, None]), [10, 10], None, [0, 1], plan=True)
+    assert len(plan.lo) >= 2 and counted(plan).truth == outcome.counted.truth
+    rows = getattr(plan, side).copy()
+    rows[at] = rows[at + 1 if at == 0 else at - 1]
+    setattr(plan, side, rows)
+    assert counted(plan) is None
