@@ -21,11 +21,14 @@ holds a sliding window instead (:class:`~streamjoin.pipelines.policies.window.Re
 
 * up front, three aggregations: count, first / last arrival and ``ts`` range; the key ids
   (:func:`_with_key_ids`: value minus the smallest for one integer column over a range
-  below 2^31, else the dense rank over the distinct keys, on the executors) and the
+  below 2^31, else the dense rank over the distinct keys, ranked in range partitions on
+  the executors, :func:`_dense_key_ids`: per-partition counts to the driver, O(P)) and the
   largest; the smallest ``ts`` arriving in each of :data:`FLOOR_BUCKETS` arrival buckets
   (a bound on the ``ts`` still to come: which partners may still be counted)  O(buckets);
-* then the frame range-partitioned in replay order (``arrival``, ``stream``, ``row``),
-  each partition's Arrow batches as IPC bytes through
+* then the frame (every column and the key ids) range-partitioned in replay order
+  (``arrival``, ``stream``, ``row``) and persisted -- the progress scans take it over
+  (:func:`~.native_progress.progress_frame`'s ``ordered``), so the tuples are partitioned
+  once --, each partition's Arrow batches (the controller's columns) as IPC bytes through
   ``toLocalIterator(prefetchPartitions=False)`` (:func:`arrow_partitions`): the driver's
   JVM holds one partition's bytes, its Python process one chunk of up to
   :data:`CHUNK_ROWS` tuples (:func:`feed_chunks`) plus the controller's window -- the
@@ -52,10 +55,13 @@ CHUNK_ROWS = 65_536
 ORDER = ("arrival", "stream", "row")
 
 
-def decide(df, *, n: int, W, policy, bad_arrivals, keycols, partitions: int) -> tuple[tuple, list, dict]:
-    """The controller's ``(schedule, log, settings)`` for ``df`` (the native frame):
+def decide(df, *, n: int, W, policy, bad_arrivals, keycols, partitions: int) -> tuple[tuple, list, dict, object]:
+    """The controller's ``(schedule, log, settings, ordered)`` for ``df`` (the native frame):
     ``schedule`` = (decision times, ``(n, D)`` values), what the progress scans apply;
-    ``log`` / ``settings``: ``report.json``'s ``policy_decisions`` / ``policy_settings``.
+    ``log`` / ``settings``: ``report.json``'s ``policy_decisions`` / ``policy_settings``;
+    ``ordered``: ``df`` (and ``__kid``) range-partitioned in replay order into
+    ``partitions`` and persisted, which the progress scans take over
+    (:func:`~.native_progress.progress_frame`'s ``ordered``; ``None`` without tuples).
     The frame reaches the driver one partition at a time, in replay order (module docstring)."""
     frame, key_max, cached = _with_key_ids(df, keycols, partitions)
     try:
@@ -67,13 +73,14 @@ def decide(df, *, n: int, W, policy, bad_arrivals, keycols, partitions: int) -> 
 
 def _decide(df, frame, key_max, *, n, W, policy, bad_arrivals, partitions):
     """:func:`decide` once ``frame`` has its key ids."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     row = df.agg(F.count(F.lit(1)), F.min("arrival"), F.max("arrival"), F.min("ts"), F.max("ts")).first()
     if not row[0]:
         sched = streaming(policy.name, n, W, policy.target, first_arrival=0, last_arrival=0, ts_range=(0, 0),
                           bad_arrivals=bad_arrivals).on_eof()
-        return decision_table(sched.log, n), sched.log, sched.settings
+        return decision_table(sched.log, n), sched.log, sched.settings, None
     first, last, ts_lo, ts_hi = (int(v) for v in row[1:])
     width = -(-(last - first + 1) // FLOOR_BUCKETS)
     floors = np.full(FLOOR_BUCKETS + 1, np.iinfo(np.int64).max, dtype=np.int64)
@@ -84,11 +91,16 @@ def _decide(df, frame, key_max, *, n, W, policy, bad_arrivals, partitions):
     ctl = streaming(policy.name, n, W, policy.target, first_arrival=first, last_arrival=last, ts_range=(ts_lo, ts_hi),
                     key_max=key_max, bad_arrivals=bad_arrivals)
     cols = ["stream", "ts", "arrival"] + (["__kid"] if key_max is not None else [])
-    ordered = frame.select(*ORDER, "ts", *cols[3:]).repartitionByRange(max(int(partitions), 1), *ORDER) \
-        .sortWithinPartitions(*ORDER)
-    feed_chunks(ctl, arrow_partitions(ordered.select(*cols)), floors, first, width)
+    # every column: the progress scans reuse this partitioning (progress_frame's ``ordered``)
+    ordered = (frame.repartitionByRange(max(int(partitions), 1), *ORDER).sortWithinPartitions(*ORDER)
+               .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        feed_chunks(ctl, arrow_partitions(ordered.select(*cols)), floors, first, width)
+    except BaseException:
+        ordered.unpersist()
+        raise
     sched = ctl.on_eof()
-    return decision_table(sched.log, n), sched.log, sched.settings
+    return decision_table(sched.log, n), sched.log, sched.settings, ordered
 
 
 def feed_chunks(ctl, batches, floors: np.ndarray, first: int, width: int) -> None:
@@ -166,7 +178,7 @@ def _with_key_ids(df, keycols, partitions: int | None = None):
     ranked, key_max, cached = _dense_key_ids(df, keycols, P)
     renamed = ranked.select(*[F.col(c).alias(f"__r{k}") for k, c in enumerate(keycols)], "__kid")
     cond = [df[c].eqNullSafe(renamed[f"__r{k}"]) for k, c in enumerate(keycols)]
-    return df.join(renamed, on=cond, how="left"), key_max, cached
+    return df.join(renamed, on=cond, how="left").select(*df.columns, "__kid"), key_max, cached
 
 
 def _dense_key_ids(df, keycols, P: int):
