@@ -44,7 +44,8 @@ D controller decisions, Q quarantined rows)::
       -> the decision table (times, per-stream values) back into the
       progress scans                                            O(D x n)
     progress (native_progress.progress_frame): the tuples range-partitioned
-      in replay order once (keys and payload ride along), persisted;
+      in replay order once (keys and payload ride along), persisted
+      (qjoin / qkslack: the controller's frame, taken over);
       per partition rows, smallest and largest ts and largest own delay
       per stream, first and last arrival, then the largest release /
       horizon candidate                                             O(P x n)
