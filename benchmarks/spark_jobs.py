@@ -2,7 +2,7 @@
 
     streamjoin run ... --spark-conf spark.eventLog.enabled=true \\
         --spark-conf spark.eventLog.dir=file://<dir> --spark-conf spark.eventLog.compress=false
-    python benchmarks/spark_jobs.py <dir>/<application id>      # [--stages]
+    python benchmarks/spark_jobs.py <dir>/<application id>      # [--stages] [--sites]
 
 Prints each job's wall time (submission to completion) with its call site --
 the Python line that started it (``collect at native_progress.py:123``; a
@@ -34,6 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log", type=Path, help="the event log's file or directory")
     ap.add_argument("--stages", action="store_true", help="also every stage: tasks and wall time")
+    ap.add_argument("--sites", action="store_true", help="also the jobs' time summed per call site")
     args = ap.parse_args()
     jobs, stages = {}, []
     for e in events(args.log):
@@ -54,6 +55,13 @@ def main() -> None:
         total += dur
         print(f"job {j:4d} {dur:8.1f} s  {re.sub(r'at .*/', 'at ', d['site'])}")
     print(f"jobs: {len(jobs)}, {total:.1f} s in all")
+    if args.sites:   # one line per call site, in first-seen order: AQE splits one action into several jobs
+        per: dict[str, list] = {}
+        for d in (jobs[j] for j in sorted(jobs)):
+            site = re.sub(r"at .*/", "at ", d["site"])
+            per.setdefault(site, []).append(((d["end"] or d["start"]) - d["start"]) / 1000)
+        for site, durs in per.items():
+            print(f"site {sum(durs):8.1f} s  {len(durs):3d} jobs  {site}")
     if args.stages:
         for sid, name, tasks, dur in stages:
             print(f"  stage {sid:4d} {dur:8.1f} s  {tasks:4d} tasks  {re.sub(r'at .*/', 'at ', name)}")

@@ -212,7 +212,7 @@ def test_key_ids_on_the_executors_rename_the_local_ones(spark, values):
     pdf = pl.DataFrame({"__key0": values, "row": list(range(len(values)))})
     df = spark.createDataFrame([(v, i) for i, v in enumerate(values)],
                                "__key0 string, row long" if isinstance(values[0], str) else "__key0 long, row long")
-    out, key_max = _with_key_ids(df, ["__key0"])
+    out, key_max, _ = _with_key_ids(df, ["__key0"])
     got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
     ids = [got[i] for i in range(len(values))]
     want = key_ids([pdf.select("__key0")])[0]
@@ -233,7 +233,7 @@ def test_uint64_key_ids_on_the_executors_are_the_local_ones(spark):
 
     values = [2**64 - 1, 2**64 - 41, 2**64 - 1, 2**64 - 7, 2**64 - 41]
     df = spark.createDataFrame([(Decimal(v), i) for i, v in enumerate(values)], "__key0 decimal(20,0), row long")
-    out, key_max = _with_key_ids(df, ["__key0"])
+    out, key_max, _ = _with_key_ids(df, ["__key0"])
     got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
     want = key_ids([pl.DataFrame({"__key0": pl.Series(values, dtype=pl.UInt64)})])[0]
     assert key_max == int(np.max(want)) == 40
@@ -249,9 +249,59 @@ def test_float_key_ids_on_the_executors_group_as_the_local_ones(spark):
 
     values = [1.0, float("nan"), -0.0, 0.0, float("nan"), 2.0, 1.0, -0.0]
     df = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "__key0 double, row long")
-    out, key_max = _with_key_ids(df, ["__key0"])
+    out, key_max, _ = _with_key_ids(df, ["__key0"])
     got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
     ids = [got[i] for i in range(len(values))]
     want = key_ids([pl.DataFrame({"__key0": values})])[0]
     assert all((ids[a] == ids[b]) == (want[a] == want[b]) for a in range(len(values)) for b in range(len(values)))
     assert key_max == int(np.max(want)) == 4
+
+
+_KEYS = {
+    # kind: (Spark schema of the key columns, hypothesis strategy of one key)
+    "str": ("__key0 string", st.tuples(st.text("ab\u00e9\u4e2d", max_size=3))),
+    "int": ("__key0 long", st.tuples(st.sampled_from([-(2**40), -7, 0, 3, 2**40, 2**62]))),
+    "float": ("__key0 double", st.tuples(st.sampled_from([float("nan"), -0.0, 0.0, 1.5, -2.0, float("inf")]))),
+    "int,str": ("__key0 long, __key1 string", st.tuples(st.integers(-3, 3), st.sampled_from(["", "a", "b"]))),
+}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), kind=st.sampled_from(sorted(_KEYS)), partitions=st.integers(1, 4))
+def test_distributed_key_ids_equal_the_one_task_rank_and_the_local_ids(spark, data, kind, partitions):
+    """The key ids ranked in range partitions (native_adaptive._dense_key_ids: per-partition
+    counts, prefix offsets) are exactly the one-task ``dense_rank().over(Window.orderBy(keys))``
+    they replace, for every partition count (empty partitions included), and group tuples as
+    the local engine's ids (replay/candidates.key_ids) with the same largest id; for
+    strings, integers over a wide range and multi-column keys the ids are the local ones."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from streamjoin.pipelines.engines.spark.native_adaptive import _with_key_ids
+    from streamjoin.pipelines.replay.candidates import key_ids
+
+    schema, key = _KEYS[kind]
+    keys = data.draw(st.lists(key, min_size=1, max_size=25))
+    if kind == "int":   # a range of 2^31 or more: ranked, not value - min
+        keys += [(-(2**40),), (2**40,)]
+    names = [f.split()[0] for f in schema.split(", ")]
+    df = spark.createDataFrame([(*k, i) for i, k in enumerate(keys)], f"{schema}, row long")
+    out, key_max, cached = _with_key_ids(df, names, partitions)
+    assert cached is not None, "this key is ranked: the distributed path must run"
+    try:
+        got = dict((r["row"], r["__kid"]) for r in out.select("row", "__kid").collect())
+    finally:
+        cached.unpersist()
+    ids = np.array([got[i] for i in range(len(keys))])
+    one = df.select(*names).distinct().withColumn("__kid", F.dense_rank().over(Window.orderBy(*names)))
+    ref = dict((tuple(r[c] for c in names), r["__kid"]) for r in one.collect())
+    norm = [tuple(0.0 if (isinstance(v, float) and v == 0) else v for v in k) for k in keys]   # Spark: -0.0 is 0.0
+    nan_id = [v for k, v in ref.items() if isinstance(k[0], float) and k[0] != k[0]]
+    want_one = [nan_id[0] if isinstance(k[0], float) and k[0] != k[0] else ref[k] for k in norm]
+    assert ids.tolist() == want_one
+    local = key_ids([pl.DataFrame({c: [k[j] for k in keys] for j, c in enumerate(names)})])[0]
+    assert key_max == int(local.max()) == len(set(want_one))
+    m = len(keys)
+    assert all((ids[a] == ids[b]) == (local[a] == local[b]) for a in range(m) for b in range(m))
+    if kind != "float":
+        assert ids.tolist() == local.tolist()

@@ -35,14 +35,17 @@ D controller decisions, Q quarantined rows)::
     controller (qjoin / qkslack only; native_adaptive.decide): count,
       arrival and ts range, key ids' range, the smallest ts per arrival
       bucket (4096)                                                 O(buckets)
-      then the tuples' stream, ts, arrival, key id, range-partitioned
-      in replay order, one partition at a time (toLocalIterator), fed
+      (ranked key ids: per range partition of the distinct keys a
+      count, O(P)) then the tuples' stream, ts, arrival, key id, range-
+      partitioned in replay order (persisted with every column: the
+      progress pass takes it over), one partition at a time (toLocalIterator), fed
       to the local engine's controller in its streaming form, which
       holds a window (native_adaptive)    O(N / P + tuples per period + disorder)
       -> the decision table (times, per-stream values) back into the
       progress scans                                            O(D x n)
     progress (native_progress.progress_frame): the tuples range-partitioned
-      in replay order once (keys and payload ride along), persisted;
+      in replay order once (keys and payload ride along), persisted
+      (qjoin / qkslack: the controller's frame, taken over);
       per partition rows, smallest and largest ts and largest own delay
       per stream, first and last arrival, then the largest release /
       horizon candidate                                             O(P x n)
@@ -201,14 +204,14 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
         payload_cols = [[] for _ in range(n)]
 
     t0 = time.perf_counter()
-    schedule = log = policy_settings = None
+    schedule = log = policy_settings = ordered = None
     if policy.adaptive:   # qjoin / qkslack: the controller on the driver, its decision table to the scans
-        schedule, log, policy_settings = native_adaptive.decide(df, n=n, W=W, policy=policy, partitions=P,
-                                                                bad_arrivals=bad_arrivals, keycols=keycols)
+        schedule, log, policy_settings, ordered = native_adaptive.decide(
+            df, n=n, W=W, policy=policy, partitions=P, bad_arrivals=bad_arrivals, keycols=keycols)
         timings["controller"] = time.perf_counter() - t0
         t0 = time.perf_counter()
     # read once, range-partitioned in replay order and persisted: every stage below scans it
-    prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule)
+    prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule, ordered=ordered)
     if release is not None:   # the read's cached copy: the progress frame holds every column now
         release()
     timings["progress"] = time.perf_counter() - t0

@@ -114,7 +114,7 @@ def search_head(G, a_h, arr_h, v, a, arrival, strict: bool):
     return np.maximum(a, a_h[j]).astype(INT), np.maximum(arrival, arr_h[j]).astype(INT)
 
 
-def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None) -> Progress:
+def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None, ordered=None) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
     ``mpkslack``) or, given its ``schedule``, a recall-target one (``qjoin``,
     ``qkslack``: the decision times and values,
@@ -122,6 +122,8 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     of :mod:`.native_adaptive`) as a DataFrame on the executors; ``df``: stream,
     row, ts, arrival and anything else (keys, payload), which rides along: the
     facts frame has ``df``'s columns and the facts, range-partitioned in replay order.
+    ``ordered``: ``df``'s rows (and maybe more columns) already so partitioned (``P``),
+    sorted and persisted (:func:`.native_adaptive.decide`'s); used instead, unpersisted here.
 
     One range partitioning, persisted (``MEMORY_AND_DISK``: spills rather than
     filling the heap); :func:`~.progress.carried` (two summary jobs); one
@@ -138,8 +140,10 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     sorting = policy.family == SORTING
     qjoin = schedule is not None and not sorting   # leaves by H_k: d_k moves with the decisions
     d = np.zeros(n, INT) if sorting or qjoin else np.asarray(policy.retention, dtype=INT).reshape(n)
-    base = (df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
-            .persist(StorageLevel.MEMORY_AND_DISK))
+    held = ordered if ordered is not None else (
+        df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
+        .persist(StorageLevel.MEMORY_AND_DISK))
+    base = held.select(*df.columns)
     cy = carried(base.select(*TUPLE_COLS), n, policy, schedule)
     offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
     first, last = cy.first, cy.last_arrival
@@ -208,7 +212,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                                                                    "arrival")))
     heads = {(int(r["q"]), int(r["g"])): (int(r["v"]), int(r["count"])) for r in
              queries.groupBy("q", "g").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
-    base.unpersist()   # pre is whole: the aggregation above read every partition
+    held.unpersist()   # pre is whole: the aggregation above read every partition
     fdf, cached, in_order = pre, [pre], True
     if heads:
         head = None
