@@ -5,8 +5,8 @@
 
 (``bench_scale.py --engine spark --native --trace DIR`` runs every driver this way.)
 Each stage function of the native path (the read, the progress pass, the memory
-series, the stream facts, the histogram, the join and metrics, the report) is
-wrapped: before and after it, the process's ``VmRSS`` / ``VmHWM``
+series, the stream facts, the histogram, the join and metrics, the report, its
+extras, the HTML report, report.json, the session's close) is wrapped: before and after it, the process's ``VmRSS`` / ``VmHWM``
 (``/proc/self/status``), ``tracemalloc``'s current size and its peak during the
 call (the Python heap, numpy arrays included), and Arrow's default pool (bytes
 allocated and its peak: Arrow buffers are not traced).  At the end the
@@ -36,6 +36,13 @@ STAGES = [
     ("streamjoin.pipelines.engines.spark.native", "_histogram"),
     ("streamjoin.pipelines.engines.spark.native", "route_plans_from"),
     ("streamjoin.pipelines.engines.spark.native", "combination_metrics"),
+    # after the join: the report's extras (a thread beside build_summary_report), the HTML
+    # report, report.json, the Spark session's close
+    ("streamjoin.pipelines.report.build", "extras_of_summary"),
+    ("streamjoin.pipelines.report.build", "finish"),
+    ("streamjoin.pipelines.report.html", "render_report"),
+    ("streamjoin.pipelines.report.json", "write"),
+    ("streamjoin.pipelines.engines.spark.outcome", "SummaryOutcome.close"),
 ]
 MB = 1024 ** 2
 
@@ -68,21 +75,23 @@ def main() -> None:
 
     for mod, _ in STAGES:
         importlib.import_module(mod)
-    stages, depth = [], [0]
+    import threading
+
+    stages, local = [], threading.local()
 
     def wrap(name, fn):
         @functools.wraps(fn)
         def inner(*x, **kw):
-            if depth[0]:
+            if getattr(local, "depth", 0):   # outermost call per thread (extras_of_summary runs in its own)
                 return fn(*x, **kw)
-            depth[0] += 1
+            local.depth = 1
             before, cur0 = status(), tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
             t0 = time.perf_counter()
             try:
                 return fn(*x, **kw)
             finally:
-                depth[0] -= 1
+                local.depth = 0
                 cur, peak = tracemalloc.get_traced_memory()
                 after = status()
                 stages.append({"stage": name, "s": round(time.perf_counter() - t0, 2),
@@ -93,8 +102,11 @@ def main() -> None:
         return inner
 
     for mod, fn in STAGES:
-        m = sys.modules[mod]
-        setattr(m, fn, wrap(fn, getattr(m, fn)))
+        owner = sys.modules[mod]
+        *outer, name = fn.split(".")
+        for attr in outer:   # a method: Class.name
+            owner = getattr(owner, attr)
+        setattr(owner, name, wrap(fn, getattr(owner, name)))
     start, snap0 = status(), tracemalloc.take_snapshot()
     code = 0
     try:
