@@ -41,7 +41,10 @@ default chunking: bounded above 6M rows), for throughput per core beside it.
 ``--per-partition M`` passes ``--partitions ceil(size / M)``: every size's tasks
 then hold about M million tuples (each range partition of the progress scans and
 each join group is one Python task; with the default, ``local[2]``'s two, a 48M
-run gives each task 24M tuples).
+run gives each task 24M tuples); ``--partitions P`` a fixed count instead.
+``--spark-conf K=V`` (repeatable) goes to every Spark run (e.g.
+``spark.driver.memory=10g``); ``--trace DIR`` runs each driver under
+``driver_memory.py`` (per stage RSS, ``tracemalloc`` heap and peak, JSON in DIR).
 """
 
 from __future__ import annotations
