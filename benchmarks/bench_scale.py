@@ -41,7 +41,10 @@ default chunking: bounded above 6M rows), for throughput per core beside it.
 ``--per-partition M`` passes ``--partitions ceil(size / M)``: every size's tasks
 then hold about M million tuples (each range partition of the progress scans and
 each join group is one Python task; with the default, ``local[2]``'s two, a 48M
-run gives each task 24M tuples).
+run gives each task 24M tuples); ``--partitions P`` a fixed count instead.
+``--spark-conf K=V`` (repeatable) goes to every Spark run (e.g.
+``spark.driver.memory=10g``); ``--trace DIR`` runs each driver under
+``driver_memory.py`` (per stage RSS, ``tracemalloc`` heap and peak, JSON in DIR).
 """
 
 from __future__ import annotations
@@ -193,19 +196,25 @@ def _heap_used_kb(pid: int) -> int:
 
 
 def spark_run(config: Path, results: str, write: bool, conf: str | None = None, engine: str = "spark",
-              partitions: int | None = None) -> dict:
+              partitions: int | None = None, extra_conf: list[str] = (), trace: Path | None = None) -> dict:
     """One ``--engine spark`` run with the peak RSS of the driver's Python process,
     its JVM and the largest Python worker, sampled from /proc, and the JVM's peak heap
     in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path).
     ``engine="local"``: the same policy on the local engine (its defaults otherwise).
-    ``partitions``: ``--partitions`` (None: the master's default parallelism)."""
+    ``partitions``: ``--partitions`` (None: the master's default parallelism).
+    ``extra_conf``: more ``--spark-conf K=V`` (e.g. ``spark.driver.memory=10g``).
+    ``trace``: run the driver under :mod:`driver_memory` (tracemalloc), its JSON report
+    written there."""
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         out = Path(tmp) / "out"
         how = (["--engine", "spark", "--master", "local[2]", "--router", "atr",
                 "--spark-conf", conf or f"spark.streamjoin.results={results}",
+                *[a for kv in extra_conf for a in ("--spark-conf", kv)],
                 *([] if partitions is None else ["--partitions", str(partitions)])] if engine == "spark"
                else ["--engine", "local"])
-        cmd = [*streamjoin_cmd(), "run", str(config), *how, "--policy", "mpkslack",
+        head = streamjoin_cmd() if trace is None else [sys.executable, str(HERE / "driver_memory.py"),
+                                                       "--report", str(trace), "--"]
+        cmd = [*head, "run", str(config), *how, "--policy", "mpkslack",
                *([] if write else ["--no-results"]), "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -231,7 +240,7 @@ def spark_run(config: Path, results: str, write: bool, conf: str | None = None, 
             **{f"{k}_gb": v / 1024 ** 2 for k, v in peak.items()}, "timings": report["timings_s"]}
 
 
-def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
+def spark_main(sizes: list[float], with_results: bool, runs: int, extra_conf: list[str] = ()) -> None:
     """Both results paths alternating, ``runs`` rounds; medians of wall time and of each peak."""
     import statistics
 
@@ -242,7 +251,7 @@ def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
             got: dict[str, list[dict]] = {"driver": [], "executors": []}
             for _ in range(runs):
                 for results in ("driver", "executors"):   # alternating
-                    r = spark_run(configs[m], results, write)
+                    r = spark_run(configs[m], results, write, extra_conf=extra_conf)
                     got[results].append(r)
                     print(f"  {m:g}M {results} {'results' if write else '--no-results'}: {r['wall_s']:.1f}s, "
                           f"driver {r['driver_gb']:.2f} GB", file=sys.stderr)
@@ -268,10 +277,13 @@ def spark_main(sizes: list[float], with_results: bool, runs: int) -> None:
 
 
 def native_main(sizes: list[float], with_results: bool, runs: int, only: str | None = None,
-                per_partition: float | None = None) -> None:
+                per_partition: float | None = None, extra_conf: list[str] = (), partitions: int | None = None,
+                trace: Path | None = None) -> None:
     """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians.
     ``per_partition`` (millions of tuples): ``--partitions`` = size / per_partition, rounded up, so
-    every size's tasks hold the same number of tuples (None: the master's default parallelism)."""
+    every size's tasks hold the same number of tuples (None: the master's default parallelism);
+    ``partitions``: a fixed ``--partitions`` instead.  ``trace``: a directory for each run's
+    :mod:`driver_memory` report (``<size>M-<path>-<round>.json``)."""
     import statistics
 
     configs = {m: ensure_data(m) for m in sizes}
@@ -282,9 +294,10 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
         got: dict[str, list[dict]] = {p: [] for p in paths}
         for _ in range(runs):
             for path, conf in paths.items():   # alternating
-                parts = None if per_partition is None else max(1, math.ceil(m / per_partition))
+                parts = partitions if per_partition is None else max(1, math.ceil(m / per_partition))
+                at = None if trace is None else trace / f"{m:g}M-{path}-{len(got[path])}.json"
                 r = spark_run(configs[m], "auto", with_results, conf, engine="local" if path == "local" else "spark",
-                              partitions=parts)
+                              partitions=parts, extra_conf=extra_conf, trace=at)
                 got[path].append(r)
                 print(f"  {m:g}M {path}: {r['wall_s']:.1f}s, driver {r['driver_gb']:.2f} GB, "
                       f"heap {r['heap_gb']:.2f} GB", file=sys.stderr, flush=True)
@@ -323,12 +336,20 @@ def main() -> None:
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--per-partition", type=float,
                     help="--native: millions of input tuples per --partitions (default: the master's parallelism)")
+    ap.add_argument("--partitions", type=int, help="--native: a fixed --partitions for every size")
+    ap.add_argument("--spark-conf", action="append", default=[], metavar="K=V",
+                    help="--engine spark: passed to every run's streamjoin run (repeatable)")
+    ap.add_argument("--trace", type=Path, metavar="DIR",
+                    help="--native: run each driver under driver_memory.py (tracemalloc per stage), reports in DIR")
     ap.add_argument("--in-memory", action="store_true", help="also run --chunk-rows 0 (memory grows with input)")
     args = ap.parse_args()
     if args.engine == "spark" and args.native:
-        return native_main(args.sizes, args.results, args.runs, args.only, args.per_partition)
+        if args.trace is not None:
+            args.trace.mkdir(parents=True, exist_ok=True)
+        return native_main(args.sizes, args.results, args.runs, args.only, args.per_partition, args.spark_conf,
+                           args.partitions, args.trace)
     if args.engine == "spark":
-        return spark_main(args.sizes, args.results, args.runs)
+        return spark_main(args.sizes, args.results, args.runs, args.spark_conf)
     modes = [("bounded, --no-results", ["--no-results"])]
     if args.results:
         modes.append(("bounded, results written", []))

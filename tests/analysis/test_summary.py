@@ -61,3 +61,21 @@ def test_mean_is_the_exact_sum_over_the_count():
     assert sm.latency_summary(values, counts)["mean"] == (3 + 5 * 2**40) / 8
     assert sm.latency_summary(np.empty(0, np.int64), np.empty(0, np.int64)) == \
         {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**62, 2**62), st.integers(1, 2**40)), max_size=40),
+       st.sampled_from([1, 3, 1 << 16]))
+def test_exact_dot_is_the_python_integer_sum(pairs, chunk):
+    """Both branches (int64 when it cannot overflow, Python integers by slices) equal the
+    plain Python sum of the products, however large."""
+    values = np.array([v for v, _ in pairs], np.int64)
+    counts = np.array([c for _, c in pairs], np.int64)
+    old = sm.DOT_CHUNK
+    sm.DOT_CHUNK = chunk
+    try:
+        assert sm.exact_dot(values, counts) == sum(v * c for v, c in pairs)
+        small = values % 1000   # small values: the int64 branch
+        assert sm.exact_dot(small, counts) == sum(int(v) * c for v, (_, c) in zip(small, pairs))
+    finally:
+        sm.DOT_CHUNK = old

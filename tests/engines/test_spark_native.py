@@ -355,3 +355,25 @@ def test_native_out_under_a_hive_style_directory(spark, tmp_path):
     assert (out / "quarantine" / "b.parquet" / "_SUCCESS").is_file() and local["streams"][1]["quarantined"] > 0
     assert not (tmp_path / "day%3D1").exists()
     assert_same_run(tmp_path / "local", out, local, nat)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.lists(st.lists(st.integers(-5, 40), max_size=30), min_size=1, max_size=3))
+def test_delay_percentiles_are_the_nearest_rank_of_each_group(spark, groups):
+    """native_metrics.delay_percentiles (running sums over value counts, in Spark) equals
+    summary.nearest_rank_of_counts over each group's values (a group without values: absent)."""
+    import numpy as np
+
+    from streamjoin.pipelines.analysis.summary import nearest_rank_of_counts
+    from streamjoin.pipelines.engines.spark.native_metrics import delay_percentiles
+
+    qs = (("p50", 0.5), ("p95", 0.95), ("max", 1.0), ("p1", 0.01))
+    rows = [(g, v) for g, vals in enumerate(groups) for v in vals]
+    df = spark.createDataFrame(rows or [(0, 0)], "stream int, delay long")
+    got = delay_percentiles(df if rows else df.limit(0), "stream", "delay", qs)
+    want = {}
+    for g, vals in enumerate(groups):
+        if vals:
+            v, c = np.unique(np.asarray(vals, np.int64), return_counts=True)
+            want[g] = {name: nearest_rank_of_counts(v, np.cumsum(c), q) for name, q in qs}
+    assert got == want

@@ -58,8 +58,9 @@ D controller decisions, Q quarantined rows)::
       the arrival time at each series point (facts in replay order: the
       -1 events that cross a partition boundary, aggregated by index,
       and those sent to the partition that holds them, no shuffle)  O(P x n + points + crossing)
-    stream facts: per stream count, ts range, drops, expiries; value
-      counts of the delays                                          O(n x distinct delays)
+    stream facts: per stream count, ts range, drops, expiries; the
+      delay percentiles (nearest rank, running sums over the value
+      counts in Spark: native_metrics.delay_percentiles)            O(n)
     probe order (3+ streams): a sample of <= 4096 rows of each probing
       stream, its valid pairs counted against the other stream on the
       executors (two streams: the local engine's order from the join's
@@ -86,9 +87,10 @@ D controller decisions, Q quarantined rows)::
       URI or --out's Hadoop URI (.hadoop_out) (Spark's file commit
       protocol: part files + _SUCCESS)                              nothing
     metrics (--no-results, ATR / none: the groups' partial summaries summed
-      by one aggregation): truth / emitted / duplicates counts, per period counts,
-      value counts of latencies and required slacks, tuples per
-      partition and stream                                          O(periods + distinct values + P x n)
+      by one aggregation, cached): truth / emitted / duplicates counts, per
+      period counts, tuples per partition and stream; then the value
+      counts of latencies and of required slacks, each as two int64
+      columns sorted in Spark                O(periods + P x n) + 16 B x distinct values
 
 Refused here (one line, the current path runs them): the engine emulations,
 ``--where``, ``--distance``, ``--flow-control``, ``--capacity``.

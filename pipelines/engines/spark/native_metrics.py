@@ -26,8 +26,12 @@ received, kernel time), merged on the driver by
 :func:`~.native_route.merge_stats` (O(P)).
 
 :func:`stream_facts` is :func:`~streamjoin.pipelines.analysis.metrics.stream_facts`
-from aggregations of the facts frame (the delays as value counts: exact
-nearest-rank percentiles).
+from aggregations of the facts frame (the delays' exact nearest-rank
+percentiles computed in Spark, :func:`delay_percentiles`: one row per stream
+reaches the driver).  The value counts of the latencies and required slacks
+(O(distinct values): the report's latency histogram and tuning curve need
+them all) reach the driver as two sorted int64 columns each
+(:func:`_sorted_counts`), apart from the small tables.
 """
 
 from __future__ import annotations
@@ -53,6 +57,30 @@ from .sink import combination_facts
 SUMMARY_COLS = ("latency_us", EMITTED, NEED, PERIOD)
 
 
+#: the per-stream delay percentiles of report.json (nearest rank)
+DELAY_QUANTILES = (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
+
+
+def delay_percentiles(df, group: str, col: str, quantiles) -> dict[int, dict[str, int]]:
+    """Per value of ``group``, the nearest-rank percentiles of ``col``
+    (:func:`~streamjoin.pipelines.analysis.summary.nearest_rank_of_counts`: the
+    smallest value whose cumulative count reaches ``max(1, ceil(q x count))``), computed
+    in Spark from the value counts (a running sum over each group's distinct values):
+    the driver gets one row per group, not the O(distinct values) counts."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    vc = df.groupBy(group, col).count()
+    run = Window.partitionBy(group).orderBy(col).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    vc = vc.withColumn("__cum", F.sum("count").over(run)) \
+        .withColumn("__tot", F.sum("count").over(Window.partitionBy(group)))
+    rank = {name: F.greatest(F.lit(1).cast("long"), F.ceil(F.lit(float(q)) * F.col("__tot")).cast("long"))
+            for name, q in quantiles}
+    rows = vc.groupBy(group).agg(*[F.min(F.when(F.col("__cum") >= rank[name], F.col(col))).alias(name)
+                                   for name, _ in quantiles]).collect()
+    return {int(r[group]): {name: int(r[name]) for name, _ in quantiles} for r in rows}
+
+
 def stream_facts(facts, n: int, names, sizes, family: str) -> list[dict]:
     """Per stream: rows, rate, delay p50 / p95 / max, late drops, expiries on arrival
     (``quarantined`` is filled by the caller, who read the inputs)."""
@@ -62,20 +90,16 @@ def stream_facts(facts, n: int, names, sizes, family: str) -> list[dict]:
         F.min("ts").alias("lo"), F.max("ts").alias("hi"),
         F.sum(F.col("dropped").cast("long")).alias("dropped"),
         F.sum(F.col("expired").cast("long")).alias("expired")).collect()}
-    vc = facts.groupBy("stream", "delay").count().toArrow()
-    st, dl, ct = (vc.column(c).to_numpy() for c in ("stream", "delay", "count"))
+    pct = delay_percentiles(facts.select("stream", "delay"), "stream", "delay", DELAY_QUANTILES)
     out = []
     for k in range(n):
         r = agg.get(k)
         span_s = (int(r["hi"]) - int(r["lo"])) / 1e6 if r is not None else 0.0
-        mine = st == k
-        order = np.argsort(dl[mine], kind="stable")
-        values, cum = dl[mine][order], np.cumsum(ct[mine][order])
+        got = pct.get(k, {})
         out.append({
             "name": names[k], "rows": int(sizes[k]), "quarantined": 0,
             "rate_per_s": (sizes[k] / span_s) if span_s > 0 else None,
-            "delay_us": {name: nearest_rank_of_counts(values, cum, q)
-                         for name, q in (("p50", 0.5), ("p95", 0.95), ("max", 1.0))},
+            "delay_us": {name: got.get(name) for name, _ in DELAY_QUANTILES},
             "dropped_late": int(r["dropped"]) if r is not None and family == SORTING else 0,
             "expired_on_arrival": int(r["expired"]) if r is not None and family == SYMMETRIC else 0,
         })
@@ -315,9 +339,17 @@ def _partial_summaries(data, *, n, sizes, W, family, plan, P, keycols, fact_cols
                                          fact_cols=fact_cols, payload_cols=None)
         return pa.table(group_summary(q, n, sizes, family, W, part, out, stat, first, period_us))
 
-    got = (one_group_per_task(routed, "q", P).groupBy("__pk").applyInArrow(task, PARTIAL_SCHEMA)
-           .groupBy("kind", "k1", "k2").agg(*[F.sum(c).alias(c) for c in
-                                               ("count", "n_in", "n_cand", "n_out", "t_us")]).toArrow())
+    from pyspark import StorageLevel
+
+    agg = (one_group_per_task(routed, "q", P).groupBy("__pk").applyInArrow(task, PARTIAL_SCHEMA)
+           .groupBy("kind", "k1", "k2").agg(*[F.sum(c).alias(c) for c in ("count", "n_in", "n_cand", "n_out", "t_us")])
+           .persist(StorageLevel.MEMORY_AND_DISK))
+    try:   # the join runs once (the cache); the value counts reach the driver as two sorted columns each
+        got = agg.filter(~F.col("kind").isin(LATENCY, NEED_VC)).toArrow()   # O(P x n + periods)
+        latency, need = (_sorted_counts(agg.filter(F.col("kind") == k).select(F.col("k1").alias("v"), "count"), "v")
+                         for k in (LATENCY, NEED_VC))
+    finally:
+        agg.unpersist()
     g = {c: got.column(c).to_numpy() for c in got.column_names}
     kind = g["kind"]
     stored = np.zeros((n, max(P, 1)), np.int64)
@@ -331,20 +363,25 @@ def _partial_summaries(data, *, n, sizes, W, family, plan, P, keycols, fact_cols
     periods = np.zeros(2 * len(ids), np.int64)
     np.add.at(periods, 2 * np.searchsorted(ids, g["k1"][s]) + g["k2"][s], g["count"][s])
 
-    def counts(k):
-        s = kind == k
-        order = np.argsort(g["k1"][s], kind="stable")
-        return g["k1"][s][order].astype(np.int64), g["count"][s][order].astype(np.int64)
-
     summary = ResultSummary(truth=int(periods.sum()), emitted=int(periods[1::2].sum()),
                             duplicates=int(g["count"][kind == DUPS].sum()), periods=periods,
-                            latency=counts(LATENCY), need=counts(NEED_VC))
+                            latency=latency, need=need)
     return {"summary": summary, "period_ids": ids, "stats": stats}, stored
 
 
+def _sorted_counts(df, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """``df``'s (``col``, ``count``) rows, distinct values, sorted by ``col`` in Spark: the
+    driver gets the two int64 columns and nothing else (O(distinct values) x 16 bytes, plus
+    Arrow's copy while it is converted)."""
+    t = df.orderBy(col).toArrow()
+    v = t.column(col).to_numpy().astype(np.int64, copy=False)
+    c = t.column("count").to_numpy().astype(np.int64, copy=False)
+    del t
+    return v, c
+
+
 def _value_counts(df, col: str):
-    t = df.groupBy(col).count().orderBy(col).toArrow()
-    return t.column(col).to_numpy().astype(np.int64), t.column("count").to_numpy().astype(np.int64)
+    return _sorted_counts(df.groupBy(col).count(), col)
 
 
 def _summary(combos, names) -> tuple[ResultSummary, np.ndarray]:
