@@ -87,6 +87,12 @@ D controller decisions, Q quarantined rows)::
       value counts of latencies and required slacks, tuples per
       partition and stream                                          O(periods + distinct values + P x n)
 
+``P`` (``settings.partitions``) is one number for every stage above: the
+progress scans' and the controller's range partitions, the ATR / CTR plan's
+partitions and ``spark.sql.shuffle.partitions``; without ``--partitions``
+``engine.join_for_job`` chooses it from N (:func:`.sizing.native_partitions`:
+at most 1.5M tuples per task).
+
 Refused here (one line, the current path runs them): the engine emulations,
 ``--where``, ``--distance``, ``--flow-control``, ``--capacity``.
 """
