@@ -132,7 +132,7 @@ IdlenessOpt = Annotated[Optional[str], typer.Option("--idleness", help="flink: w
 WatermarkPolicyOpt = Annotated[Optional[str], typer.Option("--watermark-policy", help="spark-ss: min | max, as Spark's multipleWatermarkPolicy setting (default: min)")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="spark | local (default: spark, or $STREAMJOIN_ENGINE; spark whenever a router or a Spark setting is given)")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: local[*])")]
-PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the master's default parallelism)")]
+PartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (hosts) to route over (default: the native path chooses from the input size, at most 1.5M tuples per task; else the master's default parallelism)")]
 SparkConfOpt = Annotated[Multi, typer.Option("--spark-conf", help="KEY=VALUE Spark setting (repeatable)")]
 SegmentOpt = Annotated[Optional[str], typer.Option("--segment", help="ATR / CTR segment length T, e.g. 2s (default: from the data)")]
 LoadWeightsOpt = Annotated[Optional[str], typer.Option("--load-weights", help="LLF weights cpu,mem,net (default: 1,1,1)")]

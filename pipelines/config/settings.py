@@ -129,7 +129,7 @@ class RunConfig:
     where: str | None = None               # --where SQL over prefixed columns
     # Spark engine and routing (SPEC §6)
     master: str = "local[*]"
-    partitions: int | None = None          # None: the master's default parallelism
+    partitions: int | None = None          # None: Spark native: from the input's size (engines/spark/sizing.py), else the master's default parallelism
     spark_conf: tuple[tuple[str, str], ...] = ()
     segment_us: int | None = None          # ATR / CTR segment length T (None: chosen from the data)
     load_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)

@@ -60,6 +60,25 @@ def test_native_equals_the_local_engine(spark, tmp_path, n, policy, router, part
     assert (d / "_SUCCESS").exists() and any(p.name.startswith("part-") for p in d.iterdir())
 
 
+def test_native_partitions_from_the_input_size(spark, tmp_path, monkeypatch, capsys):
+    """No --partitions: P from the input's rows (engines/spark/sizing.py), used by the
+    scans, the ATR plan and spark.sql.shuffle.partitions (restored after the run); the bound
+    lowered to 150 tuples so 670 give ceil(670 / 150) = 5, rounded up to 6 on local[2]."""
+    from streamjoin.pipelines.engines.spark import sizing
+
+    monkeypatch.setattr(sizing, "TUPLES_PER_TASK", 150)
+    cfg = write_inputs(tmp_path, 3, seed=7)
+    policy = {"policy": "mpkslack"}
+    local = run(cfg, tmp_path / "local", engine="local", **policy)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="atr", spark_conf=[NATIVE], **policy)
+    assert nat["routing"]["partitions"] == 6 and len(set(nat["routing"]["atr"]["segment_partitions"])) > 2
+    chosen = nat["routing"]["spark_partitions"]
+    assert (chosen["partitions"], chosen["from"], chosen["tuples_per_task"]) == (6, "input", 112)
+    assert "note: Spark partitions: 6 (from 670 input tuples" in capsys.readouterr().err
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    assert_same_run(tmp_path / "local", tmp_path / "nat", local, nat)
+
+
 def test_native_prefixing_stream_names_and_a_remote_default_fs(spark, tmp_path):
     """Stream ``o`` prefixes ``o_eu``, stream ``rel``'s column ``us`` spells the facts'
     ``rel_us``, the payload schemas differ; fs.defaultFS names an unreachable HDFS: the

@@ -20,7 +20,8 @@ NATIVE = "spark.streamjoin.native=true"
 CURRENT = "spark.streamjoin.native=false"
 
 #: routing keys whose values are how the run was made (or timings), not what the routing did
-HOW = {"progress_pass", "handoff", "results", "native", "stage_s", "master", "per_partition"}
+HOW = {"progress_pass", "handoff", "results", "native", "stage_s", "master", "per_partition",
+       "spark_partitions"}   # how the native path chose P and the heap (engines/spark/sizing.py)
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ from ...analysis.metrics import occupied_periods
 from ...analysis.summary import merge
 from ...config.options import HANDOFF_CONF_KEY, RESULTS_CONF_KEY, results_mode
 from ...base import kernels as compiled
-from ...base.errors import InputError
+from ...base.errors import InputError, warn_once
 from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
@@ -79,6 +79,7 @@ from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, pa
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
 from .session import spark_session, warm_up
+from .sizing import footer_rows, is_local, native_partitions
 from .progress import spark_micro_batches, spark_progress
 from .handoff import Handoff
 
@@ -320,8 +321,21 @@ def open_session(cfg):
 
     stack = ExitStack()
     t0 = time.perf_counter()
-    spark = stack.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf))
+    # a local master's driver heap is sized from the input (sizing.local_heap): its footers' rows
+    rows = footer_rows((s.path, s.name) for s in cfg.streams) \
+        if is_local(cfg.master) and "spark.driver.memory" not in dict(cfg.spark_conf) else None
+    spark = stack.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf, input_rows=rows))
     return stack, spark, {"spark_session": time.perf_counter() - t0}
+
+
+def _shuffle_partitions(spark, conf, P: int):
+    """``spark.sql.shuffle.partitions`` set to the native path's ``P`` (the results'
+    ``groupBy`` over P join groups), unless ``--spark-conf`` gives it; returns the undo."""
+    if "spark.sql.shuffle.partitions" in dict(conf):
+        return lambda: None
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(P))
+    return lambda: spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
 def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
@@ -344,8 +358,13 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
         t0 = time.perf_counter()
         warm_up(spark)
         started["spark_warmup"] = time.perf_counter() - t0
-        if partitions is None:
-            partitions = max(1, int(spark.sparkContext.defaultParallelism))
+        cores = max(1, int(spark.sparkContext.defaultParallelism))
+        if native is not None:   # one P from the input's size (sizing.native_partitions), an explicit one kept
+            partitions, kind, line = native_partitions(rows, cores, partitions)
+            if line:
+                warn_once(line, prefix=kind)
+        elif partitions is None:
+            partitions = cores
         settings = RouteSettings(router=cfg.router, partitions=partitions, segment_us=cfg.segment_us,
                                  weights=tuple(cfg.load_weights), adapt=cfg.adapt_segment,
                                  capacity=Capacity(*cfg.partition_capacity))
@@ -353,6 +372,8 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
             from .native import frame_from_input, native_join
 
             facts = native.streams
+            shuffle = _shuffle_partitions(spark, cfg.spark_conf, partitions)
+            stack.callback(shuffle)
             out = native_join(spark, frame_from_input(native), names=[s.name for s in facts],
                               payloads=[list(s.payload) for s in facts], sizes=[s.rows for s in facts],
                               windows=cfg.windows, policy=cfg.policy,
@@ -372,5 +393,10 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
     # job, which starts the executors' Python workers and imports the kernels there
     out.timings_s.update(started)
     out.routing["master"] = cfg.master
+    if native is not None:   # how P and the heap were chosen (sizing)
+        out.routing["spark_partitions"] = {"partitions": partitions, "from": "given" if cfg.partitions else "input",
+                                           "tuples_per_task": -(-rows // max(partitions, 1)),
+                                           "driver_memory": spark.sparkContext.getConf().get("spark.driver.memory",
+                                                                                             None)}
     out._stack = stack
     return out

@@ -92,6 +92,12 @@ D controller decisions, Q quarantined rows)::
       counts of latencies and of required slacks, each as two int64
       columns sorted in Spark                O(periods + P x n) + 16 B x distinct values
 
+``P`` (``settings.partitions``) is one number for every stage above: the
+progress scans' and the controller's range partitions, the ATR / CTR plan's
+partitions and ``spark.sql.shuffle.partitions``; without ``--partitions``
+``engine.join_for_job`` chooses it from N (:func:`.sizing.native_partitions`:
+at most 1.5M tuples per task).
+
 Refused here (one line, the current path runs them): the engine emulations,
 ``--where``, ``--distance``, ``--flow-control``, ``--capacity``.
 """

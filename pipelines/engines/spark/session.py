@@ -39,6 +39,7 @@ from ...base.jit import KERNELS_ENV, executor_mode
 from ...config.options import same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
 from .ship import executor_imports, ship
+from .sizing import local_heap
 
 
 #: where Spark's own output goes (a path; appended to and kept); unset: a temporary file
@@ -102,9 +103,12 @@ def output_to(path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[tuple[str, str]] = ()):
+def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[tuple[str, str]] = (),
+                  input_rows: int | None = None):
     """One quiet SparkSession per run; an already active session is reused (and
-    left running).  Spark's own output goes to :func:`spark_log`'s file."""
+    left running).  Spark's own output goes to :func:`spark_log`'s file.
+    ``input_rows`` (the inputs' rows from their footers, None: unknown) sizes the
+    driver heap on a ``local`` master (:func:`.sizing.local_heap`)."""
     if same_host(master):
         # executors on this host run this interpreter (its packages); on a cluster the
         # executors' Python is the cluster's to choose (PYSPARK_PYTHON, spark.pyspark.python)
@@ -124,8 +128,9 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
     b = (SparkSession.builder.appName("streamjoin").master(master)
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          # a local master runs every task in the driver's JVM: Spark's default 1g heap
-         # cannot hold a few million tuples in flight (applies only when this starts the JVM)
-         .config("spark.driver.memory", "4g")
+         # cannot hold a few million tuples in flight; sized from the input there
+         # (sizing.local_heap; applies only when this starts the JVM, --spark-conf wins)
+         .config("spark.driver.memory", local_heap(master, input_rows))
          # the kernels allocate large fresh numpy temporaries in short-lived Python
          # workers; numpy asks for transparent huge pages for them, and with THP
          # "defrag=madvise" each fault may compact memory first -- on the benchmark

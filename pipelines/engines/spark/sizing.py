@@ -1,0 +1,118 @@
+"""Defaults from the input's size for ``--engine spark`` (issue 19): the native
+path's number of partitions (:func:`native_partitions`) and a local master's
+driver heap (:func:`driver_memory`).
+
+Each range partition of the native progress scans and each ATR / CTR join
+group is one Python task holding its tuples, so a task's memory is O(N / P);
+the master's default parallelism (2 on ``local[2]``) gave a 48M-tuple run
+24M tuples per task and a Python worker the kernel killed at 6.5 GB.  With
+1.5M tuples per task the largest worker was 1.09 GB at 3M and 1.13 GB at 48M
+(docs/performance.md, "3M, 12M and 48M again"): :data:`TUPLES_PER_TASK`.
+
+On a ``local`` master every task's JVM side runs in the driver's JVM, whose
+heap Spark fixes when the JVM starts: peak heap in use 2.42 GB at 3M and
+5.85 GB at 48M (32 partitions), about 2.2 GB + 76 B per input tuple; 4 GB
+failed at 48M, 10 GB finished.  :func:`driver_memory` gives 1.5x that line,
+between 4 GB and half the machine's memory, from the input's row count in
+the Parquet footers (:func:`footer_rows`, read on the driver before the JVM
+starts).  Pure functions, no Spark.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+
+#: tuples one Python task holds at most when the partitions are the engine's choice
+TUPLES_PER_TASK = 1_500_000
+#: an explicit ``--partitions`` giving tasks more than this many times the bound is warned about
+WARN_FACTOR = 4
+#: the driver heap on a local master: HEAP_SLACK x (HEAP_BASE + HEAP_PER_TUPLE x rows), in [HEAP_MIN, memory / 2]
+HEAP_BASE = 2.2 * 2**30
+HEAP_PER_TUPLE = 80
+HEAP_SLACK = 1.5
+HEAP_MIN_GB = 4
+
+
+def native_partitions(rows: int, parallelism: int, given: int | None = None) -> tuple[int, str, str | None]:
+    """The native path's one number of partitions ``P`` (the progress scans' range
+    partitions, the controller's, the ATR / CTR plan's and ``spark.sql.shuffle.partitions``)
+    with the kind (``note`` / ``warning``) and text of the line to print about it (None:
+    nothing to say).  ``given`` (``--partitions`` / ``run.partitions``) is
+    honoured, with a warning when its tasks hold more than :data:`WARN_FACTOR` x
+    :data:`TUPLES_PER_TASK` tuples; else the smallest multiple of ``parallelism`` (the
+    master's default parallelism, every core busy in each wave) whose tasks hold at
+    most :data:`TUPLES_PER_TASK` tuples, and at least ``parallelism``."""
+    rows, cores = max(int(rows), 0), max(int(parallelism), 1)
+    need = max(1, math.ceil(rows / TUPLES_PER_TASK))
+    if given is not None:
+        P = max(int(given), 1)
+        per = math.ceil(rows / P)
+        if per > WARN_FACTOR * TUPLES_PER_TASK:
+            return P, "warning", (f"--partitions {P} gives Spark tasks of about {per:,} tuples each "
+                       f"(a Python worker held 1.1 GB at {TUPLES_PER_TASK:,}); leave --partitions unset "
+                       f"or give at least {need} (the engine's choice: {_rounded(need, cores)})")
+        return P, "note", None
+    P = _rounded(need, cores)
+    return P, "note", (f"Spark partitions: {P} (from {rows:,} input tuples, at most {TUPLES_PER_TASK:,} "
+               f"per task, a multiple of the master's {cores} cores; --partitions to choose)")
+
+
+def _rounded(need: int, cores: int) -> int:
+    return cores * max(1, math.ceil(need / cores))
+
+
+def driver_memory(rows: int | None, physical: int | None = None) -> str:
+    """``spark.driver.memory`` for a ``local`` master whose JVM this process starts:
+    :data:`HEAP_SLACK` x (:data:`HEAP_BASE` + :data:`HEAP_PER_TUPLE` x ``rows``) in
+    whole GB, at least :data:`HEAP_MIN_GB` and at most half of ``physical`` bytes
+    (this machine's memory by default).  ``rows`` None (unknown): the minimum."""
+    if physical is None:
+        physical = physical_memory()
+    cap = max(HEAP_MIN_GB, int(physical // 2 // 2**30)) if physical else HEAP_MIN_GB
+    want = HEAP_MIN_GB if rows is None else math.ceil(HEAP_SLACK * (HEAP_BASE + HEAP_PER_TUPLE * rows) / 2**30)
+    return f"{min(max(want, HEAP_MIN_GB), cap)}g"
+
+
+def local_heap(master: str, rows: int | None) -> str:
+    """The session's ``spark.driver.memory`` (a user's ``--spark-conf`` replaces it):
+    :func:`driver_memory` on a ``local`` master, whose tasks share the driver's heap;
+    :data:`HEAP_MIN_GB` elsewhere (``local-cluster`` and cluster masters run the tasks
+    in executor JVMs, sized by the master or ``spark.executor.memory``)."""
+    if is_local(master):
+        return driver_memory(rows)
+    return f"{HEAP_MIN_GB}g"
+
+
+def is_local(master: str) -> bool:
+    """A ``local`` / ``local[n]`` / ``local[n, f]`` master: the tasks run in the driver's JVM."""
+    return master == "local" or master.startswith("local[")
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where ``sysconf`` cannot tell)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def footer_rows(paths: Iterable[tuple[str, str]]) -> int | None:
+    """The rows of the local Parquet inputs (``(path, stream name)`` pairs: a file,
+    glob or directory, ``io.load.resolve_files``), summed from their footers; None
+    when any is not a local path or cannot be read (the read itself says why)."""
+    import pyarrow.parquet as pq
+
+    from ...io.load import resolve_files
+
+    total = 0
+    try:
+        for path, name in paths:
+            if "://" in str(path):
+                return None
+            for f in resolve_files(str(path), name):
+                total += pq.ParquetFile(f).metadata.num_rows
+    except Exception:   # noqa: BLE001 -- a bad input is the read's to report, in one line
+        return None
+    return total

@@ -1,0 +1,85 @@
+"""The Spark defaults chosen from the input's size (engines/spark/sizing.py, issue 19):
+the native path's partitions and a local master's driver heap.  No Spark."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import given, strategies as st
+
+from streamjoin.pipelines.engines.spark.sizing import (HEAP_MIN_GB, TUPLES_PER_TASK, WARN_FACTOR, driver_memory,
+                                                       footer_rows, local_heap, native_partitions)
+
+
+def reference_partitions(rows: int, cores: int) -> int:
+    """The rule spelled out: the smallest multiple of cores whose tasks hold <= the bound."""
+    P = cores
+    while rows / P > TUPLES_PER_TASK:
+        P += cores
+    return P
+
+
+def test_partitions_from_the_measured_sizes():
+    # local[2]: 3M keeps the old default 2, 12M 8, 48M 32 (the run that finished at 48M)
+    assert native_partitions(3_000_000, 2)[0] == 2
+    assert native_partitions(12_000_000, 2)[0] == 8
+    assert native_partitions(48_000_000, 2)[0] == 32
+    assert native_partitions(0, 2)[0] == 2
+    assert native_partitions(10, 8)[0] == 8       # never fewer than the master's cores
+    P, kind, line = native_partitions(12_000_000, 2)
+    assert kind == "note" and "8" in line and "12,000,000" in line
+
+
+@given(rows=st.integers(0, 10**10), cores=st.integers(1, 256))
+def test_chosen_partitions_bound_every_task(rows, cores):
+    P, _, _ = native_partitions(rows, cores)
+    assert P == reference_partitions(rows, cores)
+    assert P % cores == 0 and math.ceil(rows / P) <= TUPLES_PER_TASK
+
+
+def test_given_partitions_are_honoured_and_warned_about_when_far_beyond_the_bound():
+    assert native_partitions(48_000_000, 2, given=32) == (32, "note", None)
+    assert native_partitions(48_000_000, 2, given=9)[2] is None            # 5.3M per task: within 4x
+    P, kind, line = native_partitions(48_000_000, 2, given=2)
+    assert (P, kind) == (2, "warning")
+    assert line.startswith("--partitions 2 ") and "24,000,000" in line and "32" in line and "\n" not in line
+    edge = WARN_FACTOR * TUPLES_PER_TASK
+    assert native_partitions(edge, 2, given=1)[2] is None
+    assert native_partitions(edge + 1, 2, given=1)[2] is not None
+
+
+def test_driver_memory_between_the_minimum_and_half_the_machine():
+    gb = 2**30
+    assert driver_memory(3_000_000, 23 * gb) == "4g"      # 1.5 x (2.2 GB + 80 B x 3M) = 3.7 GB
+    assert driver_memory(12_000_000, 23 * gb) == "5g"
+    assert driver_memory(48_000_000, 23 * gb) == "9g"     # 48M used 5.85 GB at its peak of a 10g heap
+    assert driver_memory(200_000_000, 23 * gb) == "11g"   # half of 23 GB
+    assert driver_memory(None, 23 * gb) == f"{HEAP_MIN_GB}g"
+    assert driver_memory(10**9, 4 * gb) == f"{HEAP_MIN_GB}g"   # a small machine: never below the old 4g
+
+
+def test_heap_sized_only_where_the_tasks_share_it():
+    big = 48_000_000
+    assert local_heap("local[2]", big) == driver_memory(big)
+    assert local_heap("local", big) == driver_memory(big)
+    assert local_heap("local-cluster[2,1,1024]", big) == f"{HEAP_MIN_GB}g"
+    assert local_heap("spark://h:7077", big) == f"{HEAP_MIN_GB}g"
+
+
+def test_footer_rows_sums_files_globs_and_directories(tmp_path):
+    def write(path, n):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"ts": np.arange(n)}), path, row_group_size=7)
+
+    write(tmp_path / "a.parquet", 30)
+    write(tmp_path / "d" / "day=1" / "x.parquet", 11)
+    write(tmp_path / "d" / "day=2" / "y.parquet", 5)
+    assert footer_rows([(str(tmp_path / "a.parquet"), "a"), (str(tmp_path / "d"), "b")]) == 46
+    assert footer_rows([(str(tmp_path / "d" / "*" / "*.parquet"), "b")]) == 16
+    assert footer_rows([(str(tmp_path / "missing.parquet"), "a")]) is None
+    assert footer_rows([("s3a://bucket/x.parquet", "a")]) is None
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    assert footer_rows([(str(tmp_path / "bad.parquet"), "a")]) is None
