@@ -10,9 +10,12 @@ payload ride along) by ``(arrival, stream, row)`` (the replay order, SPEC
 and largest ``ts`` and largest own delay per stream, first and last arrival;
 then the largest release / horizon candidate); the driver turns them into
 carried-in prefixes, and one more ``mapInArrow`` attaches every tuple's facts
-(arrival index ``a``, frontier ``T`` and ``T(a - 1)``, delay, ``R``,
-dropped, horizons ``H_k``, expired, the required K-slack ``kneed``) as
-columns of a DataFrame that stays on the executors.
+(arrival index ``a``, frontier ``T``, delay, ``R``, dropped, horizons
+``H_k``, expired, the required K-slack ``kneed``) as columns of a DataFrame
+that stays on the executors.  Only the columns the policy's family computes
+go through Python and the cache; those it holds constant (sorting: ``H_k`` =
+0, expired false; symmetric: ``R`` = 0, dropped false, no release) are
+literal columns on the persisted frame.
 
 The same ``mapInArrow`` finds where each tuple is released (sorting family:
 the first index ``>= a_x`` at which ``R`` reaches ``ts``) and where it leaves
@@ -58,7 +61,7 @@ from .kernels import INT
 from .progress import TUPLE_COLS, arrow_chunk, carried, one_group_per_task, table_of
 
 #: columns of the facts frame beside stream, row, ts, arrival (H0.. follow per stream)
-FACTS = ("a", "T", "T_prev", "delay", "R", "R_prev", "dropped", "expired", "kneed")
+FACTS = ("a", "T", "delay", "R", "dropped", "expired", "kneed")
 
 
 @dataclass
@@ -157,6 +160,13 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
              "R_prev": pa.int64(), "dropped": pa.bool_(), "expired": pa.bool_(), "kneed": pa.int64(),
              **{h: pa.int64() for h in hcols}, "rel": pa.int64(), "rel_us": pa.int64(), "end0": pa.int64(),
              "rel_to": pa.int32(), "end_to": pa.int32(), "__part": pa.int32(), **{h: pa.int64() for h in hprev}}
+    # columns the family holds constant are literals on the persisted frame, not computed and cached per
+    # tuple: sorting's horizons and expired, the symmetric family's R, dropped and release (never searched);
+    # the head searches' "one index earlier" columns only where searched (R_prev sorting, T_prev symmetric)
+    const = ({**{h: 0 for h in hcols}, "expired": False} if sorting
+             else {"R": 0, "dropped": False, "rel": N, "rel_us": last if last is not None else 0, "rel_to": -1})
+    unused = {"T_prev"} if sorting else {"R_prev", "T_prev"} if qjoin else {"R_prev"}
+    types = {c: t for c, t in types.items() if c not in const and c not in unused}
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
     schema = StructType(base.schema.fields + [StructField(c, from_arrow_type(t)) for c, t in types.items()])
@@ -201,7 +211,9 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
             t = t.append_column(name, pa.array(np.asarray(cols[name]), typ))
         yield from t.to_batches()
 
-    pre = base.mapInArrow(run_facts, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    cached_pre = base.mapInArrow(run_facts, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    pre = cached_pre.withColumns({c: F.lit(v).cast("boolean" if isinstance(v, bool) else
+                                                   "int" if c == "rel_to" else "bigint") for c, v in const.items()})
     lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w + x)) for w, x in zip(W, d)]), F.col("stream") + 1)
     # g: the sequence a query is searched in (seqs' index: qjoin's leave queries by their stream)
     g_leave = F.col("stream") if qjoin else F.lit(0)
@@ -213,7 +225,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     heads = {(int(r["q"]), int(r["g"])): (int(r["v"]), int(r["count"])) for r in
              queries.groupBy("q", "g").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
     held.unpersist()   # pre is whole: the aggregation above read every partition
-    fdf, cached, in_order = pre, [pre], True
+    fdf, cached, in_order = pre, [cached_pre], True
     if heads:
         head = None
         for j, (g, g_prev, _) in enumerate(seqs):
@@ -255,7 +267,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                .withColumn("rel", F.coalesce("idx0", "rel")).withColumn("rel_us", F.coalesce("us0", "rel_us"))
                .withColumn("end0", F.coalesce("idx1", "end0")).drop("idx0", "us0", "idx1", "us1"))
     end = F.greatest("end0", "a", "rel") if sorting else F.greatest("end0", "a")
-    fdf = fdf.withColumn("end", end).drop("end0", "rel_to", "end_to", "__part", *hprev)
+    fdf = fdf.withColumn("end", end).drop("end0", "rel_to", "end_to", "__part", "T_prev", "R_prev", *hprev)
     if not sorting:
         fdf = fdf.drop("rel", "rel_us")
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),

@@ -26,12 +26,15 @@ O(files + splits) facts.  Stage by stage, what the driver reads or receives:
    (:func:`executor_input_error`), not Spark's multi-line traceback.  Each row leaves with its reason (null: kept), its time in us, its
    file's index and its rank among the kept rows of its file in its task.
    The result is persisted on the executors.
-4. **Facts** (executors -> driver, small aggregations): per (file, task)
-   the least and greatest row index, the rows kept and read and the least and greatest
-   kept ``ts`` and ``arrival`` and the sum of the batches' ``load.column_bits``
-   (each batch's on its first row: stage 3 counts them in the read's own pass,
-   no second read of the input); per reason the rows quarantined; per key
-   column its least and greatest kept value and the first inexact float.
+4. **Facts** (executors -> driver, one aggregation per stream, the job
+   that fills stage 3's cache): per (file, task, reason) -- reason null for
+   the kept rows -- the least and greatest row index, the rows, the least and
+   greatest ``ts`` and ``arrival`` and the sum of the batches'
+   ``load.column_bits`` (each batch's on its first row: stage 3 counts them in
+   the read's own pass, no second read of the input), and per key column its
+   least and greatest value and its first inexact float (least (file, row
+   index)).  The driver sums the groups per (file, task) (rows read and kept)
+   and per reason (rows quarantined) and merges the kept groups' key facts.
    ``StreamFacts.row_bytes`` is ``load.row_bytes_of`` those bits and the
    rows read: the local loader's ``LoadedStream.row_bytes`` (the memory
    estimate's bytes per row), which ``column_bits`` makes independent of
@@ -464,64 +467,94 @@ def _offsets(chunks: list) -> tuple[list[tuple[int, int, int]], int, int]:
     return offsets, kept, read
 
 
-def _stream_facts(plan: _Plan, inter, max_quarantine: float) -> tuple[StreamFacts, list[tuple[int, int, int]]]:
-    """One stream's facts from two aggregations (per (file, task): least and
-    greatest row index, rows kept and read, time ranges, the columns' bits; per reason:
-    rows), refused by ``load.check_quarantine`` as the local loader would; and each
-    chunk's first ``row``."""
-    from pyspark.sql import functions as F
-
-    kept = F.col(REASON).isNull()
-    chunks = (inter.groupBy(FILE, TASK)
-              .agg(F.min(FILE_ROW), F.max(FILE_ROW), F.sum(F.when(kept, 1).otherwise(0)), F.count(F.lit(1)),
-                   F.min(TS), F.max(TS), F.min(ARRIVAL), F.max(ARRIVAL), F.sum(BITS))
-              .collect())
-    offsets, rows, read = _offsets([tuple(int(x) for x in r[:6]) for r in chunks])
-    reasons = {r[0]: int(r[1]) for r in inter.filter(~kept).groupBy(REASON).count().collect()}
-    check_quarantine(plan.cfg, read, reasons, max_quarantine)
-
-    def span(lo: int, hi: int) -> tuple[int, int] | None:
-        los = [r[lo] for r in chunks if r[lo] is not None]
-        return (int(min(los)), int(max(r[hi] for r in chunks if r[hi] is not None))) if los else None
-
-    return StreamFacts(config=plan.cfg, files=plan.files, read=read, rows=rows, reasons=reasons,
-                       ts_range=span(6, 7), arrival_range=span(8, 9),
-                       payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
-                       arrow_types={f.name: f.type for f in plan.schema},
-                       row_bytes=row_bytes_of(sum(int(r[10] or 0) for r in chunks), read)), offsets
-
-
-def _key_facts(inter, plan: _Plan) -> list[KeyFacts]:
-    """``KeyFacts.of`` each key column's kept values, aggregated on the executors."""
+def _key_aggs(plan: _Plan) -> tuple[list, list[int]]:
+    """The aggregations of :func:`_stream_facts` that give ``KeyFacts`` per group: each
+    numeric key column's least and greatest value and, for a float column, the least
+    ``(file, row index, value)`` of its inexact values (``KeyFacts.of``'s "first inexact":
+    a whole number below 2^53 (2^24) in magnitude is exact); the float keys' positions."""
     from pyspark.sql import functions as F
 
     dtypes = pl.from_arrow(plan.schema.empty_table()).schema
-    kept = inter.filter(F.col(REASON).isNull())
-    aggs, floats = [F.count(F.lit(1)).alias("n")], []
+    aggs, floats = [], []
     for i, k in enumerate(plan.cfg.keys):
         d = dtypes[k]
         if not d.is_numeric():
             continue
-        aggs += [F.min(k).alias(f"lo{i}"), F.max(k).alias(f"hi{i}")]
+        aggs += [F.min(F.col(f"`{k}`")).alias(f"lo{i}"), F.max(F.col(f"`{k}`")).alias(f"hi{i}")]
         if d in SIGNIFICAND_BITS:
             limit = 2.0 ** SIGNIFICAND_BITS[d]
-            v = F.col(k).cast("double")
+            v = F.col(f"`{k}`").cast("double")
             exact = F.when(F.abs(v) < limit, v == F.floor(v)).otherwise(F.lit(False))
-            first = F.struct(F.col(FILE), F.col(FILE_ROW))
-            aggs.append(F.min_by(F.when(~exact, v), F.when(~exact, first)).alias(f"bad{i}"))
+            aggs.append(F.min(F.when(~exact, F.struct(F.col(FILE), F.col(FILE_ROW), v))).alias(f"bad{i}"))
             floats.append(i)
-    row = kept.agg(*aggs).first()
+    return aggs, floats
+
+
+def _spark_order(x):
+    """Spark's ordering of a min / max result in Python: NaN above every number."""
+    return (isinstance(x, float) and x != x, x)
+
+
+def _key_facts(plan: _Plan, groups: list, floats: list[int]) -> list[KeyFacts]:
+    """``KeyFacts.of`` each key column's kept values from the kept groups' aggregates
+    (:func:`_key_aggs`), merged on the driver in Spark's order."""
+    dtypes = pl.from_arrow(plan.schema.empty_table()).schema
     out = []
     for i, k in enumerate(plan.cfg.keys):
         d = dtypes[k]
-        if not d.is_numeric() or not row["n"]:
+        los = [g[f"lo{i}"] for g in groups if d.is_numeric() and g[f"lo{i}"] is not None]
+        if not los:
             out.append(KeyFacts(d))
             continue
-        lo, hi = row[f"lo{i}"], row[f"hi{i}"]
         cast = float if d.is_float() else int
-        bad = row[f"bad{i}"] if i in floats else None
+        lo = min(los, key=_spark_order)
+        hi = max((g[f"hi{i}"] for g in groups if g[f"hi{i}"] is not None), key=_spark_order)
+        bads = [g[f"bad{i}"] for g in groups if i in floats and g[f"bad{i}"] is not None]
+        bad = min(bads, key=lambda b: (b[0], b[1]))[2] if bads else None
         out.append(KeyFacts(d, cast(lo), cast(hi), None if bad is None else float(bad)))
     return out
+
+
+def _stream_facts(plan: _Plan, inter, max_quarantine: float
+                  ) -> tuple[StreamFacts, list[tuple[int, int, int]], list[KeyFacts]]:
+    """One stream's facts from one aggregation over the read, grouped by (file, task,
+    reason): per group the least and greatest row index, the rows, time ranges, the
+    columns' bits and the key columns' facts (:func:`_key_aggs`); the driver sums the
+    groups per (file, task) (rows read; the kept group's rows are the rows kept) and per
+    reason (the rows quarantined), refuses them by ``load.check_quarantine`` as the local
+    loader would, and merges the kept groups' key facts.  Returns the facts, each chunk's
+    first ``row`` and the key columns' ``KeyFacts``."""
+    from pyspark.sql import functions as F
+
+    key_aggs, floats = _key_aggs(plan)
+    groups = (inter.groupBy(FILE, TASK, REASON)
+              .agg(F.min(FILE_ROW).alias("rlo"), F.max(FILE_ROW).alias("rhi"), F.count(F.lit(1)).alias("n"),
+                   F.min(TS).alias("tlo"), F.max(TS).alias("thi"), F.min(ARRIVAL).alias("alo"),
+                   F.max(ARRIVAL).alias("ahi"), F.sum(BITS).alias("bits"), *key_aggs)
+              .collect())
+    chunks: dict[tuple[int, int], list[int]] = {}
+    reasons: dict[str, int] = {}
+    for g in groups:
+        c = chunks.setdefault((int(g[FILE]), int(g[TASK])), [int(g["rlo"]), int(g["rhi"]), 0, 0])
+        c[0], c[1], c[3] = min(c[0], int(g["rlo"])), max(c[1], int(g["rhi"])), c[3] + int(g["n"])
+        if g[REASON] is None:
+            c[2] += int(g["n"])
+        else:
+            reasons[g[REASON]] = reasons.get(g[REASON], 0) + int(g["n"])
+    offsets, rows, read = _offsets([(f, t, *c) for (f, t), c in chunks.items()])
+    check_quarantine(plan.cfg, read, reasons, max_quarantine)
+    kept = [g for g in groups if g[REASON] is None]
+
+    def span(lo: str, hi: str) -> tuple[int, int] | None:
+        los = [g[lo] for g in kept if g[lo] is not None]
+        return (int(min(los)), int(max(g[hi] for g in kept if g[hi] is not None))) if los else None
+
+    return (StreamFacts(config=plan.cfg, files=plan.files, read=read, rows=rows, reasons=reasons,
+                        ts_range=span("tlo", "thi"), arrival_range=span("alo", "ahi"),
+                        payload={c: f"{plan.cfg.name}_{c}" for c in payload_columns(plan.cfg, plan.schema.names)},
+                        arrow_types={f.name: f.type for f in plan.schema},
+                        row_bytes=row_bytes_of(sum(int(g["bits"] or 0) for g in groups), read)),
+            offsets, _key_facts(plan, kept, floats))
 
 
 # ---------------------------------------------------------------------------
@@ -556,14 +589,15 @@ def read_streams(spark, configs: list[StreamConfig], *, max_quarantine: float = 
             _check_units(plan, scan)
         inters: list = []
         try:
-            facts, chunk_offsets = [], []
+            facts, chunk_offsets, keys = [], [], []
             for plan, scan in zip(plans, scans):
                 inter = scan.mapInArrow(_normaliser(plan), _out_schema(plan)).persist(StorageLevel.MEMORY_AND_DISK)
                 inters.append(inter)
-                fact, offsets = _stream_facts(plan, inter, max_quarantine)
+                fact, offsets, key_facts = _stream_facts(plan, inter, max_quarantine)
                 facts.append(fact)
                 chunk_offsets.append(offsets)
-            dtypes = common_key_types([(p.cfg, _key_facts(i, p)) for p, i in zip(plans, inters)])
+                keys.append(key_facts)
+            dtypes = common_key_types([(p.cfg, k) for p, k in zip(plans, keys)])
             key_types = [_spark_key_type(d) for d in dtypes]
             for plan, inter, fact in zip(plans, inters, facts):
                 if fact.reasons:

@@ -149,6 +149,7 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          .config("spark.task.maxDirectResultSize", str(120 * 1024 * 1024))
          .config("spark.sql.shuffle.partitions", str(max(1, partitions)))
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")   # 10,000: per-batch Python overhead (docs/performance.md, issue 19 fourth pass)
          .config("spark.log.level", "ERROR"))
     for k, v in conf:
         b = b.config(k, v)
