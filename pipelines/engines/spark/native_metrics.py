@@ -40,7 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...analysis.summary import ResultSummary, nearest_rank_of_counts
+from ...analysis.summary import ResultSummary
 from ...io.output import RESULTS_COMPRESSION
 from ...policies import SORTING, SYMMETRIC
 from ...replay.candidates import key_ids
