@@ -283,8 +283,8 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
                 trace: Path | None = None) -> None:
     """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians.
     ``per_partition`` (millions of tuples): ``--partitions`` = size / per_partition, rounded up, so
-    every size's tasks hold the same number of tuples (None: the native path's choice from the
-    input's size, engines/spark/sizing.py);
+    every size's tasks hold the same number of tuples (None: the engine's default: the native
+    path's choice from the input's size, engines/spark/sizing.py; the current path's master parallelism);
     ``partitions``: a fixed ``--partitions`` instead.  ``trace``: a directory for each run's
     :mod:`driver_memory` report (``<size>M-<path>-<round>.json``)."""
     import statistics
@@ -338,7 +338,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--per-partition", type=float,
-                    help="--native: millions of input tuples per --partitions (default: the native path's choice from the input size)")
+                    help="--native: millions of input tuples per --partitions (default: native path: from the input size; current path: the master's parallelism)")
     ap.add_argument("--partitions", type=int, help="--native: a fixed --partitions for every size")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="K=V",
                     help="--engine spark: passed to every run's streamjoin run (repeatable)")
