@@ -13,7 +13,7 @@ On a ``local`` master every task's JVM side runs in the driver's JVM, whose
 heap Spark fixes when the JVM starts: peak heap in use 2.42 GB at 3M and
 5.85 GB at 48M (32 partitions), about 2.2 GB + 76 B per input tuple; 4 GB
 failed at 48M, 10 GB finished.  :func:`driver_memory` gives 1.5x that line,
-between 4 GB and half the machine's memory, from the input's row count in
+between 4 GB and half the machine's (or its cgroup's) memory, from the input's row count in
 the Parquet footers (:func:`footer_rows`, read on the driver before the JVM
 starts).  Pure functions, no Spark.
 """
@@ -90,12 +90,29 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+#: a container's memory limit (cgroup v2, then v1): "max" or a huge number when unlimited
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def physical_memory() -> int | None:
-    """This machine's memory in bytes (None where ``sysconf`` cannot tell)."""
+    """The memory this process may use in bytes: the machine's (``sysconf``), or its
+    container's cgroup limit where that is smaller (a driver pod on a large node: the
+    JVM heap must fit the pod, not the node); None where ``sysconf`` cannot tell."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
-        return None
+        total = None
+    for path in CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limit = int(text)
+            total = limit if total is None else min(total, limit)
+        break
+    return total
 
 
 def footer_rows(paths: Iterable[tuple[str, str]]) -> int | None:
