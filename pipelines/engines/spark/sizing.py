@@ -50,9 +50,10 @@ def native_partitions(rows: int, parallelism: int, given: int | None = None) -> 
         P = max(int(given), 1)
         per = math.ceil(rows / P)
         if per > WARN_FACTOR * TUPLES_PER_TASK:
-            return P, "warning", (f"--partitions {P} gives Spark tasks of about {per:,} tuples each "
-                       f"(a Python worker held 1.1 GB at {TUPLES_PER_TASK:,}); leave --partitions unset "
-                       f"or give at least {need} (the engine's choice: {_rounded(need, cores)})")
+            # given by the flag or the TOML's [run] key (this does not know which): name both
+            return P, "warning", (f"--partitions / [run] partitions {P} gives Spark tasks of about {per:,} "
+                       f"tuples each (a Python worker held 1.1 GB at {TUPLES_PER_TASK:,} tuples); leave it "
+                       f"unset or give at least {need} (the engine's choice: {_rounded(need, cores)})")
         return P, "note", None
     P = _rounded(need, cores)
     return P, "note", (f"Spark partitions: {P} (from {rows:,} input tuples, at most {TUPLES_PER_TASK:,} "
