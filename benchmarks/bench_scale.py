@@ -40,8 +40,9 @@ instead with the same policy (``--engine local --policy mpkslack``, its
 default chunking: bounded above 6M rows), for throughput per core beside it.
 ``--per-partition M`` passes ``--partitions ceil(size / M)``: every size's tasks
 then hold about M million tuples (each range partition of the progress scans and
-each join group is one Python task; with the default, ``local[2]``'s two, a 48M
-run gives each task 24M tuples); ``--partitions P`` a fixed count instead.
+each join group is one Python task; without either the native path chooses
+from the input's size, at most 1.5M tuples per task, engines/spark/sizing.py);
+``--partitions P`` a fixed count instead.
 ``--spark-conf K=V`` (repeatable) goes to every Spark run (e.g.
 ``spark.driver.memory=10g``); ``--trace DIR`` runs each driver under
 ``driver_memory.py`` (per stage RSS, ``tracemalloc`` heap and peak, JSON in DIR).
@@ -201,7 +202,8 @@ def spark_run(config: Path, results: str, write: bool, conf: str | None = None, 
     its JVM and the largest Python worker, sampled from /proc, and the JVM's peak heap
     in use (``jstat``).  ``conf``: the ``--spark-conf`` (default: the results path).
     ``engine="local"``: the same policy on the local engine (its defaults otherwise).
-    ``partitions``: ``--partitions`` (None: the master's default parallelism).
+    ``partitions``: ``--partitions`` (None: the engine's default: on the native path
+    from the input's size, engines/spark/sizing.py; else the master's default parallelism).
     ``extra_conf``: more ``--spark-conf K=V`` (e.g. ``spark.driver.memory=10g``).
     ``trace``: run the driver under :mod:`driver_memory` (tracemalloc), its JSON report
     written there."""
@@ -281,7 +283,8 @@ def native_main(sizes: list[float], with_results: bool, runs: int, only: str | N
                 trace: Path | None = None) -> None:
     """The current and the native path alternating (``only``: one of them), ``runs`` rounds; medians.
     ``per_partition`` (millions of tuples): ``--partitions`` = size / per_partition, rounded up, so
-    every size's tasks hold the same number of tuples (None: the master's default parallelism);
+    every size's tasks hold the same number of tuples (None: the engine's default: the native
+    path's choice from the input's size, engines/spark/sizing.py; the current path's master parallelism);
     ``partitions``: a fixed ``--partitions`` instead.  ``trace``: a directory for each run's
     :mod:`driver_memory` report (``<size>M-<path>-<round>.json``)."""
     import statistics
@@ -335,7 +338,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1, help="--engine spark: alternating rounds (medians)")
     ap.add_argument("--results", action="store_true", help="also run with results written to Parquet")
     ap.add_argument("--per-partition", type=float,
-                    help="--native: millions of input tuples per --partitions (default: the master's parallelism)")
+                    help="--native: millions of input tuples per --partitions (default: native path: from the input size; current path: the master's parallelism)")
     ap.add_argument("--partitions", type=int, help="--native: a fixed --partitions for every size")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="K=V",
                     help="--engine spark: passed to every run's streamjoin run (repeatable)")

@@ -396,3 +396,26 @@ def test_delay_percentiles_are_the_nearest_rank_of_each_group(spark, groups):
             v, c = np.unique(np.asarray(vals, np.int64), return_counts=True)
             want[g] = {name: nearest_rank_of_counts(v, np.cumsum(c), q) for name, q in qs}
     assert got == want
+
+
+def test_a_running_jvms_heap_is_left_to_spark_submit(tmp_path):
+    """Under ``spark-submit --driver-memory 1g`` the JVM (and its heap) exists before the
+    session: spark_session must not set ``spark.driver.memory`` from the input size there --
+    it cannot apply, and report.json's ``routing.spark_partitions.driver_memory`` (the
+    context's conf) said ``9g`` beside a 1 GB heap."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "heap.py"
+    script.write_text(
+        "from streamjoin.pipelines.engines.spark.session import spark_session\n"
+        "with spark_session('local[1]', 1, (), input_rows=48_000_000) as s:\n"
+        "    print('CONF', s.sparkContext.getConf().get('spark.driver.memory'))\n")
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    got = subprocess.run([str(submit), "--driver-memory", "1g", "--master", "local[1]", str(script)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "CONF 1g" in got.stdout.splitlines()

@@ -45,7 +45,8 @@ def test_given_partitions_are_honoured_and_warned_about_when_far_beyond_the_boun
     assert native_partitions(48_000_000, 2, given=9)[2] is None            # 5.3M per task: within 4x
     P, kind, line = native_partitions(48_000_000, 2, given=2)
     assert (P, kind) == (2, "warning")
-    assert line.startswith("--partitions 2 ") and "24,000,000" in line and "32" in line and "\n" not in line
+    assert line.startswith("--partitions / [run] partitions 2 ") and "24,000,000" in line and "32" in line \
+        and "\n" not in line   # a TOML's [run] partitions is named too: the user may not have typed the flag
     edge = WARN_FACTOR * TUPLES_PER_TASK
     assert native_partitions(edge, 2, given=1)[2] is None
     assert native_partitions(edge + 1, 2, given=1)[2] is not None
@@ -83,3 +84,26 @@ def test_footer_rows_sums_files_globs_and_directories(tmp_path):
     assert footer_rows([("s3a://bucket/x.parquet", "a")]) is None
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     assert footer_rows([(str(tmp_path / "bad.parquet"), "a")]) is None
+
+
+def test_the_heap_fits_a_containers_memory_limit(tmp_path, monkeypatch):
+    """A driver in a container (cgroup limit 8 GB) on a large machine: half the limit caps
+    the heap, not half the machine (24M rows want 6g; an 8 GB pod keeps the minimum 4g);
+    an unlimited cgroup ("max", v2) or none leaves the machine's memory."""
+    from streamjoin.pipelines.engines.spark import sizing
+
+    gb = 2**30
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(sizing, "CGROUP_LIMITS", (str(v2), str(v1)), raising=False)
+    monkeypatch.setattr(sizing.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096,
+                                                             "SC_PHYS_PAGES": 64 * gb // 4096}[name])
+    assert sizing.physical_memory() == 64 * gb and driver_memory(24_000_000) == "6g"   # no cgroup files
+    v2.write_text(f"{8 * gb}\n")
+    assert sizing.physical_memory() == 8 * gb and driver_memory(24_000_000) == f"{HEAP_MIN_GB}g"
+    v2.write_text("max\n")
+    assert sizing.physical_memory() == 64 * gb
+    v2.unlink()
+    v1.write_text(f"{10 * gb}\n")   # cgroup v1
+    assert sizing.physical_memory() == 10 * gb and driver_memory(24_000_000) == "5g"
+    v1.write_text("9223372036854771712\n")   # v1's "unlimited"
+    assert sizing.physical_memory() == 64 * gb

@@ -127,10 +127,6 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
         return
     b = (SparkSession.builder.appName("streamjoin").master(master)
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         # a local master runs every task in the driver's JVM: Spark's default 1g heap
-         # cannot hold a few million tuples in flight; sized from the input there
-         # (sizing.local_heap; applies only when this starts the JVM, --spark-conf wins)
-         .config("spark.driver.memory", local_heap(master, input_rows))
          # the kernels allocate large fresh numpy temporaries in short-lived Python
          # workers; numpy asks for transparent huge pages for them, and with THP
          # "defrag=madvise" each fault may compact memory first -- on the benchmark
@@ -151,6 +147,13 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")   # 10,000: per-batch Python overhead (docs/performance.md, issue 19 fourth pass)
          .config("spark.log.level", "ERROR"))
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # a local master runs every task in the driver's JVM: Spark's default 1g heap
+        # cannot hold a few million tuples in flight; sized from the input there
+        # (sizing.local_heap; --spark-conf wins).  Only when this process starts the JVM:
+        # under spark-submit (its gateway port set) --driver-memory fixed the heap, and
+        # setting the conf would only make it (and report.json) name another size
+        b = b.config("spark.driver.memory", local_heap(master, input_rows))
     for k, v in conf:
         b = b.config(k, v)
     with spark_log() as log:

@@ -13,7 +13,7 @@ On a ``local`` master every task's JVM side runs in the driver's JVM, whose
 heap Spark fixes when the JVM starts: peak heap in use 2.42 GB at 3M and
 5.85 GB at 48M (32 partitions), about 2.2 GB + 76 B per input tuple; 4 GB
 failed at 48M, 10 GB finished.  :func:`driver_memory` gives 1.5x that line,
-between 4 GB and half the machine's memory, from the input's row count in
+between 4 GB and half the machine's (or its cgroup's) memory, from the input's row count in
 the Parquet footers (:func:`footer_rows`, read on the driver before the JVM
 starts).  Pure functions, no Spark.
 """
@@ -50,9 +50,10 @@ def native_partitions(rows: int, parallelism: int, given: int | None = None) -> 
         P = max(int(given), 1)
         per = math.ceil(rows / P)
         if per > WARN_FACTOR * TUPLES_PER_TASK:
-            return P, "warning", (f"--partitions {P} gives Spark tasks of about {per:,} tuples each "
-                       f"(a Python worker held 1.1 GB at {TUPLES_PER_TASK:,}); leave --partitions unset "
-                       f"or give at least {need} (the engine's choice: {_rounded(need, cores)})")
+            # given by the flag or the TOML's [run] key (this does not know which): name both
+            return P, "warning", (f"--partitions / [run] partitions {P} gives Spark tasks of about {per:,} "
+                       f"tuples each (a Python worker held 1.1 GB at {TUPLES_PER_TASK:,} tuples); leave it "
+                       f"unset or give at least {need} (the engine's choice: {_rounded(need, cores)})")
         return P, "note", None
     P = _rounded(need, cores)
     return P, "note", (f"Spark partitions: {P} (from {rows:,} input tuples, at most {TUPLES_PER_TASK:,} "
@@ -90,12 +91,29 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+#: a container's memory limit (cgroup v2, then v1): "max" or a huge number when unlimited
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def physical_memory() -> int | None:
-    """This machine's memory in bytes (None where ``sysconf`` cannot tell)."""
+    """The memory this process may use in bytes: the machine's (``sysconf``), or its
+    container's cgroup limit where that is smaller (a driver pod on a large node: the
+    JVM heap must fit the pod, not the node); None where ``sysconf`` cannot tell."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
-        return None
+        total = None
+    for path in CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limit = int(text)
+            total = limit if total is None else min(total, limit)
+        break
+    return total
 
 
 def footer_rows(paths: Iterable[tuple[str, str]]) -> int | None:
