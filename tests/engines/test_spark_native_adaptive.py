@@ -305,3 +305,19 @@ def test_distributed_key_ids_equal_the_one_task_rank_and_the_local_ids(spark, da
     assert all((ids[a] == ids[b]) == (local[a] == local[b]) for a in range(m) for b in range(m))
     if kind != "float":
         assert ids.tolist() == local.tolist()
+
+
+@pytest.mark.parametrize("policy", ["qjoin", "qkslack"])
+def test_native_adaptive_with_ranked_string_keys_equals_the_local_engine(spark, tmp_path, policy):
+    """String keys take the ranked key ids (native_adaptive._dense_key_ids, a cached frame
+    unpersisted when decide returns) and decide's replay-ordered frame -- with ``__kid``
+    and the payload beside it -- is taken over by the progress scans
+    (progress_frame's ``ordered``): the run equals the local engine's."""
+    cfg = write_inputs(tmp_path, 2, seed=11)
+    cfg.write_text(cfg.read_text().replace('keys = ["key"]', 'keys = ["tag"]'))
+    flags = {"policy": policy, "recall": 0.9, "interval": "50ms"}
+    local = run(cfg, tmp_path / "local", engine="local", **flags)
+    nat = run(cfg, tmp_path / "nat", engine="spark", master="local[2]", router="atr", partitions=3,
+              spark_conf=[NATIVE], **flags)
+    assert nat["routing"]["native"] is True and local["emitted_results"] > 0
+    _same(tmp_path / "local", tmp_path / "nat", local, nat)
