@@ -34,17 +34,18 @@ def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[st
     values = np.asarray(values)
     if len(values) == 0:
         return {name: None for name, _ in qs}
-    ks = sorted({max(1, math.ceil(q * len(values))) - 1 for _, q in qs})
+    rank = {name: max(1, math.ceil(q * len(values))) - 1 for name, q in qs}   # 0-based, as nearest_rank's k
+    ks = sorted(set(rank.values()))
     counted = _by_counts(values, ks)
     if counted is not None:
-        return {name: counted[max(1, math.ceil(q * len(values))) - 1] for name, q in qs}
+        return {name: counted[rank[name]] for name, _ in qs}
     # several order statistics: a (vectorised) full sort beats repeated selection
     if len(ks) > 1:
         part = values.copy()
         sort_values(part)
     else:
         part = np.partition(values, ks)
-    return {name: int(part[max(1, math.ceil(q * len(values))) - 1]) for name, q in qs}
+    return {name: int(part[rank[name]]) for name, _ in qs}
 
 
 #: from this many values :func:`distribution` counts integers of a small range instead of sorting
