@@ -142,7 +142,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     marked ones are found there (``groupBy(partition).applyInArrow`` over them and
     that partition's head) and joined back."""
     import pyarrow as pa
-    from pyspark import StorageLevel, TaskContext
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     W = np.asarray(W, dtype=INT)
@@ -178,10 +178,13 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     schema = StructType(base.schema.fields + [StructField(c, from_arrow_type(t)) for c, t in types.items()])
 
     def run_facts(it):
-        p = TaskContext.get().partitionId()
         t = table_of(it)
         if t is None:
             return
+        # the partition scanned, not the task's: a lost cached block recomputed in a union's
+        # stage (the marked searches, the memory events) runs in task P + i for its i
+        p = int(t.column("__p")[0].as_py())
+        t = t.drop_columns(["__p"])
         c = arrow_chunk(t)
         f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p], schedule)
         m = len(c["ts"])
@@ -218,7 +221,8 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
             t = t.append_column(name, pa.array(np.asarray(cols[name]), typ))
         yield from t.to_batches()
 
-    cached_pre = base.mapInArrow(run_facts, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    cached_pre = (base.withColumn("__p", F.spark_partition_id()).mapInArrow(run_facts, schema)
+                  .persist(StorageLevel.MEMORY_AND_DISK))
     pre = cached_pre.withColumns({c: F.lit(v).cast("boolean" if isinstance(v, bool) else "bigint")
                                   for c, v in const.items()})
     lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w + x)) for w, x in zip(W, d)]), F.col("stream") + 1)
