@@ -14,7 +14,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.pipelines.engines.spark.native_progress import FOREIGN_MAX, crossing_events, local_search, search_head
+from streamjoin.pipelines.engines.spark.native_progress import (FOREIGN_MAX, crossing_events, local_search,
+                                                                  marked_in, search_head)
 from streamjoin.pipelines.engines.spark.progress import carried_from, first_summary
 from streamjoin.pipelines.policies import SORTING, PolicySpec
 from streamjoin.pipelines.policies.recall_target import RecallTarget
@@ -90,6 +91,9 @@ def test_native_carries_and_searches_equal_the_whole_replay(problem):
             if not strict and not sorting:
                 continue
             idx, us, to = local_search(Gs[p], v, f["a"], c["arrival"], strict, held, cy.offsets[p], G_end, p, N, last)
+            enc = marked_in(idx, to)   # the one column the facts frame carries: -1 - q where marked for q
+            assert (enc < 0).tolist() == (to >= 0).tolist()
+            assert np.where(enc < 0, -1 - enc, idx).tolist() == np.where(to >= 0, to, idx).tolist()
             for q in np.unique(to[to >= 0]):       # found in the later partition marked
                 mine = to == q
                 assert q > p and bounds[q + 1] > bounds[q]

@@ -419,3 +419,33 @@ def test_a_running_jvms_heap_is_left_to_spark_submit(tmp_path):
                          capture_output=True, text=True, env=env, timeout=300)
     assert got.returncode == 0, got.stderr[-2000:]
     assert "CONF 1g" in got.stdout.splitlines()
+
+
+def test_facts_recomputed_inside_a_union_stage_equal_the_cached_ones(spark):
+    """A lost cached block of the facts frame is recomputed in whatever stage reads it; in a
+    union's stage (the marked searches, the memory events) the task's partition id is the
+    union's (P + i for the second child), not the replay order's i: the facts pass must take
+    its partition from the frame it scans, not from TaskContext."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from streamjoin.pipelines.engines.spark.native_progress import progress_frame
+    from streamjoin.pipelines.policies import PolicySpec
+
+    rng = np.random.default_rng(3)
+    rows = [(k, i, int(t), int(t + (rng.integers(0, 150) if rng.random() < 0.3 else 0)))
+            for k in range(2) for i, t in enumerate(np.sort(rng.integers(0, 400, 40)))]
+    df = spark.createDataFrame(rows, "stream int, row long, ts long, arrival long")
+    prog = progress_frame(spark, df, 2, (80, 80), PolicySpec("mpkslack"), 4)
+    cols = ["a", "T", "R", "rel", "end"]
+    want = sorted(tuple(r) for r in prog.facts.select(*cols).collect())
+    try:
+        jsc = spark.sparkContext._jsc   # every cached block lost (an executor gone): recomputed on the next read
+        for rid in jsc.getPersistentRDDs().keySet().toArray():
+            jsc.getPersistentRDDs().get(rid).unpersist(True)
+        f = prog.facts.select(*cols)
+        got = sorted(tuple(r) for r in f.filter(F.col("a") % 2 == 0).unionByName(f.filter(F.col("a") % 2 == 1))
+                     .collect())
+    finally:
+        prog.release()
+    assert len(want) == 80 and got == want

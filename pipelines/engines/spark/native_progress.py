@@ -106,6 +106,12 @@ def local_search(G, v, a, arrival, strict: bool, held, off: int, G_end, p: int, 
     return idx.astype(INT), us.astype(INT), where.astype(np.int32)
 
 
+def marked_in(idx, to):
+    """:func:`local_search`'s indexes with its marks folded in (one column instead of
+    two on every row): ``-1 - q`` where the index is in the later partition ``q``."""
+    return np.where(to >= 0, -1 - to.astype(INT), idx).astype(INT)
+
+
 def search_head(G, a_h, arr_h, v, a, arrival, strict: bool):
     """The queries :func:`local_search` marked for a later partition, found in its
     head (its rows in order, up to the first where ``G`` passes the largest query):
@@ -136,7 +142,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     marked ones are found there (``groupBy(partition).applyInArrow`` over them and
     that partition's head) and joined back."""
     import pyarrow as pa
-    from pyspark import StorageLevel, TaskContext
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     W = np.asarray(W, dtype=INT)
@@ -159,12 +165,12 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     types = {"a": pa.int64(), "T": pa.int64(), "T_prev": pa.int64(), "delay": pa.int64(), "R": pa.int64(),
              "R_prev": pa.int64(), "dropped": pa.bool_(), "expired": pa.bool_(), "kneed": pa.int64(),
              **{h: pa.int64() for h in hcols}, "rel": pa.int64(), "rel_us": pa.int64(), "end0": pa.int64(),
-             "rel_to": pa.int32(), "end_to": pa.int32(), "__part": pa.int32(), **{h: pa.int64() for h in hprev}}
+             **{h: pa.int64() for h in hprev}}
     # columns the family holds constant are literals on the persisted frame, not computed and cached per
     # tuple: sorting's horizons and expired, the symmetric family's R, dropped and release (never searched);
     # the head searches' "one index earlier" columns only where searched (R_prev sorting, T_prev symmetric)
     const = ({**{h: 0 for h in hcols}, "expired": False} if sorting
-             else {"R": 0, "dropped": False, "rel": N, "rel_us": last if last is not None else 0, "rel_to": -1})
+             else {"R": 0, "dropped": False, "rel": N, "rel_us": last if last is not None else 0})
     unused = {"T_prev"} if sorting else {"R_prev", "T_prev"} if qjoin else {"R_prev"}
     types = {c: t for c, t in types.items() if c not in const and c not in unused}
     from pyspark.sql.pandas.types import from_arrow_type
@@ -172,10 +178,13 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     schema = StructType(base.schema.fields + [StructField(c, from_arrow_type(t)) for c, t in types.items()])
 
     def run_facts(it):
-        p = TaskContext.get().partitionId()
         t = table_of(it)
         if t is None:
             return
+        # the partition scanned, not the task's: a lost cached block recomputed in a union's
+        # stage (the marked searches, the memory events) runs in task P + i for its i
+        p = int(t.column("__p")[0].as_py())
+        t = t.drop_columns(["__p"])
         c = arrow_chunk(t)
         f = sp.facts(c, n, W, policy, offsets[p], Mc[p], Kc[p], Rc[p], Hc[p], schedule)
         m = len(c["ts"])
@@ -190,8 +199,9 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
         args = (f["a"], arr)
         if sorting:
             rel, rel_us, rel_to = local_search(f["R"], ts, *args, False, held, offsets[p], cy.R_end, p, N, last)
+            rel = marked_in(rel, rel_to)
         else:
-            rel, rel_us, rel_to = (np.full(m, N, INT), np.full(m, last, INT), np.full(m, -1, np.int32))
+            rel, rel_us = np.full(m, N, INT), np.full(m, last, INT)
         lim = ts + W[st] + d[st]
         if qjoin:   # stream k's tuples in H_k
             end0, end_to = np.full(m, N, INT), np.full(m, -1, np.int32)
@@ -201,27 +211,29 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                 end0, end_to = np.where(mine, e, end0), np.where(mine, to, end_to)
         else:
             end0, _, end_to = local_search(f[seqs[0][0]], lim, *args, True, held, offsets[p], seqs[0][2], p, N, last)
+        end0 = marked_in(end0, end_to)
         prev = {f"{h}_prev": np.concatenate([[Hc[p][k]], f[h][:-1]]).astype(INT) if m else np.empty(0, INT)
                 for k, h in enumerate(hcols) if qjoin}
         cols = {"a": f["a"], "T": f["T"], "T_prev": T_prev, "delay": f["delay"], "R": f["R"], "R_prev": f["R_prev"],
                 "dropped": f["dropped"], "expired": f["expired"], "kneed": kneed, **{h: f[h] for h in hcols},
-                "rel": rel, "rel_us": rel_us, "end0": end0, "rel_to": rel_to, "end_to": end_to,
-                "__part": np.full(m, p, np.int32), **prev}
+                "rel": rel, "rel_us": rel_us, "end0": end0, **prev}
         for name, typ in types.items():
             t = t.append_column(name, pa.array(np.asarray(cols[name]), typ))
         yield from t.to_batches()
 
-    cached_pre = base.mapInArrow(run_facts, schema).persist(StorageLevel.MEMORY_AND_DISK)
-    pre = cached_pre.withColumns({c: F.lit(v).cast("boolean" if isinstance(v, bool) else
-                                                   "int" if c == "rel_to" else "bigint") for c, v in const.items()})
+    cached_pre = (base.withColumn("__p", F.spark_partition_id()).mapInArrow(run_facts, schema)
+                  .persist(StorageLevel.MEMORY_AND_DISK))
+    pre = cached_pre.withColumns({c: F.lit(v).cast("boolean" if isinstance(v, bool) else "bigint")
+                                  for c, v in const.items()})
     lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w + x)) for w, x in zip(W, d)]), F.col("stream") + 1)
     # g: the sequence a query is searched in (seqs' index: qjoin's leave queries by their stream)
     g_leave = F.col("stream") if qjoin else F.lit(0)
-    queries = (pre.filter(F.col("rel_to") >= 0).select(F.col("rel_to").alias("q"), F.lit(0).alias("s"),
-                                                       F.lit(0).alias("g"), F.col("ts").alias("v"), "a", "arrival")
-               .unionByName(pre.filter(F.col("end_to") >= 0).select(F.col("end_to").alias("q"), F.lit(1).alias("s"),
-                                                                   g_leave.alias("g"), lim.alias("v"), "a",
-                                                                   "arrival")))
+    # a marked tuple's rel / end0 is -1 - (the later partition where it is found): marked_in
+    queries = (pre.filter(F.col("rel") < 0).select((-1 - F.col("rel")).cast("int").alias("q"), F.lit(0).alias("s"),
+                                                   F.lit(0).alias("g"), F.col("ts").alias("v"), "a", "arrival")
+               .unionByName(pre.filter(F.col("end0") < 0).select((-1 - F.col("end0")).cast("int").alias("q"),
+                                                                 F.lit(1).alias("s"), g_leave.alias("g"),
+                                                                 lim.alias("v"), "a", "arrival")))
     heads = {(int(r["q"]), int(r["g"])): (int(r["v"]), int(r["count"])) for r in
              queries.groupBy("q", "g").agg(F.max("v").alias("v"), F.count("*").alias("count")).collect()}
     held.unpersist()   # pre is whole: the aggregation above read every partition
@@ -232,11 +244,12 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
             marked = sorted({q for q, gj in heads if gj == j})
             if not marked:
                 continue
-            top = F.element_at(F.array(*[F.lit(heads.get((q, j), (NEG_INF, 0))[0]) for q in range(P)]),
-                               F.col("__part") + 1)
+            # the partition a row of pre lies in: pre keeps the replay order's partitions (a scan of its cache)
+            here = F.spark_partition_id()
+            top = F.element_at(F.array(*[F.lit(heads.get((q, j), (NEG_INF, 0))[0]) for q in range(P)]), here + 1)
             # the head of each marked partition: its rows up to the first where G passes the largest query
-            part = (pre.filter(F.col("__part").isin(marked) & (F.col(g_prev) <= top))
-                    .select(F.col("__part").alias("q"), F.lit(2).alias("s"), F.lit(j).alias("g"), F.col(g).alias("v"),
+            part = (pre.filter(here.isin(marked) & (F.col(g_prev) <= top))
+                    .select(here.alias("q"), F.lit(2).alias("s"), F.lit(j).alias("g"), F.col(g).alias("v"),
                             "a", "arrival"))
             head = part if head is None else head.unionByName(part)
 
@@ -267,7 +280,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                .withColumn("rel", F.coalesce("idx0", "rel")).withColumn("rel_us", F.coalesce("us0", "rel_us"))
                .withColumn("end0", F.coalesce("idx1", "end0")).drop("idx0", "us0", "idx1", "us1"))
     end = F.greatest("end0", "a", "rel") if sorting else F.greatest("end0", "a")
-    fdf = fdf.withColumn("end", end).drop("end0", "rel_to", "end_to", "__part", "T_prev", "R_prev", *hprev)
+    fdf = fdf.withColumn("end", end).drop("end0", "T_prev", "R_prev", *hprev)
     if not sorting:
         fdf = fdf.drop("rel", "rel_us")
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),
