@@ -275,7 +275,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     session = spark_in = flow = where_fn = None
     if not native:
         with stages("load"):
-            streams = load_all(list(cfg.streams), cfg.max_quarantine)
+            # the payload columns are read only for an output that reads them (results, --where)
+            payload = cfg.write_results or cfg.where is not None or cfg.engine != "local"
+            streams = load_all(list(cfg.streams), cfg.max_quarantine, payload=payload)
             # checked with the inputs, so a bad --where fails before any work
             where_fn = where_of(cfg, streams)
             if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch
