@@ -575,7 +575,7 @@ def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE
         table, files = read_table(cfg)
         part = normalise(table, cfg)
     elif unread:   # no row quarantined: the empty quarantine still has every column of the file
-        empty = pl.from_arrow(unread[2].empty_table())
+        empty = pl.from_arrow(pa.Table.from_batches([], schema=unread[2]))   # not empty_table(): it imports pandas
         part.quarantine = empty.with_columns(pl.lit(None, dtype=pl.String).alias(QUARANTINE_REASON))
     if max_quarantine is not None:
         check_quarantine(cfg, table.num_rows, reason_counts(part.quarantine), max_quarantine)
