@@ -11,7 +11,10 @@ Each stream becomes a :class:`LoadedStream`:
   names and types still join, exactly;
 * every column but ``ts`` and ``arrival`` kept as payload, whatever its name
   (the working columns never mix with the user's); :func:`load_all` first
-  refuses inputs whose output columns would collide (io/columns.py).
+  refuses inputs whose output columns would collide (io/columns.py).  A run
+  whose outputs read no payload (``payload=False``: no results, no
+  ``--where``) reads only the configured columns where it can
+  (:func:`unread_columns`); its payload is then the key columns.
 
 Rows with a null ``ts``, ``arrival`` or key (or a time outside the engine's
 range) are *quarantined*: kept aside with a ``reason`` column, counted, and
