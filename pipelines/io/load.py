@@ -212,8 +212,9 @@ def read_table(cfg: StreamConfig, columns: list[str] | None = None) -> tuple[pa.
     """The whole stream as one table (after :func:`check_file_schemas`);
     ``columns``: only these (a single file; :func:`unread_columns`).
 
-    A single file is memory-mapped: its pages are decoded in place, not first
-    copied into a buffer of Arrow's (issue 21: half the read's CPU)."""
+    Not memory-mapped: a file cut short while it is read (rewritten in place)
+    would kill the process with SIGBUS instead of this one-line error, and
+    the map saved no measurable CPU (docs/performance.md, issue 21)."""
     path = cfg.path
     files = resolve_files(path, cfg.name)
     one = single_file(path, files)
@@ -221,7 +222,7 @@ def read_table(cfg: StreamConfig, columns: list[str] | None = None) -> tuple[pa.
         dataset, files = open_dataset(path, cfg.name)
         check_file_schemas(cfg, files)
     try:
-        table = (pq.ParquetFile(one, memory_map=True).read(columns=columns) if one is not None
+        table = (pq.ParquetFile(one).read(columns=columns) if one is not None
                  else dataset.to_table())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise unreadable_error(path, cfg.name, exc) from None

@@ -47,3 +47,42 @@ def test_variable_width_column_is_read(tmp_path):
     cfg = _write(tmp_path, {"name": lambda n: pa.array([f"x{i}" for i in range(n)])})
     assert unread_columns(cfg) is None
     assert load_stream(cfg, payload=False).row_bytes == load_stream(cfg).row_bytes
+
+
+_TRUNCATED_WHILE_READ = """
+import os, sys
+import pyarrow.parquet as pq
+from streamjoin.pipelines.base.errors import InputError
+from streamjoin.pipelines.config.settings import StreamConfig
+from streamjoin.pipelines.io.load import load_stream
+
+path = sys.argv[1]
+read = pq.ParquetFile.read
+def read_after_truncation(self, *args, **kwargs):   # the producer rewrites the file in place meanwhile
+    os.truncate(path, 4096)
+    return read(self, *args, **kwargs)
+pq.ParquetFile.read = read_after_truncation
+try:
+    load_stream(StreamConfig("s", path, ts="ts", arrival="arr", unit="us", keys=("k",)), payload=sys.argv[2] == "1")
+except InputError as exc:
+    print(exc)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("payload", [True, False])
+def test_file_truncated_while_read_is_bad_input_not_a_crash(tmp_path, payload):
+    """A single file cut short while it is read (rewritten in place) is a one-line error,
+    exit 2 -- never SIGBUS from a memory map whose pages vanished."""
+    import subprocess
+    import sys
+
+    n = 200_000
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"ts": pa.array(range(1_700_000_000_000_000, 1_700_000_000_000_000 + n), pa.int64()),
+                             "arr": pa.array(range(n), pa.int64()), "k": pa.array([i % 3 for i in range(n)], pa.int32()),
+                             "value": pa.array([0.5 * i for i in range(n)], pa.float64())}), path)
+    got = subprocess.run([sys.executable, "-c", _TRUNCATED_WHILE_READ, str(path), "1" if payload else "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2, (got.returncode, got.stderr[-500:])
+    assert "not a readable Parquet dataset" in got.stdout and str(path) in got.stdout
