@@ -14,7 +14,8 @@ Each stream becomes a :class:`LoadedStream`:
   refuses inputs whose output columns would collide (io/columns.py).  A run
   whose outputs read no payload (``payload=False``: no results, no
   ``--where``) reads only the configured columns where it can
-  (:func:`unread_columns`); its payload is then the key columns.
+  (:func:`unread_columns`); its payload is then the key (and ``--distance``
+  vector) columns.
 
 Rows with a null ``ts``, ``arrival`` or key (or a time outside the engine's
 range) are *quarantined*: kept aside with a ``reason`` column, counted, and
@@ -569,7 +570,7 @@ def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE
     ``payload=False``: no requested output reads the payload (a run without
     results or ``--where``), so only the configured columns are read where
     :func:`unread_columns` allows it, and ``payload`` holds only the key
-    columns; ``row_bytes`` is the same.  If a row is quarantined the whole
+    and vector columns; ``row_bytes`` is the same.  If a row is quarantined the whole
     file is read after all: the quarantine keeps every column."""
     unread = None if payload else unread_columns(cfg)
     table, files = read_table(cfg, unread[0] if unread else None)

@@ -86,3 +86,14 @@ def test_file_truncated_while_read_is_bad_input_not_a_crash(tmp_path, payload):
                          capture_output=True, text=True, timeout=120)
     assert got.returncode == 2, (got.returncode, got.stderr[-500:])
     assert "not a readable Parquet dataset" in got.stdout and str(path) in got.stdout
+
+
+def test_distance_vectors_are_read(tmp_path):
+    """The distance predicate's columns are configured columns: read, kept in ``vectors``
+    and (as every column but the times) in the payload beside the keys."""
+    cfg = _write(tmp_path, {"x": lambda n: pa.array([0.25 * i for i in range(n)], pa.float64()),
+                            "value": lambda n: pa.array([1.5 * i for i in range(n)], pa.float64())})
+    cfg = StreamConfig(cfg.name, cfg.path, ts="ts", arrival="arr", unit="us", keys=("k",), vectors=("x",))
+    full, lean = load_stream(cfg), load_stream(cfg, payload=False)
+    assert (full.vectors == lean.vectors).all() and full.row_bytes == lean.row_bytes
+    assert lean.payload.columns == ["k", "x"]
