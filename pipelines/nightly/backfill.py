@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
