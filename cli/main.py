@@ -246,7 +246,7 @@ def _chunk_reporter(progress):
 def _nightly(config, date=None, from_=None, to=None, lookback=None, force=False, fail_under_target=False,
              log_format=None, json_summary=False):
     """Nightly settings from the TOML and flags (booleans: only a given flag overrides the TOML)."""
-    from streamjoin.pipelines.nightly.backfill import nightly_options
+    from streamjoin.pipelines.nightly.options import nightly_options
 
     try:
         return nightly_options(config, date=date, from_=from_, to=to, lookback=lookback, force=force or None,

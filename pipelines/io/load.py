@@ -11,7 +11,11 @@ Each stream becomes a :class:`LoadedStream`:
   names and types still join, exactly;
 * every column but ``ts`` and ``arrival`` kept as payload, whatever its name
   (the working columns never mix with the user's); :func:`load_all` first
-  refuses inputs whose output columns would collide (io/columns.py).
+  refuses inputs whose output columns would collide (io/columns.py).  A run
+  whose outputs read no payload (``payload=False``: no results, no
+  ``--where``) reads only the configured columns where it can
+  (:func:`unread_columns`); its payload is then the key (and ``--distance``
+  vector) columns.
 
 Rows with a null ``ts``, ``arrival`` or key (or a time outside the engine's
 range) are *quarantined*: kept aside with a ``reason`` column, counted, and
@@ -205,8 +209,13 @@ def check_file_schemas(cfg: StreamConfig, files: list[Path]) -> None:
                                  f"every file of a stream needs the same column types")
 
 
-def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
-    """The whole stream as one table (after :func:`check_file_schemas`)."""
+def read_table(cfg: StreamConfig, columns: list[str] | None = None) -> tuple[pa.Table, list[Path]]:
+    """The whole stream as one table (after :func:`check_file_schemas`);
+    ``columns``: only these (a single file; :func:`unread_columns`).
+
+    Not memory-mapped: a file cut short while it is read (rewritten in place)
+    would kill the process with SIGBUS instead of this one-line error, and
+    the map saved no measurable CPU (docs/performance.md, issue 21)."""
     path = cfg.path
     files = resolve_files(path, cfg.name)
     one = single_file(path, files)
@@ -214,10 +223,46 @@ def read_table(cfg: StreamConfig) -> tuple[pa.Table, list[Path]]:
         dataset, files = open_dataset(path, cfg.name)
         check_file_schemas(cfg, files)
     try:
-        table = pq.ParquetFile(one).read() if one is not None else dataset.to_table()
+        table = (pq.ParquetFile(one).read(columns=columns) if one is not None
+                 else dataset.to_table())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise unreadable_error(path, cfg.name, exc) from None
     return table, files
+
+
+def unread_columns(cfg: StreamConfig) -> tuple[list[str], int, pa.Schema] | None:
+    """For a stream whose payload no requested output reads (``load_stream(...,
+    payload=False)``): the configured columns to read instead of the whole file,
+    the :func:`column_bits` per row of the columns left unread -- computed
+    from the schema, so ``row_bytes`` is the whole file's -- and the file's
+    schema (an empty quarantine's columns).  ``None``: read
+    everything (not a single file, nothing to leave out, a column the config
+    names missing -- :func:`normalise` names it -- or an unread column whose
+    bits depend on its data: strings, binaries, dictionaries, nested types)."""
+    files = resolve_files(cfg.path, cfg.name)
+    one = single_file(cfg.path, files)
+    if one is None:
+        return None
+    try:
+        schema = pq.read_schema(one)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise unreadable_error(cfg.path, cfg.name, exc) from None
+    wanted = configured_columns(cfg)
+    if any(c not in schema.names for c in wanted) or len(set(schema.names)) != len(schema.names):
+        return None
+    bits = 0
+    for f in schema:
+        if f.name in wanted:
+            continue
+        if pa.types.is_dictionary(f.type) or pa.types.is_nested(f.type):
+            return None
+        try:
+            bits += 1 + f.type.bit_width
+        except ValueError:   # not fixed width: its bits need its data
+            return None
+    if bits == 0:
+        return None
+    return [n for n in schema.names if n in wanted], bits, schema
 
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds"}
@@ -517,14 +562,30 @@ def row_bytes_of(bits: int, rows: int) -> float:
     return bits / (8 * rows) if rows else 0.0
 
 
-def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE) -> LoadedStream:
+def load_stream(cfg: StreamConfig, max_quarantine: float | None = MAX_QUARANTINE,
+                payload: bool = True) -> LoadedStream:
     """Read, validate and normalise one stream (see module docstring);
-    ``max_quarantine=None``: no :func:`check_quarantine` (``inspect``)."""
-    table, files = read_table(cfg)
+    ``max_quarantine=None``: no :func:`check_quarantine` (``inspect``).
+
+    ``payload=False``: no requested output reads the payload (a run without
+    results or ``--where``), so only the configured columns are read where
+    :func:`unread_columns` allows it, and ``payload`` holds only the key
+    and vector columns; ``row_bytes`` is the same.  If a row is quarantined the whole
+    file is read after all: the quarantine keeps every column."""
+    unread = None if payload else unread_columns(cfg)
+    table, files = read_table(cfg, unread[0] if unread else None)
     part = normalise(table, cfg)
+    if unread and part.quarantine.height:
+        unread = None
+        table, files = read_table(cfg)
+        part = normalise(table, cfg)
+    elif unread:   # no row quarantined: the empty quarantine still has every column of the file
+        empty = pl.from_arrow(pa.Table.from_batches([], schema=unread[2]))   # not empty_table(): it imports pandas
+        part.quarantine = empty.with_columns(pl.lit(None, dtype=pl.String).alias(QUARANTINE_REASON))
     if max_quarantine is not None:
         check_quarantine(cfg, table.num_rows, reason_counts(part.quarantine), max_quarantine)
-    row_bytes = row_bytes_of(sum(column_bits(c) for c in table.columns), table.num_rows)
+    bits = sum(column_bits(c) for c in table.columns) + (unread[1] * table.num_rows if unread else 0)
+    row_bytes = row_bytes_of(bits, table.num_rows)
     return LoadedStream(
         config=cfg,
         ts=part.ts,
@@ -582,13 +643,15 @@ def input_columns(cfg: StreamConfig) -> list[str]:
     return open_dataset(cfg.path, cfg.name)[0].schema.names
 
 
-def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE) -> list[LoadedStream]:
-    """Load every stream and align key dtypes across streams.
+def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE,
+             payload: bool = True) -> list[LoadedStream]:
+    """Load every stream and align key dtypes across streams (``payload``:
+    :func:`load_stream`).
 
     Output columns that would collide (:func:`~.columns.check_output_columns`)
     are refused from the schemas, before any data is read."""
     check_output_columns([(c, input_columns(c)) for c in configs])
-    streams = [load_stream(c, max_quarantine) for c in configs]
+    streams = [load_stream(c, max_quarantine, payload) for c in configs]
     dtypes = common_key_dtypes(streams)
     for s in streams:
         s.keys = cast_keys(s.keys, dtypes)

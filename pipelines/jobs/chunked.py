@@ -12,7 +12,8 @@ When it is used (``--chunk-rows``, TOML ``chunk_rows``):
 * ``N > 0`` -- always, about ``N`` tuples per chunk;
 * not given -- automatically for the local engine and the non-adaptive
   policies once the input holds more than :data:`AUTO_ROWS` rows (from the
-  Parquet footers, before anything is read).
+  Parquet footers, before anything is read); the choice is
+  :func:`.chunking.chunk_rows_for`.
 """
 
 from __future__ import annotations
@@ -27,47 +28,15 @@ import pyarrow.parquet as pq
 from ..analysis import metrics
 from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
 from ..config.settings import RunConfig, with_period
-from ..config.windows import window_counts
 from ..engines.bounded import BoundedReplay
 from ..engines.bounded_emulation import bounded_replay
-from ..base.errors import InputError
-from ..io.load import count_rows
+from .chunking import AUTO_ROWS, DEFAULT_CHUNK_ROWS, chunk_rows_for  # noqa: F401  (re-exported)
 from ..io.output import AtomicOutput
 from ..io.results_file import ResultsFile
 from ..replay.predicates import where_of
 from ..replay.results import result_order
 from ..report import json as report_json
 from ..report.build import LATENCY_BINS, finish, report_body
-
-#: inputs above this many rows run in bounded memory unless --chunk-rows says otherwise
-AUTO_ROWS = 6_000_000
-#: tuples per chunk when the size is chosen automatically
-DEFAULT_CHUNK_ROWS = 1_000_000
-
-
-def chunk_rows_for(cfg: RunConfig) -> int | None:
-    """Tuples per chunk for this run, or ``None`` for the in-memory engine."""
-    # --capacity and count windows: in memory
-    if cfg.chunk_rows == 0 or cfg.engine != "local" or cfg.capacity is not None or window_counts(cfg.streams) is not None:
-        return None
-    p = cfg.policy
-    if p.in_memory_only is not None:
-        # the bounded engine emulates spark-ss's inner join on a trigger interval, flink without
-        # idleness, flink-sql
-        if cfg.chunk_rows is not None:
-            raise InputError(f"--chunk-rows: {p.name} with {p.in_memory_only} runs in memory for now; "
-                             "use --chunk-rows 0")
-        return None
-    if cfg.chunk_rows is not None:
-        if cfg.policy.adaptive:
-            raise InputError(f"--chunk-rows: policy {cfg.policy.name} decides from the whole replay so far and "
-                             "runs in memory; use --chunk-rows 0 or a non-adaptive policy")
-        return cfg.chunk_rows
-    if cfg.policy.adaptive:
-        return None
-    rows = sum(count_rows(s) for s in cfg.streams)
-    return DEFAULT_CHUNK_ROWS if rows > AUTO_ROWS else None
-
 
 def _prefetched(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
     """Read chunk ``j + 1`` on a second thread while chunk ``j`` is replayed

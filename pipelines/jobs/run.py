@@ -38,6 +38,7 @@ from ..replay.results import emitted_row_groups
 from ..report import build as report_build
 from ..report import html as report_html
 from ..report import json as report_json
+from .chunking import chunk_rows_for
 
 StageCallback = Callable[[str, float], None]
 
@@ -265,17 +266,19 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         from ..capacity import model as capacity_model
 
         capacity_model.warm_up(capacity)   # kernels load (or build) while the input loads and the plain join runs
-    from .chunked import chunk_rows_for, run_chunked_job
-
     # flow control replays in memory (settings.resolve refuses --chunk-rows N with it)
     chunk_rows = chunk_rows_for(cfg) if cfg.flow_control is None else None
     if chunk_rows is not None:  # bounded memory: the replay in arrival-time chunks
+        from .chunked import run_chunked_job
+
         return run_chunked_job(cfg, chunk_rows, command=command, stages=stages, started=started,
                                on_chunk=on_chunk)
     session = spark_in = flow = where_fn = None
     if not native:
         with stages("load"):
-            streams = load_all(list(cfg.streams), cfg.max_quarantine)
+            # the payload columns are read only for an output that reads them (results, --where)
+            payload = cfg.write_results or cfg.where is not None or cfg.engine != "local"
+            streams = load_all(list(cfg.streams), cfg.max_quarantine, payload=payload)
             # checked with the inputs, so a bad --where fails before any work
             where_fn = where_of(cfg, streams)
             if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +37,16 @@ import pyarrow.parquet as pq
 
 from . import manifest as mf
 from . import publish
-from ..config.settings import RunConfig, read_toml
+from ..config.settings import RunConfig
 from .daily import DayResult, compute_days
 from .exactness import refusal as nightly_refusal
 from ..base.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_USAGE,
                            InputError, StreamjoinError)
 from ..io.lock import OutputLock
 from ..io.output import RESULTS_COMPRESSION, fault_point, interrupt_guard
-from .partitions import available_days, day_range, inputs_of_days, load_days, missing_partition, parse_day
-from .runlog import RunLog, check_format
-from ..base.timeunits import parse_duration
+from .partitions import available_days, inputs_of_days, load_days, missing_partition
+from .runlog import RunLog
+from .options import NightlyOptions, nightly_options  # noqa: F401  (nightly_options: re-exported)
 from ..base.jit import build_seconds
 
 #: smallest default lookback: covers frontier lag (stalls, slow streams) and
@@ -62,59 +61,6 @@ def worst(codes: list[int]) -> int:
         if code in codes:
             return code
     return max(codes, default=EXIT_OK)
-
-
-@dataclass
-class NightlyOptions:
-    """Nightly settings, from ``[run]`` in the TOML and the command line (which wins)."""
-
-    days: list[dt.date]
-    lookback_us: int | None = None  # None: default_lookback(cfg)
-    force: bool = False
-    fail_under_target: bool = False
-    log_format: str = "text"
-    json: bool = False
-
-
-def nightly_options(config_path: Path | None, *, date: str | None = None, from_: str | None = None,
-                    to: str | None = None, lookback: str | None = None, force: bool | None = None,
-                    fail_under_target: bool | None = None, log_format: str | None = None,
-                    json: bool | None = None, today: dt.date | None = None) -> NightlyOptions:
-    run: dict[str, Any] = {}
-    if config_path is not None:
-        doc = read_toml(config_path)
-        run = doc.get("run", {}) if isinstance(doc.get("run", {}), dict) else {}
-
-    def pick(flag, key):
-        return flag if flag is not None else run.get(key)
-
-    # a date range on the command line replaces a date in the TOML, and vice versa
-    cli_days = date is not None or from_ is not None or to is not None
-    d = date if cli_days else run.get("date")
-    f = from_ if cli_days else run.get("from")
-    t = to if cli_days else run.get("to")
-    if d is not None and (f is not None or t is not None):
-        raise InputError("give either --date or --from/--to, not both")
-    if d is not None:
-        days = [parse_day(d, "--date", today=today)]
-    elif f is not None or t is not None:
-        if f is None or t is None:
-            raise InputError("--from and --to go together: give both")
-        days = day_range(parse_day(f, "--from", today=today), parse_day(t, "--to", today=today))
-    else:
-        days = []
-    lb = pick(lookback, "lookback")
-    lookback_us = parse_duration(str(lb), what="lookback") if lb is not None else None
-    if lookback_us is not None and lookback_us < 0:
-        raise InputError("--lookback must be >= 0")
-    for key, value in (("force", pick(force, "force")), ("fail_under_target", pick(fail_under_target, "fail_under_target"))):
-        if value is not None and not isinstance(value, bool):
-            raise InputError(f"{config_path}: [run] {key} = {value!r}: expected true or false")
-    return NightlyOptions(
-        days=days, lookback_us=lookback_us, force=bool(pick(force, "force")),
-        fail_under_target=bool(pick(fail_under_target, "fail_under_target")),
-        log_format=check_format(pick(log_format, "log_format")), json=bool(pick(json, "json")),
-    )
 
 
 def default_lookback(cfg: RunConfig) -> int:

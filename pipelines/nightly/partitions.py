@@ -45,38 +45,16 @@ from ..io.columns import NIGHTLY_RESULT_FIELDS, check_output_columns
 from ..config.settings import MAX_QUARANTINE, StreamConfig
 from ..base.errors import InputError
 from ..io.load import LoadedStream, common_key_dtypes, input_columns, load_stream, normalise
+from .options import day_range, parse_day  # noqa: F401  (defined there: the CLI's options read them without the loader)
 
 DAY_US = 86_400_000_000
 _EPOCH = dt.date(1970, 1, 1)
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _HIVE_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 
 
 # ----------------------------------------------------------------------------
 # days
 # ----------------------------------------------------------------------------
-
-
-def parse_day(value: str, option: str = "--date", *, today: dt.date | None = None) -> dt.date:
-    """``YYYY-MM-DD``, ``today`` or ``yesterday`` (UTC) -> a date."""
-    today = today or dt.datetime.now(dt.timezone.utc).date()
-    text = str(value).strip()
-    if text == "today":
-        return today
-    if text == "yesterday":
-        return today - dt.timedelta(days=1)
-    if not _DATE_RE.match(text):
-        raise InputError(f"{option} {value}: expected a date YYYY-MM-DD, 'today' or 'yesterday'")
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"{option} {value}: not a calendar date") from None
-
-
-def day_range(first: dt.date, last: dt.date) -> list[dt.date]:
-    if last < first:
-        raise InputError(f"--from {first} --to {last}: --to is before --from")
-    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
 
 
 def day_start_us(day: dt.date) -> int:
