@@ -64,12 +64,69 @@ from .compare import compare as _compare
 BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
 
 
+#: :func:`_plain_value`: typer's own coercion is needed
+_TYPER = object()
+
+#: typer's defaults of a path parameter's checks (``typer.Option(exists=..., ...)``): with
+#: them a path is ``Path(value)``, refused only if it exists and is not readable
+_PLAIN_PATH = {"exists": False, "file_okay": True, "dir_okay": True, "writable": False, "readable": True,
+               "resolve_path": False, "allow_dash": False, "path_type": None}
+
+
+def _plain_value(param, value):
+    """What typer's coercion makes of ``value`` for ``param`` where that needs no work:
+    an option not given (``None``; ``()`` for a repeatable one), text, repeated text, a
+    path with typer's default checks -- else :data:`_TYPER` (numbers, a path that is
+    not readable, a parser, anything else: typer coerces, and says what is wrong).
+
+    typer >= 0.2x coerces each parameter through a pydantic ``TypeAdapter`` built for
+    it, importing pydantic on every command line: ~0.05 s CPU of every run for values
+    that are already what the command reads (docs/performance.md, issue 21).  Only
+    typer's own parameters (``type_descriptor``) are handled here; an older typer
+    (click's types) coerces as it always did."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None or param.required or getattr(desc, "file_annotation", None) is not None \
+            or getattr(desc.parameter_info, "parser", None) is not None:
+        return _TYPER
+    multi = param.multiple or param.nargs == -1
+    annotation = desc.annotation
+    if value is None:
+        return () if multi else None
+    if multi:
+        if annotation == list[str] and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return list(value)
+        return _TYPER
+    if annotation is str and isinstance(value, str):
+        return value
+    if annotation is Path and isinstance(value, str) and value \
+            and all(getattr(desc.parameter_info, k, None) == v for k, v in _PLAIN_PATH.items()) \
+            and (not os.path.exists(value) or os.access(value, os.R_OK)):
+        return Path(value)
+    return _TYPER
+
+
+def _process_plainly(param):
+    """``param.process_value`` with :func:`_plain_value` first (click's order after
+    the coercion: the parameter's callback)."""
+    typer_process = param.process_value
+
+    def process_value(ctx, value):
+        plain = _plain_value(param, value)
+        if plain is _TYPER:
+            return typer_process(ctx, value)
+        return param.callback(ctx, param, plain) if param.callback is not None else plain
+
+    process_value.plain = True
+    return process_value
+
+
 class _FlagsReadAsFlags:
-    """Boolean options read as flags.
+    """Boolean options read as flags; plain values without typer's pydantic coercion.
 
     ``--help`` shows no ``<bool>`` type for them, and a yes/no word after one
     (``--no-results true``) is a usage error -- otherwise the word would be
-    taken as the next positional argument, the config path.
+    taken as the next positional argument, the config path.  Values that need
+    no coercion skip typer's (:func:`_plain_value`).
     """
 
     def get_params(self, ctx):
@@ -77,6 +134,8 @@ class _FlagsReadAsFlags:
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""  # the type column stays empty: nothing to type after a flag
+            if not getattr(param.process_value, "plain", False):
+                param.process_value = _process_plainly(param)
         return params
 
     def parse_args(self, ctx, args):
@@ -650,6 +709,23 @@ def _click_exception_type() -> type[BaseException]:
     return ClickException
 
 
+def app_for(args: list[str]) -> typer.Typer:
+    """``app`` with only the command ``args`` name (its first word that is no option), so
+    typer builds one command's parameters, not every command's (~0.015 s CPU of every run,
+    docs/performance.md, issue 21); ``app`` itself where no command is named exactly
+    (``--help``, a typo: typer lists every command, or suggests one)."""
+    name = next((a for a in args if not a.startswith("-")), None)
+    if name is None:
+        return app
+    named = [c for c in app.registered_commands
+             if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+    if len(named) != 1 or app.registered_groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands = named
+    return one
+
+
 def main() -> None:
     try:
         _main()
@@ -673,7 +749,7 @@ def _main() -> None:
         no_huge_page_advice()  # no memory compaction stalls on page faults
         # not standalone: usage errors come back to us, to be printed as one
         # line (cron logs) instead of click's multi-line box
-        rv = app(standalone_mode=False)
+        rv = app_for(sys.argv[1:])(standalone_mode=False)
         if rv == 130 and not guard.holding:
             # typer turns a KeyboardInterrupt outside a command's own handling
             # (parsing, a command's imports) into a silent exit 130; the
