@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..replay.duplicates import count_duplicates
 from .metrics import period_code_counts
 from .tuning import Curve, grid_index, needed_count
 
@@ -65,6 +64,8 @@ def summarise(rows: Sequence[np.ndarray], sizes: Sequence[int], emitted: np.ndar
     of ``sizes`` rows), ``emitted``, the last member's arrival index ``last``,
     ``latency`` (read where emitted), required slack ``need``; ``upper``: the
     occupied periods' bounds (:func:`.metrics.occupied_periods`)."""
+    from ..replay.duplicates import count_duplicates   # a Spark task's (a local run's report never imports it)
+
     emitted = np.asarray(emitted, dtype=bool)
     m = len(emitted)
     return ResultSummary(

@@ -32,9 +32,7 @@ from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
 from ..io.output import AtomicOutput, locks_out
 from ..replay.counting import counts
-from ..replay.duplicates import count_duplicates
 from ..replay.predicates import space_of, where_of
-from ..replay.results import emitted_row_groups
 from ..report import build as report_build
 from ..report import html as report_html
 from ..report import json as report_json
@@ -105,6 +103,9 @@ def build_report(cfg: RunConfig, command: str, streams: list[LoadedStream], outc
     truth_n = len(outcome.combos)
     emitted_n = int(np.count_nonzero(em.emitted))
     rows = outcome.combos.rows if truth_n else [np.empty(0, np.int64)]
+    # imported here: a counted run (above) never checks combinations one by one
+    from ..replay.duplicates import count_duplicates
+
     # the duplicate count overlaps the rest (it may have to hash combinations)
     with ThreadPoolExecutor(max_workers=1) as pool:
         duplicates = pool.submit(count_duplicates, rows, [s.rows for s in streams],
@@ -390,6 +391,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
         with stages("write"):
             if cfg.write_results and not executors:
                 from ..io.results_file import write_row_groups
+                from ..replay.results import emitted_row_groups   # with io/chunks: only to write results
 
                 # the combinations are on the driver, and so is --out (the staging
                 # directory is renamed into place there); one file, the same bytes

@@ -31,7 +31,6 @@ from ..analysis import metrics
 from ..analysis.hindsight import MEASURE, hindsight, not_computed
 from ..analysis.summary import CountedCurve
 from ..analysis.tuning import FIXED_POLICY_OF, Curve, curve_summary, required_slacks
-from ..analysis.watermark_tuning import watermark_curve_only
 from ..base.version import tool_version
 from ..config.settings import RunConfig
 from ..config.windows import window_counts, window_text
@@ -199,6 +198,8 @@ def extras(cfg, outcome) -> tuple[dict[str, Any], tuple[str, np.ndarray] | None]
     elif window_counts(cfg.streams) is not None:   # count windows: retention tunes only the duration windows, no curve yet
         tuning = None
     elif family in (MICROBATCH, INTERVAL_JOIN):  # spark-ss / flink: the curve over the watermark delay
+        from ..analysis.watermark_tuning import watermark_curve_only   # (with flink_tuning: only these families)
+
         tuning = watermark_curve_only(outcome.replay, combos, cfg.windows, cfg.policy, DEFAULT_GRANULARITY_US,
                                       cfg.recall_target, TUNING_TARGETS, members=members)
     else:

@@ -1,0 +1,106 @@
+"""Start-up of a counted local run (issue 21, eighth pass): what it does not import.
+
+A counted ``run --engine local --no-results`` (two streams, >= 2**16 rows, static)
+must not import what only other runs use: pydantic (typer's coercion, skipped for
+values that need none: ``cli/main._plain_value``), the results writer's modules,
+the duplicate check of materialised combinations, the watermark-tuning curve.
+And ``_plain_value`` gives every parameter of every command the value typer's own
+coercion gives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: made lazy for a counted run (docs/performance.md, "eighth pass: start-up and metrics")
+NOT_IMPORTED = (
+    "pydantic",
+    "streamjoin.pipelines.replay.results",
+    "streamjoin.pipelines.io.results_file",
+    "streamjoin.pipelines.io.chunks",
+    "streamjoin.pipelines.replay.duplicates",
+    "streamjoin.pipelines.analysis.watermark_tuning",
+    "streamjoin.pipelines.analysis.flink_tuning",
+    "streamjoin.pipelines.analysis.delay_summary",
+)
+
+DRIVER = """
+import json, sys
+from streamjoin.cli.main import main
+sys.argv = ['streamjoin', *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules)}), file=sys.stderr)
+sys.stderr.flush()
+"""
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    subprocess.run([sys.executable, "-m", "streamjoin.cli.main", "generate", "bench", "--out", str(out),
+                    "--seed", "7", "--scale", "0.025"], check=True, capture_output=True)
+    return out
+
+
+def test_a_counted_local_run_does_not_import_what_it_does_not_use(data: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", DRIVER % (NOT_IMPORTED,), "run", str(data / "bench.toml"),
+                           "--engine", "local", "--policy", "static", "--retention", "50ms", "--no-results",
+                           "--out", str(out)], capture_output=True, text=True)
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    assert seen["code"] == 0, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert sum(s["rows"] for s in report["streams"]) >= 1 << 16
+    assert "join.count" in report["timings_s"], "the run was not counted: the test checks nothing"
+    assert seen["loaded"] == []
+
+
+def test_the_results_writer_is_still_imported_when_results_are_written(data: Path, tmp_path: Path):
+    # the other side of the lazy import: a run that writes results loads the writer and writes the file
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", DRIVER % (NOT_IMPORTED,), "run", str(data / "bench.toml"),
+                           "--engine", "local", "--policy", "static", "--retention", "50ms", "--out", str(out)],
+                          capture_output=True, text=True)
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    assert seen["code"] == 0, done.stderr
+    assert "streamjoin.pipelines.replay.results" in seen["loaded"]
+    assert (out / "results.parquet").stat().st_size > 0
+
+
+def _values(param) -> list:
+    """Command-line values of the kinds a parameter receives: not given, a word, words, a path."""
+    return [None, "50ms", "x", ("a", "b=c"), ("one",), (), "samples", "no/such/file.toml", "", "12", "0.5", False, True]
+
+
+def test_plain_values_are_typers_values():
+    import typer.main
+
+    from streamjoin.cli.main import _TYPER, _plain_value, app
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("streamjoin", ["run"], resilient_parsing=True)
+    checked = 0
+    for name, command in group.commands.items():
+        for param in command.params:
+            typer_process = type(param).process_value   # typer's own, not the instance's plain one
+            for value in _values(param):
+                plain = _plain_value(param, value)
+                if plain is _TYPER:
+                    continue
+                try:
+                    want = typer_process(param, ctx, value)
+                except Exception as exc:  # noqa: BLE001 - typer refused it: so must the plain path
+                    pytest.fail(f"{name} {param.name}={value!r}: typer refuses it ({exc}), plain gives {plain!r}")
+                if param.callback is not None:
+                    plain = param.callback(ctx, param, plain)
+                assert type(plain) is type(want) and plain == want, (name, param.name, value, plain, want)
+                checked += 1
+    assert checked > 300   # every command's options: not given, words, paths
