@@ -31,12 +31,12 @@ results with the local engine's as a set, which does).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..base.percentiles import kth_of_counts, rank
 from ..replay.duplicates import count_duplicates
 from .metrics import period_code_counts
 from .tuning import Curve, grid_index, needed_count
@@ -99,8 +99,7 @@ def nearest_rank_of_counts(values: np.ndarray, cum: np.ndarray, q: float) -> int
     n = int(cum[-1]) if len(cum) else 0
     if n == 0:
         return None
-    k = max(1, math.ceil(q * n))
-    return int(values[np.searchsorted(cum, k, side="left")])
+    return kth_of_counts(cum, [rank(q, n)], values)[0]
 
 
 #: :func:`exact_dot`'s slice when the int64 products could overflow
