@@ -5,10 +5,16 @@ With ``spark.streamjoin.results=executors`` the results never reach the driver:
 each Spark task writes its own part file (:mod:`~streamjoin.pipelines.engines.spark.sink`).
 
 :class:`ResultsFile` takes the frames one at a time and encodes and compresses
-each on a second thread while the caller builds the next one (numpy's and
-polars' gathers and Arrow's Parquet writer release the GIL); at most one frame
-is in flight, so a run's results are never all in memory as one frame and
-building overlaps writing.  :func:`write_row_groups` feeds it from an iterator.
+them on :data:`ENCODERS` threads while the caller builds the next one (numpy's
+and polars' gathers and Arrow's Parquet writer release the GIL): each frame is
+encoded by its own Arrow writer into memory, and the parts are appended to the
+file in order, their row groups' positions in one footer
+(:mod:`~streamjoin.pipelines.io.parquet_footer`) -- the same bytes as one Arrow
+writer given the frames in order, made by two cores instead of one (Arrow's
+Parquet writer encodes the columns of a row group one after the other, on one
+thread).  At most :data:`ENCODERS` frames are in flight, so a run's results are
+never all in memory as one frame and building overlaps writing.
+:func:`write_row_groups` feeds it from an iterator.
 
 The file (docs/performance.md, "Results writer (issue 21)"): snappy
 (:data:`~streamjoin.pipelines.io.output.RESULTS_COMPRESSION`), no dictionary
@@ -22,74 +28,115 @@ which the footer keeps (``ARROW:schema``, pyarrow's default).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import parquet_footer
 from .output import RESULTS_COMPRESSION
 
 #: rows per row group at most (Arrow's default; ~100 MB of two streams' columns,
 #: near Spark's 128 MB block): a larger frame is split
 ROW_GROUP_ROWS = 1 << 20
 
+#: frames encoded at once, each on its own thread (the machine's two cores; more
+#: frames in flight would only hold more memory)
+ENCODERS = 2
+
 
 class ResultsFile:
     """Appends result frames to the Parquet file ``path``, one row group each (split at
-    :data:`ROW_GROUP_ROWS`), in order, on a second thread (module doc).  ``prepare``: what
-    that thread does to each frame first (the chunked run: put it in results order)."""
+    :data:`ROW_GROUP_ROWS`), in order, encoded on :data:`ENCODERS` threads (module doc).
+    ``prepare``: what an encoding thread does to each frame first (the chunked run: put it
+    in results order)."""
 
     def __init__(self, path: Path, prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None):
         self.path = path
         self.prepare = prepare
-        self.writer: pq.ParquetWriter | None = None
         self.rows = 0
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        self.in_flight = None
+        self.pool = ThreadPoolExecutor(max_workers=ENCODERS)
+        self.in_flight: deque[Future] = deque()
+        self.schema: Future = Future()   # the first frame's Arrow schema: every frame is cast to it
+        self.submitted = 0
+        self.file = None
+        self.first: list | None = None   # the first part's footer (schema, key-value metadata)
+        self.groups: list = []           # every row group so far, positions in this file
+        self.at = 0                      # bytes written
+        self.buffers: list[pa.Buffer | None] = [None] * ENCODERS
 
     def write(self, frame: pl.DataFrame) -> None:
-        """Hand ``frame`` over (once the previous one is written) and return."""
-        self._wait()
-        self.in_flight = self.pool.submit(self._write, frame, self.prepare)
+        """Hand ``frame`` over (once fewer than :data:`ENCODERS` frames are in flight) and return."""
+        while len(self.in_flight) >= ENCODERS:
+            self._append(self.in_flight.popleft().result())  # a failure in an encoder surfaces here
+        self.in_flight.append(self.pool.submit(self._encode, frame, self.prepare, self.submitted == 0,
+                                                 self.submitted % ENCODERS))
+        self.submitted += 1
 
-    def _wait(self) -> None:
-        if self.in_flight is not None:
-            done, self.in_flight = self.in_flight, None
-            done.result()  # a failure in the writer thread surfaces here
+    def _encode(self, frame: pl.DataFrame, prepare, first: bool, slot: int) -> tuple[memoryview, list]:
+        """One frame as a whole Parquet file in memory, split into (row groups' bytes, footer)."""
+        try:
+            table = (prepare(frame) if prepare is not None else frame).to_arrow()
+        except BaseException as e:
+            if first:   # the frames after it wait for its schema: fail them too
+                self.schema.set_exception(e)
+            raise
+        if first:
+            self.schema.set_result(table.schema)
+        schema = self.schema.result()
+        if table.schema != schema:
+            table = table.cast(schema)
+        # into this job's buffer, reused every ENCODERS jobs (when its bytes are in the file:
+        # a job is submitted only after the one ENCODERS before it was appended); sized for
+        # the table, so it never grows (and its pages are faulted in once, not per part)
+        need = 2 * table.nbytes + (1 << 20)   # snappy's worst case is ~1.17x, headers and levels far less
+        if self.buffers[slot] is None or self.buffers[slot].size < need:
+            self.buffers[slot] = pa.allocate_buffer(need, resizable=False)
+        sink = pa.FixedSizeBufferWriter(self.buffers[slot])
+        with pq.ParquetWriter(sink, schema, compression=RESULTS_COMPRESSION, use_dictionary=False,
+                              write_statistics=True) as writer:
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        return parquet_footer.split(memoryview(self.buffers[slot])[:sink.tell()])
 
-    def _write(self, frame: pl.DataFrame, prepare) -> None:
-        table = (prepare(frame) if prepare is not None else frame).to_arrow()
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, compression=RESULTS_COMPRESSION,
-                                           use_dictionary=False, write_statistics=True)
-        elif table.schema != self.writer.schema:
-            table = table.cast(self.writer.schema)
-        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        self.rows += table.num_rows
+    def _append(self, part: tuple[memoryview, list]) -> None:
+        body, meta = part
+        if self.file is None:
+            self.file = open(self.path, "wb")
+            self.file.write(parquet_footer.MAGIC)
+            self.at, self.first = len(parquet_footer.MAGIC), meta
+        for group in parquet_footer.row_groups(meta):   # the part's bytes start at 4 in its own file
+            self.groups.append(parquet_footer.moved(group, self.at - len(parquet_footer.MAGIC), len(self.groups)))
+        self.file.write(body)
+        self.at += len(body)
+        self.rows += parquet_footer.num_rows(meta)
 
     def close(self, empty: pl.DataFrame | None = None) -> int:
         """Finish the file and return the rows written; if no frame came, write ``empty`` (a
         frame with the results schema, as it is) or, without one, refuse (ValueError)."""
-        self._wait()
-        if self.writer is None:
+        while self.in_flight:
+            self._append(self.in_flight.popleft().result())
+        if self.file is None:
             if empty is None:
+                self.pool.shutdown()
                 raise ValueError("ResultsFile.close: no frame to write (not even an empty one with the schema)")
-            self._write(empty, None)
-        self.writer.close()
+            self._append(self._encode(empty, None, True, 0))
+        self.file.write(parquet_footer.footer_of(self.first, self.groups, self.rows))
+        self.file.close()
         self.pool.shutdown()
         return self.rows
 
     def abort(self) -> None:
         """Stop after a failure or Ctrl-C (the staging directory is removed by the caller)."""
-        try:
-            self._wait()
-        except Exception:  # the run is failing already; its own error is the one to report
-            pass
-        self.pool.shutdown()
-        if self.writer is not None:
-            self.writer.close()
+        for job in self.in_flight:
+            job.cancel()
+        self.pool.shutdown(wait=True)   # the encoders finish what they started (the run is failing already)
+        self.in_flight.clear()
+        if self.file is not None:
+            self.file.close()
 
 
 def write_row_groups(path: Path, frames: Iterable[pl.DataFrame]) -> int:
