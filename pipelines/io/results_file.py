@@ -93,13 +93,16 @@ class ResultsFile:
         # into this job's buffer, reused every ENCODERS jobs (when its bytes are in the file:
         # a job is submitted only after the one ENCODERS before it was appended); sized for
         # the table, so it never grows (and its pages are faulted in once, not per part)
-        need = 2 * table.nbytes + (1 << 20)   # snappy's worst case is ~1.17x, headers and levels far less
+        need = _bound(table)
         if self.buffers[slot] is None or self.buffers[slot].size < need:
             self.buffers[slot] = pa.allocate_buffer(need, resizable=False)
         sink = pa.FixedSizeBufferWriter(self.buffers[slot])
-        with pq.ParquetWriter(sink, schema, compression=RESULTS_COMPRESSION, use_dictionary=False,
-                              write_statistics=True) as writer:
-            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        try:
+            _encode_into(sink, table, schema)
+        except OSError:   # out of bounds (not seen; the bound is a guess): a buffer that grows
+            grown = pa.BufferOutputStream()
+            _encode_into(grown, table, schema)
+            return parquet_footer.split(grown.getvalue())
         return parquet_footer.split(memoryview(self.buffers[slot])[:sink.tell()])
 
     def _append(self, part: tuple[memoryview, list]) -> None:
@@ -137,6 +140,18 @@ class ResultsFile:
         self.in_flight.clear()
         if self.file is not None:
             self.file.close()
+
+
+def _bound(table: pa.Table) -> int:
+    """A frame's encoded size at most, as far as known: snappy's worst case is ~1.17x the
+    data, page headers, levels and statistics far less than the rest."""
+    return 2 * table.nbytes + (1 << 20)
+
+
+def _encode_into(sink, table: pa.Table, schema: pa.Schema) -> None:
+    with pq.ParquetWriter(sink, schema, compression=RESULTS_COMPRESSION, use_dictionary=False,
+                          write_statistics=True) as writer:
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
 
 
 def write_row_groups(path: Path, frames: Iterable[pl.DataFrame]) -> int:

@@ -100,3 +100,19 @@ def test_a_failing_first_frame_fails_the_writer_without_hanging(tmp_path):
     t.join(timeout=30)
     assert not t.is_alive(), "the writer hung waiting for the first frame's schema"
     assert [str(e) for e in outcome] == ["first frame broken"]
+
+
+
+@pytest.mark.parametrize("bound", [16, None])
+def test_an_encoded_frame_past_its_buffer_goes_to_a_growing_one(tmp_path, monkeypatch, bound):
+    # the fixed buffer's size is a bound guessed from the table; past it, the frame is
+    # encoded again into a buffer that grows, and the file is still Arrow's
+    from streamjoin.pipelines.io import results_file
+    if bound is not None:
+        monkeypatch.setattr(results_file, "_bound", lambda table: bound)
+    frames = [_frame(np.random.default_rng(n), n) for n in (30, 0, 7)]
+    out = ResultsFile(tmp_path / "r.parquet")
+    for f in frames:
+        out.write(f)
+    assert out.close() == 37
+    assert (tmp_path / "r.parquet").read_bytes() == _one_writer([f.to_arrow() for f in frames], 1 << 20)
