@@ -5,15 +5,16 @@ With ``spark.streamjoin.results=executors`` the results never reach the driver:
 each Spark task writes its own part file (:mod:`~streamjoin.pipelines.engines.spark.sink`).
 
 :class:`ResultsFile` takes the frames one at a time and encodes and compresses
-them on :data:`ENCODERS` threads while the caller builds the next one (numpy's
-and polars' gathers and Arrow's Parquet writer release the GIL): each frame is
-encoded by its own Arrow writer into memory, and the parts are appended to the
-file in order, their row groups' positions in one footer
+them on :data:`ENCODERS` threads (one by default) while the caller builds the
+next one (numpy's and polars' gathers and Arrow's Parquet writer release the
+GIL): each frame is encoded by its own Arrow writer into memory, and the parts
+are appended to the file in order, their row groups' positions in one footer
 (:mod:`~streamjoin.pipelines.io.parquet_footer`) -- the same bytes as one Arrow
-writer given the frames in order, made by two cores instead of one (Arrow's
-Parquet writer encodes the columns of a row group one after the other, on one
-thread).  At most :data:`ENCODERS` frames are in flight, so a run's results are
-never all in memory as one frame and building overlaps writing.
+writer given the frames in order, whatever the number of encoding threads
+(Arrow's Parquet writer encodes the columns of a row group one after the other,
+on one thread; frames on separate threads are what can use more cores).  At
+most :data:`ENCODERS` frames are in flight, so a run's results are never all in
+memory as one frame and building overlaps writing.
 :func:`write_row_groups` feeds it from an iterator.
 
 The file (docs/performance.md, "Results writer (issue 21)"): snappy
@@ -44,9 +45,11 @@ from .output import RESULTS_COMPRESSION
 #: near Spark's 128 MB block): a larger frame is split
 ROW_GROUP_ROWS = 1 << 20
 
-#: frames encoded at once, each on its own thread (the machine's two cores; more
-#: frames in flight would only hold more memory)
-ENCODERS = 2
+#: frames encoded at once, each on its own thread.  1: on the shared 2-vCPU host of
+#: docs/performance.md ("eighth pass: with results") two encoders cost 3-8 % more CPU
+#: for no measurable wall gain; whether 2 pays on idle cores is not measured yet
+#: (``benchmarks/bench_writer.py --parts`` times both).  Any value writes the same bytes.
+ENCODERS = 1
 
 
 class ResultsFile:
@@ -59,7 +62,8 @@ class ResultsFile:
         self.path = path
         self.prepare = prepare
         self.rows = 0
-        self.pool = ThreadPoolExecutor(max_workers=ENCODERS)
+        self.encoders = ENCODERS
+        self.pool = ThreadPoolExecutor(max_workers=self.encoders)
         self.in_flight: deque[Future] = deque()
         self.schema: Future = Future()   # the first frame's Arrow schema: every frame is cast to it
         self.submitted = 0
@@ -67,14 +71,14 @@ class ResultsFile:
         self.first: list | None = None   # the first part's footer (schema, key-value metadata)
         self.groups: list = []           # every row group so far, positions in this file
         self.at = 0                      # bytes written
-        self.buffers: list[pa.Buffer | None] = [None] * ENCODERS
+        self.buffers: list[pa.Buffer | None] = [None] * self.encoders
 
     def write(self, frame: pl.DataFrame) -> None:
         """Hand ``frame`` over (once fewer than :data:`ENCODERS` frames are in flight) and return."""
-        while len(self.in_flight) >= ENCODERS:
+        while len(self.in_flight) >= self.encoders:
             self._append(self.in_flight.popleft().result())  # a failure in an encoder surfaces here
         self.in_flight.append(self.pool.submit(self._encode, frame, self.prepare, self.submitted == 0,
-                                                 self.submitted % ENCODERS))
+                                                 self.submitted % self.encoders))
         self.submitted += 1
 
     def _encode(self, frame: pl.DataFrame, prepare, first: bool, slot: int) -> tuple[memoryview, list]:

@@ -77,7 +77,11 @@ def test_not_parquet_is_refused():
         F.split(b"PAR1 but not at the end")
 
 
-def test_a_failing_first_frame_fails_the_writer_without_hanging(tmp_path):
+@pytest.mark.parametrize("encoders", [1, 2])
+def test_a_failing_first_frame_fails_the_writer_without_hanging(tmp_path, monkeypatch, encoders):
+    from streamjoin.pipelines.io import results_file
+    monkeypatch.setattr(results_file, "ENCODERS", encoders)
+
     def prepare(frame: pl.DataFrame) -> pl.DataFrame:
         if frame.height == 5:
             raise RuntimeError("first frame broken")
@@ -103,16 +107,19 @@ def test_a_failing_first_frame_fails_the_writer_without_hanging(tmp_path):
 
 
 
+@pytest.mark.parametrize("encoders", [1, 2, 3])
 @pytest.mark.parametrize("bound", [16, None])
-def test_an_encoded_frame_past_its_buffer_goes_to_a_growing_one(tmp_path, monkeypatch, bound):
+def test_an_encoded_frame_past_its_buffer_goes_to_a_growing_one(tmp_path, monkeypatch, bound, encoders):
     # the fixed buffer's size is a bound guessed from the table; past it, the frame is
-    # encoded again into a buffer that grows, and the file is still Arrow's
+    # encoded again into a buffer that grows, and the file is still Arrow's -- with one
+    # encoding thread or several (frames in flight at once, buffers reused)
     from streamjoin.pipelines.io import results_file
+    monkeypatch.setattr(results_file, "ENCODERS", encoders)
     if bound is not None:
         monkeypatch.setattr(results_file, "_bound", lambda table: bound)
-    frames = [_frame(np.random.default_rng(n), n) for n in (30, 0, 7)]
+    frames = [_frame(np.random.default_rng(n), n) for n in (30, 0, 7, 12, 1, 25)]
     out = ResultsFile(tmp_path / "r.parquet")
     for f in frames:
         out.write(f)
-    assert out.close() == 37
+    assert out.close() == 75
     assert (tmp_path / "r.parquet").read_bytes() == _one_writer([f.to_arrow() for f in frames], 1 << 20)
