@@ -12,8 +12,7 @@ tuples, ``--policy static --retention 50ms``: 7.9M emitted pairs):
 * ``--parts`` -- one process: runs the job up to the results, then times the
   writer's parts on those combinations, alternating within each repetition:
   the writer before issue 21 (general sort, one frame, polars
-  ``write_parquet``), the row-group writer (with its one encoding thread and
-  with two), the two orders, the gathers, and
+  ``write_parquet``), the row-group writer, the two orders, the gathers, and
   the Parquet options (statistics, dictionary, row group size); with
   ``--writer-at REV`` also the row-group writer of git revision ``REV``
   (its ``io/results_file.py``) on the same combinations, and whether its
@@ -120,17 +119,6 @@ def _writer_at(rev: str):
     return module.write_row_groups
 
 
-def _encoders(n: int, fn):
-    """``fn()`` with results.parquet encoded on ``n`` threads (``ResultsFile``'s ENCODERS)."""
-    from streamjoin.pipelines.io import results_file
-
-    was, results_file.ENCODERS = results_file.ENCODERS, n
-    try:
-        return fn()
-    finally:
-        results_file.ENCODERS = was
-
-
 def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
     import numpy as np
     import pyarrow.parquet as pq
@@ -166,8 +154,6 @@ def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
         "writer before issue 21 (whole)": lambda: R.results_frame(streams, rows, emit, last, lat).write_parquet(
             path, compression="snappy"),
         "row-group writer (whole)": lambda: write_row_groups(path, R.emitted_row_groups(combos, em, streams)),
-        "row-group writer, two encoding threads (whole)": lambda: _encoders(
-            2, lambda: write_row_groups(path, R.emitted_row_groups(combos, em, streams))),
         "order: general 4-column sort": lambda: emission_order(emit, last, rows),
         "order: by last member": lambda: emission_order(emit, last, rows, by_last=True),
         "gathers: whole frame": lambda: R.frame_at(order, streams, rows, emit, last, lat),
