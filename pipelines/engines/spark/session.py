@@ -187,10 +187,10 @@ def warm_up(spark, modules: Sequence[str] = ()) -> None:
     import streamjoin fails here, in one line (:func:`.ship.executor_imports`)."""
     sc = spark.sparkContext
     tasks = max(1, int(sc.defaultParallelism))
-    rdd = sc.parallelize(range(tasks), tasks)
-    if sc.master == "local" or sc.master.startswith("local["):   # every slot is there from the start
-        rdd = rdd.barrier()
     with executor_imports(spark):
+        rdd = sc.parallelize(range(tasks), tasks)
+        if sc.master == "local" or sc.master.startswith("local["):   # every slot is there from the start
+            rdd = rdd.barrier()
         rdd.mapPartitions(lambda records: _import_kernels(records, tuple(modules))).collect()
 
 
