@@ -15,7 +15,8 @@ machine's speed hits every column alike; one warm-up round is not counted.
 From ``report.json``: ``timings_s.total`` (the job, imports excluded) and, for
 Spark, ``join.spark_session`` (getOrCreate: JVM and SparkContext) and
 ``join.spark_warmup`` (the first trivial job: starts the executors' Python
-workers and imports the kernels there).  The Spark time *beyond session
+workers -- on a ``local[n]`` master every core's, as one barrier stage -- and imports
+the kernels and the data plane there).  The Spark time *beyond session
 start-up* is ``total - spark_session - spark_warmup``; the table also shows
 ``total - spark_session`` (warm-up counted as work).  Every run must report
 the same ``truth_results`` and ``emitted_results``.
