@@ -356,7 +356,9 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
         if rows >= compiled.MIN_ROWS:
             compiled.ensure_built()   # the tasks' workers load them ($STREAMJOIN_KERNELS=load): none builds in a task
         t0 = time.perf_counter()
-        warm_up(spark)
+        # the current path's tasks unpickle the data plane (.plane: routing, the sink, results);
+        # imported by the warm-up in every worker instead of in the job's first tasks
+        warm_up(spark, () if native is not None else (f"{__package__}.plane",))
         started["spark_warmup"] = time.perf_counter() - t0
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         if native is not None:   # one P from the input's size (sizing.native_partitions), an explicit one kept

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import importlib
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -169,20 +170,30 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
             spark.stop()
 
 
-def _import_kernels(records):
+def _import_kernels(records, modules=()):
     """Runs in a Python worker, where unpickling this function has imported its
-    module (numpy, polars, the kernels)."""
+    module (numpy, polars, the kernels); ``modules``: what the job's tasks will
+    unpickle besides (imported here, not in the job)."""
+    for name in modules:
+        importlib.import_module(name)
     yield sum(1 for _ in records)
 
 
-def warm_up(spark) -> None:
+def warm_up(spark, modules: Sequence[str] = ()) -> None:
     """One trivial task per executor core: starts the Python workers (reused by
-    the job's tasks) and imports this module in them.  A worker that cannot
+    the job's tasks) and imports this module and ``modules`` in them.  On a
+    ``local``/``local[n]`` master the tasks run as one barrier stage, so they run
+    at once and each core's worker is started and warmed (one after the other,
+    they could all land on the first worker, and the job's tasks would then
+    import everything in the job).  A worker that cannot
     import streamjoin fails here, in one line (:func:`.ship.executor_imports`)."""
     sc = spark.sparkContext
     tasks = max(1, int(sc.defaultParallelism))
     with executor_imports(spark):
-        sc.parallelize(range(tasks), tasks).mapPartitions(_import_kernels).collect()
+        rdd = sc.parallelize(range(tasks), tasks)
+        if sc.master == "local" or sc.master.startswith("local["):   # every slot is there from the start
+            rdd = rdd.barrier()
+        rdd.mapPartitions(lambda records: _import_kernels(records, tuple(modules))).collect()
 
 
 def arrow_table(d: dict):
