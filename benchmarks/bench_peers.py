@@ -2,7 +2,7 @@
 
     python benchmarks/bench_peers.py [--runs 5] [--skip-sss] [--slow] [--with-results]
                                      [--spark-seconds 60] [--batch 1s] [--delays 0ms,50ms,1s]
-    python benchmarks/bench_peers.py --whole [--runs 5] [--compare PYTHONPATH]
+    python benchmarks/bench_peers.py --whole [--results-only] [--runs 5] [--compare PYTHONPATH]
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``: DuckDB); polars and
 PySpark are streamjoin dependencies already.
@@ -35,9 +35,11 @@ written; the file sizes are printed beside.
 ``--whole`` (issue 21) runs only the whole-process rows: ``run --engine local
 --no-results`` on the flights sample (2,888 rows), the bench set at 1/30 scale
 (99,990 tuples, generated once into ``benchmarks/data/small100k/``) and the core
-data, next to DuckDB's bucketed exact count on the core data, in alternating
-rounds; ``--compare PYTHONPATH`` adds another checkout's code (B) beside this
-one's (A), their order swapped every round.  Timed streamjoin processes run
+data, next to DuckDB's bucketed exact count on the core data; and ``run`` *with*
+results.parquet on the core data next to DuckDB writing the same pairs to
+Parquet (Part 1b's child), in alternating rounds (``--results-only``: only the
+with-results pair); ``--compare PYTHONPATH`` adds another checkout's code (B)
+beside this one's (A), their order swapped every round.  Timed streamjoin processes run
 without ``PYTHONDONTWRITEBYTECODE`` (``bench_core.child_env``).
 
 Part 2 -- Spark Structured Streaming (stream-stream inner join with
@@ -616,39 +618,55 @@ def ensure_small() -> Path:
     return config
 
 
-def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, compare: str | None) -> None:
-    """Whole ``run --engine local --no-results`` processes on three inputs, this checkout
-    (A) against ``--compare`` (B, if given) and, on the core data, DuckDB's bucketed
-    exact count: per round every process once, the order of A and B swapped every
-    round, one uncounted warm-up round; medians of wall and CPU (user + system)."""
-    inputs = [("flights sample", SAMPLES / "flights" / "flights.toml", []),
-              ("bench 1/30 (100k)", ensure_small(), ["--policy", "static", "--retention", "50ms"]),
-              ("core 2M + 1M", config, ["--policy", "static", "--retention", "50ms"])]
+#: the core data's two whole-process rows and their DuckDB counterparts (``--whole``)
+CORE, CORE_RESULTS = "core 2M + 1M", "core, results.parquet"
+
+
+def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, compare: str | None,
+                     results_only: bool = False) -> None:
+    """Whole ``run --engine local`` processes, this checkout (A) against ``--compare`` (B,
+    if given): ``--no-results`` on three inputs, next to DuckDB's bucketed exact count on
+    the core data; and with results.parquet on the core data, next to DuckDB writing the
+    same pairs to Parquet (``results_only``: only this pair).  Per round every process
+    once, the order of A and B swapped every round, one uncounted warm-up round; medians
+    of wall and CPU (user + system)."""
+    static = ["--policy", "static", "--retention", "50ms"]
+    inputs = [] if results_only else [
+        ("flights sample", SAMPLES / "flights" / "flights.toml", [], False),
+        ("bench 1/30 (100k)", ensure_small(), static, False),
+        (CORE, config, static, False)]
+    inputs.append((CORE_RESULTS, config, static, True))
+    peer = {CORE: ("duckdb-bucketed", "DuckDB bucketed count"), CORE_RESULTS: ("duckdb-write-pairs",
+                                                                                "DuckDB COPY pairs")}
     sides = ["A"] + (["B"] if compare else [])
-    got: dict[tuple[str, str], list[dict]] = {(n, side): [] for n, _, _ in inputs for side in sides + ["DuckDB"]}
+    got: dict[tuple[str, str], list[dict]] = {(n, side): [] for n, *_ in inputs for side in sides + ["DuckDB"]}
     for rnd in range(runs + 1):
         order = sides if rnd % 2 == 0 else sides[::-1]
-        for name, cfg, policy in inputs:
+        for name, cfg, policy, results in inputs:
             for side in order:
-                r = run_streamjoin(cfg, policy, pythonpath=compare if side == "B" else None)
+                r = run_streamjoin(cfg, policy, results=results, pythonpath=compare if side == "B" else None)
                 r["cpu_s"] = r["user_s"] + r["sys_s"]
                 if rnd:
                     got[(name, side)].append(r)
-            if cfg == config:
-                d = run_child("duckdb-bucketed", W, kmin, tmin)
+            if name in peer:
+                d = run_child(peer[name][0], W, kmin, tmin)
                 d["cpu_s"] = d["user_s"] + d["sys_s"]
                 if rnd:
                     got[(name, "DuckDB")].append(d)
         print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: load average {os.getloadavg()[0]:.1f}", flush=True)
+    if (CORE_RESULTS, "A") in got:
+        truth = got[(CORE_RESULTS, "A")][0]["truth_results"]
+        assert all(d["count"] == truth for d in got[(CORE_RESULTS, "DuckDB")]), "DuckDB pairs != streamjoin truth"
     med = statistics.median
     print()
-    print(f"Whole process, `run --engine local --no-results`, {runs} rounds after a warm-up (A = this checkout"
-          + (f", B = {compare}" if compare else "") + "); medians, spread = min..max")
+    print(f"Whole process, `run --engine local` (--no-results unless the input says results.parquet), {runs} "
+          "rounds after a warm-up (A = this checkout" + (f", B = {compare}" if compare else "")
+          + "); medians, spread = min..max")
     hdr = (f"{'input':<20} {'side':<7} {'wall s':>7} {'spread':>11} {'CPU s':>6} {'CPU spread':>11} {'job s':>6} "
            f"{'outside s':>9}  walls")
     print(hdr)
     print("-" * len(hdr))
-    for name, _, _ in inputs:
+    for name, *_ in inputs:
         for side in sides + ["DuckDB"]:
             rs = got[(name, side)]
             if not rs:
@@ -662,17 +680,23 @@ def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, comp
             for what in ("wall_s", "cpu_s"):   # per round: the two sides saw the same load
                 rs = [a[what] / b[what] for a, b in zip(got[(name, "A")], got[(name, "B")])]
                 print(f"{'':<20} A / B {what[:-2]}: median {med(rs):.2f} (rounds: " + ", ".join(f"{x:.2f}" for x in rs) + ")")
-    db = got[("core 2M + 1M", "DuckDB")]
-    for side in sides:
-        for what in ("wall_s", "cpu_s"):
-            rs = [a[what] / b[what] for a, b in zip(got[("core 2M + 1M", side)], db)]
-            print(f"core, {side} / DuckDB bucketed count, {what[:-2]}: median {med(rs):.2f}x (rounds: "
-                  + ", ".join(f"{x:.2f}" for x in rs) + ")")
-    for side in sides:
-        stage = {k: med([r["timings_s"].get(k, 0.0) for r in got[("core 2M + 1M", side)]])
-                 for k in ("load", "join", "join.candidates", "join.progress", "join.count", "metrics", "write",
-                           "total")}
-        print(f"core stages, {side} (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
+    for name, (_, label) in peer.items():
+        db = got.get((name, "DuckDB"))
+        if not db:
+            continue
+        for side in sides:
+            for what in ("wall_s", "cpu_s"):
+                rs = [a[what] / b[what] for a, b in zip(got[(name, side)], db)]
+                print(f"{name}, {side} / {label}, {what[:-2]}: median {med(rs):.2f}x (rounds: "
+                      + ", ".join(f"{x:.2f}" for x in rs) + ")")
+        for side in sides:
+            stage = {k: med([r["timings_s"].get(k, 0.0) for r in got[(name, side)]])
+                     for k in ("load", "join", "join.candidates", "join.progress", "join.count", "metrics", "write",
+                               "total")}
+            print(f"{name} stages, {side} (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
+    if (CORE_RESULTS, "A") in got:
+        print(f"file MB: results.parquet {got[(CORE_RESULTS, 'A')][0]['results_bytes'] / 1e6:.0f}, "
+              f"DuckDB {got[(CORE_RESULTS, 'DuckDB')][0]['bytes'] / 1e6:.0f}")
 
 
 def fmt_s(x: float | None) -> str:
@@ -692,7 +716,10 @@ def main() -> None:
     ap.add_argument("--with-results", action="store_true",
                     help="part 1b: streamjoin writing results.parquet vs DuckDB writing the pairs to Parquet")
     ap.add_argument("--whole", action="store_true",
-                    help="only the whole-process rows (issue 21): flights sample, a 100k input, the core data vs DuckDB")
+                    help="only the whole-process rows (issue 21): flights sample, a 100k input, the core data vs DuckDB, "
+                         "with and without results")
+    ap.add_argument("--results-only", action="store_true",
+                    help="with --whole: only the core run with results.parquet and DuckDB writing the pairs")
     ap.add_argument("--compare", metavar="PYTHONPATH",
                     help="with --whole: alternate with another checkout's code (as in bench_core.py --compare)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -732,7 +759,7 @@ def main() -> None:
     stats = pl.concat([pl.scan_parquet(LEFT).select("key", "ts"), pl.scan_parquet(RIGHT).select("key", "ts")]) \
         .select(kmin=pl.col("key").min(), tmin=pl.col("ts").min()).collect().row(0, named=True)
     if args.whole:
-        whole_process_ab(config, W, stats["kmin"], stats["tmin"], args.runs, args.compare)
+        whole_process_ab(config, W, stats["kmin"], stats["tmin"], args.runs, args.compare, args.results_only)
         print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         return
 

@@ -31,12 +31,12 @@ results with the local engine's as a set, which does).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..base.percentiles import kth_of_counts, rank
 from .metrics import period_code_counts
 from .tuning import Curve, grid_index, needed_count
 
@@ -100,25 +100,26 @@ def nearest_rank_of_counts(values: np.ndarray, cum: np.ndarray, q: float) -> int
     n = int(cum[-1]) if len(cum) else 0
     if n == 0:
         return None
-    k = max(1, math.ceil(q * n))
-    return int(values[np.searchsorted(cum, k, side="left")])
+    return kth_of_counts(cum, [rank(q, n)], values)[0]
 
 
 #: :func:`exact_dot`'s slice when the int64 products could overflow
 DOT_CHUNK = 1 << 16
 
 
-def exact_dot(values: np.ndarray, counts: np.ndarray) -> int:
+def exact_dot(values: np.ndarray, counts: np.ndarray, n: int | None = None) -> int:
     """``sum(values * counts)`` as an exact integer, in memory independent of the
     number of values: int64 arithmetic when no partial sum can overflow (the largest
     ``|value|`` times the total count below 2**63), else Python integers over slices of
     :data:`DOT_CHUNK` values (the whole arrays as Python integers cost ~140 bytes per
-    distinct value on the driver: ~275 MB at 2M latency values)."""
+    distinct value on the driver: ~275 MB at 2M latency values). ``n``: the total
+    count (``counts.sum()``) when the caller has it; summed here otherwise."""
     values = np.asarray(values, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     if not len(values):
         return 0
-    n = sum(int(c) for c in np.add.reduceat(counts, np.arange(0, len(counts), DOT_CHUNK)).tolist())
+    if n is None:
+        n = sum(int(c) for c in np.add.reduceat(counts, np.arange(0, len(counts), DOT_CHUNK)).tolist())
     if max(abs(int(values.max())), abs(int(values.min()))) * n < 2 ** 63:
         return int(np.dot(values, counts))
     return sum(sum(int(v) * int(c) for v, c in zip(values[i:i + DOT_CHUNK].tolist(), counts[i:i + DOT_CHUNK].tolist()))
@@ -129,7 +130,7 @@ def latency_summary(values: np.ndarray, counts: np.ndarray) -> dict[str, float |
     """:func:`.metrics.latency_summary` of the latencies given as value counts."""
     cum = np.cumsum(counts)
     n = int(cum[-1]) if len(cum) else 0
-    total = exact_dot(values, counts)
+    total = exact_dot(values, counts, n)
     out: dict[str, float | int | None] = {"mean": (total / n) if n else None}
     for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)):
         out[name] = nearest_rank_of_counts(values, cum, q)

@@ -20,12 +20,27 @@ import numpy as np
 from .sorting import sort_values
 
 
+def rank(q: float, n: int) -> int:
+    """The 0-based position of the nearest-rank ``q``-quantile among ``n`` sorted values:
+    ``ceil(q·n) - 1``, at least 0."""
+    return max(1, math.ceil(q * n)) - 1
+
+
+def kth_of_counts(cum: np.ndarray, ks, values: np.ndarray | None = None) -> list[int]:
+    """The ``k``-th smallest (0-based) for each of ``ks`` of data given as distinct
+    ascending ``values`` with cumulative counts ``cum``: the first value with more than
+    ``k`` of the data at or below it (``values`` None: the values are ``0..len(cum)-1``,
+    a bincount's).  Every ``k`` must be below ``cum[-1]``."""
+    at = np.searchsorted(cum, np.asarray(ks, dtype=np.int64) + 1, side="left")
+    return (at if values is None else np.asarray(values)[at]).tolist()
+
+
 def nearest_rank(values: np.ndarray, q: float) -> int | None:
     """The nearest-rank ``q``-quantile (``0 < q <= 1``) of ``values``; None if empty."""
     n = len(values)
     if n == 0:
         return None
-    k = max(1, math.ceil(q * n)) - 1
+    k = rank(q, n)
     return int(np.partition(values, k)[k])
 
 
@@ -34,18 +49,18 @@ def distribution(values: np.ndarray, qs: Sequence[tuple[str, float]]) -> dict[st
     values = np.asarray(values)
     if len(values) == 0:
         return {name: None for name, _ in qs}
-    rank = {name: max(1, math.ceil(q * len(values))) - 1 for name, q in qs}   # 0-based, as nearest_rank's k
-    ks = sorted(set(rank.values()))
+    at = {name: rank(q, len(values)) for name, q in qs}   # 0-based, as nearest_rank's k
+    ks = sorted(set(at.values()))
     counted = _by_counts(values, ks)
     if counted is not None:
-        return {name: counted[rank[name]] for name, _ in qs}
+        return {name: counted[at[name]] for name, _ in qs}
     # several order statistics: a (vectorised) full sort beats repeated selection
     if len(ks) > 1:
         part = values.copy()
         sort_values(part)
     else:
         part = np.partition(values, ks)
-    return {name: int(part[rank[name]]) for name, _ in qs}
+    return {name: int(part[at[name]]) for name, _ in qs}
 
 
 #: from this many values :func:`distribution` counts integers of a small range instead of sorting
@@ -67,7 +82,5 @@ def _by_counts(values: np.ndarray, ks: list[int]) -> dict[int, int] | None:
         return None
     shifted = values if lo == 0 and values.dtype == np.int64 else (values.astype(np.int64) - lo)
     cum = np.cumsum(np.bincount(shifted, minlength=hi - lo + 1))
-    # the k-th smallest: the first value with more than k values at or below it
-    at = np.searchsorted(cum, np.asarray(ks, dtype=np.int64) + 1, side="left")
-    return {k: int(v) + lo for k, v in zip(ks, at.tolist())}
+    return {k: v + lo for k, v in zip(ks, kth_of_counts(cum, ks))}
 

@@ -9,10 +9,11 @@ column (:func:`streamjoin.pipelines.base.percentiles.distribution`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from .percentiles import kth_of_counts, rank
 
 
 class Tally:
@@ -56,12 +57,8 @@ class Tally:
         n = self.n
         if n == 0:
             return {name: None for name, _ in qs}
-        cum = np.cumsum(self.counts)
-        out = {}
-        for name, q in qs:
-            k = max(1, math.ceil(q * n))  # the k-th smallest value (1-based)
-            out[name] = int(self.values[np.searchsorted(cum, k, side="left")])
-        return out
+        got = kth_of_counts(np.cumsum(self.counts), [rank(q, n) for _, q in qs], self.values)
+        return {name: v for (name, _), v in zip(qs, got)}
 
     def histogram(self, bins: int) -> dict[str, list]:
         """The same bins and counts as ``report.html.latency_histogram`` on the raw values."""

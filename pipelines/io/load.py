@@ -12,8 +12,8 @@ Each stream becomes a :class:`LoadedStream`:
 * every column but ``ts`` and ``arrival`` kept as payload, whatever its name
   (the working columns never mix with the user's); :func:`load_all` first
   refuses inputs whose output columns would collide (io/columns.py).  A run
-  whose outputs read no payload (``payload=False``: no results, no
-  ``--where``) reads only the configured columns where it can
+  whose outputs read no payload (``payload=False``, :func:`payload_needed`:
+  no results, no ``--where``) reads only the configured columns where it can
   (:func:`unread_columns`); its payload is then the key (and ``--distance``
   vector) columns.
 
@@ -641,6 +641,12 @@ def input_columns(cfg: StreamConfig) -> list[str]:
         except (pa.ArrowInvalid, OSError) as exc:
             raise unreadable_error(cfg.path, cfg.name, exc) from None
     return open_dataset(cfg.path, cfg.name)[0].schema.names
+
+
+def payload_needed(run) -> bool:
+    """Whether a run (its ``RunConfig``) reads the inputs' payload (``payload`` of :func:`load_all`,
+    :func:`.chunks.read_chunks`): for the results, ``--where``, or an engine other than the local one."""
+    return run.write_results or run.where is not None or run.engine != "local"
 
 
 def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE,

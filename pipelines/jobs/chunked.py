@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from ..analysis import metrics
 from ..io.chunks import Chunk, Survey, empty_stream, read_chunks, survey
+from ..io.load import payload_needed
 from ..config.settings import RunConfig, with_period
 from ..engines.bounded import BoundedReplay
 from ..engines.bounded_emulation import bounded_replay
@@ -95,7 +96,7 @@ def run_chunked_job(cfg: RunConfig, chunk_rows: int, *, command: str, stages, st
 
 def _replay_all(cfg, command, sv, engine, stages, staging, quarantine, names, on_chunk) -> dict[str, Any]:
     with stages("join"):
-        for chunk in _prefetched(read_chunks(sv, payload=cfg.write_results or bool(cfg.where))):
+        for chunk in _prefetched(read_chunks(sv, payload=payload_needed(cfg))):
             for i, q in enumerate(chunk.quarantine):
                 if q is not None and q.height:
                     table = q.to_arrow()

@@ -29,7 +29,7 @@ from ..config.windows import window_counts
 from ..analysis.hindsight import MEASURE
 from ..engines.local import CountRequest, JoinOutcome, join
 from ..policies import SYMMETRIC
-from ..io.load import LoadedStream, bad_arrivals_of, load_all, with_file_batches
+from ..io.load import LoadedStream, bad_arrivals_of, load_all, payload_needed, with_file_batches
 from ..io.output import AtomicOutput, locks_out
 from ..replay.counting import counts
 from ..replay.predicates import space_of, where_of
@@ -278,8 +278,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     if not native:
         with stages("load"):
             # the payload columns are read only for an output that reads them (results, --where)
-            payload = cfg.write_results or cfg.where is not None or cfg.engine != "local"
-            streams = load_all(list(cfg.streams), cfg.max_quarantine, payload=payload)
+            streams = load_all(list(cfg.streams), cfg.max_quarantine, payload=payload_needed(cfg))
             # checked with the inputs, so a bad --where fails before any work
             where_fn = where_of(cfg, streams)
             if cfg.policy.trigger_files is not None:   # spark-ss --trigger-files: rows arrive with their batch

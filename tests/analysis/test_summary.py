@@ -79,3 +79,23 @@ def test_exact_dot_is_the_python_integer_sum(pairs, chunk):
         assert sm.exact_dot(small, counts) == sum(int(v) * c for v, (_, c) in zip(small, pairs))
     finally:
         sm.DOT_CHUNK = old
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**62, 2**62), st.integers(1, 2**40)), max_size=40))
+def test_exact_dot_with_the_callers_total_is_the_same_sum(pairs):
+    """The total count a caller passes (latency_summary's cumulative count) gives the
+    same exact sum in both branches as the one exact_dot sums itself."""
+    values = np.array([v for v, _ in pairs], np.int64)
+    counts = np.array([c for _, c in pairs], np.int64)
+    n = sum(c for _, c in pairs)
+    for vs in (values, values % 1000):
+        assert sm.exact_dot(vs, counts, n) == sm.exact_dot(vs, counts) == sum(int(v) * c for v, (_, c) in zip(vs, pairs))
+
+
+def test_latency_summary_passes_its_total_to_exact_dot(monkeypatch):
+    seen = []
+    real = sm.exact_dot
+    monkeypatch.setattr(sm, "exact_dot", lambda v, c, n=None: seen.append(n) or real(v, c, n))
+    assert sm.latency_summary(np.array([1, 2**40]), np.array([3, 5]))["mean"] == (3 + 5 * 2**40) / 8
+    assert seen == [8]

@@ -47,3 +47,22 @@ def test_a_wide_range_or_floats_are_sorted_not_counted():
     assert percentiles._by_counts(narrow, [0, len(narrow) - 1]) == {0: int(narrow.min()),
                                                                    len(narrow) - 1: int(narrow.max())}
     assert percentiles.distribution(narrow, QS) == {n: _nearest_rank(narrow, q) for n, q in QS}
+
+
+@given(values=st.lists(st.integers(-10**12, 10**12) | st.integers(0, 30), min_size=1, max_size=200),
+       data=st.data())
+@settings(max_examples=300, deadline=None)
+def test_kth_of_counts_is_the_kth_smallest(values, data):
+    """kth_of_counts (the one helper behind the counted percentiles, summary's and Tally's):
+    from distinct values and their cumulative counts, the k-th smallest (0-based) of the
+    data they count -- the sorted list's [k] -- for any k; without values, of a bincount."""
+    ordered = sorted(values)
+    ks = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1, max_size=6))
+    v, c = np.unique(np.asarray(values, np.int64), return_counts=True)
+    assert percentiles.kth_of_counts(np.cumsum(c), ks, v) == [ordered[k] for k in ks]
+    lo = ordered[0]
+    if ordered[-1] - lo < 1000:
+        cum = np.cumsum(np.bincount(np.asarray(values, np.int64) - lo))
+        assert [x + lo for x in percentiles.kth_of_counts(cum, ks)] == [ordered[k] for k in ks]
+    assert all(percentiles.rank(q, len(values)) == max(1, math.ceil(q * len(values))) - 1
+               for q in (1e-9, 0.5, 0.95, 1.0))

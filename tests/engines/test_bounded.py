@@ -379,3 +379,38 @@ def test_unit_check_is_one_of_the_whole_column(tmp_path):
     with pytest.raises(InputError) as got:
         survey([bad], 4, ANY_SHARE)
     assert str(got.value) == str(local.value)
+
+
+class _Read(Exception):
+    pass
+
+
+@pytest.mark.parametrize("chunk_rows", [0, 20_000])
+@pytest.mark.parametrize("no_results, where, payload", [(True, None, False), (False, None, True),
+                                                        (True, "temperature_value > 0", True)])
+def test_in_memory_and_chunked_runs_read_the_payload_alike(tmp_path, monkeypatch, chunk_rows, no_results, where,
+                                                           payload):
+    """One rule (io.load.payload_needed) for both paths: the payload columns are read
+    only for the results or --where (the run stops at its first read)."""
+    from streamjoin.pipelines.config.settings import Flags, resolve
+    from streamjoin.pipelines.jobs import chunked
+    from streamjoin.pipelines.jobs import run as job
+
+    seen = []
+
+    def spy(*a, payload=True, **k):
+        seen.append(payload)
+        raise _Read
+
+    monkeypatch.setattr(chunked, "read_chunks", spy)
+    monkeypatch.setattr(job, "load_all", spy)
+    sample = Path(__file__).resolve().parents[2] / "samples" / "sensors" / "sensors.toml"
+    cfg = resolve(sample, Flags(engine="local", chunk_rows=chunk_rows, out=str(tmp_path / "o"), policy="none",
+                                no_results=no_results, where=where))
+    with pytest.raises(_Read):
+        job.run_job(cfg)
+    assert seen == [payload]
+    from dataclasses import replace
+
+    from streamjoin.pipelines.io.load import payload_needed
+    assert payload_needed(cfg) == payload and payload_needed(replace(cfg, engine="spark"))  # Spark carries the rows

@@ -440,9 +440,9 @@ def test_facts_recomputed_inside_a_union_stage_equal_the_cached_ones(spark):
     cols = ["a", "T", "R", "rel", "end"]
     want = sorted(tuple(r) for r in prog.facts.select(*cols).collect())
     try:
-        jsc = spark.sparkContext._jsc   # every cached block lost (an executor gone): recomputed on the next read
-        for rid in jsc.getPersistentRDDs().keySet().toArray():
-            jsc.getPersistentRDDs().get(rid).unpersist(True)
+        # every cached frame dropped (public API): the next read recomputes the facts pass, and
+        # through the union below it runs in the union's stage (task P + i for the second child)
+        spark.catalog.clearCache()
         f = prog.facts.select(*cols)
         got = sorted(tuple(r) for r in f.filter(F.col("a") % 2 == 0).unionByName(f.filter(F.col("a") % 2 == 1))
                      .collect())

@@ -114,6 +114,28 @@ def test_native_adaptive_equals_the_local_engine(spark, tmp_path, n, policy, rec
     _same(tmp_path / "local", tmp_path / "nat", local, nat)
 
 
+def test_decides_frame_is_released_when_progress_fails(spark, tmp_path, monkeypatch):
+    """native_join: the decide step's persisted frame (progress_frame's ``ordered``) is
+    unpersisted even when the progress step raises."""
+    from pyspark import StorageLevel
+
+    from streamjoin.pipelines.engines.spark import native
+
+    held = []
+
+    def boom(*a, ordered=None, **k):
+        assert ordered is not None and ordered.is_cached and ordered.storageLevel != StorageLevel.NONE
+        held.append(ordered)
+        raise RuntimeError("progress failed")
+
+    monkeypatch.setattr(native, "progress_frame", boom)
+    cfg = write_inputs(tmp_path, 2, seed=5)
+    with pytest.raises(RuntimeError, match="progress failed"):
+        run(cfg, tmp_path / "nat", engine="spark", master="local[2]", partitions=2, spark_conf=[NATIVE],
+            policy="qjoin", recall=0.9, interval="50ms")
+    assert len(held) == 1 and not held[0].is_cached and held[0].storageLevel == StorageLevel.NONE
+
+
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(2, 3), policy=st.sampled_from(["qjoin", "qkslack"]), recall=st.sampled_from([0.7, 0.9, 0.99]),
        router=st.sampled_from(["none", "atr"]), partitions=st.integers(1, 4), seed=st.integers(0, 10**6))

@@ -193,3 +193,27 @@ def test_executor_import_failure_is_ships_line_in_warm_up_and_read(tmp_path):
     Failing.failure = RuntimeError("a Java failure")
     with pytest.raises(RuntimeError, match="a Java failure"):
         warm_up(Failing())
+
+
+def test_warm_up_reaches_every_local_worker_with_the_data_plane():
+    """On local[2] the warm-up leaves both cores' Python workers started with the data
+    plane imported, so the job's tasks import nothing (docs/performance.md, "Whole
+    process, eighth pass").  (Without the barrier stage the warm-up's two tasks often run
+    at once anyway -- they did on a quiet host -- so this does not catch its removal
+    reliably; it does catch a worker left cold or without the plane.)"""
+    from streamjoin.pipelines.engines.spark.session import spark_session, warm_up
+
+    plane = "streamjoin.pipelines.engines.spark.plane"
+
+    def probe(_):
+        import os
+        import sys
+
+        yield os.getpid(), plane in sys.modules
+
+    with spark_session("local[2]", 2, []) as spark:
+        warm_up(spark, (plane,))
+        # two tasks at once (a barrier stage too): two workers, each already warmed
+        got = spark.sparkContext.parallelize(range(2), 2).barrier().mapPartitions(probe).collect()
+    assert len({pid for pid, _ in got}) == 2
+    assert all(imported for _, imported in got)

@@ -1,5 +1,5 @@
 """The Spark defaults chosen from the input's size (engines/spark/sizing.py, issue 19):
-the native path's partitions and a local master's driver heap.  No Spark."""
+the native path's partitions and a local master's driver heap (and when the footers are read).  No Spark."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, strategies as st
 
 from streamjoin.pipelines.engines.spark.sizing import (HEAP_MIN_GB, TUPLES_PER_TASK, WARN_FACTOR, driver_memory,
@@ -107,3 +108,64 @@ def test_the_heap_fits_a_containers_memory_limit(tmp_path, monkeypatch):
     assert sizing.physical_memory() == 10 * gb and driver_memory(24_000_000) == "5g"
     v1.write_text("9223372036854771712\n")   # v1's "unlimited"
     assert sizing.physical_memory() == 64 * gb
+
+
+class _Builder:
+    """SparkSession.builder's chain, recording the confs (no JVM)."""
+
+    def __init__(self):
+        self.conf = {}
+
+    def appName(self, _):
+        return self
+
+    def master(self, _):
+        return self
+
+    def config(self, k, v):
+        self.conf[k] = v
+        return self
+
+    def getOrCreate(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(sparkContext=SimpleNamespace(setLogLevel=lambda _: None), stop=lambda: None)
+
+
+@pytest.mark.parametrize("heap_set", [None, "conf", "active", "spark-submit"])
+def test_footers_read_only_when_the_heap_is_sized_from_them(tmp_path, monkeypatch, heap_set):
+    """engine.open_session: the inputs' footers (their rows) are read only inside
+    spark_session when it sizes a local master's heap; with the heap already set
+    (--spark-conf spark.driver.memory, a running session, spark-submit) none is read."""
+    from contextlib import contextmanager, nullcontext
+    from types import SimpleNamespace
+
+    from pyspark.sql import SparkSession
+
+    from streamjoin.pipelines.engines.spark import session
+    from streamjoin.pipelines.engines.spark.engine import open_session
+
+    pq.write_table(pa.table({"ts": np.arange(7, dtype=np.int64)}), tmp_path / "a.parquet")
+    opened = []
+    real = pq.ParquetFile
+    monkeypatch.setattr(pq, "ParquetFile", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+    builder = _Builder()
+    monkeypatch.setattr(SparkSession, "builder", builder)
+    active = SimpleNamespace() if heap_set == "active" else None
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: active))
+    monkeypatch.setattr(session, "ship", lambda *a: None)
+    monkeypatch.setattr(session, "spark_log", contextmanager(lambda: (yield tmp_path / "log")))
+    monkeypatch.setattr(session, "output_to", lambda _: nullcontext())
+    if heap_set == "spark-submit":
+        monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
+    else:
+        monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    conf = [("spark.driver.memory", "3g")] if heap_set == "conf" else []
+    cfg = SimpleNamespace(master="local[2]", partitions=2, spark_conf=conf,
+                          streams=[SimpleNamespace(path=str(tmp_path / "a.parquet"), name="a")])
+    stack, spark, _ = open_session(cfg)
+    stack.close()
+    if heap_set is None:
+        assert len(opened) == 1 and builder.conf["spark.driver.memory"] == driver_memory(7)
+    else:
+        assert opened == []
+        assert builder.conf.get("spark.driver.memory") == ("3g" if heap_set == "conf" else None)

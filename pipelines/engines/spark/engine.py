@@ -79,7 +79,7 @@ from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, pa
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
 from .session import spark_session, warm_up
-from .sizing import footer_rows, is_local, native_partitions
+from .sizing import footer_rows, native_partitions
 from .progress import spark_micro_batches, spark_progress
 from .handoff import Handoff
 
@@ -321,9 +321,9 @@ def open_session(cfg):
 
     stack = ExitStack()
     t0 = time.perf_counter()
-    # a local master's driver heap is sized from the input (sizing.local_heap): its footers' rows
-    rows = footer_rows((s.path, s.name) for s in cfg.streams) \
-        if is_local(cfg.master) and "spark.driver.memory" not in dict(cfg.spark_conf) else None
+    # a local master's driver heap is sized from the input (sizing.local_heap): its footers' rows,
+    # read only when spark_session sizes the heap (not with a heap already set or a session running)
+    rows = lambda: footer_rows((s.path, s.name) for s in cfg.streams)   # noqa: E731
     spark = stack.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf, input_rows=rows))
     return stack, spark, {"spark_session": time.perf_counter() - t0}
 
@@ -356,7 +356,9 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
         if rows >= compiled.MIN_ROWS:
             compiled.ensure_built()   # the tasks' workers load them ($STREAMJOIN_KERNELS=load): none builds in a task
         t0 = time.perf_counter()
-        warm_up(spark)
+        # the current path's tasks unpickle the data plane (.plane: routing, the sink, results);
+        # imported by the warm-up in every worker instead of in the job's first tasks
+        warm_up(spark, () if native is not None else (f"{__package__}.plane",))
         started["spark_warmup"] = time.perf_counter() - t0
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         if native is not None:   # one P from the input's size (sizing.native_partitions), an explicit one kept

@@ -219,7 +219,11 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
         timings["controller"] = time.perf_counter() - t0
         t0 = time.perf_counter()
     # read once, range-partitioned in replay order and persisted: every stage below scans it
-    prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule, ordered=ordered)
+    try:
+        prog = progress_frame(spark, df, n, W, policy, P, schedule=schedule, ordered=ordered)
+    finally:   # decide's persisted frame: progress_frame drops it once read; here also when it fails
+        if ordered is not None:
+            ordered.unpersist()
     if release is not None:   # the read's cached copy: the progress frame holds every column now
         release()
     timings["progress"] = time.perf_counter() - t0

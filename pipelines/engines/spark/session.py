@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import logging
 import os
+import importlib
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from ...base.jit import KERNELS_ENV, executor_mode
 from ...config.options import same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
 from .ship import executor_imports, ship
-from .sizing import local_heap
+from .sizing import is_local, local_heap
 
 
 #: where Spark's own output goes (a path; appended to and kept); unset: a temporary file
@@ -104,11 +105,12 @@ def output_to(path: Path) -> Iterator[None]:
 
 @contextmanager
 def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[tuple[str, str]] = (),
-                  input_rows: int | None = None):
+                  input_rows: int | Callable[[], int | None] | None = None):
     """One quiet SparkSession per run; an already active session is reused (and
     left running).  Spark's own output goes to :func:`spark_log`'s file.
-    ``input_rows`` (the inputs' rows from their footers, None: unknown) sizes the
-    driver heap on a ``local`` master (:func:`.sizing.local_heap`)."""
+    ``input_rows`` (the inputs' rows from their footers, None: unknown; or a callable
+    giving them, called only when the heap is sized here) sizes the driver heap on a
+    ``local`` master (:func:`.sizing.local_heap`)."""
     if same_host(master):
         # executors on this host run this interpreter (its packages); on a cluster the
         # executors' Python is the cluster's to choose (PYSPARK_PYTHON, spark.pyspark.python)
@@ -147,13 +149,14 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")   # 10,000: per-batch Python overhead (docs/performance.md, issue 19 fourth pass)
          .config("spark.log.level", "ERROR"))
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and "spark.driver.memory" not in dict(conf):
         # a local master runs every task in the driver's JVM: Spark's default 1g heap
         # cannot hold a few million tuples in flight; sized from the input there
         # (sizing.local_heap; --spark-conf wins).  Only when this process starts the JVM:
         # under spark-submit (its gateway port set) --driver-memory fixed the heap, and
         # setting the conf would only make it (and report.json) name another size
-        b = b.config("spark.driver.memory", local_heap(master, input_rows))
+        rows = input_rows if not callable(input_rows) else input_rows() if is_local(master) else None
+        b = b.config("spark.driver.memory", local_heap(master, rows))
     for k, v in conf:
         b = b.config(k, v)
     with spark_log() as log:
@@ -167,20 +170,30 @@ def spark_session(master: str = "local[*]", partitions: int = 4, conf: Sequence[
             spark.stop()
 
 
-def _import_kernels(records):
+def _import_kernels(records, modules=()):
     """Runs in a Python worker, where unpickling this function has imported its
-    module (numpy, polars, the kernels)."""
+    module (numpy, polars, the kernels); ``modules``: what the job's tasks will
+    unpickle besides (imported here, not in the job)."""
+    for name in modules:
+        importlib.import_module(name)
     yield sum(1 for _ in records)
 
 
-def warm_up(spark) -> None:
+def warm_up(spark, modules: Sequence[str] = ()) -> None:
     """One trivial task per executor core: starts the Python workers (reused by
-    the job's tasks) and imports this module in them.  A worker that cannot
+    the job's tasks) and imports this module and ``modules`` in them.  On a
+    ``local``/``local[n]`` master the tasks run as one barrier stage, so they run
+    at once and each core's worker is started and warmed (one after the other,
+    they could all land on the first worker, and the job's tasks would then
+    import everything in the job).  A worker that cannot
     import streamjoin fails here, in one line (:func:`.ship.executor_imports`)."""
     sc = spark.sparkContext
     tasks = max(1, int(sc.defaultParallelism))
     with executor_imports(spark):
-        sc.parallelize(range(tasks), tasks).mapPartitions(_import_kernels).collect()
+        rdd = sc.parallelize(range(tasks), tasks)
+        if sc.master == "local" or sc.master.startswith("local["):   # every slot is there from the start
+            rdd = rdd.barrier()
+        rdd.mapPartitions(lambda records: _import_kernels(records, tuple(modules))).collect()
 
 
 def arrow_table(d: dict):
