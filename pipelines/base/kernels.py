@@ -52,10 +52,11 @@ MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
 KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
-COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i8[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
+COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
                    "i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8, i8, i8, "
                    "i8, i8)")
 BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
+PLAN_BANDS_SIGNATURE = "Tuple((i4[:], i4[:], i8))(i4[:], i8[:], i4[:], i4[:], i8[:], i4[:], i8, i8, i8, i8)"
 
 
 @jit.helper
@@ -66,9 +67,17 @@ def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
     module (:func:`~streamjoin.pipelines.base.jit.helper`) and exported on its own
     as :func:`bands`, whose ``(start, end)`` :func:`_count_walk` walks."""
     nq = lo.shape[0]
-    m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)
     end = np.empty(nq, np.int64)
+    return start, end, _bands_into(sorted_values, lo, hi, start, end)
+
+
+@jit.helper
+def _bands_into(sorted_values, lo, hi, start, end):   # pragma: no cover - compiled
+    """:func:`_bands` into given ``start`` / ``end`` arrays (any integer type that
+    holds ``len(sorted_values)``); returns ``total``."""
+    nq = lo.shape[0]
+    m = sorted_values.shape[0]
     s = 0
     e = 0
     total = 0
@@ -94,7 +103,55 @@ def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
         start[q] = s
         end[q] = e
         total += e - s
+    return total
+
+
+def _plan_bands(key_s, ts_s, order_s, key_q, ts_q, order_q, span, base, w_lo, w_hi):   # pragma: no cover
+    # the packed codes gathered in sorted order (independent loads, which the CPU
+    # overlaps), then _bands over them with each query's band around its own code
+    m = order_s.shape[0]
+    nq = order_q.shape[0]
+    codes = np.empty(m, np.int64)
+    for j in range(m):
+        r = order_s[j]
+        c = key_s[r] * span if key_s.shape[0] else 0
+        codes[j] = c + ts_s[r] - base
+    lo = np.empty(nq, np.int64)
+    hi = np.empty(nq, np.int64)
+    for q in range(nq):
+        r = order_q[q]
+        c = key_q[r] * span if key_q.shape[0] else 0
+        c = c + ts_q[r] - base
+        lo[q] = c - w_lo
+        hi[q] = c + w_hi
+    start = np.empty(nq, np.int32)
+    end = np.empty(nq, np.int32)
+    total = _bands_into(codes, lo, hi, start, end)
     return start, end, total
+
+
+def plan_bands(key_s, ts_s, order_s, key_q, ts_q, order_q, span: int, base: int, w_lo: int, w_hi: int):
+    """A two-stream band join's bands without its packed columns, or ``None`` without
+    the kernel (or from ``2**31`` rows).
+
+    The stored side's codes ``key_s * span + ts_s - base`` in the stable order
+    ``order_s``, and each query's band ``[code - w_lo, code + w_hi]`` (its own code
+    ``key_q * span + ts_q - base``, queries in the stable order ``order_q``):
+    :func:`bands` of those sorted codes and bands, ``(start, end, total)`` with
+    ``start`` / ``end`` int32: one call, in which the codes and bands live only
+    while it runs (the numpy plan builds the stored codes twice, unsorted and
+    sorted, and the bands' ends three times each).
+    ``key_s`` / ``key_q``: int32 key ids, or empty (one key); ``ts_*`` int64;
+    ``order_*`` int32."""
+    if len(order_s) >= 2**31 or len(order_q) >= 2**31:
+        return None
+    kernel = jit.prebuilt(_plan_bands, PLAN_BANDS_SIGNATURE)
+    if kernel is None:
+        return None
+    c = np.ascontiguousarray
+    return kernel(c(key_s, dtype=np.int32), c(ts_s, dtype=np.int64), c(order_s, dtype=np.int32),
+                  c(key_q, dtype=np.int32), c(ts_q, dtype=np.int64), c(order_q, dtype=np.int32),
+                  int(span), int(base), int(w_lo), int(w_hi))
 
 
 def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
@@ -287,8 +344,10 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
     fa = np.empty(both, np.int32)
     fb = np.empty(both, np.int64)
     fp = np.empty(both, np.int32)
-    fx = np.empty(both, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
-    fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
+    # symmetric: T at the arrival and ts + W are read for the sampled pairs only (every
+    # ``every``-th), so they are looked up there instead of gathered for every member
+    fx = np.empty(both if family == 1 else 0, np.int64)   # k(x) (sorting)
+    fy = np.empty(both if family == 1 else 0, np.int64)   # the release time (sorting)
     fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)
     for side in range(2):
         rows = stored_rows[s_lo:s_hi] if side == 0 else query_rows[q0:q1]
@@ -303,13 +362,10 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
             if family == 0:
                 b = ex[r]
                 fb[o + j] = b if b > at[r] else at[r] + 1   # max(expiry, a + 1)
-                fy[o + j] = ts[r] + w
         for j in range(rows.shape[0]):
             a = fa[o + j]
             fp[o + j] = period_of[a]
-            if family == 0:
-                fx[o + j] = T[a]
-            else:
+            if family == 1:
                 v = N + 1 if dropped[a] else release[a]
                 fb[o + j] = v
                 # k(x) = max(0, T(a - 1) - ts), 0 where T(a - 1) is -inf (tuning.required_k_per_tuple)
@@ -318,8 +374,12 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 fx[o + j] = 0 if before == neg_inf or k < 0 else k
                 fy[o + j] = arrival[v if v < N - 1 else N - 1]
                 fz[o + j] = arrival[a]
-    sa, sb, sp, sx, sy = fa[:m], fb[:m], fp[:m], fx[:m], fy[:m]
-    qa, qb, qp, qx, qy = fa[m:], fb[m:], fp[m:], fx[m:], fy[m:]
+    sa, sb, sp = fa[:m], fb[:m], fp[:m]
+    qa, qb, qp = fa[m:], fb[m:], fp[m:]
+    sx = fx[:m] if family == 1 else fx
+    sy = fy[:m] if family == 1 else fy
+    qx = fx[m:] if family == 1 else fx
+    qy = fy[m:] if family == 1 else fy
     sz = fz[:m] if family == 1 else fz
     qz = fz[m:] if family == 1 else fz
     emitted_n = 0
@@ -356,7 +416,10 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 countdown = every
                 if family == 0:
                     # the member that is not last: T(last) - (ts + W), at least 0
-                    need_v = (qx[i] - sy[j]) if q_last else (sx[j] - qy[i])
+                    if q_last:
+                        need_v = T[aq] - (ts_s[stored_rows[jj]] + w_s)
+                    else:
+                        need_v = T[a_s] - (ts_q[query_rows[q]] + w_q)
                     need[k] = need_v if need_v > 0 else 0
                 else:
                     need[k] = qx[i] if qx[i] > sx[j] else sx[j]
@@ -393,7 +456,7 @@ def ensure_built() -> None:
     machine they load these; where none is built they run the numpy paths."""
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
                           (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE),
-                          (_bands, BANDS_SIGNATURE)):
+                          (_bands, BANDS_SIGNATURE), (_plan_bands, PLAN_BANDS_SIGNATURE)):
         jit.prebuilt(fn, signature)
 
 
@@ -412,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
               "(same results, slower); install a C compiler (e.g. gcc) and re-run the set-up")
         return 0
     ensure_built()
-    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands)):
+    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands,
+                                                             _plan_bands)):
         print("streamjoin: the compiled kernels could not be built now (stderr says why); "
               "runs use the numpy paths (same results) until one builds them")
     return 0

@@ -182,7 +182,7 @@ def join(
         if counting:   # the band join's plan only: counted once the policy's facts are there
             probe = smaller_first(sizes)
             plan = timed("candidates", enumerate_sorted, [np.asarray(t, dtype=np.int64) for t in ts],
-                         key_ids(list(keys)), W.tolist(), None, probe, plan=True)
+                         key_ids(list(keys)), W.tolist(), None, probe, plan=True, bounds=True)
             if plan is not None:
                 return None, plan, None
         return materialise()

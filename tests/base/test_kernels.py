@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.base.timeunits import NEG_INF
-from streamjoin.pipelines.replay.candidates import band_pairs, enumerate_sorted
+from streamjoin.pipelines.base.sorting import sorted_band_ranges
+from streamjoin.pipelines.replay.candidates import BandBounds, BandPlan, band_pairs, enumerate_sorted
 from streamjoin.pipelines.replay.progress import build_replay
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -43,7 +44,8 @@ def _check_built():
     assert kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64),
                                 keep_running_max=False) is not None
     assert kernels.key_order(np.zeros(1, np.int64), np.zeros(1, np.int64), 1) is not None
-    for fn in (kernels._band_fill, kernels._progress_pass, kernels._key_order):
+    assert kernels.plan_bands(*[np.zeros(1, t) for t in (np.int32, np.int64, np.int32)] * 2, 1, 0, 0, 0) is not None
+    for fn in (kernels._band_fill, kernels._progress_pass, kernels._key_order, kernels._plan_bands):
         assert jit.how(fn) in ("aot", "aot-built")
 
 
@@ -142,6 +144,35 @@ def test_enumeration_with_the_kernel_equals_numpy(case, windows, keys, in_time_o
     assert len(fast.rows) == len(slow.rows)
     for a, b in zip(fast.rows, slow.rows):
         same(a, b)
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60)), min_size=1, max_size=40),
+                min_size=2, max_size=2),
+       st.tuples(st.integers(0, 12), st.integers(0, 12)), st.sampled_from([0, 10**15, NEG_INF + 10**6, 2**61]),
+       st.booleans(), st.sampled_from([[0, 1], [1, 0]]))
+def test_fused_band_plan_equals_the_numpy_plan_and_searches(rows, windows, base, keyless, probe):
+    """``enumerate_sorted(plan=True, bounds=True)`` (two counting sorts and ``plan_bands``:
+    no packed column) against the numpy path it replaces for counting -- the packed
+    codes' value sort (:class:`BandPlan`, ``$STREAMJOIN_KERNELS=numpy``) and
+    ``searchsorted`` of every band: the same row orders, starts, ends and total."""
+    rows = [sorted(r, key=lambda kt: kt[1]) for r in rows]   # rows in time order: the counting sort's case
+    ts = [base + np.array([t for _, t in r], np.int64) for r in rows]
+    ids = None if keyless else [np.array([k for k, _ in r], np.int64) for r in rows]
+    fused = enumerate_sorted(ts, ids, list(windows), None, probe, plan=True, bounds=True)
+    assert isinstance(fused, BandBounds)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(jit.KERNELS_ENV, "numpy")
+        plan = enumerate_sorted(ts, ids, list(windows), None, probe, plan=True, bounds=True)
+    assert isinstance(plan, BandPlan)
+    assert (fused.query_stream, fused.stored_stream) == (plan.query_stream, plan.stored_stream) == tuple(probe)
+    same(fused.stored_rows, plan.stored_rows)
+    same(fused.query_rows, plan.query_rows)
+    start, count = sorted_band_ranges(plan.sorted_values, plan.lo, plan.hi)
+    assert fused.start.dtype == fused.end.dtype == np.int32
+    np.testing.assert_array_equal(fused.start, start)
+    np.testing.assert_array_equal(fused.end - fused.start, count)
+    assert fused.total == int(count.sum())
 
 
 def test_small_inputs_take_the_numpy_paths():
