@@ -50,7 +50,7 @@ from .timeunits import NEG_INF
 #: below this many rows (the join's input rows, arrivals, a stream's rows) the numpy paths run
 MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
-KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
+KEY_ORDER_SIGNATURE = "i4[:](i4[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
 COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
                    "i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8, i8, i8, "
@@ -262,11 +262,13 @@ def replay_facts(order: np.ndarray, offsets: np.ndarray, ts_all: np.ndarray, *, 
 
 
 def _key_order(key, ts, radix):   # pragma: no cover - compiled
-    n = key.shape[0]
+    # key: int32 ids, or empty (every row one key)
+    n = ts.shape[0]
+    keyed = key.shape[0] > 0
     counts = np.zeros(radix + 1, np.int64)
     newest = np.full(radix, -9223372036854775807 - 1, np.int64)
     for i in range(n):
-        k = key[i]
+        k = key[i] if keyed else 0
         if ts[i] < newest[k]:   # this key's times go back: not a counting sort's case
             return np.empty(0, np.int32)
         newest[k] = ts[i]
@@ -275,7 +277,7 @@ def _key_order(key, ts, radix):   # pragma: no cover - compiled
         counts[r + 1] += counts[r]
     order = np.empty(n, np.int32)
     for i in range(n):
-        k = key[i]
+        k = key[i] if keyed else 0
         order[counts[k]] = i
         counts[k] += 1
     return order
@@ -287,14 +289,15 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     rows).  ``key``: ids in ``[0, radix)``, or ``None`` (one key); ``radix`` at
     most a few times the row count (the caller's compact ids)."""
     n = len(ts)
-    if n < max(MIN_ROWS, 1) or n >= 2**31 or radix > 4 * n + 4096:
+    if n < max(MIN_ROWS, 1) or n >= 2**31 or radix > 4 * n + 4096 or radix >= 2**31:
         return None
     kernel = jit.prebuilt(_key_order, KEY_ORDER_SIGNATURE)
     if kernel is None:
         return None
     if key is not None and (int(key.min()) < 0 or int(key.max()) >= radix):   # the counts are indexed by key
         return None
-    key = np.zeros(n, np.int64) if key is None else np.ascontiguousarray(key, dtype=np.int64)
+    # int32 ids (the caller's compact ids are; others below 2**31 are cast), none: one key
+    key = np.empty(0, np.int32) if key is None else np.ascontiguousarray(key, dtype=np.int32)
     order = kernel(key, np.ascontiguousarray(ts, dtype=np.int64), max(int(radix), 1))
     return order if len(order) == n else None
 
