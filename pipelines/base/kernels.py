@@ -21,6 +21,10 @@
 * :func:`bands` and :func:`count_walk` -- a two-stream run without results: the band join's
   pairs counted, not built (:mod:`~streamjoin.pipelines.replay.counting`
   calls it and says what it counts; the materialising path is its twin).
+  :func:`plan_bands` gives :func:`bands` of a plan whose two streams
+  :func:`key_order` ordered, from their keys and times in one call: the packed
+  codes exist only inside it (issue 21, eighth pass; its numpy twin is the
+  packed plan and ``searchsorted``).
 
 The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
@@ -349,8 +353,8 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
     fp = np.empty(both, np.int32)
     # symmetric: T at the arrival and ts + W are read for the sampled pairs only (every
     # ``every``-th), so they are looked up there instead of gathered for every member
-    fx = np.empty(both if family == 1 else 0, np.int64)   # k(x) (sorting)
-    fy = np.empty(both if family == 1 else 0, np.int64)   # the release time (sorting)
+    fx = np.empty(both, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
+    fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
     fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)
     for side in range(2):
         rows = stored_rows[s_lo:s_hi] if side == 0 else query_rows[q0:q1]
@@ -365,10 +369,13 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
             if family == 0:
                 b = ex[r]
                 fb[o + j] = b if b > at[r] else at[r] + 1   # max(expiry, a + 1)
+                fy[o + j] = ts[r] + w
         for j in range(rows.shape[0]):
             a = fa[o + j]
             fp[o + j] = period_of[a]
-            if family == 1:
+            if family == 0:
+                fx[o + j] = T[a]
+            else:
                 v = N + 1 if dropped[a] else release[a]
                 fb[o + j] = v
                 # k(x) = max(0, T(a - 1) - ts), 0 where T(a - 1) is -inf (tuning.required_k_per_tuple)
@@ -379,10 +386,8 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 fz[o + j] = arrival[a]
     sa, sb, sp = fa[:m], fb[:m], fp[:m]
     qa, qb, qp = fa[m:], fb[m:], fp[m:]
-    sx = fx[:m] if family == 1 else fx
-    sy = fy[:m] if family == 1 else fy
-    qx = fx[m:] if family == 1 else fx
-    qy = fy[m:] if family == 1 else fy
+    sx, sy = fx[:m], fy[:m]
+    qx, qy = fx[m:], fy[m:]
     sz = fz[:m] if family == 1 else fz
     qz = fz[m:] if family == 1 else fz
     emitted_n = 0
@@ -419,10 +424,7 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 countdown = every
                 if family == 0:
                     # the member that is not last: T(last) - (ts + W), at least 0
-                    if q_last:
-                        need_v = T[aq] - (ts_s[stored_rows[jj]] + w_s)
-                    else:
-                        need_v = T[a_s] - (ts_q[query_rows[q]] + w_q)
+                    need_v = (qx[i] - sy[j]) if q_last else (sx[j] - qy[i])
                     need[k] = need_v if need_v > 0 else 0
                 else:
                     need[k] = qx[i] if qx[i] > sx[j] else sx[j]

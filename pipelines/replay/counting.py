@@ -12,7 +12,9 @@ last member (:func:`~streamjoin.pipelines.replay.emit.last_arrivals`) and the
 emitted mask (:func:`~streamjoin.pipelines.replay.emit.emission`) -- several
 arrays of 8.1M elements on the core data -- and the metrics then read them.
 :func:`count_pairs` walks the same bands of the same plan
-(:class:`~streamjoin.pipelines.replay.candidates.BandPlan`), in the same
+(:class:`~streamjoin.pipelines.replay.candidates.BandBounds`: the bands already
+located, without the packed codes, where both streams' times ascend within each
+key; else :class:`~streamjoin.pipelines.replay.candidates.BandPlan`), in the same
 order, and applies the same closed forms per pair:
 
 * **symmetric family** -- emitted iff ``last < min(b_q, b_s)`` with ``b =
@@ -35,7 +37,7 @@ so the pairs are distinct iff no query row and no stored row occurs twice --
 checked in the same calls (``None`` otherwise: the caller materialises and
 counts them).
 
-The walk runs over a range of queries (their bands from
+The walk runs over a range of queries (their bands from the plan, or from
 :func:`~streamjoin.pipelines.base.kernels.bands`, computed once): from
 :data:`SPLIT_QUERIES` queries :func:`count_pairs` splits them at about half
 the work (:func:`split_point`) and walks the halves on two threads -- the
