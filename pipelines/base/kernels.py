@@ -25,6 +25,8 @@
   :func:`key_order` ordered, from their keys and times in one call: the packed
   codes exist only inside it (issue 21, eighth pass; its numpy twin is the
   packed plan and ``searchsorted``).
+* :func:`first_above` -- the expiry index's search (the first arrival index at
+  which a tuple's horizon has passed it), galloping from the previous answer.
 
 The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
@@ -60,6 +62,7 @@ COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i4[:], i4[:], i4[:], i4[
                    "i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8, i8, i8, "
                    "i8, i8)")
 BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
+FIRST_ABOVE_SIGNATURE = "i8(i8[:], i8[:], i8, i4[:])"
 PLAN_BANDS_SIGNATURE = "Tuple((i4[:], i4[:], i8))(i4[:], i8[:], i4[:], i4[:], i8[:], i4[:], i8, i8, i8, i8)"
 
 
@@ -156,6 +159,53 @@ def plan_bands(key_s, ts_s, order_s, key_q, ts_q, order_q, span: int, base: int,
     return kernel(c(key_s, dtype=np.int32), c(ts_s, dtype=np.int64), c(order_s, dtype=np.int32),
                   c(key_q, dtype=np.int32), c(ts_q, dtype=np.int64), c(order_q, dtype=np.int32),
                   int(span), int(base), int(w_lo), int(w_hi))
+
+
+def _first_above(horizon, values, shift, out):   # pragma: no cover - compiled
+    # out[q] = the first a with horizon[a] > values[q] + shift, len(horizon) if none, for a
+    # non-decreasing horizon: from the previous answer, back by a binary search or forward
+    # by a galloping one (queries in any order cost O(log) each, in order O(1) amortised)
+    N = horizon.shape[0]
+    p = 0
+    for q in range(values.shape[0]):
+        x = values[q] + shift
+        lo = 0
+        hi = p
+        if p == 0 or horizon[p - 1] <= x:   # forward from p
+            lo = p
+            step = 1
+            while hi < N and horizon[hi] <= x:
+                lo = hi + 1
+                hi += step
+                step <<= 1
+            if hi > N:
+                hi = N
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if horizon[mid] > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        p = lo
+        out[q] = p
+    return 0
+
+
+def first_above(horizon: np.ndarray, values: np.ndarray, shift: int, out: np.ndarray) -> bool:
+    """``out[:] = np.searchsorted(horizon, values + shift, side="right")`` for a
+    non-decreasing int64 ``horizon`` (the expiry index's search: the frontier or a
+    horizon ``H_i``), without the shifted copy of ``values`` or numpy's blocks of
+    binary searches: a galloping search from the previous answer, so queries that
+    mostly ascend (a stream's rows in time order) cost a step or two each.  ``out``:
+    int32; ``values`` int64 (the addition wraps, as numpy's).  ``False`` (``out``
+    untouched) without the kernel or below :data:`MIN_ROWS` values."""
+    if len(values) < MIN_ROWS or out.dtype != np.int32 or len(horizon) >= 2**31:
+        return False
+    kernel = jit.prebuilt(_first_above, FIRST_ABOVE_SIGNATURE)
+    if kernel is None:
+        return False
+    kernel(np.ascontiguousarray(horizon, dtype=np.int64), np.ascontiguousarray(values, dtype=np.int64), int(shift), out)
+    return True
 
 
 def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
@@ -461,7 +511,8 @@ def ensure_built() -> None:
     machine they load these; where none is built they run the numpy paths."""
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
                           (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE),
-                          (_bands, BANDS_SIGNATURE), (_plan_bands, PLAN_BANDS_SIGNATURE)):
+                          (_bands, BANDS_SIGNATURE), (_plan_bands, PLAN_BANDS_SIGNATURE),
+                          (_first_above, FIRST_ABOVE_SIGNATURE)):
         jit.prebuilt(fn, signature)
 
 
@@ -481,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ensure_built()
     if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands,
-                                                             _plan_bands)):
+                                                             _plan_bands, _first_above)):
         print("streamjoin: the compiled kernels could not be built now (stderr says why); "
               "runs use the numpy paths (same results) until one builds them")
     return 0

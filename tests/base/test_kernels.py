@@ -22,7 +22,8 @@ from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.base.timeunits import NEG_INF
 from streamjoin.pipelines.base.sorting import sorted_band_ranges
 from streamjoin.pipelines.replay.candidates import BandBounds, BandPlan, band_pairs, enumerate_sorted
-from streamjoin.pipelines.replay.progress import build_replay
+from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.replay.progress import build_replay, decide, expiry
 
 SETTINGS = settings(max_examples=200, deadline=None)
 RUN_MIN_ROWS = kernels.MIN_ROWS   # a run's threshold (the fixture below lowers it for the properties)
@@ -173,6 +174,42 @@ def test_fused_band_plan_equals_the_numpy_plan_and_searches(rows, windows, base,
     np.testing.assert_array_equal(fused.start, start)
     np.testing.assert_array_equal(fused.end - fused.start, count)
     assert fused.total == int(count.sum())
+
+
+@SETTINGS
+@given(st.lists(st.integers(-50, 50), max_size=60), st.lists(st.integers(-80, 80), max_size=60),
+       st.integers(-30, 30), st.sampled_from(["as drawn", "ascending", "descending"]),
+       st.sampled_from([0, NEG_INF + 100, 2**62]), st.integers(0, 5))
+def test_first_above_is_searchsorted_right(horizon, values, shift, layout, base, unseen):
+    """The expiry index's compiled search: ``np.searchsorted(horizon, values + shift, "right")``
+    for a non-decreasing horizon (ties; ``unseen`` leading ``NEG_INF`` entries, the
+    frontier before every stream arrived), queries in any order (ascending: the
+    galloping path; back and forth: the backward searches)."""
+    horizon = np.concatenate([np.full(unseen, NEG_INF, np.int64), np.sort(np.array(horizon, np.int64)) + base])
+    values = np.array(values, np.int64) + base
+    if layout != "as drawn":
+        values = np.sort(values)[::-1 if layout == "descending" else 1].copy()
+    out = np.full(len(values), -1, np.int32)
+    assert kernels.first_above(horizon, values, shift, out)
+    np.testing.assert_array_equal(out, np.searchsorted(horizon, values + np.int64(shift), side="right"))
+
+
+@SETTINGS
+@given(streams(max_streams=3), st.integers(0, 20), st.integers(0, 20))
+def test_expiry_index_with_the_kernel_equals_numpy(case, window, retention):
+    """``progress.expiry`` (static: the frontier searched) with ``first_above`` and with numpy."""
+    ts, arrival = case
+    n = len(ts)
+    policy = PolicySpec("static", retention=(retention,) * n)
+    W = np.full(n, window, np.int64)
+
+    def index():
+        replay = build_replay(ts, arrival, keep_running_max=False)
+        return expiry(replay, W, decide(replay, W, policy))
+
+    fast, slow = both(index)
+    for a, b in zip(fast, slow):
+        same(a, b)
 
 
 def test_small_inputs_take_the_numpy_paths():
