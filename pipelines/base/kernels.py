@@ -67,6 +67,20 @@ PLAN_BANDS_SIGNATURE = "Tuple((i4[:], i4[:], i8))(i4[:], i8[:], i4[:], i4[:], i8
 
 
 @jit.helper
+def _first_greater(values, y, a, b):   # pragma: no cover - compiled
+    """The first index in ``[a, b)`` whose value (``values`` ascending there) exceeds
+    ``y``, ``b`` if none: a binary search (the band search's way back, the expiry
+    search's last step)."""
+    while a < b:
+        mid = (a + b) >> 1
+        if values[mid] > y:
+            b = mid
+        else:
+            a = mid + 1
+    return a
+
+
+@jit.helper
 def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
     """Where each band ``[lo[q], hi[q]]`` (``lo`` ascending) falls in ``sorted_values``:
     ``(start, end, total)`` -- one forward pass of both pointers (a band ending
@@ -96,15 +110,7 @@ def _bands_into(sorted_values, lo, hi, start, end):   # pragma: no cover - compi
         if e < s:
             e = s
         if e > s and sorted_values[e - 1] > y:   # a band ending before the last one: search back
-            a = s
-            b = e
-            while a < b:
-                mid = (a + b) >> 1
-                if sorted_values[mid] > y:
-                    b = mid
-                else:
-                    a = mid + 1
-            e = a
+            e = _first_greater(sorted_values, y, s, e)
         while e < m and sorted_values[e] <= y:
             e += 1
         start[q] = s
@@ -180,13 +186,7 @@ def _first_above(horizon, values, shift, out):   # pragma: no cover - compiled
                 step <<= 1
             if hi > N:
                 hi = N
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if horizon[mid] > x:
-                hi = mid
-            else:
-                lo = mid + 1
-        p = lo
+        p = _first_greater(horizon, x, lo, hi)
         out[q] = p
     return 0
 
