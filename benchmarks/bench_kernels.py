@@ -11,7 +11,11 @@ after one uncounted round:
 * ``candidates``: truth enumeration (``enumerate_truth``, the two-stream band join,
   probe order right -> left as the engine chooses): the key-order kernel (the
   rows are in time order) replaces both value sorts and the band kernel the fill;
-* ``progress``: ``build_replay`` (the replay order's sort, then the progress pass).
+* ``progress``: ``build_replay`` (the replay order's sort, then the progress pass);
+* ``count plan``: a run without results' band plan (issue 21, eighth pass):
+  ``enumerate_sorted(..., plan=True, bounds=True)`` -- the key-order kernel and
+  ``plan_bands`` (no packed column outside the call) -- against the numpy path,
+  the packed plan and ``searchsorted`` of every band.
 
 Medians of wall and CPU (``time.process_time``: all threads) with min..max.  The
 kernels are built first if this machine has none (not timed); where they do
@@ -38,7 +42,8 @@ from pathlib import Path
 import polars as pl
 
 from streamjoin.pipelines.base import jit, kernels
-from streamjoin.pipelines.replay.candidates import enumerate_truth
+from streamjoin.pipelines.base.sorting import sorted_band_ranges
+from streamjoin.pipelines.replay.candidates import BandPlan, enumerate_sorted, enumerate_truth, key_ids
 from streamjoin.pipelines.replay.progress import build_replay
 
 HERE = Path(__file__).resolve().parent
@@ -73,6 +78,7 @@ def main() -> None:
     parts = {
         "candidates": lambda: enumerate_truth(ts, keys, W, order=[1, 0]),
         "progress": lambda: build_replay(ts, arrival, keep_running_max=False),
+        "count plan": lambda: count_plan(ts, keys, W),
     }
     got: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for rnd in range(args.runs + 1):
@@ -98,6 +104,14 @@ def main() -> None:
             c = [x[1] for x in got[(name, side)]]
             print(f"{name:<11} {side:<7} {med(w):>7.3f} {min(w):>6.3f}..{max(w):<6.3f} {med(c):>6.3f} "
                   f"{min(c):>6.3f}..{max(c):<6.3f}")
+
+
+def count_plan(ts, keys, W):
+    """The counted join's plan with its bands located (the engine's call, probe order right -> left)."""
+    plan = enumerate_sorted(ts, key_ids(keys), W, None, [1, 0], plan=True, bounds=True)
+    if isinstance(plan, BandPlan):   # the numpy path (or a stream out of time order)
+        return plan, sorted_band_ranges(plan.sorted_values, plan.lo, plan.hi)
+    return plan
 
 
 def head(hdr: str) -> None:

@@ -21,6 +21,12 @@
 * :func:`bands` and :func:`count_walk` -- a two-stream run without results: the band join's
   pairs counted, not built (:mod:`~streamjoin.pipelines.replay.counting`
   calls it and says what it counts; the materialising path is its twin).
+  :func:`plan_bands` gives :func:`bands` of a plan whose two streams
+  :func:`key_order` ordered, from their keys and times in one call: the packed
+  codes exist only inside it (issue 21, eighth pass; its numpy twin is the
+  packed plan and ``searchsorted``).
+* :func:`first_above` -- the expiry index's search (the first arrival index at
+  which a tuple's horizon has passed it), galloping from the previous answer.
 
 The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
@@ -50,12 +56,28 @@ from .timeunits import NEG_INF
 #: below this many rows (the join's input rows, arrivals, a stream's rows) the numpy paths run
 MIN_ROWS = 1 << 16
 BAND_SIGNATURE = "Tuple((i4[:], i4[:]))(i8[:], i4[:], i8[:], i8[:], i4[:])"
-KEY_ORDER_SIGNATURE = "i4[:](i8[:], i8[:], i8)"
+KEY_ORDER_SIGNATURE = "i4[:](i4[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
-COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i8[:], i8[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
+COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
                    "i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8, i8, i8, "
                    "i8, i8)")
 BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
+FIRST_ABOVE_SIGNATURE = "i8(i8[:], i8[:], i8, i4[:])"
+PLAN_BANDS_SIGNATURE = "Tuple((i4[:], i4[:], i8))(i4[:], i8[:], i4[:], i4[:], i8[:], i4[:], i8, i8, i8, i8)"
+
+
+@jit.helper
+def _first_greater(values, y, a, b):   # pragma: no cover - compiled
+    """The first index in ``[a, b)`` whose value (``values`` ascending there) exceeds
+    ``y``, ``b`` if none: a binary search (the band search's way back, the expiry
+    search's last step)."""
+    while a < b:
+        mid = (a + b) >> 1
+        if values[mid] > y:
+            b = mid
+        else:
+            a = mid + 1
+    return a
 
 
 @jit.helper
@@ -66,9 +88,17 @@ def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
     module (:func:`~streamjoin.pipelines.base.jit.helper`) and exported on its own
     as :func:`bands`, whose ``(start, end)`` :func:`_count_walk` walks."""
     nq = lo.shape[0]
-    m = sorted_values.shape[0]
     start = np.empty(nq, np.int64)
     end = np.empty(nq, np.int64)
+    return start, end, _bands_into(sorted_values, lo, hi, start, end)
+
+
+@jit.helper
+def _bands_into(sorted_values, lo, hi, start, end):   # pragma: no cover - compiled
+    """:func:`_bands` into given ``start`` / ``end`` arrays (any integer type that
+    holds ``len(sorted_values)``); returns ``total``."""
+    nq = lo.shape[0]
+    m = sorted_values.shape[0]
     s = 0
     e = 0
     total = 0
@@ -80,21 +110,102 @@ def _bands(sorted_values, lo, hi):   # pragma: no cover - compiled
         if e < s:
             e = s
         if e > s and sorted_values[e - 1] > y:   # a band ending before the last one: search back
-            a = s
-            b = e
-            while a < b:
-                mid = (a + b) >> 1
-                if sorted_values[mid] > y:
-                    b = mid
-                else:
-                    a = mid + 1
-            e = a
+            e = _first_greater(sorted_values, y, s, e)
         while e < m and sorted_values[e] <= y:
             e += 1
         start[q] = s
         end[q] = e
         total += e - s
+    return total
+
+
+def _plan_bands(key_s, ts_s, order_s, key_q, ts_q, order_q, span, base, w_lo, w_hi):   # pragma: no cover
+    # the packed codes gathered in sorted order (independent loads, which the CPU
+    # overlaps), then _bands over them with each query's band around its own code
+    m = order_s.shape[0]
+    nq = order_q.shape[0]
+    codes = np.empty(m, np.int64)
+    for j in range(m):
+        r = order_s[j]
+        c = key_s[r] * span if key_s.shape[0] else 0
+        codes[j] = c + ts_s[r] - base
+    lo = np.empty(nq, np.int64)
+    hi = np.empty(nq, np.int64)
+    for q in range(nq):
+        r = order_q[q]
+        c = key_q[r] * span if key_q.shape[0] else 0
+        c = c + ts_q[r] - base
+        lo[q] = c - w_lo
+        hi[q] = c + w_hi
+    start = np.empty(nq, np.int32)
+    end = np.empty(nq, np.int32)
+    total = _bands_into(codes, lo, hi, start, end)
     return start, end, total
+
+
+def plan_bands(key_s, ts_s, order_s, key_q, ts_q, order_q, span: int, base: int, w_lo: int, w_hi: int):
+    """A two-stream band join's bands without its packed columns, or ``None`` without
+    the kernel (or from ``2**31`` rows).
+
+    The stored side's codes ``key_s * span + ts_s - base`` in the stable order
+    ``order_s``, and each query's band ``[code - w_lo, code + w_hi]`` (its own code
+    ``key_q * span + ts_q - base``, queries in the stable order ``order_q``):
+    :func:`bands` of those sorted codes and bands, ``(start, end, total)`` with
+    ``start`` / ``end`` int32: one call, in which the codes and bands live only
+    while it runs (the numpy plan builds the stored codes twice, unsorted and
+    sorted, and the bands' ends three times each).
+    ``key_s`` / ``key_q``: int32 key ids, or empty (one key); ``ts_*`` int64;
+    ``order_*`` int32."""
+    if len(order_s) >= 2**31 or len(order_q) >= 2**31:
+        return None
+    kernel = jit.prebuilt(_plan_bands, PLAN_BANDS_SIGNATURE)
+    if kernel is None:
+        return None
+    c = np.ascontiguousarray
+    return kernel(c(key_s, dtype=np.int32), c(ts_s, dtype=np.int64), c(order_s, dtype=np.int32),
+                  c(key_q, dtype=np.int32), c(ts_q, dtype=np.int64), c(order_q, dtype=np.int32),
+                  int(span), int(base), int(w_lo), int(w_hi))
+
+
+def _first_above(horizon, values, shift, out):   # pragma: no cover - compiled
+    # out[q] = the first a with horizon[a] > values[q] + shift, len(horizon) if none, for a
+    # non-decreasing horizon: from the previous answer, back by a binary search or forward
+    # by a galloping one (queries in any order cost O(log) each, in order O(1) amortised)
+    N = horizon.shape[0]
+    p = 0
+    for q in range(values.shape[0]):
+        x = values[q] + shift
+        lo = 0
+        hi = p
+        if p == 0 or horizon[p - 1] <= x:   # forward from p
+            lo = p
+            step = 1
+            while hi < N and horizon[hi] <= x:
+                lo = hi + 1
+                hi += step
+                step <<= 1
+            if hi > N:
+                hi = N
+        p = _first_greater(horizon, x, lo, hi)
+        out[q] = p
+    return 0
+
+
+def first_above(horizon: np.ndarray, values: np.ndarray, shift: int, out: np.ndarray) -> bool:
+    """``out[:] = np.searchsorted(horizon, values + shift, side="right")`` for a
+    non-decreasing int64 ``horizon`` (the expiry index's search: the frontier or a
+    horizon ``H_i``), without the shifted copy of ``values`` or numpy's blocks of
+    binary searches: a galloping search from the previous answer, so queries that
+    mostly ascend (a stream's rows in time order) cost a step or two each.  ``out``:
+    int32; ``values`` int64 (the addition wraps, as numpy's).  ``False`` (``out``
+    untouched) without the kernel or below :data:`MIN_ROWS` values."""
+    if len(values) < MIN_ROWS or out.dtype != np.int32 or len(horizon) >= 2**31:
+        return False
+    kernel = jit.prebuilt(_first_above, FIRST_ABOVE_SIGNATURE)
+    if kernel is None:
+        return False
+    kernel(np.ascontiguousarray(horizon, dtype=np.int64), np.ascontiguousarray(values, dtype=np.int64), int(shift), out)
+    return True
 
 
 def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
@@ -205,11 +316,13 @@ def replay_facts(order: np.ndarray, offsets: np.ndarray, ts_all: np.ndarray, *, 
 
 
 def _key_order(key, ts, radix):   # pragma: no cover - compiled
-    n = key.shape[0]
+    # key: int32 ids, or empty (every row one key)
+    n = ts.shape[0]
+    keyed = key.shape[0] > 0
     counts = np.zeros(radix + 1, np.int64)
     newest = np.full(radix, -9223372036854775807 - 1, np.int64)
     for i in range(n):
-        k = key[i]
+        k = key[i] if keyed else 0
         if ts[i] < newest[k]:   # this key's times go back: not a counting sort's case
             return np.empty(0, np.int32)
         newest[k] = ts[i]
@@ -218,7 +331,7 @@ def _key_order(key, ts, radix):   # pragma: no cover - compiled
         counts[r + 1] += counts[r]
     order = np.empty(n, np.int32)
     for i in range(n):
-        k = key[i]
+        k = key[i] if keyed else 0
         order[counts[k]] = i
         counts[k] += 1
     return order
@@ -230,14 +343,15 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
     rows).  ``key``: ids in ``[0, radix)``, or ``None`` (one key); ``radix`` at
     most a few times the row count (the caller's compact ids)."""
     n = len(ts)
-    if n < max(MIN_ROWS, 1) or n >= 2**31 or radix > 4 * n + 4096:
+    if n < max(MIN_ROWS, 1) or n >= 2**31 or radix > 4 * n + 4096 or radix >= 2**31:
         return None
     kernel = jit.prebuilt(_key_order, KEY_ORDER_SIGNATURE)
     if kernel is None:
         return None
     if key is not None and (int(key.min()) < 0 or int(key.max()) >= radix):   # the counts are indexed by key
         return None
-    key = np.zeros(n, np.int64) if key is None else np.ascontiguousarray(key, dtype=np.int64)
+    # int32 ids (the caller's compact ids are; others below 2**31 are cast), none: one key
+    key = np.empty(0, np.int32) if key is None else np.ascontiguousarray(key, dtype=np.int32)
     order = kernel(key, np.ascontiguousarray(ts, dtype=np.int64), max(int(radix), 1))
     return order if len(order) == n else None
 
@@ -287,6 +401,8 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
     fa = np.empty(both, np.int32)
     fb = np.empty(both, np.int64)
     fp = np.empty(both, np.int32)
+    # symmetric: T at the arrival and ts + W are read for the sampled pairs only (every
+    # ``every``-th), so they are looked up there instead of gathered for every member
     fx = np.empty(both, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
     fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
     fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)
@@ -318,8 +434,10 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 fx[o + j] = 0 if before == neg_inf or k < 0 else k
                 fy[o + j] = arrival[v if v < N - 1 else N - 1]
                 fz[o + j] = arrival[a]
-    sa, sb, sp, sx, sy = fa[:m], fb[:m], fp[:m], fx[:m], fy[:m]
-    qa, qb, qp, qx, qy = fa[m:], fb[m:], fp[m:], fx[m:], fy[m:]
+    sa, sb, sp = fa[:m], fb[:m], fp[:m]
+    qa, qb, qp = fa[m:], fb[m:], fp[m:]
+    sx, sy = fx[:m], fy[:m]
+    qx, qy = fx[m:], fy[m:]
     sz = fz[:m] if family == 1 else fz
     qz = fz[m:] if family == 1 else fz
     emitted_n = 0
@@ -393,7 +511,8 @@ def ensure_built() -> None:
     machine they load these; where none is built they run the numpy paths."""
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
                           (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE),
-                          (_bands, BANDS_SIGNATURE)):
+                          (_bands, BANDS_SIGNATURE), (_plan_bands, PLAN_BANDS_SIGNATURE),
+                          (_first_above, FIRST_ABOVE_SIGNATURE)):
         jit.prebuilt(fn, signature)
 
 
@@ -412,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
               "(same results, slower); install a C compiler (e.g. gcc) and re-run the set-up")
         return 0
     ensure_built()
-    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands)):
+    if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands,
+                                                             _plan_bands, _first_above)):
         print("streamjoin: the compiled kernels could not be built now (stderr says why); "
               "runs use the numpy paths (same results) until one builds them")
     return 0

@@ -27,8 +27,10 @@ every other member's buffer?) waits for both chains.
 
 A run that only counts (``count``: ``run --no-results``, nothing reading the
 combinations one by one) with two streams and the symmetric or sorting
-family stops chain A at the band join's plan (the sorted codes and the
-bands, :class:`~streamjoin.pipelines.replay.candidates.BandPlan`) and, where
+family stops chain A at the band join's plan (the sorted rows and each
+query's band in them, :class:`~streamjoin.pipelines.replay.candidates.BandBounds`,
+or the packed :class:`~streamjoin.pipelines.replay.candidates.BandPlan` where a
+stream's times go back within a key) and, where
 emission would run, counts the pairs in a compiled walk (two halves on two threads)
 (:mod:`~streamjoin.pipelines.replay.counting`): truth, emission and the
 report's per-combination numbers without the combination-sized columns.
@@ -182,7 +184,7 @@ def join(
         if counting:   # the band join's plan only: counted once the policy's facts are there
             probe = smaller_first(sizes)
             plan = timed("candidates", enumerate_sorted, [np.asarray(t, dtype=np.int64) for t in ts],
-                         key_ids(list(keys)), W.tolist(), None, probe, plan=True)
+                         key_ids(list(keys)), W.tolist(), None, probe, plan=True, bounds=True)
             if plan is not None:
                 return None, plan, None
         return materialise()

@@ -228,14 +228,36 @@ class BandPlan:
     query_rows: np.ndarray
 
 
+@dataclass
+class BandBounds:
+    """A :class:`BandPlan` with its bands located and its packed codes gone: the
+    queries (rows of ``query_stream``, int32, in the stable order of their band
+    starts), the stored rows of ``stored_stream`` in the stable order of their
+    codes (int32), and each query's band as the positions ``[start, end)`` of
+    that order (int32; ``total`` pairs) -- what :func:`~streamjoin.pipelines.base.kernels.bands`
+    gives for the plan, from :func:`~streamjoin.pipelines.base.kernels.plan_bands`."""
+
+    query_stream: int
+    stored_stream: int
+    stored_rows: np.ndarray
+    query_rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    total: int
+
+
 def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, windows: Sequence[int],
                      space: Space | None = None, order: Sequence[int] | None = None, *,
-                     plan: bool = False) -> Combos | BandPlan | None:
+                     plan: bool = False, bounds: bool = False) -> Combos | BandPlan | BandBounds | None:
     """Sorted-range enumeration; ``None`` if ``(key, cell, ts)`` cannot be packed into int64.
 
     ``plan`` (two streams, no distance predicate, no empty stream): the
     :class:`BandPlan` whose fill would be the combinations, not the fill
-    (``None`` where it does not apply).
+    (``None`` where it does not apply); with ``bounds`` too, its
+    :class:`BandBounds` where both streams' rows are in time order within each
+    key and the kernels are built (the counting sorts and
+    :func:`~streamjoin.pipelines.base.kernels.plan_bands`: no packed column is
+    built), the :class:`BandPlan` otherwise.
 
     Partial combinations grow one stream at a time in ``order``.  Every
     member of a partial combination has the same key, and the band
@@ -284,6 +306,10 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
         return c
 
     first = order[0]
+    if plan and bounds and idx == np.int32:
+        got = _band_bounds(ts, ids, W, first, order[1], kradix, span, base)
+        if got is not None:
+            return got
     n_first = len(ts[first])
     rows: dict[int, np.ndarray] = {first: np.arange(n_first, dtype=idx)}
     p_key = ids[first] if ids is not None else None
@@ -349,6 +375,27 @@ def enumerate_sorted(ts: Sequence[np.ndarray], ids: list[np.ndarray] | None, win
             p_key = p_key[parent] if p_key is not None else None
             p_cell = p_cell[parent] if p_cell is not None else None
     return Combos([rows[k] for k in range(n)], ts)
+
+
+def _band_bounds(ts, ids, W, first: int, k: int, kradix: int, span: int, base: int) -> BandBounds | None:
+    """:class:`BandBounds` of the two-stream band join (``first`` queries ``k``), or
+    ``None`` where a stream's times go back within a key or a kernel is not built."""
+    if kradix >= 2**31:   # the kernel reads int32 key ids
+        return None
+    key_of = [None if ids is None else ids[s] for s in (first, k)]
+    query_rows = kernels.key_order(key_of[0], ts[first], kradix)
+    if query_rows is None:
+        return None
+    stored_rows = kernels.key_order(key_of[1], ts[k], kradix)
+    if stored_rows is None:
+        return None
+    empty = np.empty(0, np.int32)
+    keys = [empty if key is None else key.astype(np.int32, copy=False) for key in key_of]
+    got = kernels.plan_bands(keys[1], ts[k], stored_rows, keys[0], ts[first], query_rows, span, base, W[k], W[first])
+    if got is None:
+        return None
+    start, end, total = got
+    return BandBounds(first, k, stored_rows, query_rows, start, end, int(total))
 
 
 def band_pairs(sorted_values: np.ndarray, stored_rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,

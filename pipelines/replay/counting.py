@@ -12,7 +12,9 @@ last member (:func:`~streamjoin.pipelines.replay.emit.last_arrivals`) and the
 emitted mask (:func:`~streamjoin.pipelines.replay.emit.emission`) -- several
 arrays of 8.1M elements on the core data -- and the metrics then read them.
 :func:`count_pairs` walks the same bands of the same plan
-(:class:`~streamjoin.pipelines.replay.candidates.BandPlan`), in the same
+(:class:`~streamjoin.pipelines.replay.candidates.BandBounds`: the bands already
+located, without the packed codes, where both streams' times ascend within each
+key; else :class:`~streamjoin.pipelines.replay.candidates.BandPlan`), in the same
 order, and applies the same closed forms per pair:
 
 * **symmetric family** -- emitted iff ``last < min(b_q, b_s)`` with ``b =
@@ -35,7 +37,7 @@ so the pairs are distinct iff no query row and no stored row occurs twice --
 checked in the same calls (``None`` otherwise: the caller materialises and
 counts them).
 
-The walk runs over a range of queries (their bands from
+The walk runs over a range of queries (their bands from the plan, or from
 :func:`~streamjoin.pipelines.base.kernels.bands`, computed once): from
 :data:`SPLIT_QUERIES` queries :func:`count_pairs` splits them at about half
 the work (:func:`split_point`) and walks the halves on two threads -- the
@@ -65,7 +67,7 @@ from ..base import kernels
 from ..base.kernels import MIN_ROWS as KERNEL_MIN_ROWS
 from ..policies import SORTING, SYMMETRIC
 from ..base.timeunits import NEG_INF
-from .candidates import BandPlan
+from .candidates import BandBounds, BandPlan
 
 #: below this many input rows the engine materialises (the kernel's load costs more than it saves)
 MIN_ROWS = KERNEL_MIN_ROWS
@@ -128,7 +130,7 @@ class Counted:
     every: int
 
 
-def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period_of: np.ndarray,
+def count_pairs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_index, period_of: np.ndarray,
                 period_ids: np.ndarray, sample: int) -> Counted | None:
     """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
     symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
@@ -139,9 +141,9 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
     family = decisions.family
     if not counts(family, streams=replay.n, rows=replay.N):
         return None
-    arrays = (plan.sorted_values, plan.lo, plan.hi)
-    if any(a.dtype != np.int64 for a in arrays) or plan.stored_rows.dtype != np.int32 \
-            or plan.query_rows.dtype != np.int32:
+    arrays = (plan.start, plan.end) if isinstance(plan, BandBounds) else (plan.sorted_values, plan.lo, plan.hi)
+    if any(a.dtype != (np.int32 if isinstance(plan, BandBounds) else np.int64) for a in arrays) \
+            or plan.stored_rows.dtype != np.int32 or plan.query_rows.dtype != np.int32:
         return None
     qs, ss = plan.query_stream, plan.stored_stream
     c = np.ascontiguousarray
@@ -155,23 +157,25 @@ def count_pairs(plan: BandPlan, replay, windows, decisions, expiry_index, period
         ends = [empty32, empty32]
         dropped, release = c(decisions.dropped, dtype=bool), c(decisions.release, dtype=np.int64)
     sizes = [len(replay.index_of[k]) for k in (qs, ss)]
-    sorted_values, lo, hi = c(plan.sorted_values), c(plan.lo), c(plan.hi)
-    got = kernels.bands(sorted_values, lo, hi)
-    if got is None:
-        return None
-    start, end, total = got
+    if isinstance(plan, BandBounds):
+        start, end, total = c(plan.start), c(plan.end), plan.total
+    else:
+        got = kernels.bands(c(plan.sorted_values), c(plan.lo), c(plan.hi))
+        if got is None:
+            return None
+        start, end, total = got[0].astype(np.int32), got[1].astype(np.int32), got[2]
     every = (total + sample - 1) // sample if total > sample else 1
     facts = (c(plan.stored_rows), c(plan.query_rows), at[0], at[1], ends[0], ends[1],
              c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
              dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64),
              c(period_of, dtype=np.int32), c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1,
              replay.N, len(period_ids), every, sizes[0], sizes[1], NEG_INF)
-    nq = len(lo)
+    nq = len(start)
     if nq < max(SPLIT_QUERIES, 2):
         parts = [kernels.count_walk(start, end, *facts, 0, nq, 1, 3)]
     else:   # two range walks, on two threads (the kernel releases the GIL)
         mid = split_point(start, end)
-        before = int(end[:mid].sum() - start[:mid].sum())   # pairs of the first half
+        before = int(end[:mid].sum(dtype=np.int64) - start[:mid].sum(dtype=np.int64))   # pairs of the first half
         with ThreadPoolExecutor(max_workers=1) as pool:
             second = pool.submit(kernels.count_walk, start, end, *facts, mid, nq, 1 + (-before) % every, 2)
             parts = [kernels.count_walk(start, end, *facts, 0, mid, 1, 1), second.result()]
@@ -191,5 +195,5 @@ def split_point(start: np.ndarray, end: np.ndarray) -> int:
     """The query at which the second of two range walks starts: about half of the
     work on each side, counting a query's pairs plus two for its and its stored
     partner's gathered facts."""
-    work = np.cumsum(end - start + 2)
+    work = np.cumsum(end - start + 2, dtype=np.int64)
     return int(np.searchsorted(work, work[-1] // 2))

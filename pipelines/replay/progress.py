@@ -6,7 +6,8 @@ facts a join operator needs to decide locally what an online system would
 have done.  Everything here is whole-column numpy; no per-tuple Python.  The
 pass after the replay order's sort is also compiled
 (:func:`~streamjoin.pipelines.base.kernels.replay_facts`, used where it is
-built: the same arrays).
+built: the same arrays), and so is the expiry index's search
+(:func:`~streamjoin.pipelines.base.kernels.first_above`: the same integers).
 
 Definitions (SPEC §2)::
 
@@ -404,13 +405,13 @@ def expiry(replay: Replay, windows: np.ndarray, decisions: Decisions) -> list[np
     implicit = decisions.frontier is not None   # H_i = T - d_i: search T, never build H
     out, searches = [], []
     for i in range(replay.n):
-        if implicit:  # H_i(a) > ts + W_i  <=>  T(a) > ts + W_i + d_i
-            limit = replay.ts_of[i] + (W[i] + decisions.retention[i])
-            horizon = decisions.frontier
-        else:
-            limit = replay.ts_of[i] + W[i]
-            horizon = decisions.H[i]
-        out.append(np.empty(len(limit), dtype=idx))
+        # H_i(a) > ts + W_i, or with H_i = T - d_i: T(a) > ts + W_i + d_i
+        shift = int(W[i] + decisions.retention[i]) if implicit else int(W[i])
+        horizon = decisions.frontier if implicit else decisions.H[i]
+        out.append(np.empty(len(replay.ts_of[i]), dtype=idx))
+        if kernels.first_above(horizon, replay.ts_of[i], shift, out[i]):   # compiled: the same integers
+            continue
+        limit = replay.ts_of[i] + np.int64(shift)
         # halves of each stream's queries: two threads share the searches
         # (numpy's searchsorted releases the GIL)
         half = len(limit) // 2 if len(limit) >= PARALLEL_SEARCH else len(limit)

@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 
 from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.base.timeunits import NEG_INF
-from streamjoin.pipelines.replay.candidates import band_pairs, enumerate_sorted
-from streamjoin.pipelines.replay.progress import build_replay
+from streamjoin.pipelines.base.sorting import sorted_band_ranges
+from streamjoin.pipelines.replay.candidates import BandBounds, BandPlan, band_pairs, enumerate_sorted
+from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.replay.progress import build_replay, decide, expiry
 
 SETTINGS = settings(max_examples=200, deadline=None)
 RUN_MIN_ROWS = kernels.MIN_ROWS   # a run's threshold (the fixture below lowers it for the properties)
@@ -43,7 +45,8 @@ def _check_built():
     assert kernels.replay_facts(np.zeros(1, np.int32), np.array([0, 1]), np.zeros(1, np.int64),
                                 keep_running_max=False) is not None
     assert kernels.key_order(np.zeros(1, np.int64), np.zeros(1, np.int64), 1) is not None
-    for fn in (kernels._band_fill, kernels._progress_pass, kernels._key_order):
+    assert kernels.plan_bands(*[np.zeros(1, t) for t in (np.int32, np.int64, np.int32)] * 2, 1, 0, 0, 0) is not None
+    for fn in (kernels._band_fill, kernels._progress_pass, kernels._key_order, kernels._plan_bands):
         assert jit.how(fn) in ("aot", "aot-built")
 
 
@@ -141,6 +144,71 @@ def test_enumeration_with_the_kernel_equals_numpy(case, windows, keys, in_time_o
     fast, slow = both(lambda: enumerate_sorted(ts, ids, W))
     assert len(fast.rows) == len(slow.rows)
     for a, b in zip(fast.rows, slow.rows):
+        same(a, b)
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60)), min_size=1, max_size=40),
+                min_size=2, max_size=2),
+       st.tuples(st.integers(0, 12), st.integers(0, 12)), st.sampled_from([0, 10**15, NEG_INF + 10**6, 2**61]),
+       st.booleans(), st.sampled_from([[0, 1], [1, 0]]))
+def test_fused_band_plan_equals_the_numpy_plan_and_searches(rows, windows, base, keyless, probe):
+    """``enumerate_sorted(plan=True, bounds=True)`` (two counting sorts and ``plan_bands``:
+    no packed column) against the numpy path it replaces for counting -- the packed
+    codes' value sort (:class:`BandPlan`, ``$STREAMJOIN_KERNELS=numpy``) and
+    ``searchsorted`` of every band: the same row orders, starts, ends and total."""
+    rows = [sorted(r, key=lambda kt: kt[1]) for r in rows]   # rows in time order: the counting sort's case
+    ts = [base + np.array([t for _, t in r], np.int64) for r in rows]
+    ids = None if keyless else [np.array([k for k, _ in r], np.int64) for r in rows]
+    fused = enumerate_sorted(ts, ids, list(windows), None, probe, plan=True, bounds=True)
+    assert isinstance(fused, BandBounds)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(jit.KERNELS_ENV, "numpy")
+        plan = enumerate_sorted(ts, ids, list(windows), None, probe, plan=True, bounds=True)
+    assert isinstance(plan, BandPlan)
+    assert (fused.query_stream, fused.stored_stream) == (plan.query_stream, plan.stored_stream) == tuple(probe)
+    same(fused.stored_rows, plan.stored_rows)
+    same(fused.query_rows, plan.query_rows)
+    start, count = sorted_band_ranges(plan.sorted_values, plan.lo, plan.hi)
+    assert fused.start.dtype == fused.end.dtype == np.int32
+    np.testing.assert_array_equal(fused.start, start)
+    np.testing.assert_array_equal(fused.end - fused.start, count)
+    assert fused.total == int(count.sum())
+
+
+@SETTINGS
+@given(st.lists(st.integers(-50, 50), max_size=60), st.lists(st.integers(-80, 80), max_size=60),
+       st.integers(-30, 30), st.sampled_from(["as drawn", "ascending", "descending"]),
+       st.sampled_from([0, NEG_INF + 100, 2**62]), st.integers(0, 5))
+def test_first_above_is_searchsorted_right(horizon, values, shift, layout, base, unseen):
+    """The expiry index's compiled search: ``np.searchsorted(horizon, values + shift, "right")``
+    for a non-decreasing horizon (ties; ``unseen`` leading ``NEG_INF`` entries, the
+    frontier before every stream arrived), queries in any order (ascending: the
+    galloping path; back and forth: the backward searches)."""
+    horizon = np.concatenate([np.full(unseen, NEG_INF, np.int64), np.sort(np.array(horizon, np.int64)) + base])
+    values = np.array(values, np.int64) + base
+    if layout != "as drawn":
+        values = np.sort(values)[::-1 if layout == "descending" else 1].copy()
+    out = np.full(len(values), -1, np.int32)
+    assert kernels.first_above(horizon, values, shift, out)
+    np.testing.assert_array_equal(out, np.searchsorted(horizon, values + np.int64(shift), side="right"))
+
+
+@SETTINGS
+@given(streams(max_streams=3), st.integers(0, 20), st.integers(0, 20))
+def test_expiry_index_with_the_kernel_equals_numpy(case, window, retention):
+    """``progress.expiry`` (static: the frontier searched) with ``first_above`` and with numpy."""
+    ts, arrival = case
+    n = len(ts)
+    policy = PolicySpec("static", retention=(retention,) * n)
+    W = np.full(n, window, np.int64)
+
+    def index():
+        replay = build_replay(ts, arrival, keep_running_max=False)
+        return expiry(replay, W, decide(replay, W, policy))
+
+    fast, slow = both(index)
+    for a, b in zip(fast, slow):
         same(a, b)
 
 
