@@ -453,3 +453,25 @@ def test_publishing_keeps_an_interrupt_recorded_while_the_handlers_are_put_back(
         assert guard.holding and guard.pending == [signal.SIGTERM]
         with pytest.raises(KeyboardInterrupt):
             guard.arm()  # a range's next day stops
+
+
+def test_a_range_interrupted_before_its_first_day_reports_the_range_counts(root, tmp_path, monkeypatch, capsys):
+    """An interrupt while the config is resolved (before the day loop) ended with a summary without the
+    range's counts (seen as ``KeyError: 'published'`` in a random-moment trial): now the same keys, with
+    nothing published and the range interrupted."""
+    from streamjoin.pipelines.config.settings import Flags
+    from streamjoin.pipelines.nightly import backfill
+    from streamjoin.pipelines.nightly.options import nightly_options
+
+    def interrupt(cfg):
+        raise KeyboardInterrupt
+    _nightly_config(tmp_path, root / "data")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(backfill, "nightly_period", interrupt)
+    opts = nightly_options(tmp_path / "nightly.toml", from_=str(D2), to=str(D3), log_format="json")
+    assert backfill.cli_run(tmp_path / "nightly.toml", Flags(), opts, "test") == 130
+    summary = summary_of(capsys.readouterr().out)
+    assert summary is not None
+    assert {k: summary[k] for k in ("days", "published", "interrupted", "exit_code")} == \
+        {"days": 2, "published": 0, "interrupted": 1, "exit_code": 130}
+    assert not (tmp_path / "out").exists()
