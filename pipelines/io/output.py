@@ -40,7 +40,8 @@ Test hooks (environment variables, for the fault-injection tests only; never
 set them in production): ``STREAMJOIN_TEST_PAUSE_AT=<step>[,<step>]`` makes
 the process print ``streamjoin: test pause at <step> (pid N)`` to stderr and
 stop itself (SIGSTOP) the first time it reaches that step, so a test can
-kill it there and nowhere else, or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
+kill it there and nowhere else (an interrupt sent to its main thread:
+tests/helpers/faults.py says why), or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
 internal failure there; ``STREAMJOIN_TEST_NO_EXCHANGE=1`` takes the fallback.
 Steps: ``staged`` (staging complete, before publishing), ``exchanged`` (after
 the exchange, before the previous version is deleted), ``trashed`` (fallback:
