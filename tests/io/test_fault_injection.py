@@ -475,3 +475,16 @@ def test_a_range_interrupted_before_its_first_day_reports_the_range_counts(root,
     assert {k: summary[k] for k in ("days", "published", "interrupted", "exit_code")} == \
         {"days": 2, "published": 0, "interrupted": 1, "exit_code": 130}
     assert not (tmp_path / "out").exists()
+
+
+def test_without_a_guard_an_interrupt_held_while_publishing_is_acted_on_once_published(monkeypatch, tmp_path):
+    """A library caller (no InterruptGuard): a Ctrl-C during the publishing rename was recorded and
+    dropped; now it is held until the version is in place, then raised."""
+    monkeypatch.setattr(output, "_guard", None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    target = tmp_path / "f.txt"
+    with pytest.raises(KeyboardInterrupt):
+        with output.publishing():
+            signal.raise_signal(signal.SIGINT)
+            target.write_text("published")
+    assert target.read_text() == "published"
