@@ -40,7 +40,8 @@ Test hooks (environment variables, for the fault-injection tests only; never
 set them in production): ``STREAMJOIN_TEST_PAUSE_AT=<step>[,<step>]`` makes
 the process print ``streamjoin: test pause at <step> (pid N)`` to stderr and
 stop itself (SIGSTOP) the first time it reaches that step, so a test can
-kill it there and nowhere else, or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
+kill it there and nowhere else (an interrupt sent to its main thread:
+tests/helpers/faults.py says why), or resume it (SIGCONT); ``STREAMJOIN_TEST_FAIL_AT=<step>`` raises an
 internal failure there; ``STREAMJOIN_TEST_NO_EXCHANGE=1`` takes the fallback.
 Steps: ``staged`` (staging complete, before publishing), ``exchanged`` (after
 the exchange, before the previous version is deleted), ``trashed`` (fallback:
@@ -101,19 +102,42 @@ def interrupts_held() -> Iterator[list[int]]:
 
     A signal landing between two of those steps would leave a staging or old
     directory behind (or a previous output moved aside).  Inside this block
-    one is only recorded; the list yielded tells the caller whether one came.
-    Outside the main thread (no signal handlers there) it does nothing.
+    one is only recorded; the list yielded tells the caller whether one came
+    (read it after the block: one recorded while the handlers are put back
+    is added then).  Outside the main thread (no signal handlers there) it
+    does nothing.
     """
     pending: list[int] = []
     if not _main_thread():
         yield pending
         return
-    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in INTERRUPTS}
+    previous: dict[int, object] = {}
     try:
+        _set_handlers({sig: lambda signum, frame: pending.append(signum) for sig in INTERRUPTS}, previous)
         yield pending
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _set_handlers(previous, {})
+
+
+def _set_handlers(handlers: dict[int, object], previous: dict[int, object]) -> None:
+    """Install every handler of ``handlers`` (their predecessors go into ``previous``), even when an interrupt comes.
+
+    ``signal.signal`` first runs the Python handlers of signals that arrived
+    (their C-level part already ran, maybe in another thread); one that raises
+    ``KeyboardInterrupt`` would leave the remaining signals with the old
+    handlers -- e.g. SIGINT recorded for a block that has ended, so a later
+    Ctrl-C is silently lost.  The interrupt is raised once all are installed.
+    """
+    interrupt: KeyboardInterrupt | None = None
+    for sig, handler in handlers.items():
+        while True:
+            try:
+                previous[sig] = signal.signal(sig, handler)
+                break
+            except KeyboardInterrupt as exc:  # raised before the handler was set: set it again
+                interrupt = exc
+    if interrupt is not None:
+        raise interrupt
 
 
 class InterruptGuard:
@@ -355,11 +379,17 @@ def publishing() -> Iterator[None]:
     fault_point("staged")
     if _guard is not None:
         _guard.check()
-    with interrupts_held() as pending:
-        yield
-        if _guard is not None:  # published: from here on an interrupt cannot undo it (InterruptGuard)
-            _guard.hold()
+    pending: list[int] = []
+    try:
+        with interrupts_held() as pending:
+            yield
+            if _guard is not None:  # published: from here on an interrupt cannot undo it (InterruptGuard)
+                _guard.hold()
+    finally:  # after the handlers are back: one recorded while they were put back counts too
+        if _guard is not None:  # held for the guard: the next arm() (a range's next day) raises it
             _guard.pending += pending
+    if pending and _guard is None:  # no guard (a library caller): act on it now that it is published
+        _redeliver(pending[0])
     fault_point("published")
 
 

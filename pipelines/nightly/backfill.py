@@ -279,10 +279,17 @@ def run_days(cfg: RunConfig, opts: NightlyOptions, log: RunLog, command: str, to
             if code == EXIT_INTERRUPTED:
                 break
         code = EXIT_INTERRUPTED if EXIT_INTERRUPTED in codes else worst(codes)
-        log.summary(code, days=len(opts.days), published=published, up_to_date=skipped,
-                    failed=sum(c in (EXIT_FAILURE, EXIT_USAGE) for c in codes), locked=codes.count(EXIT_LOCKED),
-                    target_missed=under, interrupted=codes.count(EXIT_INTERRUPTED))
+        log.summary(code, **range_counts(len(opts.days), codes, published, skipped, under))
     return code
+
+
+def range_counts(days: int, codes: list[int], published: int = 0, up_to_date: int = 0,
+                 target_missed: int = 0) -> dict[str, int]:
+    """The counts of a range's summary -- the same keys whether it ran to the end, stopped at a day, or was
+    interrupted before its first day (:func:`_entry`: then ``interrupted`` is 1, nothing published)."""
+    return dict(days=days, published=published, up_to_date=up_to_date,
+                failed=sum(c in (EXIT_FAILURE, EXIT_USAGE) for c in codes), locked=codes.count(EXIT_LOCKED),
+                target_missed=target_missed, interrupted=codes.count(EXIT_INTERRUPTED))
 
 
 # ----------------------------------------------------------------------------
@@ -337,7 +344,10 @@ def nightly_period(cfg: RunConfig) -> RunConfig:
     return with_period(replace(cfg, engine="local"), DAY_US - 1, over="1d")  # a day's arrivals lie in [D, D + 1d)
 
 
-def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
+def _entry(config_path: Path | None, flags, opts: NightlyOptions, body, interrupted: dict[str, int] | None = None) -> int:
+    """Resolve the config and run ``body``; an error or interrupt not handled there ends with its summary
+    (``interrupted``: the counts that summary states, e.g. :func:`range_counts` of a range stopped before
+    its first day -- resolving the config, removing stale locks)."""
     from ..config.settings import resolve
 
     log = RunLog(opts.log_format)
@@ -362,7 +372,7 @@ def _entry(config_path: Path | None, flags, opts: NightlyOptions, body) -> int:
         except KeyboardInterrupt:
             guard.hold()
             log.error("interrupted; nothing was published for the day in progress", EXIT_INTERRUPTED)
-            log.summary(EXIT_INTERRUPTED, status="interrupted")
+            log.summary(EXIT_INTERRUPTED, status="interrupted", **(interrupted or {}))
             return EXIT_INTERRUPTED
 
 
@@ -374,7 +384,8 @@ def cli_run(config_path: Path | None, flags, opts: NightlyOptions, command: str,
         raise InputError("give --date D or --from D1 --to D2")
     if plan_only:
         return _entry(config_path, flags, opts, lambda cfg, log: plan(cfg, opts, log))
-    return _entry(config_path, flags, opts, lambda cfg, log: run_days(cfg, opts, log, command, tool_version()))
+    return _entry(config_path, flags, opts, lambda cfg, log: run_days(cfg, opts, log, command, tool_version()),
+                  interrupted=range_counts(len(opts.days), [EXIT_INTERRUPTED]))
 
 
 def cli_validate(config_path: Path | None, flags, opts: NightlyOptions) -> int:

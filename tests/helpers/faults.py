@@ -2,11 +2,13 @@
 
 ``STREAMJOIN_TEST_PAUSE_AT=<step>`` makes a ``streamjoin`` process stop itself
 (SIGSTOP) at a named step of the publish protocol; :func:`wait_stopped` waits
-until it has, so a signal sent then lands exactly there.
+until it has, so a signal sent then to its main thread (:func:`signal_and_resume`)
+lands exactly there.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -46,11 +48,33 @@ def wait_stopped(proc: subprocess.Popen, timeout: float = 60.0) -> bool:
     raise AssertionError(f"pid {proc.pid} did not reach its pause step in {timeout}s")
 
 
+def send_to_main_thread(pid: int, sig: int) -> None:
+    """``sig`` to the main thread of process ``pid`` (``tgkill(2)``), as the kernel gives it to a running one.
+
+    A process-directed signal (``kill(2)``) is handed to a thread when it is
+    sent: the main thread if it can take it -- which is where CPython runs
+    its handlers.  A *stopped* process has no thread that can: the signal
+    waits in the process's queue, and after SIGCONT whichever thread runs
+    first takes it -- often a worker (polars, pyarrow, numba keep a dozen),
+    whose C-level handler may run only after the main thread went on past
+    the pause step, e.g. into ``interrupts_held``: the signal then counts as
+    landing there, not at the step (seen: SIGTERM at ``staged`` published a
+    day).  Sent to the main thread it is taken there on resuming, before any
+    further Python code.
+    """
+    if _libc.tgkill(pid, pid, sig) != 0:
+        err = ctypes.get_errno()
+        raise ProcessLookupError(err, os.strerror(err), pid)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
 def signal_and_resume(proc: subprocess.Popen, sig: int) -> None:
-    """Send ``sig`` to a stopped process, then let it run on to act on it."""
-    proc.send_signal(sig)
+    """Send ``sig`` to a stopped process's main thread, then let it run on to act on it (at its pause step)."""
     if proc.poll() is None:
         try:
+            send_to_main_thread(proc.pid, sig)
             os.kill(proc.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass

@@ -37,6 +37,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ import pytest
 
 from helpers.cli import CMD
 from helpers.faults import clean_env, signal_and_resume, wait_stopped
+from streamjoin.pipelines.io import output
 
 TRIALS = int(os.environ.get("STREAMJOIN_FAULT_TRIALS", 50))  # per command
 WORKERS = 2  # per command: four processes at a time in all
@@ -374,3 +376,115 @@ def test_random_kills_and_interrupts_never_lose_the_output(root, kind):
     _coverage(trials)
     steps = RUN_STEPS if kind == "run" else NIGHTLY_STEPS
     assert {t.step for t in trials if t.step} == set(steps), f"seed {SEED}: not every step was hit"
+
+
+# ----------------------------------------------------------------------------
+# the hooks themselves: the signal lands at the step
+# ----------------------------------------------------------------------------
+
+
+_STOPPED_CHILD = """
+import json, os, signal, sys, threading, time
+got = []
+signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # a worker thread: SIGTERM unblocked
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the main thread keeps a SIGTERM it is given
+os.kill(os.getpid(), signal.SIGSTOP)
+end = time.monotonic() + 3
+while not got and time.monotonic() < end:  # a SIGTERM the worker took runs the handler meanwhile
+    time.sleep(0.01)
+print(json.dumps({"handled": got, "main_pending": signal.SIGTERM in signal.sigpending()}))
+"""
+
+
+def test_a_signal_sent_at_a_pause_step_goes_to_the_main_thread():
+    """Root cause of a flaky trial (SIGTERM at ``staged`` published a day): sent to the stopped
+    process, the signal went to whichever thread ran first after SIGCONT, a worker, whose C handler
+    ran after the main thread had gone on into publishing (helpers/faults.py).  Here the main thread
+    blocks SIGTERM and a worker does not: a signal given to the process would be the worker's (and
+    handled), one given to the main thread stays pending there."""
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPED_CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert wait_stopped(proc), proc.communicate()
+    signal_and_resume(proc, signal.SIGTERM)
+    stdout, stderr = _finish(proc, "stopped child")
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout) == {"handled": [], "main_pending": True}
+
+
+def _late_signal(monkeypatch, on_call: int, act) -> None:
+    """``signal.signal`` whose ``on_call``-th call first does ``act(sig)``: what its check of pending
+    signals does when a signal's C-level handler ran (in any thread) but its Python handler has not."""
+    real, calls = signal.signal, []
+
+    def signal_(sig, handler):
+        calls.append(sig)
+        if len(calls) == on_call:
+            act(sig)
+        return real(sig, handler)
+    monkeypatch.setattr(signal, "signal", signal_)
+
+
+def test_interrupts_held_puts_every_handler_back_when_an_interrupt_comes_while_installing(monkeypatch):
+    """A KeyboardInterrupt between installing SIGINT's and SIGTERM's recorders left SIGINT's recorder in
+    place for good (a later Ctrl-C recorded in a list nobody reads): now both are installed, the
+    interrupt raised, and both put back."""
+    before = {sig: signal.getsignal(sig) for sig in output.INTERRUPTS}
+
+    def interrupt(sig):
+        raise KeyboardInterrupt
+    _late_signal(monkeypatch, 2, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with output.interrupts_held():
+            pass
+    monkeypatch.undo()
+    assert {sig: signal.getsignal(sig) for sig in output.INTERRUPTS} == before
+
+
+def test_publishing_keeps_an_interrupt_recorded_while_the_handlers_are_put_back(monkeypatch):
+    """A SIGTERM whose Python handler ran as ``interrupts_held`` put SIGTERM's handler back (its 4th
+    ``signal.signal``) was recorded after publishing had taken the list: lost, the range went on."""
+    monkeypatch.setattr(output, "_guard", None)
+    with output.interrupt_guard() as guard:
+        _late_signal(monkeypatch, 4, lambda sig: signal.getsignal(sig)(sig, None))
+        with output.publishing():
+            pass
+        monkeypatch.undo()
+        assert guard.holding and guard.pending == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt):
+            guard.arm()  # a range's next day stops
+
+
+def test_a_range_interrupted_before_its_first_day_reports_the_range_counts(root, tmp_path, monkeypatch, capsys):
+    """An interrupt while the config is resolved (before the day loop) ended with a summary without the
+    range's counts (seen as ``KeyError: 'published'`` in a random-moment trial): now the same keys, with
+    nothing published and the range interrupted."""
+    from streamjoin.pipelines.config.settings import Flags
+    from streamjoin.pipelines.nightly import backfill
+    from streamjoin.pipelines.nightly.options import nightly_options
+
+    def interrupt(cfg):
+        raise KeyboardInterrupt
+    _nightly_config(tmp_path, root / "data")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(backfill, "nightly_period", interrupt)
+    opts = nightly_options(tmp_path / "nightly.toml", from_=str(D2), to=str(D3), log_format="json")
+    assert backfill.cli_run(tmp_path / "nightly.toml", Flags(), opts, "test") == 130
+    summary = summary_of(capsys.readouterr().out)
+    assert summary is not None
+    assert {k: summary[k] for k in ("days", "published", "interrupted", "exit_code")} == \
+        {"days": 2, "published": 0, "interrupted": 1, "exit_code": 130}
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_a_guard_an_interrupt_held_while_publishing_is_acted_on_once_published(monkeypatch, tmp_path):
+    """A library caller (no InterruptGuard): a Ctrl-C during the publishing rename was recorded and
+    dropped; now it is held until the version is in place, then raised."""
+    monkeypatch.setattr(output, "_guard", None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    target = tmp_path / "f.txt"
+    with pytest.raises(KeyboardInterrupt):
+        with output.publishing():
+            signal.raise_signal(signal.SIGINT)
+            target.write_text("published")
+    assert target.read_text() == "published"
