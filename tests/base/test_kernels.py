@@ -22,7 +22,7 @@ from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.base.timeunits import NEG_INF
 from streamjoin.pipelines.base.sorting import sorted_band_ranges
 from streamjoin.pipelines.replay.candidates import BandBounds, BandPlan, band_pairs, enumerate_sorted
-from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.policies import PolicySpec, RecallTarget
 from streamjoin.pipelines.replay.progress import build_replay, decide, expiry
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -208,6 +208,32 @@ def test_expiry_index_with_the_kernel_equals_numpy(case, window, retention):
         return expiry(replay, W, decide(replay, W, policy))
 
     fast, slow = both(index)
+    for a, b in zip(fast, slow):
+        same(a, b)
+
+
+@SETTINGS
+@given(streams(max_streams=3), st.integers(0, 20), st.integers(1, 60), st.sampled_from([0.5, 0.9, 0.99]))
+def test_expiry_index_over_explicit_horizons_with_the_kernel_equals_numpy(case, window, period, target):
+    """``progress.expiry`` with adaptive retention (qjoin: the horizons ``H_i`` built, not the
+    frontier shifted -- the other branch of its search) with ``first_above`` and with numpy."""
+    ts, arrival = case
+    n = len(ts)
+    policy = PolicySpec("qjoin", target=RecallTarget(target, period_us=period))
+    W = np.full(n, window, np.int64)
+    calls = []
+    real = kernels.first_above
+
+    def index():
+        replay = build_replay(ts, arrival, keep_running_max=False)
+        decisions = decide(replay, W, policy)
+        assert decisions.frontier is None   # the explicit H_i
+        return expiry(replay, W, decisions)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, "first_above", lambda *a: (calls.append(real(*a)), calls[-1])[1])
+        fast, slow = both(index)
+    assert True in calls or not any(len(t) for t in ts)   # the kernel answered (a stream with rows)
     for a, b in zip(fast, slow):
         same(a, b)
 
