@@ -401,8 +401,8 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
     fa = np.empty(both, np.int32)
     fb = np.empty(both, np.int64)
     fp = np.empty(both, np.int32)
-    # symmetric: T at the arrival and ts + W are read for the sampled pairs only (every
-    # ``every``-th), so they are looked up there instead of gathered for every member
+    # symmetric: T at the arrival and ts + W are gathered for every member, though the
+    # walk reads them for the sampled pairs only (every ``every``-th)
     fx = np.empty(both, np.int64)   # T at the arrival (symmetric) or k(x) (sorting)
     fy = np.empty(both, np.int64)   # ts + W (symmetric) or the release time (sorting)
     fz = np.empty(both if family == 1 else 0, np.int64)   # the arrival time (sorting)

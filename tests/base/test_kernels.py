@@ -22,7 +22,7 @@ from streamjoin.pipelines.base import jit, kernels
 from streamjoin.pipelines.base.timeunits import NEG_INF
 from streamjoin.pipelines.base.sorting import sorted_band_ranges
 from streamjoin.pipelines.replay.candidates import BandBounds, BandPlan, band_pairs, enumerate_sorted
-from streamjoin.pipelines.policies import PolicySpec
+from streamjoin.pipelines.policies import PolicySpec, RecallTarget
 from streamjoin.pipelines.replay.progress import build_replay, decide, expiry
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -212,6 +212,32 @@ def test_expiry_index_with_the_kernel_equals_numpy(case, window, retention):
         same(a, b)
 
 
+@SETTINGS
+@given(streams(max_streams=3), st.integers(0, 20), st.integers(1, 60), st.sampled_from([0.5, 0.9, 0.99]))
+def test_expiry_index_over_explicit_horizons_with_the_kernel_equals_numpy(case, window, period, target):
+    """``progress.expiry`` with adaptive retention (qjoin: the horizons ``H_i`` built, not the
+    frontier shifted -- the other branch of its search) with ``first_above`` and with numpy."""
+    ts, arrival = case
+    n = len(ts)
+    policy = PolicySpec("qjoin", target=RecallTarget(target, period_us=period))
+    W = np.full(n, window, np.int64)
+    calls = []
+    real = kernels.first_above
+
+    def index():
+        replay = build_replay(ts, arrival, keep_running_max=False)
+        decisions = decide(replay, W, policy)
+        assert decisions.frontier is None   # the explicit H_i
+        return expiry(replay, W, decisions)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, "first_above", lambda *a: (calls.append(real(*a)), calls[-1])[1])
+        fast, slow = both(index)
+    assert True in calls or not any(len(t) for t in ts)   # the kernel answered (a stream with rows)
+    for a, b in zip(fast, slow):
+        same(a, b)
+
+
 def test_small_inputs_take_the_numpy_paths():
     """Below MIN_ROWS a run neither loads nor builds a kernel (a few ms of CPU saved, no first build)."""
     with pytest.MonkeyPatch.context() as m:
@@ -225,12 +251,27 @@ def test_small_inputs_take_the_numpy_paths():
         assert kernels.key_order(np.zeros(100, np.int64), np.arange(100), 1) is not None
 
 
+#: every compiled kernel of base/kernels (a new one belongs here, in ensure_built and in main's check)
+ALL_KERNELS = (kernels._band_fill, kernels._key_order, kernels._progress_pass, kernels._count_walk, kernels._bands,
+               kernels._plan_bands, kernels._first_above)
+
+
+def test_every_kernel_is_listed():
+    """ALL_KERNELS names every function base/kernels builds (``jit.prebuilt(_x, X_SIGNATURE)``), so the two
+    tests below see a kernel that ensure_built (a Spark driver, the set-up) leaves out."""
+    import inspect
+    import re
+
+    built = set(re.findall(r"prebuilt\((_\w+),", inspect.getsource(kernels)))
+    assert built == {f.__name__ for f in ALL_KERNELS}
+
+
 def test_ensure_built_loads_every_kernel(monkeypatch):
     """A Spark driver builds (or loads) them all before its tasks run."""
     monkeypatch.setattr(jit, "_KERNELS", {})
     monkeypatch.setattr(jit, "_HOW", {})
     kernels.ensure_built()
-    assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
+    assert {jit.how(f) for f in ALL_KERNELS} <= {"aot", "aot-built"}
 
 
 def _kernel_calls(monkeypatch) -> list[str]:
@@ -290,7 +331,7 @@ def test_the_set_up_entry_builds_every_kernel_or_says_why_not(monkeypatch, capsy
     monkeypatch.delenv(jit.KERNELS_ENV, raising=False)
     capsys.readouterr()
     assert kernels.main(["--build"]) == 0 and capsys.readouterr().out == ""
-    assert {jit.how(f) for f in (kernels._band_fill, kernels._key_order, kernels._progress_pass)} <= {"aot", "aot-built"}
+    assert {jit.how(f) for f in ALL_KERNELS} <= {"aot", "aot-built"}
     monkeypatch.setattr(jit, "missing_toolchain", lambda: "no C compiler: gcc not found")
     assert kernels.main(["--build"]) == 0
     out = capsys.readouterr().out

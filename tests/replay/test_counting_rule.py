@@ -101,6 +101,41 @@ def test_two_range_walks_count_what_one_walk_counts(seed, sizes, sample, family,
         assert np.array_equal(one.latency, two.latency)
 
 
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.tuples(st.integers(1, 300), st.integers(1, 300)),
+       sample=st.integers(1, 40), family=st.sampled_from(["static", "kslack", "mpkslack"]), keyed=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_two_range_walks_over_the_fused_plan_count_what_one_walk_counts(seed, sizes, sample, family, keyed):
+    """The property above with the kernels at any size, so the streams (in time order) are
+    planned by ``plan_bands`` (BandBounds: int32 starts and ends) -- the split walk's path
+    the test above never reaches below the kernels' MIN_ROWS: one walk, two walks and the
+    packed plan's one walk give the same Counted."""
+    from streamjoin.pipelines.base import kernels
+
+    rng = np.random.default_rng(seed)
+    ts = [np.sort(rng.integers(-1000, 2000, n)).astype(np.int64) for n in sizes]
+    arrival = [t + rng.integers(0, 80, len(t)) for t in ts]
+    keys = [pl.DataFrame({"__key0": rng.integers(0, 3, n)}) for n in sizes] if keyed else [None, None]
+    policy = {"static": PolicySpec("static", retention=(15, 15)), "kslack": PolicySpec("kslack", k=(20, 20)),
+              "mpkslack": PolicySpec("mpkslack")}[family]
+    real, calls = kernels.plan_bands, []
+    got = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(counting, "MIN_ROWS", 0)
+        m.setattr(kernels, "MIN_ROWS", 0)
+        for split, fused in ((10**9, True), (0, True), (10**9, False)):
+            m.setattr(counting, "SPLIT_QUERIES", split)
+            m.setattr(kernels, "plan_bands", (lambda *a: (calls.append(1), real(*a))[1]) if fused else (lambda *a: None))
+            got.append(join(ts, arrival, keys, (30, 50), policy, count=CountRequest(period_us=97, sample=sample)).counted)
+    assert len(calls) == 2 and all(c is not None for c in got)
+    one = got[-1]
+    for two in got[:2]:
+        assert (one.truth, one.emitted, one.every) == (two.truth, two.emitted, two.every)
+        assert np.array_equal(one.codes, two.codes) and np.array_equal(one.need, two.need)
+        assert (one.latency is None) == (two.latency is None)
+        if one.latency is not None:
+            assert np.array_equal(one.latency, two.latency)
+
+
 def test_a_small_job_never_asks_for_the_counting_kernel(tmp_path, monkeypatch):
     """A ``--no-results`` run below ``MIN_ROWS`` input rows never looks the count
     kernels up (a lookup builds them where they are missing: 5-10 s each, a
