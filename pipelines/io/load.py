@@ -13,7 +13,7 @@ Each stream becomes a :class:`LoadedStream`:
   (the working columns never mix with the user's); :func:`load_all` first
   refuses inputs whose output columns would collide (io/columns.py).  A run
   whose outputs read no payload (``payload=False``, :func:`payload_needed`:
-  no results, no ``--where``) reads only the configured columns where it can
+  no results, no ``--where``, the local engine) reads only the configured columns where it can
   (:func:`unread_columns`); its payload is then the key (and ``--distance``
   vector) columns.
 

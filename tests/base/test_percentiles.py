@@ -5,6 +5,7 @@ percentiles), for any values, dtype and quantiles."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -64,5 +65,9 @@ def test_kth_of_counts_is_the_kth_smallest(values, data):
     if ordered[-1] - lo < 1000:
         cum = np.cumsum(np.bincount(np.asarray(values, np.int64) - lo))
         assert [x + lo for x in percentiles.kth_of_counts(cum, ks)] == [ordered[k] for k in ks]
-    assert all(percentiles.rank(q, len(values)) == max(1, math.ceil(q * len(values))) - 1
-               for q in (1e-9, 0.5, 0.95, 1.0))
+    # rank by the definition, in exact decimals: position k holds the smallest value with at least
+    # q of the data at or below it -- k + 1 >= q·n, and k is the first such (k = 0 or k < q·n)
+    n = len(values)
+    for q in ("0.000000001", "0.25", "0.5", "0.9", "0.95", "0.99", "0.999", "1"):
+        k, exact = percentiles.rank(float(q), n), Fraction(q) * n
+        assert 0 <= k < n and k + 1 >= exact and (k == 0 or k < exact), (q, n, k)

@@ -449,3 +449,34 @@ def test_facts_recomputed_inside_a_union_stage_equal_the_cached_ones(spark):
     finally:
         prog.release()
     assert len(want) == 80 and got == want
+
+
+@pytest.mark.parametrize("fails, frames", [("carried", 1), ("element_at", 2)])
+def test_a_failed_progress_frame_leaves_nothing_cached(spark, monkeypatch, fails, frames):
+    """progress_frame: a step failing after it persisted frames (its range-partitioned
+    copy; then the facts pass's cache) unpersists them, so nothing stays cached in a
+    reused session."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from streamjoin.pipelines.engines.spark import native_progress
+    from streamjoin.pipelines.policies import PolicySpec
+
+    rng = np.random.default_rng(4)
+    rows = [(k, i, int(t), int(t + rng.integers(0, 50))) for k in range(2)
+            for i, t in enumerate(np.sort(rng.integers(0, 400, 30)))]
+    df = spark.createDataFrame(rows, "stream int, row long, ts long, arrival long")
+    persisted, real_persist = [], type(df).persist   # the session's DataFrame class (classic or Connect)
+
+    def persist(self, *a, **k):
+        persisted.append(self)
+        return real_persist(self, *a, **k)
+
+    def boom(*a, **k):
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr(type(df), "persist", persist)
+    monkeypatch.setattr(native_progress if fails == "carried" else F, fails, boom)
+    with pytest.raises(RuntimeError, match="step failed"):
+        native_progress.progress_frame(spark, df, 2, (80, 80), PolicySpec("mpkslack"), 3)
+    assert len(persisted) == frames and not any(f.is_cached for f in persisted)

@@ -136,6 +136,41 @@ def test_decides_frame_is_released_when_progress_fails(spark, tmp_path, monkeypa
     assert len(held) == 1 and not held[0].is_cached and held[0].storageLevel == StorageLevel.NONE
 
 
+@pytest.mark.parametrize("fails", ["progress_frame", "memory_stats"])
+def test_a_failed_native_join_leaves_nothing_cached(spark, tmp_path, monkeypatch, fails):
+    """native_join: when the progress step fails, the read's cached copy is released too;
+    when a later step fails, the progress frame's cached frames are -- nothing stays
+    cached in a reused session."""
+    from streamjoin.pipelines.engines.spark import native, read
+
+    released, progs = [], []
+    real_release, real_progress = read.SparkInput.release, native.progress_frame
+
+    def release(self):
+        released.append(True)
+        real_release(self)
+
+    def progress(*a, **k):
+        if fails == "progress_frame":
+            raise RuntimeError("step failed")
+        progs.append(real_progress(*a, **k))
+        return progs[-1]
+
+    def stats(*a, **k):
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr(read.SparkInput, "release", release)
+    monkeypatch.setattr(native, "progress_frame", progress)
+    monkeypatch.setattr(native, "memory_stats", stats)
+    cfg = write_inputs(tmp_path, 2, seed=6)
+    with pytest.raises(RuntimeError, match="step failed"):
+        run(cfg, tmp_path / "nat", engine="spark", master="local[2]", partitions=2, spark_conf=[NATIVE],
+            policy="qjoin", recall=0.9, interval="50ms")
+    assert released == [True]
+    if fails == "memory_stats":
+        assert len(progs) == 1 and progs[0].cached and not any(df.is_cached for df in progs[0].cached)
+
+
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(2, 3), policy=st.sampled_from(["qjoin", "qkslack"]), recall=st.sampled_from([0.7, 0.9, 0.99]),
        router=st.sampled_from(["none", "atr"]), partitions=st.integers(1, 4), seed=st.integers(0, 10**6))

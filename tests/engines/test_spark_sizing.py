@@ -169,3 +169,32 @@ def test_footers_read_only_when_the_heap_is_sized_from_them(tmp_path, monkeypatc
     else:
         assert opened == []
         assert builder.conf.get("spark.driver.memory") == ("3g" if heap_set == "conf" else None)
+
+
+def test_a_uri_outputs_session_sizes_the_heap_from_the_input(tmp_path, monkeypatch):
+    """run --out URI opens the run's session in hadoop_out.open_uri_output, before the
+    join's open_session (which then reuses it): on a local master that session's heap
+    is the one sized from the inputs' footers, not the 4g of an unknown input."""
+    from contextlib import ExitStack, contextmanager, nullcontext
+    from types import SimpleNamespace
+
+    from pyspark.sql import SparkSession
+
+    from streamjoin.pipelines.engines.spark import hadoop_out, session
+
+    # 10M rows in the footer (all null: a small, quick file), above the minimum heap's rows
+    pq.write_table(pa.table({"ts": pa.nulls(10_000_000, pa.int64())}), tmp_path / "a.parquet")
+    builder = _Builder()
+    monkeypatch.setattr(SparkSession, "builder", builder)
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: None))
+    monkeypatch.setattr(session, "ship", lambda *a: None)
+    monkeypatch.setattr(session, "spark_log", contextmanager(lambda: (yield tmp_path / "log")))
+    monkeypatch.setattr(session, "output_to", lambda _: nullcontext())
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(hadoop_out, "HadoopOutput", lambda spark, out: nullcontext(tmp_path / "staging"))
+    cfg = SimpleNamespace(master="local[2]", partitions=2, spark_conf=(), out="file:///nowhere/out",
+                          streams=[SimpleNamespace(path=str(tmp_path / "a.parquet"), name="a")])
+    with ExitStack() as publish:
+        hadoop_out.open_uri_output(publish, cfg, executors=False, native=False)
+    assert driver_memory(10_000_000) != driver_memory(None)
+    assert builder.conf["spark.driver.memory"] == driver_memory(10_000_000)

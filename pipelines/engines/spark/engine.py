@@ -79,7 +79,7 @@ from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, pa
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
 from .session import spark_session, warm_up
-from .sizing import footer_rows, native_partitions
+from .sizing import input_rows_of, native_partitions
 from .progress import spark_micro_batches, spark_progress
 from .handoff import Handoff
 
@@ -323,8 +323,8 @@ def open_session(cfg):
     t0 = time.perf_counter()
     # a local master's driver heap is sized from the input (sizing.local_heap): its footers' rows,
     # read only when spark_session sizes the heap (not with a heap already set or a session running)
-    rows = lambda: footer_rows((s.path, s.name) for s in cfg.streams)   # noqa: E731
-    spark = stack.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf, input_rows=rows))
+    spark = stack.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf,
+                                              input_rows=input_rows_of(cfg.streams)))
     return stack, spark, {"spark_session": time.perf_counter() - t0}
 
 

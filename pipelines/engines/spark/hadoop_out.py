@@ -299,11 +299,14 @@ def open_uri_output(publish: ExitStack, cfg, executors: bool, native: bool):
     driver writes the results)."""
     from ...config.options import RESULTS_CONF_KEY
     from .session import spark_session
+    from .sizing import input_rows_of
 
     if executors and not native:
         raise InputError(f"--out {cfg.out}: {RESULTS_CONF_KEY}=executors off the native path writes local part "
                          f"files; with a Hadoop URI use spark.streamjoin.native=true or {RESULTS_CONF_KEY}=driver")
-    spark = publish.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf))
+    # the run's first session: a local master's heap is sized from the inputs here (the join reuses it)
+    spark = publish.enter_context(spark_session(cfg.master, cfg.partitions or 4, cfg.spark_conf,
+                                                input_rows=input_rows_of(cfg.streams)))
     out = HadoopOutput(spark, cfg.out)
     local = publish.enter_context(out)
     return local, (out.staging / "results.parquet") if executors else None

@@ -224,43 +224,48 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     finally:   # decide's persisted frame: progress_frame drops it once read; here also when it fails
         if ordered is not None:
             ordered.unpersist()
-    if release is not None:   # the read's cached copy: the progress frame holds every column now
-        release()
+        if release is not None:   # the read's cached copy: the progress frame holds every column now
+            release()
     timings["progress"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # two streams: the probe order is the local engine's, from the join's exact count (below)
-    sel = _selectivities(prog.facts, n, sizes, W, keycols) if n >= 3 else None
-    timings["plan"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    mem_t, mem_b, series = memory_stats(spark, prog, n, row_bytes, series_points, held_all=policy.family == SYMMETRIC)
-    facts = stream_facts(prog.facts, n, names, sizes, policy.family)
-    timings["memory"] = time.perf_counter() - t0
+    try:   # the progress frame's cached frames: released after the join, and when a step fails
+        t0 = time.perf_counter()
+        # two streams: the probe order is the local engine's, from the join's exact count (below)
+        sel = _selectivities(prog.facts, n, sizes, W, keycols) if n >= 3 else None
+        timings["plan"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mem_t, mem_b, series = memory_stats(spark, prog, n, row_bytes, series_points,
+                                            held_all=policy.family == SYMMETRIC)
+        facts = stream_facts(prog.facts, n, names, sizes, policy.family)
+        timings["memory"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    plan, T, plans = None, None, {}
-    predicted = {"atr": None, "ctr": None}
-    span = (prog.ts_min, prog.ts_max)
-    if router != "none":   # the plans from the histogram, as the current path's (routing.route_plans_from)
-        hist = _histogram(prog.facts, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
-        T = settings.segment_us or (segment_for_span(int(span[1]) - int(span[0]) + 1, W.tolist(), P) if N else 1)
-        # CTR's hops follow the probe order (two streams: each stream's only partner)
-        order = order_from_selectivity(list(sizes), sel).order if n >= 3 else list(range(n))
-        plans, _, _ = route_plans_from(hist, T, W.tolist(), settings, order, sel)
-        predicted = {"atr": plans["atr"][1] if "atr" in plans else None,
-                     "ctr": (plans["ctr"][1] + plans["ctr"][2]) if "ctr" in plans else None}
-        if router == "auto":   # the smaller predicted overhead (SPEC §6)
-            router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
-        plan = plans[router][0]
-    timings["route_plan"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        plan, T, plans = None, None, {}
+        predicted = {"atr": None, "ctr": None}
+        span = (prog.ts_min, prog.ts_max)
+        if router != "none":   # the plans from the histogram, as the current path's (routing.route_plans_from)
+            hist = _histogram(prog.facts, n, int(span[0]), int(span[1])) if N else Histogram(0, 1, np.zeros((n, 1)))
+            T = settings.segment_us or (segment_for_span(int(span[1]) - int(span[0]) + 1, W.tolist(), P) if N else 1)
+            # CTR's hops follow the probe order (two streams: each stream's only partner)
+            order = order_from_selectivity(list(sizes), sel).order if n >= 3 else list(range(n))
+            plans, _, _ = route_plans_from(hist, T, W.tolist(), settings, order, sel)
+            predicted = {"atr": plans["atr"][1] if "atr" in plans else None,
+                         "ctr": (plans["ctr"][1] + plans["ctr"][2]) if "ctr" in plans else None}
+            if router == "auto":   # the smaller predicted overhead (SPEC §6)
+                router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
+            plan = plans[router][0]
+        timings["route_plan"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
-        + (["rel_us"] if policy.family == SORTING else [])
-    data = prog.facts.select(*cols, *keycols, *[c for p in payload_cols for c, _ in p])   # keys, payload rode along
-    combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
-                                         plan=plan, P=P if router != "none" else 1, keycols=keycols,
-                                         payload_cols=payload_cols, first=prog.first or 0, period_us=int(period_us),
-                                         results_dir=results_dir)
+        t0 = time.perf_counter()
+        cols = ["stream", "row", "a", "T", "dropped", "kneed", "arrival", "ts"] + [f"H{k}" for k in range(n)] \
+            + (["rel_us"] if policy.family == SORTING else [])
+        data = prog.facts.select(*cols, *keycols, *[c for p in payload_cols for c, _ in p])   # keys, payload rode along
+        combos, stored = combination_metrics(spark, data, n=n, names=names, sizes=sizes, W=W, family=policy.family,
+                                             plan=plan, P=P if router != "none" else 1, keycols=keycols,
+                                             payload_cols=payload_cols, first=prog.first or 0, period_us=int(period_us),
+                                             results_dir=results_dir)
+    except BaseException:
+        prog.release()
+        raise
     prog.release()
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()

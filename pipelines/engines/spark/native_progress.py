@@ -123,7 +123,7 @@ def search_head(G, a_h, arr_h, v, a, arrival, strict: bool):
     return np.maximum(a, a_h[j]).astype(INT), np.maximum(arrival, arr_h[j]).astype(INT)
 
 
-def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None, ordered=None) -> Progress:
+def _progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule, ordered, persisted: list) -> Progress:
     """The progress facts of a fixed policy (``none``, ``static``, ``kslack``,
     ``mpkslack``) or, given its ``schedule``, a recall-target one (``qjoin``,
     ``qkslack``: the decision times and values,
@@ -152,6 +152,8 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
     held = ordered if ordered is not None else (
         df.repartitionByRange(P, "arrival", "stream", "row").sortWithinPartitions("arrival", "stream", "row")
         .persist(StorageLevel.MEMORY_AND_DISK))
+    if ordered is None:
+        persisted.append(held)
     base = held.select(*df.columns)
     cy = carried(base.select(*TUPLE_COLS), n, policy, schedule)
     offsets, Mc, Kc, Rc, Hc, N = cy.offsets, cy.M, cy.K, cy.R, cy.H, cy.N
@@ -223,6 +225,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
 
     cached_pre = (base.withColumn("__p", F.spark_partition_id()).mapInArrow(run_facts, schema)
                   .persist(StorageLevel.MEMORY_AND_DISK))
+    persisted.append(cached_pre)
     pre = cached_pre.withColumns({c: F.lit(v).cast("boolean" if isinstance(v, bool) else "bigint")
                                   for c, v in const.items()})
     lim = F.col("ts") + F.element_at(F.array(*[F.lit(int(w + x)) for w, x in zip(W, d)]), F.col("stream") + 1)
@@ -272,6 +275,7 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
                  .groupBy("a").agg(*[F.max(F.when(F.col("s") == k, F.col(c))).alias(f"{c}{k}")
                                      for k in (0, 1) for c in ("idx", "us")])
                  .persist(StorageLevel.MEMORY_AND_DISK))   # found once: every reader of the facts joins it
+        persisted.append(found)
         cached.append(found)
         in_order = sum(c for _, c in heads.values()) <= 2_000_000
         if in_order:   # a few MB: sent to every task, no shuffle of pre (its partitions stay the replay order's)
@@ -285,6 +289,18 @@ def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=No
         fdf = fdf.drop("rel", "rel_us")
     return Progress(facts=fdf, N=N, first=first, last=last, partitions=P, offsets=list(offsets),
                     ts_min=cy.ts_min, ts_max=cy.ts_max, cached=cached, in_order=in_order)
+
+
+def progress_frame(spark, df, n: int, W, policy: PolicySpec, P: int, schedule=None, ordered=None) -> Progress:
+    """:func:`_progress_frame`'s progress facts (its docstring); when a step fails, the
+    frames it persisted are unpersisted (``ordered`` stays the caller's to drop)."""
+    persisted: list = []
+    try:
+        return _progress_frame(spark, df, n, W, policy, P, schedule, ordered, persisted)
+    except BaseException:
+        for frame in persisted:
+            frame.unpersist()
+        raise
 
 
 def bucket_pieces(mem, w, starts, lo: int) -> dict:

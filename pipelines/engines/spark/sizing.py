@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 #: tuples one Python task holds at most when the partitions are the engine's choice
 TUPLES_PER_TASK = 1_500_000
@@ -134,3 +134,11 @@ def footer_rows(paths: Iterable[tuple[str, str]]) -> int | None:
     except Exception:   # noqa: BLE001 -- a bad input is the read's to report, in one line
         return None
     return total
+
+
+def input_rows_of(streams) -> Callable[[], int | None]:
+    """The run's ``input_rows`` for ``session.spark_session``: :func:`footer_rows` of its
+    streams (``StreamConfig``), read only when called (when the session sizes a local
+    master's heap).  Every session a run opens first (``engine.open_session``,
+    ``hadoop_out.open_uri_output``: the join reuses it) takes it."""
+    return lambda: footer_rows((s.path, s.name) for s in streams)
