@@ -106,3 +106,12 @@ def test_plain_values_are_typers_values():
         assert checked > 300   # every command's options: not given, words, paths
     else:   # a typer without pydantic coercion (click's types): nothing is bypassed
         assert checked == 0
+
+
+def test_options_before_the_command_name_are_streamjoins_own():
+    # `streamjoin --help run` is the help of streamjoin itself: every command, not only `run`
+    done = subprocess.run([sys.executable, "-m", "streamjoin.cli.main", "--help", "run"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for command in ("run", "inspect", "tune-buffer", "backfill", "compare"):
+        assert command in done.stdout, (command, done.stdout)
