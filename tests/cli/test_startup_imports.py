@@ -76,7 +76,9 @@ def test_the_results_writer_is_still_imported_when_results_are_written(data: Pat
 
 
 #: command-line values of the kinds a parameter receives: not given, words, repeated words, paths, numbers, flags
-VALUES = [None, "50ms", "x", ("a", "b=c"), ("one",), (), "samples", "no/such/file.toml", "", "12", "0.5", False, True]
+#: (and what the shell hands over unchanged: blanks, ``~``, ``..``, bytes that are not UTF-8)
+VALUES = [None, "50ms", "x", ("a", "b=c"), ("one",), (), "samples", "no/such/file.toml", "", "12", "0.5", False, True,
+          " 50ms ", ("a ", " b"), "~/x.toml", "../samples", b"caf\xe9".decode("utf-8", "surrogateescape")]
 
 
 def test_plain_values_are_typers_values():
