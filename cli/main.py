@@ -710,12 +710,12 @@ def _click_exception_type() -> type[BaseException]:
 
 
 def app_for(args: list[str]) -> typer.Typer:
-    """``app`` with only the command ``args`` name (its first word that is no option), so
+    """``app`` with only the command ``args`` name (its first word), so
     typer builds one command's parameters, not every command's (~0.015 s CPU of every run,
     docs/performance.md, issue 21); ``app`` itself where no command is named exactly
-    (``--help``, a typo: typer lists every command, or suggests one)."""
-    name = next((a for a in args if not a.startswith("-")), None)
-    if name is None:
+    (``--help``, ``--help run``, a typo: typer lists every command, or suggests one)."""
+    name = args[0] if args else None   # an option first (`--help run`): options of `streamjoin` itself
+    if name is None or name.startswith("-"):
         return app
     named = [c for c in app.registered_commands
              if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]

@@ -76,7 +76,9 @@ def test_the_results_writer_is_still_imported_when_results_are_written(data: Pat
 
 
 #: command-line values of the kinds a parameter receives: not given, words, repeated words, paths, numbers, flags
-VALUES = [None, "50ms", "x", ("a", "b=c"), ("one",), (), "samples", "no/such/file.toml", "", "12", "0.5", False, True]
+#: (and what the shell hands over unchanged: blanks, ``~``, ``..``, bytes that are not UTF-8)
+VALUES = [None, "50ms", "x", ("a", "b=c"), ("one",), (), "samples", "no/such/file.toml", "", "12", "0.5", False, True,
+          " 50ms ", ("a ", " b"), "~/x.toml", "../samples", b"caf\xe9".decode("utf-8", "surrogateescape")]
 
 
 def test_plain_values_are_typers_values():
@@ -106,3 +108,12 @@ def test_plain_values_are_typers_values():
         assert checked > 300   # every command's options: not given, words, paths
     else:   # a typer without pydantic coercion (click's types): nothing is bypassed
         assert checked == 0
+
+
+def test_options_before_the_command_name_are_streamjoins_own():
+    # `streamjoin --help run` is the help of streamjoin itself: every command, not only `run`
+    done = subprocess.run([sys.executable, "-m", "streamjoin.cli.main", "--help", "run"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for command in ("run", "inspect", "tune-buffer", "backfill", "compare"):
+        assert command in done.stdout, (command, done.stdout)
