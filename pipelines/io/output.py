@@ -237,6 +237,24 @@ def interrupt_guard() -> Iterator[InterruptGuard]:
         _guard = None
 
 
+def act_on_held(pending: list[int]) -> None:
+    """Act on the signals an :func:`interrupts_held` block recorded, now that it is over: each distinct one
+    once, in the order they came, as the :class:`InterruptGuard` would have (armed: interrupt; holding: record)
+    or, without one, the process's own handler; a ``KeyboardInterrupt`` is raised after all were acted on
+    (Ctrl-C then SIGTERM: the SIGTERM handler still runs)."""
+    interrupt: KeyboardInterrupt | None = None
+    for signum in dict.fromkeys(pending):
+        try:
+            if _guard is not None:
+                _guard._handler(signum, None)
+            else:
+                _redeliver(signum)
+        except KeyboardInterrupt as exc:
+            interrupt = interrupt or exc
+    if interrupt is not None:
+        raise interrupt
+
+
 def _redeliver(signum: int) -> None:
     """Act on a held signal as the process's own handler would have."""
     handler = signal.getsignal(signum)
@@ -388,8 +406,8 @@ def publishing() -> Iterator[None]:
     finally:  # after the handlers are back: one recorded while they were put back counts too
         if _guard is not None:  # held for the guard: the next arm() (a range's next day) raises it
             _guard.pending += pending
-    if pending and _guard is None:  # no guard (a library caller): act on it now that it is published
-        _redeliver(pending[0])
+        else:  # no guard (a library caller): act on each now that it is published (or failed: not lost either)
+            act_on_held(pending)
     fault_point("published")
 
 
@@ -422,8 +440,9 @@ def commit(staging: Path, target: Path) -> None:
 def abandon(staging: Path | None) -> None:
     """Remove a staging directory or file that will not be published."""
     if staging is not None:
-        with interrupts_held():  # a second signal must not stop the clean-up
+        with interrupts_held() as pending:  # a second signal must not stop the clean-up
             _remove(Path(staging))
+        act_on_held(pending)  # ... nor be lost: e.g. Ctrl-C while a failed nightly day cleans up stops the range
 
 
 def write_file_atomic(path: Path, text: str) -> None:
@@ -494,7 +513,7 @@ class AtomicOutput:
                 staging = new_staging(self.out)
             if interrupted:  # a signal came while staging was being made: leave nothing, then act on it
                 abandon(staging)
-                _redeliver(interrupted[0])
+                act_on_held(interrupted)
         except BaseException:
             self.lock.__exit__(None, None, None)
             raise

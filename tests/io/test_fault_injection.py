@@ -488,3 +488,67 @@ def test_without_a_guard_an_interrupt_held_while_publishing_is_acted_on_once_pub
             signal.raise_signal(signal.SIGINT)
             target.write_text("published")
     assert target.read_text() == "published"
+
+
+def _signal_while_removing(monkeypatch, *sigs) -> None:
+    """``output._remove`` that first raises ``sigs`` (in order): signals landing while a staging is cleaned up."""
+    real = output._remove
+
+    def remove(path):
+        for sig in sigs:
+            signal.raise_signal(sig)
+        real(path)
+    monkeypatch.setattr(output, "_remove", remove)
+
+
+def test_an_interrupt_while_a_failed_day_cleans_up_stops_the_range(monkeypatch, tmp_path):
+    """A Ctrl-C while ``abandon`` removed a failed day's staging was recorded and dropped: the day was
+    reported failed and the next ``arm()`` let the range go on.  Now the armed guard acts on it once the
+    staging is gone: the day is interrupted (nothing published), the range stops."""
+    monkeypatch.setattr(output, "_guard", None)
+    staging = tmp_path / ".date=x.staging-1-a"
+    staging.mkdir()
+    (staging / "part.parquet").write_text("x")
+    with output.interrupt_guard():
+        _signal_while_removing(monkeypatch, signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                raise ValueError("the day failed")
+            except ValueError:
+                output.abandon(staging)
+                raise
+        monkeypatch.undo()
+    assert not staging.exists()
+
+
+def test_without_a_guard_every_signal_held_during_clean_up_or_publishing_is_acted_on_once(monkeypatch, tmp_path):
+    """A library caller (no guard): SIGINT then SIGTERM while publishing -- only the first was acted on, the
+    SIGTERM (its own handler here) dropped; one during ``abandon``, or while a publish failed, was dropped.
+    Now each distinct signal is acted on once, the KeyboardInterrupt raised after the SIGTERM handler ran."""
+    monkeypatch.setattr(output, "_guard", None)
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        target = tmp_path / "f.txt"
+        with pytest.raises(KeyboardInterrupt):
+            with output.publishing():
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+                    signal.raise_signal(sig)
+                target.write_text("published")
+        assert target.read_text() == "published" and got == [signal.SIGTERM]
+
+        got.clear()
+        with pytest.raises(OSError):
+            with output.publishing():
+                signal.raise_signal(signal.SIGTERM)
+                raise OSError("rename failed")
+        assert got == [signal.SIGTERM]
+
+        got.clear()
+        staging = tmp_path / ".f.txt.staging-1-a"
+        staging.write_text("x")
+        _signal_while_removing(monkeypatch, signal.SIGTERM)
+        output.abandon(staging)
+        assert got == [signal.SIGTERM] and not staging.exists()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
