@@ -33,7 +33,10 @@ they are held (:func:`interrupts_held`); with an :class:`InterruptGuard`
 installed (the CLI installs one), **published means done**: before the
 publishing rename an interrupt stops the run (nothing published, exit 130),
 from it on an interrupt is only recorded and the process reports the
-published work with its own exit code.  SIGKILL cannot be caught: it leaves
+published work with its own exit code.  Without a guard (a library caller)
+a held signal is acted on, once, when the held block ends, as the process's
+own handler would have: the default SIGINT handler raises
+``KeyboardInterrupt`` *after* the version is in place (:func:`act_on_held`).  SIGKILL cannot be caught: it leaves
 what the crash points above say, and the next writer recovers.
 
 Test hooks (environment variables, for the fault-injection tests only; never
