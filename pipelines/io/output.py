@@ -226,7 +226,8 @@ def _unraisable(previous, unraisable) -> None:
 
 @contextmanager
 def interrupt_guard() -> Iterator[InterruptGuard]:
-    """The process's :class:`InterruptGuard`, or one installed for this block (library callers)."""
+    """The process's :class:`InterruptGuard`, or one installed for this block (library callers: a signal it
+    still holds at the end -- published work, then Ctrl-C -- is acted on once the caller's handlers are back)."""
     global _guard
     if _guard is not None:
         yield _guard
@@ -238,6 +239,8 @@ def interrupt_guard() -> Iterator[InterruptGuard]:
         for sig, handler in guard.previous.items():
             signal.signal(sig, handler)
         _guard = None
+        held, guard.pending = guard.pending, []
+        act_on_held(held)
 
 
 def act_on_held(pending: list[int]) -> None:

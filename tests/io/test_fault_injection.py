@@ -552,3 +552,17 @@ def test_without_a_guard_every_signal_held_during_clean_up_or_publishing_is_acte
         assert got == [signal.SIGTERM] and not staging.exists()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_guard_installed_for_a_block_acts_on_what_it_still_holds_at_its_end(monkeypatch):
+    """A library caller of a nightly range (``interrupt_guard`` installed for the call): a Ctrl-C after the
+    last day was published was held by the guard and dropped with it.  Now, the caller's handlers put
+    back, it is acted on -- a KeyboardInterrupt after the published work, as without a guard."""
+    monkeypatch.setattr(output, "_guard", None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        with output.interrupt_guard() as guard:
+            guard.hold()  # the last day is published
+            signal.raise_signal(signal.SIGINT)
+            assert guard.pending == [signal.SIGINT]
+    assert output._guard is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
