@@ -47,6 +47,7 @@ import polars as pl
 import pytest
 
 from helpers.cli import CMD
+from helpers import faults
 from helpers.faults import clean_env, signal_and_resume, wait_stopped
 from streamjoin.pipelines.io import output
 
@@ -397,6 +398,7 @@ print(json.dumps({"handled": got, "main_pending": signal.SIGTERM in signal.sigpe
 """
 
 
+@pytest.mark.skipif(not faults.MAIN_THREAD_SIGNALS, reason="libc has no tgkill (macOS, glibc < 2.30): kill(2) fallback")
 def test_a_signal_sent_at_a_pause_step_goes_to_the_main_thread():
     """Root cause of a flaky trial (SIGTERM at ``staged`` published a day): sent to the stopped
     process, the signal went to whichever thread ran first after SIGCONT, a worker, whose C handler
@@ -566,3 +568,14 @@ def test_a_guard_installed_for_a_block_acts_on_what_it_still_holds_at_its_end(mo
             signal.raise_signal(signal.SIGINT)
             assert guard.pending == [signal.SIGINT]
     assert output._guard is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_without_tgkill_a_signal_at_a_pause_step_still_reaches_the_process(monkeypatch):
+    """macOS (or glibc < 2.30) has no ``tgkill``: ``signal_and_resume`` raised AttributeError there and
+    every fault-injection trial crashed.  Now it falls back to ``kill(2)``; the stopped child gets it."""
+    monkeypatch.setattr(faults, "_libc", object())
+    proc = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)\n"
+                             "import time; time.sleep(30)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_stopped(proc), proc.communicate()
+    signal_and_resume(proc, signal.SIGTERM)
+    assert proc.wait(timeout=20) == -signal.SIGTERM
