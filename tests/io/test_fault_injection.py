@@ -579,3 +579,27 @@ def test_without_tgkill_a_signal_at_a_pause_step_still_reaches_the_process(monke
     assert wait_stopped(proc), proc.communicate()
     signal_and_resume(proc, signal.SIGTERM)
     assert proc.wait(timeout=20) == -signal.SIGTERM
+
+
+def test_an_interrupt_while_a_hadoop_staging_is_removed_is_acted_on(monkeypatch):
+    """``HadoopOutput`` (``--out URI``) removed its staging under ``interrupts_held`` and dropped a signal
+    that came meanwhile, as ``abandon`` did; now it is acted on once the staging is deleted.  (A fake
+    file system: no Spark needed for the clean-up path.)"""
+    from contextlib import ExitStack
+
+    from streamjoin.pipelines.engines.spark.hadoop_out import HadoopOutput
+
+    deleted = []
+
+    class FakeFS:
+        def delete(self, uri):
+            signal.raise_signal(signal.SIGINT)
+            deleted.append(uri)
+    out = HadoopOutput.__new__(HadoopOutput)
+    out.fs, out.staging, out._stack = FakeFS(), "hdfs://nn/x/.out.staging-1-a", ExitStack()
+    out._stack.callback(out._drop_staging)
+    monkeypatch.setattr(output, "_guard", None)
+    with output.interrupt_guard():
+        with pytest.raises(KeyboardInterrupt):
+            out.__exit__(ValueError, ValueError("the run failed"), None)
+    assert deleted == ["hdfs://nn/x/.out.staging-1-a"]
