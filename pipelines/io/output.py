@@ -33,7 +33,10 @@ they are held (:func:`interrupts_held`); with an :class:`InterruptGuard`
 installed (the CLI installs one), **published means done**: before the
 publishing rename an interrupt stops the run (nothing published, exit 130),
 from it on an interrupt is only recorded and the process reports the
-published work with its own exit code.  SIGKILL cannot be caught: it leaves
+published work with its own exit code.  Without a guard (a library caller)
+a held signal is acted on, once, when the held block ends, as the process's
+own handler would have: the default SIGINT handler raises
+``KeyboardInterrupt`` *after* the version is in place (:func:`act_on_held`).  SIGKILL cannot be caught: it leaves
 what the crash points above say, and the next writer recovers.
 
 Test hooks (environment variables, for the fault-injection tests only; never
@@ -223,7 +226,8 @@ def _unraisable(previous, unraisable) -> None:
 
 @contextmanager
 def interrupt_guard() -> Iterator[InterruptGuard]:
-    """The process's :class:`InterruptGuard`, or one installed for this block (library callers)."""
+    """The process's :class:`InterruptGuard`, or one installed for this block (library callers: a signal it
+    still holds at the end -- published work, then Ctrl-C -- is acted on once the caller's handlers are back)."""
     global _guard
     if _guard is not None:
         yield _guard
@@ -235,6 +239,26 @@ def interrupt_guard() -> Iterator[InterruptGuard]:
         for sig, handler in guard.previous.items():
             signal.signal(sig, handler)
         _guard = None
+        held, guard.pending = guard.pending, []
+        act_on_held(held)
+
+
+def act_on_held(pending: list[int]) -> None:
+    """Act on the signals an :func:`interrupts_held` block recorded, now that it is over: each distinct one
+    once, in the order they came, as the :class:`InterruptGuard` would have (armed: interrupt; holding: record)
+    or, without one, the process's own handler; a ``KeyboardInterrupt`` is raised after all were acted on
+    (Ctrl-C then SIGTERM: the SIGTERM handler still runs)."""
+    interrupt: KeyboardInterrupt | None = None
+    for signum in dict.fromkeys(pending):
+        try:
+            if _guard is not None:
+                _guard._handler(signum, None)
+            else:
+                _redeliver(signum)
+        except KeyboardInterrupt as exc:
+            interrupt = interrupt or exc
+    if interrupt is not None:
+        raise interrupt
 
 
 def _redeliver(signum: int) -> None:
@@ -388,8 +412,8 @@ def publishing() -> Iterator[None]:
     finally:  # after the handlers are back: one recorded while they were put back counts too
         if _guard is not None:  # held for the guard: the next arm() (a range's next day) raises it
             _guard.pending += pending
-    if pending and _guard is None:  # no guard (a library caller): act on it now that it is published
-        _redeliver(pending[0])
+        else:  # no guard (a library caller): act on each now that it is published (or failed: not lost either)
+            act_on_held(pending)
     fault_point("published")
 
 
@@ -422,8 +446,9 @@ def commit(staging: Path, target: Path) -> None:
 def abandon(staging: Path | None) -> None:
     """Remove a staging directory or file that will not be published."""
     if staging is not None:
-        with interrupts_held():  # a second signal must not stop the clean-up
+        with interrupts_held() as pending:  # a second signal must not stop the clean-up
             _remove(Path(staging))
+        act_on_held(pending)  # ... nor be lost: e.g. Ctrl-C while a failed nightly day cleans up stops the range
 
 
 def write_file_atomic(path: Path, text: str) -> None:
@@ -494,7 +519,7 @@ class AtomicOutput:
                 staging = new_staging(self.out)
             if interrupted:  # a signal came while staging was being made: leave nothing, then act on it
                 abandon(staging)
-                _redeliver(interrupted[0])
+                act_on_held(interrupted)
         except BaseException:
             self.lock.__exit__(None, None, None)
             raise

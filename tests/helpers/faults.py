@@ -9,6 +9,7 @@ lands exactly there.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -61,13 +62,21 @@ def send_to_main_thread(pid: int, sig: int) -> None:
     landing there, not at the step (seen: SIGTERM at ``staged`` published a
     day).  Sent to the main thread it is taken there on resuming, before any
     further Python code.
+
+    Where libc has no ``tgkill`` (macOS, glibc before 2.30) it falls back to
+    ``kill(2)``, with the race above (:data:`MAIN_THREAD_SIGNALS` is false).
     """
-    if _libc.tgkill(pid, pid, sig) != 0:
+    tgkill = getattr(_libc, "tgkill", None)
+    if tgkill is None:
+        os.kill(pid, sig)
+    elif tgkill(pid, pid, sig) != 0:
         err = ctypes.get_errno()
-        raise ProcessLookupError(err, os.strerror(err), pid)
+        raise (ProcessLookupError if err == errno.ESRCH else OSError)(err, os.strerror(err), pid)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
+#: whether :func:`send_to_main_thread` can reach the main thread (``tgkill``), not only the process
+MAIN_THREAD_SIGNALS = hasattr(_libc, "tgkill")
 
 
 def signal_and_resume(proc: subprocess.Popen, sig: int) -> None:

@@ -47,6 +47,7 @@ import polars as pl
 import pytest
 
 from helpers.cli import CMD
+from helpers import faults
 from helpers.faults import clean_env, signal_and_resume, wait_stopped
 from streamjoin.pipelines.io import output
 
@@ -397,6 +398,7 @@ print(json.dumps({"handled": got, "main_pending": signal.SIGTERM in signal.sigpe
 """
 
 
+@pytest.mark.skipif(not faults.MAIN_THREAD_SIGNALS, reason="libc has no tgkill (macOS, glibc < 2.30): kill(2) fallback")
 def test_a_signal_sent_at_a_pause_step_goes_to_the_main_thread():
     """Root cause of a flaky trial (SIGTERM at ``staged`` published a day): sent to the stopped
     process, the signal went to whichever thread ran first after SIGCONT, a worker, whose C handler
@@ -488,3 +490,116 @@ def test_without_a_guard_an_interrupt_held_while_publishing_is_acted_on_once_pub
             signal.raise_signal(signal.SIGINT)
             target.write_text("published")
     assert target.read_text() == "published"
+
+
+def _signal_while_removing(monkeypatch, *sigs) -> None:
+    """``output._remove`` that first raises ``sigs`` (in order): signals landing while a staging is cleaned up."""
+    real = output._remove
+
+    def remove(path):
+        for sig in sigs:
+            signal.raise_signal(sig)
+        real(path)
+    monkeypatch.setattr(output, "_remove", remove)
+
+
+def test_an_interrupt_while_a_failed_day_cleans_up_stops_the_range(monkeypatch, tmp_path):
+    """A Ctrl-C while ``abandon`` removed a failed day's staging was recorded and dropped: the day was
+    reported failed and the next ``arm()`` let the range go on.  Now the armed guard acts on it once the
+    staging is gone: the day is interrupted (nothing published), the range stops."""
+    monkeypatch.setattr(output, "_guard", None)
+    staging = tmp_path / ".date=x.staging-1-a"
+    staging.mkdir()
+    (staging / "part.parquet").write_text("x")
+    with output.interrupt_guard():
+        _signal_while_removing(monkeypatch, signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                raise ValueError("the day failed")
+            except ValueError:
+                output.abandon(staging)
+                raise
+        monkeypatch.undo()
+    assert not staging.exists()
+
+
+def test_without_a_guard_every_signal_held_during_clean_up_or_publishing_is_acted_on_once(monkeypatch, tmp_path):
+    """A library caller (no guard): SIGINT then SIGTERM while publishing -- only the first was acted on, the
+    SIGTERM (its own handler here) dropped; one during ``abandon``, or while a publish failed, was dropped.
+    Now each distinct signal is acted on once, the KeyboardInterrupt raised after the SIGTERM handler ran."""
+    monkeypatch.setattr(output, "_guard", None)
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        target = tmp_path / "f.txt"
+        with pytest.raises(KeyboardInterrupt):
+            with output.publishing():
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+                    signal.raise_signal(sig)
+                target.write_text("published")
+        assert target.read_text() == "published" and got == [signal.SIGTERM]
+
+        got.clear()
+        with pytest.raises(OSError):
+            with output.publishing():
+                signal.raise_signal(signal.SIGTERM)
+                raise OSError("rename failed")
+        assert got == [signal.SIGTERM]
+
+        got.clear()
+        staging = tmp_path / ".f.txt.staging-1-a"
+        staging.write_text("x")
+        _signal_while_removing(monkeypatch, signal.SIGTERM)
+        output.abandon(staging)
+        assert got == [signal.SIGTERM] and not staging.exists()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_guard_installed_for_a_block_acts_on_what_it_still_holds_at_its_end(monkeypatch):
+    """A library caller of a nightly range (``interrupt_guard`` installed for the call): a Ctrl-C after the
+    last day was published was held by the guard and dropped with it.  Now, the caller's handlers put
+    back, it is acted on -- a KeyboardInterrupt after the published work, as without a guard."""
+    monkeypatch.setattr(output, "_guard", None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        with output.interrupt_guard() as guard:
+            guard.hold()  # the last day is published
+            signal.raise_signal(signal.SIGINT)
+            assert guard.pending == [signal.SIGINT]
+    assert output._guard is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_without_tgkill_a_signal_at_a_pause_step_still_reaches_the_process(monkeypatch):
+    """macOS (or glibc < 2.30) has no ``tgkill``: ``signal_and_resume`` raised AttributeError there and
+    every fault-injection trial crashed.  Now it falls back to ``kill(2)``; the stopped child gets it."""
+    monkeypatch.setattr(faults, "_libc", object())
+    proc = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)\n"
+                             "import time; time.sleep(30)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_stopped(proc), proc.communicate()
+    signal_and_resume(proc, signal.SIGTERM)
+    assert proc.wait(timeout=20) == -signal.SIGTERM
+
+
+def test_an_interrupt_while_a_hadoop_staging_is_removed_is_acted_on(monkeypatch):
+    """``HadoopOutput`` (``--out URI``) removed its staging under ``interrupts_held`` and dropped a signal
+    that came meanwhile, as ``abandon`` did; now it is acted on once the staging is deleted.  (A fake
+    file system: no Spark needed for the clean-up path.)"""
+    from contextlib import ExitStack
+
+    from streamjoin.pipelines.engines.spark.hadoop_out import HadoopOutput
+
+    deleted = []
+
+    class FakeFS:
+        def delete(self, uri):
+            signal.raise_signal(signal.SIGINT)
+            deleted.append(uri)
+    out = HadoopOutput.__new__(HadoopOutput)
+    out.fs, out.staging, out._stack = FakeFS(), "hdfs://nn/x/.out.staging-1-a", ExitStack()
+    out._stack.callback(out._drop_staging)
+    monkeypatch.setattr(output, "_guard", None)
+    with output.interrupt_guard():
+        with pytest.raises(KeyboardInterrupt):
+            out.__exit__(ValueError, ValueError("the run failed"), None)
+    assert deleted == ["hdfs://nn/x/.out.staging-1-a"]

@@ -55,7 +55,7 @@ from pathlib import Path
 from ...base.errors import InputError
 from ...config.options import MARKERS, OutURI, check_listing, is_uri
 from ...io.lock import LockedError, OutputLock, lock_of
-from ...io.output import fault_point, interrupts_held, publishing
+from ...io.output import act_on_held, fault_point, interrupts_held, publishing
 
 _LEFTOVERS = ("staging-", "trash-", "old-")
 
@@ -247,12 +247,13 @@ class HadoopOutput:
             self._take_lock()
             for note in self._recover():
                 sys.stderr.write(f"streamjoin: {note} (left by an interrupted run)\n")
-            with interrupts_held():
+            with interrupts_held() as pending:
                 self.staging = self.out.parent / f".{self.out.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
                 self.fs.mkdirs(self.staging)
                 self._stack.callback(self._drop_staging)
                 self.local = Path(tempfile.mkdtemp(prefix="streamjoin-out-"))
                 self._stack.callback(shutil.rmtree, self.local, True)
+            act_on_held(pending)  # a signal meanwhile: both are made, so both are removed
         except BaseException:
             self._stack.close()
             raise
@@ -260,8 +261,9 @@ class HadoopOutput:
 
     def _drop_staging(self) -> None:
         if self.staging is not None:
-            with interrupts_held():   # a second signal must not stop the clean-up
+            with interrupts_held() as pending:   # a second signal must not stop the clean-up
                 self.fs.delete(self.staging)
+            act_on_held(pending)  # ... nor be lost
 
     def _publish(self) -> None:
         for f in sorted(self.local.iterdir()):
