@@ -228,6 +228,9 @@ def test_warm_up_is_one_barrier_task_per_local_slot_with_the_data_plane(tmp_path
         assert spark.sparkContext.defaultParallelism == 4
         spark.sparkContext.addPyFile(str(tmp_path / f"{name}.py"))
         warm_up(spark, (plane, name))
+        # a module named for the warm-up that a worker cannot import: ship's one line
+        with pytest.raises(InputError, match="cannot import streamjoin"):
+            warm_up(spark, ("streamjoin.pipelines.engines.spark.no_such_module",))
     seen = [line.split() for line in (tmp_path / "seen").read_text().splitlines()]
     assert len(seen) == 2 and len({pid for pid, _, _ in seen}) == 2, seen
     assert all(imported == "True" and barrier == "True" for _, imported, barrier in seen), seen
