@@ -172,6 +172,8 @@ def test_executor_import_failure_is_ships_line_in_warm_up_and_read(tmp_path):
 
         class sparkContext:
             defaultParallelism = 2
+            master = "yarn"
+            getConf = staticmethod(dict)
 
             @staticmethod
             def parallelize(*a):
