@@ -37,7 +37,7 @@ written; the file sizes are printed beside.
 (99,990 tuples, generated once into ``benchmarks/data/small100k/``) and the core
 data, next to DuckDB's bucketed exact count on the core data; and ``run`` *with*
 results.parquet on the core data next to DuckDB writing the same pairs to
-Parquet (Part 1b's child), in alternating rounds (``--results-only``: only the
+Parquet (Part 1b's child; both DuckDB counts are asserted equal to streamjoin's truth), in alternating rounds (``--results-only``: only the
 with-results pair); ``--compare PYTHONPATH`` adds another checkout's code (B)
 beside this one's (A), their order swapped every round.  Timed streamjoin processes run
 without ``PYTHONDONTWRITEBYTECODE`` (``bench_core.child_env``).
@@ -654,9 +654,10 @@ def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, comp
                 if rnd:
                     got[(name, "DuckDB")].append(d)
         print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: load average {os.getloadavg()[0]:.1f}", flush=True)
-    if (CORE_RESULTS, "A") in got:
-        truth = got[(CORE_RESULTS, "A")][0]["truth_results"]
-        assert all(d["count"] == truth for d in got[(CORE_RESULTS, "DuckDB")]), "DuckDB pairs != streamjoin truth"
+    for name in peer:   # DuckDB's pairs (counted, or written and counted) against streamjoin's truth
+        if (name, "A") in got:
+            truth = got[(name, "A")][0]["truth_results"]
+            assert all(d["count"] == truth for d in got[(name, "DuckDB")]), f"{name}: DuckDB pairs != streamjoin truth"
     med = statistics.median
     print()
     print(f"Whole process, `run --engine local` (--no-results unless the input says results.parquet), {runs} "
@@ -758,6 +759,8 @@ def main() -> None:
 
     stats = pl.concat([pl.scan_parquet(LEFT).select("key", "ts"), pl.scan_parquet(RIGHT).select("key", "ts")]) \
         .select(kmin=pl.col("key").min(), tmin=pl.col("ts").min()).collect().row(0, named=True)
+    if args.results_only and not args.whole:
+        ap.error("--results-only needs --whole")
     if args.whole:
         whole_process_ab(config, W, stats["kmin"], stats["tmin"], args.runs, args.compare, args.results_only)
         print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -172,6 +172,8 @@ def test_executor_import_failure_is_ships_line_in_warm_up_and_read(tmp_path):
 
         class sparkContext:
             defaultParallelism = 2
+            master = "yarn"
+            getConf = staticmethod(dict)
 
             @staticmethod
             def parallelize(*a):
@@ -195,25 +197,42 @@ def test_executor_import_failure_is_ships_line_in_warm_up_and_read(tmp_path):
         warm_up(Failing())
 
 
-def test_warm_up_reaches_every_local_worker_with_the_data_plane():
-    """On local[2] the warm-up leaves both cores' Python workers started with the data
-    plane imported, so the job's tasks import nothing (docs/performance.md, "Whole
-    process, eighth pass").  (Without the barrier stage the warm-up's two tasks often run
-    at once anyway -- they did on a quiet host -- so this does not catch its removal
-    reliably; it does catch a worker left cold or without the plane.)"""
+@pytest.mark.parametrize("master, cpus, task_cpus, slots", [
+    ("local", 8, 1, 1), ("local[2]", 8, 1, 2), ("local[*]", 3, 1, 3), ("local[2,3]", 8, 1, 2),
+    ("local[ 4 , 2 ]", 8, 1, 4), ("local[*, 5]", 6, 1, 6), ("local[4]", 8, 2, 2), ("local[1]", 8, 2, 1),
+    ("local-cluster[2,1,1024]", 8, 1, None), ("yarn", 8, 1, None), ("spark://h:7077", 8, 1, None)])
+def test_local_slots_from_the_master(master, cpus, task_cpus, slots):
+    from streamjoin.pipelines.engines.spark.session import local_slots
+
+    assert local_slots(master, lambda: cpus, task_cpus) == slots
+
+
+def test_warm_up_is_one_barrier_task_per_local_slot_with_the_data_plane(tmp_path):
+    """On local[2] the warm-up runs one task per core as a barrier stage: each core's
+    Python worker is started and imports the data plane (docs/performance.md, "Whole
+    process, eighth pass").  A probe module, imported by the warm-up after the plane,
+    records in each worker its pid, whether the plane was there and whether its task
+    was in a barrier stage (without the barrier it is not: the test fails).
+    spark.default.parallelism=4 asks for more tasks than local[2] has slots: a barrier
+    stage of 4 tasks fails there (SPARK-24819; one check, not 40 x 15 s, here)."""
     from streamjoin.pipelines.engines.spark.session import spark_session, warm_up
 
     plane = "streamjoin.pipelines.engines.spark.plane"
-
-    def probe(_):
-        import os
-        import sys
-
-        yield os.getpid(), plane in sys.modules
-
-    with spark_session("local[2]", 2, []) as spark:
-        warm_up(spark, (plane,))
-        # two tasks at once (a barrier stage too): two workers, each already warmed
-        got = spark.sparkContext.parallelize(range(2), 2).barrier().mapPartitions(probe).collect()
-    assert len({pid for pid, _ in got}) == 2
-    assert all(imported for _, imported in got)
+    name = f"warm_probe_{os.getpid()}"
+    (tmp_path / f"{name}.py").write_text(
+        "import os, sys\n"
+        "from pyspark.taskcontext import BarrierTaskContext\n"
+        "try:\n    BarrierTaskContext.get()\n    barrier = True\nexcept Exception:\n    barrier = False\n"
+        f"with open({str(tmp_path / 'seen')!r}, 'a') as f:\n"
+        f"    print(os.getpid(), {plane!r} in sys.modules, barrier, file=f)\n")
+    conf = [("spark.default.parallelism", "4"), ("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")]
+    with spark_session("local[2]", 2, conf) as spark:
+        assert spark.sparkContext.defaultParallelism == 4
+        spark.sparkContext.addPyFile(str(tmp_path / f"{name}.py"))
+        warm_up(spark, (plane, name))
+        # a module named for the warm-up that a worker cannot import: ship's one line
+        with pytest.raises(InputError, match="cannot import streamjoin"):
+            warm_up(spark, ("streamjoin.pipelines.engines.spark.no_such_module",))
+    seen = [line.split() for line in (tmp_path / "seen").read_text().splitlines()]
+    assert len(seen) == 2 and len({pid for pid, _, _ in seen}) == 2, seen
+    assert all(imported == "True" and barrier == "True" for _, imported, barrier in seen), seen

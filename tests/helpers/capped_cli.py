@@ -38,8 +38,8 @@ def main() -> None:
     threading.Thread(target=_sample, daemon=True).start()
     warm_up = engine.warm_up
 
-    def capped(spark):
-        warm_up(spark)
+    def capped(spark, *modules):
+        warm_up(spark, *modules)
         at_cap["VmData"] = _status()["VmData"]
         if budget:
             cap = at_cap["VmData"] * 1024 + budget

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import importlib
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -182,18 +183,38 @@ def _import_kernels(records, modules=()):
 def warm_up(spark, modules: Sequence[str] = ()) -> None:
     """One trivial task per executor core: starts the Python workers (reused by
     the job's tasks) and imports this module and ``modules`` in them.  On a
-    ``local``/``local[n]`` master the tasks run as one barrier stage, so they run
+    ``local``/``local[n]`` master the tasks, one per slot (:func:`local_slots`), run as one barrier stage, so they run
     at once and each core's worker is started and warmed (one after the other,
     they could all land on the first worker, and the job's tasks would then
     import everything in the job).  A worker that cannot
     import streamjoin fails here, in one line (:func:`.ship.executor_imports`)."""
     sc = spark.sparkContext
-    tasks = max(1, int(sc.defaultParallelism))
+    slots = local_slots(sc.master, lambda: sc._jvm.java.lang.Runtime.getRuntime().availableProcessors(),
+                        int(sc.getConf().get("spark.task.cpus", "1")))
+    # a barrier stage needs a slot per task at once, else Spark fails it (SPARK-24819, after
+    # spark.scheduler.barrier.maxConcurrentTasksCheck.* retries: 40 x 15 s): on a local master
+    # one task per slot, not spark.default.parallelism's count (--spark-conf may set it above)
+    tasks = slots if slots is not None else max(1, int(sc.defaultParallelism))
     with executor_imports(spark):
         rdd = sc.parallelize(range(tasks), tasks)
-        if sc.master == "local" or sc.master.startswith("local["):   # every slot is there from the start
+        if slots is not None:   # every slot is there from the start
             rdd = rdd.barrier()
         rdd.mapPartitions(lambda records: _import_kernels(records, tuple(modules))).collect()
+
+
+_LOCAL_MASTER = re.compile(r"local(?:\[\s*([0-9]+|\*)\s*(?:,\s*[0-9]+\s*)?\])?")
+
+
+def local_slots(master: str, cpus: Callable[[], int], task_cpus: int = 1) -> int | None:
+    """Tasks a ``local`` / ``local[n]`` / ``local[*]`` / ``local[n, f]`` master runs at once:
+    its cores (``*``: ``cpus()``, the JVM's available processors, as Spark's
+    ``SparkContext.localCpuCount``) divided by ``spark.task.cpus``, at least 1; None for any
+    other master (its slots come and go: a barrier stage there could wait for executors)."""
+    m = _LOCAL_MASTER.fullmatch(master)
+    if m is None:
+        return None
+    cores = 1 if m.group(1) is None else cpus() if m.group(1) == "*" else int(m.group(1))
+    return max(1, cores // max(1, task_cpus))
 
 
 def arrow_table(d: dict):
