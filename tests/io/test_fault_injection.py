@@ -341,6 +341,17 @@ def _trials(kind: str, root: Path) -> list[Trial]:
         return [t for f in done for t in f.result()]
 
 
+@pytest.fixture(autouse=True)
+def python_default_sigint():
+    """SIGINT handled as a Python program's default (``KeyboardInterrupt``) in every test here: an earlier
+    test in the same pytest process may have left another handler -- a ``SparkContext`` installs its own,
+    which cancels its jobs -- and the in-process tests below act on SIGINT through the process's handler."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("faults")
