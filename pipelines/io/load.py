@@ -239,14 +239,9 @@ def unread_columns(cfg: StreamConfig) -> tuple[list[str], int, pa.Schema] | None
     everything (not a single file, nothing to leave out, a column the config
     names missing -- :func:`normalise` names it -- or an unread column whose
     bits depend on its data: strings, binaries, dictionaries, nested types)."""
-    files = resolve_files(cfg.path, cfg.name)
-    one = single_file(cfg.path, files)
-    if one is None:
+    schema = single_file_schema(cfg)
+    if schema is None:
         return None
-    try:
-        schema = pq.read_schema(one)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise unreadable_error(cfg.path, cfg.name, exc) from None
     wanted = configured_columns(cfg)
     if any(c not in schema.names for c in wanted) or len(set(schema.names)) != len(schema.names):
         return None
@@ -631,16 +626,21 @@ def common_key_dtypes(streams: list[LoadedStream]) -> list[pl.DataType]:
     return common_key_types([(s.config, key_facts(s.keys)) for s in streams])
 
 
+def single_file_schema(cfg: StreamConfig) -> pa.Schema | None:
+    """The Parquet schema of a stream given as one file (no data read); None: not one file."""
+    one = single_file(cfg.path, resolve_files(cfg.path, cfg.name))
+    if one is None:
+        return None
+    try:
+        return pq.read_schema(one)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise unreadable_error(cfg.path, cfg.name, exc) from None
+
+
 def input_columns(cfg: StreamConfig) -> list[str]:
     """The stream's column names, from its Parquet schema (no data read)."""
-    files = resolve_files(cfg.path, cfg.name)
-    one = single_file(cfg.path, files)
-    if one is not None:
-        try:
-            return pq.read_schema(one).names
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise unreadable_error(cfg.path, cfg.name, exc) from None
-    return open_dataset(cfg.path, cfg.name)[0].schema.names
+    schema = single_file_schema(cfg)
+    return (schema if schema is not None else open_dataset(cfg.path, cfg.name)[0].schema).names
 
 
 def payload_needed(run) -> bool:
