@@ -1,11 +1,15 @@
 """What every ``streamjoin`` command shares: the input options, the command line a
-report records (:func:`command_line`) and how a command fails (:func:`outcome_of`).
+report records (:func:`command_line`), how a command fails (:func:`outcome_of`) and
+the cyclic garbage collector's pause while the process starts (:func:`pause_gc`,
+:func:`startup_done`).
 
 ``cli/main.py`` (run, tune-buffer, ...) and ``cli/compare.py`` both import from
 here, so neither imports the other."""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import shlex
 import sys
 from typing import Annotated, Optional
@@ -15,6 +19,37 @@ import typer
 from streamjoin.pipelines.base.errors import StreamjoinError
 
 Multi = Optional[list[str]]
+
+#: ``paused``: :func:`pause_gc` turned the collector off and :func:`startup_done` has not turned it on yet
+_GC = {"paused": False}
+
+
+def pause_gc() -> None:
+    """No cyclic garbage collection while the command's modules are imported.
+
+    Importing numpy, polars, pyarrow and streamjoin creates some hundred thousand
+    objects that live as long as the process, and the collector traverses them
+    again and again as they accumulate: ~140 collections, ~0.04 s of CPU in every
+    ``run`` before its first stage (docs/performance.md, issue 21 ninth pass).
+    :func:`startup_done` turns it on again.  Only ``main`` calls this (importing
+    this module changes nothing)."""
+    if gc.isenabled():
+        gc.disable()
+        _GC["paused"] = True
+
+
+def startup_done() -> None:
+    """The command's modules are imported: the collector runs again, over what is
+    created from now on (``gc.freeze``: the objects that exist now -- the modules'
+    functions, classes, constants -- are not traversed again while the command
+    runs; ``atexit`` unfreezes them, so that an interpreter teardown, where there
+    is one, collects them as it did before).  A no-op unless :func:`pause_gc`
+    paused it; idempotent."""
+    if _GC["paused"]:
+        _GC["paused"] = False
+        gc.freeze()
+        atexit.register(gc.unfreeze)
+        gc.enable()
 
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
 TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]

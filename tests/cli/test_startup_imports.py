@@ -6,6 +6,11 @@ values that need none: ``cli/main._plain_value``), the results writer's modules,
 the duplicate check of materialised combinations, the watermark-tuning curve.
 And ``_plain_value`` gives every parameter of every command the value typer's own
 coercion gives.
+
+Ninth pass: the cyclic garbage collector is off while a command's modules are
+imported (``cli/common.pause_gc``) and on again, with the imported objects frozen,
+once they are (``startup_done``): in ``run`` after its job's imports, in every other
+command before it starts.
 """
 
 from __future__ import annotations
@@ -42,6 +47,34 @@ sys.stderr.flush()
 """
 
 
+#: records, for every collection once ``main()`` has started, whether the start-up's objects were frozen yet
+GC_DRIVER = """
+import gc, json, sys
+seen = {"main": False, "unfrozen": 0, "frozen": 0}
+def on_gc(phase, info):
+    if phase == "start" and seen["main"]:
+        seen["unfrozen" if gc.get_freeze_count() == 0 else "frozen"] += 1
+gc.callbacks.append(on_gc)
+from streamjoin.cli.main import main
+sys.argv = ['streamjoin', *sys.argv[1:]]
+seen["main"] = True
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+seen.update(code=code, enabled=gc.isenabled(), freeze_count=gc.get_freeze_count())
+print(json.dumps(seen), file=sys.stderr)
+sys.stderr.flush()
+"""
+
+
+def gc_seen(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", GC_DRIVER, *args], capture_output=True, text=True)
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    assert seen["code"] == 0, done.stderr
+    return seen
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bench")
@@ -73,6 +106,19 @@ def test_the_results_writer_is_still_imported_when_results_are_written(data: Pat
     assert seen["code"] == 0, done.stderr
     assert "streamjoin.pipelines.replay.results" in seen["loaded"]
     assert (out / "results.parquet").stat().st_size > 0
+
+
+def test_a_run_collects_no_garbage_until_its_modules_are_imported(data: Path, tmp_path: Path):
+    seen = gc_seen("run", str(data / "bench.toml"), "--engine", "local", "--policy", "static", "--retention", "50ms",
+                   "--no-results", "--out", str(tmp_path / "out"))
+    assert seen["unfrozen"] == 0   # no collection while numpy, polars, pyarrow, streamjoin were imported
+    assert seen["enabled"] and seen["freeze_count"] > 10_000   # on again, the modules' objects frozen
+
+
+def test_every_other_command_runs_with_the_collector_on(data: Path):
+    seen = gc_seen("inspect", str(data / "left.parquet"), "--unit", "us")
+    assert seen["enabled"] and seen["freeze_count"] > 0
+    assert seen["frozen"] > 0   # the command itself collected (after start-up)
 
 
 #: command-line values of the kinds a parameter receives: not given, words, repeated words, paths, numbers, flags
@@ -117,3 +163,16 @@ def test_options_before_the_command_name_are_streamjoins_own():
     assert done.returncode == 0, done.stderr
     for command in ("run", "inspect", "tune-buffer", "backfill", "compare"):
         assert command in done.stdout, (command, done.stdout)
+
+
+def test_the_collector_is_on_again_when_a_run_stops_before_its_job(monkeypatch):
+    # main() called in-process (a caller that goes on): a usage error before run's imports leaves the collector on
+    import gc
+
+    from streamjoin.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["streamjoin", "run", "--no-such-option"])
+    assert gc.isenabled()
+    with pytest.raises(SystemExit):
+        main()
+    assert gc.isenabled()
