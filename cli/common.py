@@ -1,14 +1,13 @@
 """What every ``streamjoin`` command shares: the input options, the command line a
 report records (:func:`command_line`), how a command fails (:func:`outcome_of`) and
 the cyclic garbage collector's pause while the process starts (:func:`pause_gc`,
-:func:`startup_done`).
+:func:`startup_done`, :func:`end_gc_pause`).
 
 ``cli/main.py`` (run, tune-buffer, ...) and ``cli/compare.py`` both import from
 here, so neither imports the other."""
 
 from __future__ import annotations
 
-import atexit
 import gc
 import shlex
 import sys
@@ -20,8 +19,10 @@ from streamjoin.pipelines.base.errors import StreamjoinError
 
 Multi = Optional[list[str]]
 
-#: ``paused``: :func:`pause_gc` turned the collector off and :func:`startup_done` has not turned it on yet
-_GC = {"paused": False}
+#: ``paused``: :func:`pause_gc` turned the collector off and :func:`startup_done` has not turned it on
+#: yet; ``frozen``: :func:`startup_done` froze the objects then alive and :func:`end_gc_pause` has not
+#: unfrozen them yet
+_GC = {"paused": False, "frozen": False}
 
 
 def pause_gc() -> None:
@@ -42,14 +43,24 @@ def startup_done() -> None:
     """The command's modules are imported: the collector runs again, over what is
     created from now on (``gc.freeze``: the objects that exist now -- the modules'
     functions, classes, constants -- are not traversed again while the command
-    runs; ``atexit`` unfreezes them, so that an interpreter teardown, where there
-    is one, collects them as it did before).  A no-op unless :func:`pause_gc`
+    runs; :func:`end_gc_pause` unfreezes them).  A no-op unless :func:`pause_gc`
     paused it; idempotent."""
     if _GC["paused"]:
         _GC["paused"] = False
         gc.freeze()
-        atexit.register(gc.unfreeze)
+        _GC["frozen"] = True
         gc.enable()
+
+
+def end_gc_pause() -> None:
+    """``main`` is done: the collector is on and nothing stays frozen, as before
+    :func:`pause_gc` -- for a caller that goes on (tests) and for an interpreter
+    teardown, where there is one (coverage.py, PySpark), which then collects as it
+    always did.  ``gc.unfreeze`` is one list splice."""
+    startup_done()
+    if _GC["frozen"]:
+        _GC["frozen"] = False
+        gc.unfreeze()
 
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
 TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]

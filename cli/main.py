@@ -54,7 +54,7 @@ from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, RunWindowOpt, StreamOpt,
                      TsOpt, UnitOpt, WhereOpt, WindowOpt)
 from .common import fail as _fail
-from .common import command_line, pause_gc, startup_done
+from .common import command_line, end_gc_pause, pause_gc, startup_done
 from .common import outcome_of as _outcome_of
 from .calibrate import calibrate as _calibrate
 from .compare import compare as _compare
@@ -735,8 +735,8 @@ def main() -> None:
         if exc.code is None or isinstance(exc.code, int):
             _FINISHED["code"] = exc.code or 0
         raise
-    finally:   # e.g. `run` refused its arguments: a caller that goes on (tests) has its collector back
-        startup_done()
+    finally:   # also when `run` refused its arguments: a caller that goes on (tests) has its collector back
+        end_gc_pause()
 
 
 def _main() -> None:

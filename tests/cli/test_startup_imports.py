@@ -10,7 +10,7 @@ coercion gives.
 Ninth pass: the cyclic garbage collector is off while a command's modules are
 imported (``cli/common.pause_gc``) and on again, with the imported objects frozen,
 once they are (``startup_done``): in ``run`` after its job's imports, in every other
-command before it starts.
+command before it starts; when ``main()`` ends nothing stays frozen (``end_gc_pause``).
 """
 
 from __future__ import annotations
@@ -47,13 +47,15 @@ sys.stderr.flush()
 """
 
 
-#: records, for every collection once ``main()`` has started, whether the start-up's objects were frozen yet
+#: records, for every collection while ``main()`` runs, whether the start-up's objects were frozen yet
+#: (and the most objects frozen), and the collector's state once main() returned
 GC_DRIVER = """
 import gc, json, sys
-seen = {"main": False, "unfrozen": 0, "frozen": 0}
+seen = {"main": False, "unfrozen": 0, "frozen": 0, "most_frozen": 0}
 def on_gc(phase, info):
     if phase == "start" and seen["main"]:
         seen["unfrozen" if gc.get_freeze_count() == 0 else "frozen"] += 1
+        seen["most_frozen"] = max(seen["most_frozen"], gc.get_freeze_count())
 gc.callbacks.append(on_gc)
 from streamjoin.cli.main import main
 sys.argv = ['streamjoin', *sys.argv[1:]]
@@ -62,6 +64,7 @@ try:
     main()
 except SystemExit as exc:
     code = exc.code
+seen["main"] = False
 seen.update(code=code, enabled=gc.isenabled(), freeze_count=gc.get_freeze_count())
 print(json.dumps(seen), file=sys.stderr)
 sys.stderr.flush()
@@ -112,13 +115,14 @@ def test_a_run_collects_no_garbage_until_its_modules_are_imported(data: Path, tm
     seen = gc_seen("run", str(data / "bench.toml"), "--engine", "local", "--policy", "static", "--retention", "50ms",
                    "--no-results", "--out", str(tmp_path / "out"))
     assert seen["unfrozen"] == 0   # no collection while numpy, polars, pyarrow, streamjoin were imported
-    assert seen["enabled"] and seen["freeze_count"] > 10_000   # on again, the modules' objects frozen
+    assert seen["frozen"] > 0 and seen["most_frozen"] > 10_000   # on during the job, the modules' objects frozen
+    assert seen["enabled"] and seen["freeze_count"] == 0   # main() leaves the collector as it found it
 
 
 def test_every_other_command_runs_with_the_collector_on(data: Path):
     seen = gc_seen("inspect", str(data / "left.parquet"), "--unit", "us")
-    assert seen["enabled"] and seen["freeze_count"] > 0
-    assert seen["frozen"] > 0   # the command itself collected (after start-up)
+    assert seen["frozen"] > 0   # the command itself collected, after start-up
+    assert seen["enabled"] and seen["freeze_count"] == 0
 
 
 #: command-line values of the kinds a parameter receives: not given, words, repeated words, paths, numbers, flags
@@ -175,4 +179,4 @@ def test_the_collector_is_on_again_when_a_run_stops_before_its_job(monkeypatch):
     assert gc.isenabled()
     with pytest.raises(SystemExit):
         main()
-    assert gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
