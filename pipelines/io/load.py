@@ -464,16 +464,13 @@ def normalise(table: pa.Table, cfg: StreamConfig, check_units: bool = True) -> N
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()
     t, a = pl.lit(ts), pl.lit(arrival)  # evaluated beside the user's columns, not added to them
-    # (condition, reason) in priority order: a row's reason is its first condition that holds
-    checks = [(pl.col(cfg.ts).is_null(), f"null {cfg.ts}"),
-              (t.is_null() | (t.abs() > MAX_ABS_TS), f"{cfg.ts} out of range")]
-    if cfg.arrival:
-        checks += [(pl.col(cfg.arrival).is_null(), f"null {cfg.arrival}"),
-                   (a.is_null() | (a.abs() > MAX_ABS_TS), f"{cfg.arrival} out of range")]
+    def time_checks(col: str, us: pl.Expr) -> list:   # null as read, or out of range in microseconds
+        return [(pl.col(col).is_null(), f"null {col}"), (us.is_null() | (us.abs() > MAX_ABS_TS), f"{col} out of range")]
+    # (condition, reason): a row's reason is its first condition that holds; the reasons' text only if one does
+    checks = time_checks(cfg.ts, t) + (time_checks(cfg.arrival, a) if cfg.arrival else [])
     checks += [(pl.col(k).is_null(), f"null key {k}") for k in cfg.keys]
     check_vector_types(original.schema, cfg)
     checks += [(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan(), f"null {v}") for v in cfg.vectors]
-    # a boolean column first: the reasons' text column only where a row is quarantined
     bad_mask = original.select(pl.any_horizontal([c.fill_null(False) for c, _ in checks]).alias("bad")).to_series()
     keys = original.select([pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)])
     frame = original
