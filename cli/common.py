@@ -33,8 +33,10 @@ def pause_gc() -> None:
     again and again as they accumulate: ~140 collections, ~0.04 s of CPU in every
     ``run`` before its first stage (docs/performance.md, issue 21 ninth pass).
     :func:`startup_done` turns it on again.  Only ``main`` calls this (importing
-    this module changes nothing)."""
-    if gc.isenabled():
+    this module changes nothing).  A caller that runs ``main()`` with the collector
+    off or with objects of its own frozen keeps that state untouched (``gc.unfreeze``
+    would unfreeze its objects with ours)."""
+    if gc.isenabled() and gc.get_freeze_count() == 0:
         gc.disable()
         _GC["paused"] = True
 

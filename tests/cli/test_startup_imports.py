@@ -10,7 +10,8 @@ coercion gives.
 Ninth pass: the cyclic garbage collector is off while a command's modules are
 imported (``cli/common.pause_gc``) and on again, with the imported objects frozen,
 once they are (``startup_done``): in ``run`` after its job's imports, in every other
-command before it starts; when ``main()`` ends nothing stays frozen (``end_gc_pause``).
+command before it starts; when ``main()`` ends nothing of its own stays frozen
+(``end_gc_pause``), and a caller's own frozen objects were left frozen throughout.
 """
 
 from __future__ import annotations
@@ -61,20 +62,23 @@ def on_gc(phase, info):
 gc.callbacks.append(on_gc)
 from streamjoin.cli.main import main
 sys.argv = ['streamjoin', *sys.argv[1:]]
+CALLER = None   # the caller's own collector state, set up before main() (gc_seen's caller)
+before = gc.get_freeze_count()
 seen["main"] = True
 try:
     main()
 except SystemExit as exc:
     code = exc.code
 seen["main"] = False
-seen.update(code=code, enabled=gc.isenabled(), freeze_count=gc.get_freeze_count())
+seen.update(code=code, enabled=gc.isenabled(), freeze_count=gc.get_freeze_count(), before=before)
 print(json.dumps(seen), file=sys.stderr)
 sys.stderr.flush()
 """
 
 
-def gc_seen(*args: str, code: int = 0) -> dict:
-    done = subprocess.run([sys.executable, "-c", GC_DRIVER, *args], capture_output=True, text=True)
+def gc_seen(*args: str, code: int = 0, caller: str = "None") -> dict:
+    driver = GC_DRIVER.replace("CALLER = None", caller)
+    done = subprocess.run([sys.executable, "-c", driver, *args], capture_output=True, text=True)
     seen = json.loads(done.stderr.strip().splitlines()[-1])
     assert seen["code"] == code, done.stderr
     return seen
@@ -175,3 +179,11 @@ def test_the_collector_is_on_again_when_a_run_stops_before_its_job():
     # a usage error before run's imports (startup_done not reached): main() still turns the collector on
     seen = gc_seen("run", "--no-such-option", code=2)
     assert seen["enabled"] and seen["freeze_count"] == 0
+
+
+def test_a_caller_that_froze_its_own_objects_finds_them_frozen_after_main(data: Path):
+    # gc.freeze() before main() (e.g. a server that forks workers): main() leaves that to its caller
+    seen = gc_seen("inspect", str(data / "left.parquet"), "--unit", "us", caller="gc.freeze()")
+    assert seen["before"] > 10_000
+    # still frozen (0 if main() unfroze them), nothing of main()'s added (fewer: frozen objects freed since)
+    assert seen["enabled"] and seen["before"] // 2 < seen["freeze_count"] <= seen["before"]
