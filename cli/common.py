@@ -37,8 +37,8 @@ def pause_gc() -> None:
     off or with objects of its own frozen keeps that state untouched (``gc.unfreeze``
     would unfreeze its objects with ours)."""
     if gc.isenabled() and gc.get_freeze_count() == 0:
+        _GC["paused"] = True   # before the step (startup_done says why)
         gc.disable()
-        _GC["paused"] = True
 
 
 def startup_done() -> None:
@@ -47,11 +47,13 @@ def startup_done() -> None:
     functions, classes, constants -- are not traversed again while the command
     runs; :func:`end_gc_pause` unfreezes them).  A no-op unless :func:`pause_gc`
     paused it; idempotent."""
+    # each flag is set before its step and cleared after it: an interrupt in between (the guard of
+    # pipelines/io/output.py raises KeyboardInterrupt anywhere) still leaves end_gc_pause its work
     if _GC["paused"]:
-        _GC["paused"] = False
-        gc.freeze()
         _GC["frozen"] = True
+        gc.freeze()
         gc.enable()
+        _GC["paused"] = False
 
 
 def end_gc_pause() -> None:
@@ -61,8 +63,8 @@ def end_gc_pause() -> None:
     always did.  ``gc.unfreeze`` is one list splice."""
     startup_done()
     if _GC["frozen"]:
-        _GC["frozen"] = False
         gc.unfreeze()
+        _GC["frozen"] = False
 
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
 TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]

@@ -728,8 +728,8 @@ def app_for(args: list[str]) -> typer.Typer:
 
 
 def main() -> None:
-    pause_gc()   # until the command's imports are done: `run` says when, every other command at its start
     try:
+        pause_gc()   # until the command's imports are done: `run` says when, every other command at its start
         _main()
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):

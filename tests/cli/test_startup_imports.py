@@ -187,3 +187,30 @@ def test_a_caller_that_froze_its_own_objects_finds_them_frozen_after_main(data: 
     assert seen["before"] > 10_000
     # still frozen (0 if main() unfroze them), nothing of main()'s added (fewer: frozen objects freed since)
     assert seen["enabled"] and seen["before"] // 2 < seen["freeze_count"] <= seen["before"]
+
+
+def test_an_interrupt_while_the_collector_is_turned_on_leaves_it_on(monkeypatch):
+    # Ctrl-C raises KeyboardInterrupt between any two bytecodes (pipelines/io/output.py's guard): one landing
+    # inside startup_done, before gc.enable(), must still leave main()'s end_gc_pause something to undo
+    import gc
+
+    from streamjoin.cli import common
+
+    freeze = gc.freeze
+
+    def interrupted() -> None:
+        monkeypatch.setattr(gc, "freeze", freeze)
+        raise KeyboardInterrupt
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    monkeypatch.setattr(common, "_GC", {"paused": False, "frozen": False})
+    try:
+        common.pause_gc()
+        monkeypatch.setattr(gc, "freeze", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            common.startup_done()
+        common.end_gc_pause()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    finally:   # whatever happened, pytest's own collector as it was
+        gc.enable()
+        gc.unfreeze()
