@@ -1,11 +1,14 @@
 """What every ``streamjoin`` command shares: the input options, the command line a
-report records (:func:`command_line`) and how a command fails (:func:`outcome_of`).
+report records (:func:`command_line`), how a command fails (:func:`outcome_of`) and
+the cyclic garbage collector's pause while the process starts (:func:`pause_gc`,
+:func:`startup_done`, :func:`end_gc_pause`).
 
 ``cli/main.py`` (run, tune-buffer, ...) and ``cli/compare.py`` both import from
 here, so neither imports the other."""
 
 from __future__ import annotations
 
+import gc
 import shlex
 import sys
 from typing import Annotated, Optional
@@ -15,6 +18,53 @@ import typer
 from streamjoin.pipelines.base.errors import StreamjoinError
 
 Multi = Optional[list[str]]
+
+#: ``paused``: :func:`pause_gc` turned the collector off and :func:`startup_done` has not turned it on
+#: yet; ``frozen``: :func:`startup_done` froze the objects then alive and :func:`end_gc_pause` has not
+#: unfrozen them yet
+_GC = {"paused": False, "frozen": False}
+
+
+def pause_gc() -> None:
+    """No cyclic garbage collection while the command's modules are imported.
+
+    Importing numpy, polars, pyarrow and streamjoin creates some hundred thousand
+    objects that live as long as the process, and the collector traverses them
+    again and again as they accumulate: ~140 collections, ~0.04 s of CPU in every
+    ``run`` before its first stage (docs/performance.md, issue 21 ninth pass).
+    :func:`startup_done` turns it on again.  Only ``main`` calls this (importing
+    this module changes nothing).  A caller that runs ``main()`` with the collector
+    off or with objects of its own frozen keeps that state untouched (``gc.unfreeze``
+    would unfreeze its objects with ours)."""
+    if gc.isenabled() and gc.get_freeze_count() == 0:
+        _GC["paused"] = True   # before the step (startup_done says why)
+        gc.disable()
+
+
+def startup_done() -> None:
+    """The command's modules are imported: the collector runs again, over what is
+    created from now on (``gc.freeze``: the objects that exist now -- the modules'
+    functions, classes, constants -- are not traversed again while the command
+    runs; :func:`end_gc_pause` unfreezes them).  A no-op unless :func:`pause_gc`
+    paused it; idempotent."""
+    # each flag is set before its step and cleared after it: an interrupt in between (the guard of
+    # pipelines/io/output.py raises KeyboardInterrupt anywhere) still leaves end_gc_pause its work
+    if _GC["paused"]:
+        _GC["frozen"] = True
+        gc.freeze()
+        gc.enable()
+        _GC["paused"] = False
+
+
+def end_gc_pause() -> None:
+    """``main`` is done: the collector is on and nothing stays frozen, as before
+    :func:`pause_gc` -- for a caller that goes on (tests) and for an interpreter
+    teardown, where there is one (coverage.py, PySpark), which then collects as it
+    always did.  ``gc.unfreeze`` is one list splice."""
+    startup_done()
+    if _GC["frozen"]:
+        gc.unfreeze()
+        _GC["frozen"] = False
 
 StreamOpt = Annotated[Multi, typer.Option("--stream", help="NAME=PATH (repeatable): Parquet file, glob or directory")]
 TsOpt = Annotated[Multi, typer.Option("--ts", help="event-time column, COL or NAME=COL (default: ts)")]

@@ -54,7 +54,7 @@ from streamjoin.pipelines.base.errors import EXIT_FAILURE, StreamjoinError
 from .common import (ArrivalOpt, DistanceOpt, KeyOpt, MaxQuarantineOpt, Multi, PeriodOpt, RunWindowOpt, StreamOpt,
                      TsOpt, UnitOpt, WhereOpt, WindowOpt)
 from .common import fail as _fail
-from .common import command_line
+from .common import command_line, end_gc_pause, pause_gc, startup_done
 from .common import outcome_of as _outcome_of
 from .calibrate import calibrate as _calibrate
 from .compare import compare as _compare
@@ -390,6 +390,7 @@ def run(
     from streamjoin.pipelines.jobs.run import STAGES, run_job
     from streamjoin.pipelines.report.terminal import render_rich, summary_lines
 
+    startup_done()   # the job's modules are imported (jobs.run imports its stages')
     flags = Flags(
         streams=stream or [], ts=ts or [], arrival=arrival or [], keys=key or [], unit=unit or [],
         window=window or [], k=k or [], retention=retention or [], policy=policy, router=router,
@@ -728,11 +729,14 @@ def app_for(args: list[str]) -> typer.Typer:
 
 def main() -> None:
     try:
+        pause_gc()   # until the command's imports are done: `run` says when, every other command at its start
         _main()
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             _FINISHED["code"] = exc.code or 0
         raise
+    finally:   # also when `run` refused its arguments: a caller that goes on (tests) has its collector back
+        end_gc_pause()
 
 
 def _main() -> None:
@@ -749,6 +753,8 @@ def _main() -> None:
         no_huge_page_advice()  # no memory compaction stalls on page faults
         # not standalone: usage errors come back to us, to be printed as one
         # line (cron logs) instead of click's multi-line box
+        if sys.argv[1:2] != ["run"]:
+            startup_done()   # only `run` imports its job's modules before saying so
         rv = app_for(sys.argv[1:])(standalone_mode=False)
         if rv == 130 and not guard.holding:
             # typer turns a KeyboardInterrupt outside a command's own handling

@@ -464,21 +464,21 @@ def normalise(table: pa.Table, cfg: StreamConfig, check_units: bool = True) -> N
     if not isinstance(original, pl.DataFrame):  # a single column comes back as a Series
         original = original.to_frame()
     t, a = pl.lit(ts), pl.lit(arrival)  # evaluated beside the user's columns, not added to them
-    reason = pl.when(pl.col(cfg.ts).is_null()).then(pl.lit(f"null {cfg.ts}"))
-    reason = reason.when(t.is_null() | (t.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.ts} out of range"))
-    if cfg.arrival:
-        reason = reason.when(pl.col(cfg.arrival).is_null()).then(pl.lit(f"null {cfg.arrival}"))
-        reason = reason.when(a.is_null() | (a.abs() > MAX_ABS_TS)).then(pl.lit(f"{cfg.arrival} out of range"))
-    for k in cfg.keys:
-        reason = reason.when(pl.col(k).is_null()).then(pl.lit(f"null key {k}"))
+    def time_checks(col: str, us: pl.Expr) -> list:   # null as read, or out of range in microseconds
+        return [(pl.col(col).is_null(), f"null {col}"), (us.is_null() | (us.abs() > MAX_ABS_TS), f"{col} out of range")]
+    # (condition, reason): a row's reason is its first condition that holds; the reasons' text only if one does
+    checks = time_checks(cfg.ts, t) + (time_checks(cfg.arrival, a) if cfg.arrival else [])
+    checks += [(pl.col(k).is_null(), f"null key {k}") for k in cfg.keys]
     check_vector_types(original.schema, cfg)
-    for v in cfg.vectors:
-        reason = reason.when(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan()).then(pl.lit(f"null {v}"))
-    reasons = original.select(reason.otherwise(None).cast(pl.String).alias("reason")).to_series()
+    checks += [(pl.col(v).is_null() | pl.col(v).cast(pl.Float64).is_nan(), f"null {v}") for v in cfg.vectors]
+    bad_mask = original.select(pl.any_horizontal([c.fill_null(False) for c, _ in checks]).alias("bad")).to_series()
     keys = original.select([pl.col(k).alias(f"__key{i}") for i, k in enumerate(cfg.keys)])
     frame = original
-    bad_mask = reasons.is_not_null()
     if bad_mask.any():
+        reason = pl.when(checks[0][0]).then(pl.lit(checks[0][1]))
+        for condition, text in checks[1:]:
+            reason = reason.when(condition).then(pl.lit(text))
+        reasons = original.select(reason.otherwise(None).cast(pl.String).alias("reason")).to_series()
         quarantine = original.filter(bad_mask).with_columns(reasons.filter(bad_mask).alias(QUARANTINE_REASON))
         keep = ~bad_mask
         frame, ts, arrival = original.filter(keep), ts.filter(keep), arrival.filter(keep)
