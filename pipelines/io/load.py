@@ -465,7 +465,7 @@ def normalise(table: pa.Table, cfg: StreamConfig, check_units: bool = True) -> N
         original = original.to_frame()
     t, a = pl.lit(ts), pl.lit(arrival)  # evaluated beside the user's columns, not added to them
     def time_checks(col: str, us: pl.Expr) -> list:   # null as read, or out of range in microseconds
-        return [(pl.col(col).is_null(), f"null {col}"), (us.is_null() | (us.abs() > MAX_ABS_TS), f"{col} out of range")]
+        return [(pl.col(col).is_null(), f"null {col}"), (us.is_null() | (us > MAX_ABS_TS) | (us < -MAX_ABS_TS), f"{col} out of range")]
     # (condition, reason): a row's reason is its first condition that holds; the reasons' text only if one does
     checks = time_checks(cfg.ts, t) + (time_checks(cfg.arrival, a) if cfg.arrival else [])
     checks += [(pl.col(k).is_null(), f"null key {k}") for k in cfg.keys]

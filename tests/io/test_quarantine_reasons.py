@@ -21,7 +21,7 @@ from streamjoin.pipelines.config.settings import StreamConfig
 from streamjoin.pipelines.io.columns import QUARANTINE_REASON
 from streamjoin.pipelines.io.load import normalise
 
-TIMES = st.one_of(st.none(), st.integers(-10**6, 10**6), st.sampled_from([MAX_ABS_TS + 1, -MAX_ABS_TS - 5, MAX_ABS_TS]))
+TIMES = st.one_of(st.none(), st.integers(-10**6, 10**6), st.sampled_from([MAX_ABS_TS + 1, -MAX_ABS_TS - 5, MAX_ABS_TS, -2**63, 2**63 - 1]))
 KEYS = st.one_of(st.none(), st.integers(0, 3))
 VECTORS = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=False, width=64))
 
@@ -64,3 +64,12 @@ def test_quarantined_rows_and_reasons_are_the_first_failing_check(rows, with_key
         assert part.kept.tolist() == [w is None for w in want]
     assert part.quarantine.height + len(part.ts) == len(rows)
     assert np.asarray(part.ts).dtype == np.int64
+
+
+def test_the_smallest_int64_time_is_out_of_range_not_kept():
+    """``abs(-2**63)`` wraps to itself in int64: the range check compares both bounds."""
+    cfg = StreamConfig(name="s", path="s.parquet", ts="ts", arrival="arrival", unit="us")
+    table = pa.table({"ts": pa.array([-2**63, 0, 5], pa.int64()), "arrival": pa.array([0, -2**63, 5], pa.int64())})
+    part = normalise(table, cfg, check_units=False)
+    assert part.quarantine[QUARANTINE_REASON].to_list() == ["ts out of range", "arrival out of range"]
+    assert part.ts.tolist() == [5]
