@@ -37,7 +37,8 @@ The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
 never imported by a run that loads them).  Where no module can be built, or
 ``$STREAMJOIN_KERNELS=numpy``, the callers keep their numpy paths; both give
-the same arrays, element for element (``tests/base/test_kernels.py``).
+the same arrays, element for element (``tests/base/test_kernels.py``;
+:func:`last_order`: ``tests/replay/test_results_order.py``).
 The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
 the numpy paths, and so do inputs below :data:`MIN_ROWS` rows -- the join's
 input rows, not the band join's partial combinations (loading a kernel
