@@ -27,12 +27,18 @@
   packed plan and ``searchsorted``).
 * :func:`first_above` -- the expiry index's search (the first arrival index at
   which a tuple's horizon has passed it), galloping from the previous answer.
+* :func:`last_order` -- the results order of two-stream combinations emitted on
+  their last member's arrival (:func:`~streamjoin.pipelines.replay.emit.emission_order`):
+  a stable counting sort by the last arrival index, then each bucket by
+  ``r0 + r1``, instead of polars' sort of the packed key ``last * M + r0 + r1``
+  (issue 21, ninth pass).
 
 The kernels are built ahead of time once per machine by
 :func:`~streamjoin.pipelines.base.jit.prebuilt` (``numba.pycc``; numba is
 never imported by a run that loads them).  Where no module can be built, or
 ``$STREAMJOIN_KERNELS=numpy``, the callers keep their numpy paths; both give
-the same arrays, element for element (``tests/base/test_kernels.py``).
+the same arrays, element for element (``tests/base/test_kernels.py``;
+:func:`last_order`: ``tests/replay/test_results_order.py``).
 The kernels take int32 row indexes (below ``2**31`` rows); larger inputs take
 the numpy paths, and so do inputs below :data:`MIN_ROWS` rows -- the join's
 input rows, not the band join's partial combinations (loading a kernel
@@ -64,6 +70,9 @@ COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i4[:], i4[:], i4[:], i4[
 BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
 FIRST_ABOVE_SIGNATURE = "i8(i8[:], i8[:], i8, i4[:])"
 PLAN_BANDS_SIGNATURE = "Tuple((i4[:], i4[:], i8))(i4[:], i8[:], i4[:], i4[:], i8[:], i4[:], i8, i8, i8, i8)"
+LAST_ORDER_SIGNATURE = "i8[:](i4[:], i4[:], i4[:])"
+#: buckets of at most this many combinations are put in order by insertion sort, larger ones by a merge sort
+SMALL_BUCKET = 16
 
 
 @jit.helper
@@ -206,6 +215,78 @@ def first_above(horizon: np.ndarray, values: np.ndarray, shift: int, out: np.nda
         return False
     kernel(np.ascontiguousarray(horizon, dtype=np.int64), np.ascontiguousarray(values, dtype=np.int64), int(shift), out)
     return True
+
+
+def _last_order(last, r0, r1):   # pragma: no cover - compiled
+    # a stable counting sort by last (values in [0, radix)), then each bucket by
+    # r0 + r1, ties by position: insertion sort for a small bucket, numpy's
+    # merge sort (stable, O(b log b)) for a large one -- one key with many pairs
+    # costs no quadratic time.  Empty when last is outside [0, 4 n + 4096).
+    n = last.shape[0]
+    hi = -1
+    for i in range(n):
+        v = last[i]
+        if v < 0:
+            return np.empty(0, np.int64)
+        if v > hi:
+            hi = v
+    radix = hi + 1
+    if radix > 4 * n + 4096:
+        return np.empty(0, np.int64)
+    start = np.zeros(radix + 1, np.int64)
+    for i in range(n):
+        start[last[i] + 1] += 1
+    for b in range(radix):
+        start[b + 1] += start[b]
+    fill = start[:radix].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        b = last[i]
+        order[fill[b]] = i
+        fill[b] += 1
+    sums = np.empty(n, np.int64)
+    for j in range(n):
+        p = order[j]
+        sums[j] = np.int64(r0[p]) + np.int64(r1[p])
+    for b in range(radix):
+        a = start[b]
+        e = start[b + 1]
+        if e - a <= 1:
+            continue
+        if e - a <= SMALL_BUCKET:
+            for j in range(a + 1, e):
+                v = sums[j]
+                p = order[j]
+                k = j - 1
+                while k >= a and sums[k] > v:   # strict: equal sums keep their positions' order
+                    sums[k + 1] = sums[k]
+                    order[k + 1] = order[k]
+                    k -= 1
+                sums[k + 1] = v
+                order[k + 1] = p
+        else:
+            idx = np.argsort(sums[a:e], kind="mergesort")
+            moved = order[a:e][idx]
+            order[a:e] = moved
+    return order
+
+
+def last_order(last: np.ndarray, r0: np.ndarray, r1: np.ndarray) -> np.ndarray | None:
+    """``np.argsort(last * M + r0 + r1, kind="stable")`` (int64 positions) with
+    ``M > r0 + r1`` -- the order of ``(last, r0 + r1)``, ties by position -- or
+    ``None``: without the kernel, below :data:`MIN_ROWS` combinations, with
+    arrays other than int32, or a ``last`` outside ``[0, 4 n + 4096)`` (its
+    counting sort's buckets).  ``last``: arrival indexes; ``r0`` / ``r1``: rows
+    (at least 0).  A bucket (combinations of one ``last``) is ordered by
+    insertion sort up to :data:`SMALL_BUCKET` entries, else by a merge sort."""
+    n = len(last)
+    if n < max(MIN_ROWS, 1) or n >= 2**31 or not (last.dtype == r0.dtype == r1.dtype == np.int32):
+        return None
+    kernel = jit.prebuilt(_last_order, LAST_ORDER_SIGNATURE)
+    if kernel is None:
+        return None
+    order = kernel(np.ascontiguousarray(last), np.ascontiguousarray(r0), np.ascontiguousarray(r1))
+    return order if len(order) == n else None
 
 
 def _band_fill(sorted_values, stored_rows, lo, hi, query_rows):   # pragma: no cover - compiled
@@ -512,7 +593,7 @@ def ensure_built() -> None:
     for fn, signature in ((_band_fill, BAND_SIGNATURE), (_key_order, KEY_ORDER_SIGNATURE),
                           (_progress_pass, REPLAY_SIGNATURE), (_count_walk, COUNT_SIGNATURE),
                           (_bands, BANDS_SIGNATURE), (_plan_bands, PLAN_BANDS_SIGNATURE),
-                          (_first_above, FIRST_ABOVE_SIGNATURE)):
+                          (_first_above, FIRST_ABOVE_SIGNATURE), (_last_order, LAST_ORDER_SIGNATURE)):
         jit.prebuilt(fn, signature)
 
 
@@ -532,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ensure_built()
     if not all(jit.how(fn) in ("aot", "aot-built") for fn in (_band_fill, _key_order, _progress_pass, _count_walk, _bands,
-                                                             _plan_bands, _first_above)):
+                                                             _plan_bands, _first_above, _last_order)):
         print("streamjoin: the compiled kernels could not be built now (stderr says why); "
               "runs use the numpy paths (same results) until one builds them")
     return 0

@@ -60,6 +60,7 @@ from functools import cached_property
 import numpy as np
 import polars as pl
 
+from ..base import kernels
 from .candidates import Combos
 from ..policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, SYMMETRIC
 from . import interval_join, microbatch, sql_interval_join
@@ -228,18 +229,21 @@ def emission_order(emit_us: np.ndarray, last: np.ndarray, rows: Sequence[np.ndar
 
     The rows make the key unique, so the order is total and the same whatever
     order the combinations came in (the local engine's, either Spark router's,
-    a backfill day's).  One polars multi-column sort rather than ``np.lexsort``,
-    which makes one stable pass per key (7.9M combinations in random order:
-    1.6 s against 9.4 s).
+    a backfill day's).  In general one polars multi-column sort rather than
+    ``np.lexsort``, which makes one stable pass per key (7.9M combinations in
+    random order: 1.6 s against 9.4 s).
 
     ``by_last``: the caller knows ``emit_us`` is a non-decreasing function of
     ``last`` (:attr:`Emission.on_arrival`: ``emit_us = arrival[last]``).
-    Then the order is that of ``(last, rows)``, and with two streams of one
-    int64 key ``last * M + r0 + r1`` (``M > r0 + r1``): given ``last`` one
-    member's row is fixed, so ``r0 + r1`` orders the other one, and the key is
-    unique.  The result is checked (``emit_us`` non-decreasing along it) and
-    the general sort used if the promise does not hold, so a wrong hint costs
-    time, never the order (docs/performance.md, issue 21).
+    Then the order is that of ``(last, rows)``, and with two streams that of
+    ``(last, r0 + r1)``: given ``last`` one member's row is fixed, so
+    ``r0 + r1`` orders the other one, and the pair is unique.  The compiled
+    :func:`~streamjoin.pipelines.base.kernels.last_order` sorts it (a counting
+    sort by ``last``, then each small bucket by ``r0 + r1``); without the kernel
+    polars sorts the int64 key ``last * M + r0 + r1`` (``M > r0 + r1``), the
+    same positions.  The result is checked (``emit_us`` non-decreasing along
+    it) and the general sort used if the promise does not hold, so a wrong hint
+    costs time, never the order (docs/performance.md, issue 21).
     """
     if not len(emit_us):
         return np.empty(0, np.int64)
@@ -256,10 +260,14 @@ def _arg_sort(keys: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _order_by_last(last: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray | None:
-    """The order of ``(last, rows)`` (:func:`emission_order`), ``None`` if two
-    streams' key would not fit int64."""
+    """The order of ``(last, rows)`` (:func:`emission_order`): with two streams
+    the compiled counting sort, else (no kernel, small or non-int32 input)
+    polars' sort of the packed key; ``None`` if that key would not fit int64."""
     if len(rows) != 2:
         return _arg_sort({"last": last, **{f"r{k}": r for k, r in enumerate(rows)}})
+    order = kernels.last_order(last, rows[0], rows[1])
+    if order is not None:
+        return order
     M = int(rows[0].max()) + int(rows[1].max()) + 1
     if int(last.max()) >= (2**63 - 1) // M - 1:
         return None

@@ -253,7 +253,7 @@ def test_small_inputs_take_the_numpy_paths():
 
 #: every compiled kernel of base/kernels (a new one belongs here, in ensure_built and in main's check)
 ALL_KERNELS = (kernels._band_fill, kernels._key_order, kernels._progress_pass, kernels._count_walk, kernels._bands,
-               kernels._plan_bands, kernels._first_above)
+               kernels._plan_bands, kernels._first_above, kernels._last_order)
 
 
 def test_every_kernel_is_listed():
