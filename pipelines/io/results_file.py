@@ -157,8 +157,8 @@ class BackgroundWrite:
         if exc_type is None:
             self.result()
             return False
-        self.stop.set()
         with interrupts_held() as pending:   # a second Ctrl-C must not leave it writing into a removed directory
+            self.stop.set()
             try:
                 self.future.exception()   # its own failure: the run is failing already with the caller's
             finally:
