@@ -106,10 +106,17 @@ def write_row_groups(path: Path, frames: Iterable[pl.DataFrame], stop: threading
     """Write ``frames`` (at least one, all of one schema) to ``path`` with a
     :class:`ResultsFile`, building the next frame while the current one is written;
     returns the number of rows written.  ``stop``: once set, no further frame is
-    taken (:class:`Stopped` is raised, the file is left incomplete)."""
+    taken (:class:`Stopped` is raised, the file is left incomplete): it is checked before
+    each frame is built and again before it is written."""
     out = ResultsFile(path)
     try:
-        for frame in frames:
+        it = iter(frames)
+        while True:
+            if stop is not None and stop.is_set():   # before the next frame's gathers
+                raise Stopped(f"{path.name}: stopped before it was complete")
+            frame = next(it, None)
+            if frame is None:
+                break
             if stop is not None:
                 if stop.is_set():
                     raise Stopped(f"{path.name}: stopped before it was complete")

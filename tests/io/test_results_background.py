@@ -141,3 +141,26 @@ def test_a_failure_in_the_writer_thread_fails_the_run_with_its_own_error(tmp_pat
     else:
         assert not (tmp_path / "out").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")], "staging or lock left"
+
+
+def test_a_stop_set_while_a_frame_is_written_takes_no_further_frame(tmp_path, monkeypatch):
+    """``write_row_groups(..., stop=)``: a stop set while a row group is written ends the file
+    before the next frame is built (a frame's gathers would only lengthen the wait, interrupts held)."""
+    from streamjoin.pipelines.io.results_file import ResultsFile
+
+    frames, taken, stop = _frames(3), [], threading.Event()
+    real_write = ResultsFile.write
+
+    def write(self, frame):   # the stop comes while this frame is written
+        real_write(self, frame)
+        stop.set()
+
+    def lazy():
+        for i, f in enumerate(frames):
+            taken.append(i)
+            yield f
+
+    monkeypatch.setattr(ResultsFile, "write", write)
+    with pytest.raises(Stopped):
+        write_row_groups(tmp_path / "r.parquet", lazy(), stop=stop)
+    assert taken == [0]
