@@ -37,7 +37,7 @@ from ..analysis.hindsight import MEASURE
 from ..engines.local import CountRequest, JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, payload_needed, with_file_batches
-from ..io.output import AtomicOutput, locks_out
+from ..io.output import AtomicOutput, act_on_held, interrupts_held, locks_out
 from ..replay.counting import counts
 from ..replay.predicates import space_of, where_of
 from ..report import build as report_build
@@ -374,8 +374,13 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             # the combinations are on the driver, and so is --out (the staging directory is
             # renamed into place there); one file, the same bytes from either engine, one row
             # group at a time (the next built while this one is written)
-            results = publish.enter_context(BackgroundWrite(
-                staging / "results.parquet", lambda: emitted_row_groups(outcome.combos, outcome.emission, original)))
+            # started and registered with interrupts held: a signal between the two would leave it
+            # writing while the staging directory is removed
+            with interrupts_held() as pending:
+                results = publish.enter_context(BackgroundWrite(
+                    staging / "results.parquet",
+                    lambda: emitted_row_groups(outcome.combos, outcome.emission, original)))
+            act_on_held(pending)
         with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
             # the HTML report's series (memory, latency histogram, tuning curve)
             # are independent of the metrics: compute them alongside

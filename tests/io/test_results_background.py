@@ -164,3 +164,40 @@ def test_a_stop_set_while_a_frame_is_written_takes_no_further_frame(tmp_path, mo
     with pytest.raises(Stopped):
         write_row_groups(tmp_path / "r.parquet", lazy(), stop=stop)
     assert taken == [0]
+
+
+def test_an_interrupt_as_the_writer_starts_still_stops_it_before_the_staging_is_removed(tmp_path, monkeypatch):
+    """A signal between the writer's start and its registration on the run's exit stack (the
+    Python handler runs right after the thread started): the writer must still be stopped and
+    waited for before the staging directory is removed."""
+    import os
+
+    from streamjoin.pipelines.io import results_file
+    from streamjoin.pipelines.jobs import run as job
+    from streamjoin.pipelines.replay import results as results_mod
+
+    real_groups, real_abandon = results_mod.emitted_row_groups, output.abandon
+    at_abandon, release = [], threading.Event()
+
+    def groups(*args, **kwargs):   # the writer holds its first frame a moment
+        release.wait(10)
+        yield from real_groups(*args, **kwargs)
+
+    class Interrupted(results_file.BackgroundWrite):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            threading.Timer(0.2, release.set).start()
+            os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C: the thread runs, its __exit__ is not registered yet
+
+    def abandon(staging):
+        at_abandon.append([t.name for t in _writer_threads()])
+        real_abandon(staging)
+
+    monkeypatch.setattr(results_mod, "emitted_row_groups", groups)
+    monkeypatch.setattr(results_file, "BackgroundWrite", Interrupted)
+    monkeypatch.setattr(output, "abandon", abandon)
+    with pytest.raises(KeyboardInterrupt):
+        job.run_job(_sensors_cfg(tmp_path / "o"))
+    assert at_abandon == [[]], f"the staging directory was removed while the writer ran: {at_abandon}"
+    assert not (tmp_path / "o").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]   # no staging, no lock left
