@@ -78,14 +78,34 @@ def _sensors_cfg(out: Path):
     return resolve(SENSORS, Flags(engine="local", out=str(out)))
 
 
+def _assert_interrupted_run_left_nothing(tmp_path, monkeypatch, patches) -> None:
+    """``run_job`` with ``patches`` ((module, name, value) each) is interrupted: no results writer was
+    still running when its staging directory was removed, and nothing is left."""
+    from streamjoin.pipelines.jobs import run as job
+
+    real_abandon, at_abandon = output.abandon, []
+
+    def abandon(staging):
+        at_abandon.append([t.name for t in _writer_threads()])
+        real_abandon(staging)
+
+    for module, name, value in [*patches, (output, "abandon", abandon)]:
+        monkeypatch.setattr(module, name, value)
+    with pytest.raises(KeyboardInterrupt):
+        job.run_job(_sensors_cfg(tmp_path / "o"))
+    assert at_abandon == [[]], f"the staging directory was removed while the writer ran: {at_abandon}"
+    assert not (tmp_path / "o").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]   # no staging, no lock left
+
+
 def test_an_interrupt_during_the_metrics_while_the_writer_runs_publishes_nothing(tmp_path, monkeypatch):
     """Ctrl-C in the metrics stage while the results are being written: the run is interrupted,
     the writer is stopped and finished before the staging directory is removed, nothing is left."""
     from streamjoin.pipelines.jobs import run as job
     from streamjoin.pipelines.replay import results as results_mod
 
-    real_groups, real_abandon = results_mod.emitted_row_groups, output.abandon
-    started, release, taken, at_abandon = threading.Event(), threading.Event(), [], []
+    real_groups = results_mod.emitted_row_groups
+    started, release, taken = threading.Event(), threading.Event(), []
 
     def groups(*args, **kwargs):   # the run's real frames, in three slices, the writer held at the second
         for frame in real_groups(*args, **kwargs):
@@ -102,19 +122,9 @@ def test_an_interrupt_during_the_metrics_while_the_writer_runs_publishes_nothing
         threading.Timer(0.2, release.set).start()
         raise KeyboardInterrupt
 
-    def abandon(staging):
-        at_abandon.append([t.name for t in _writer_threads()])
-        real_abandon(staging)
-
-    monkeypatch.setattr(results_mod, "emitted_row_groups", groups)
-    monkeypatch.setattr(job, "build_report", interrupted_metrics)
-    monkeypatch.setattr(output, "abandon", abandon)
-    with pytest.raises(KeyboardInterrupt):
-        job.run_job(_sensors_cfg(tmp_path / "o"))
-    assert at_abandon == [[]], f"the staging directory was removed while the writer ran: {at_abandon}"
+    _assert_interrupted_run_left_nothing(tmp_path, monkeypatch, [(results_mod, "emitted_row_groups", groups),
+                                                                 (job, "build_report", interrupted_metrics)])
     assert len(taken) == 2   # stopped after the frame in hand
-    assert not (tmp_path / "o").exists()
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]   # no staging, no lock left
 
 
 def _plain_inputs(work: Path) -> list[str]:
@@ -173,11 +183,9 @@ def test_an_interrupt_as_the_writer_starts_still_stops_it_before_the_staging_is_
     import os
 
     from streamjoin.pipelines.io import results_file
-    from streamjoin.pipelines.jobs import run as job
     from streamjoin.pipelines.replay import results as results_mod
 
-    real_groups, real_abandon = results_mod.emitted_row_groups, output.abandon
-    at_abandon, release = [], threading.Event()
+    real_groups, release = results_mod.emitted_row_groups, threading.Event()
 
     def groups(*args, **kwargs):   # the writer holds its first frame a moment
         release.wait(10)
@@ -189,15 +197,5 @@ def test_an_interrupt_as_the_writer_starts_still_stops_it_before_the_staging_is_
             threading.Timer(0.2, release.set).start()
             os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C: the thread runs, its __exit__ is not registered yet
 
-    def abandon(staging):
-        at_abandon.append([t.name for t in _writer_threads()])
-        real_abandon(staging)
-
-    monkeypatch.setattr(results_mod, "emitted_row_groups", groups)
-    monkeypatch.setattr(results_file, "BackgroundWrite", Interrupted)
-    monkeypatch.setattr(output, "abandon", abandon)
-    with pytest.raises(KeyboardInterrupt):
-        job.run_job(_sensors_cfg(tmp_path / "o"))
-    assert at_abandon == [[]], f"the staging directory was removed while the writer ran: {at_abandon}"
-    assert not (tmp_path / "o").exists()
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]   # no staging, no lock left
+    _assert_interrupted_run_left_nothing(tmp_path, monkeypatch, [(results_mod, "emitted_row_groups", groups),
+                                                                 (results_file, "BackgroundWrite", Interrupted)])
