@@ -692,8 +692,8 @@ def whole_process_ab(config: Path, W: int, kmin: int, tmin: int, runs: int, comp
                       + ", ".join(f"{x:.2f}" for x in rs) + ")")
         for side in sides:
             stage = {k: med([r["timings_s"].get(k, 0.0) for r in got[(name, side)]])
-                     for k in ("load", "join", "join.candidates", "join.progress", "join.count", "metrics", "write",
-                               "total")}
+                     for k in ("load", "join", "join.candidates", "join.progress", "join.count", "metrics", "results",
+                               "write", "total")}
             print(f"{name} stages, {side} (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
     if (CORE_RESULTS, "A") in got:
         print(f"file MB: results.parquet {got[(CORE_RESULTS, 'A')][0]['results_bytes'] / 1e6:.0f}, "

@@ -49,7 +49,10 @@ internal failure there; ``STREAMJOIN_TEST_NO_EXCHANGE=1`` takes the fallback.
 Steps: ``staged`` (staging complete, before publishing), ``exchanged`` (after
 the exchange, before the previous version is deleted), ``trashed`` (fallback:
 between the two renames), ``published`` (after publishing); a nightly day also
-has ``loaded`` (inputs read, before they are checked against what was read).
+has ``loaded`` (inputs read, before they are checked against what was read);
+a ``run`` writing results.parquet in memory has ``results`` (in the results
+writer's own thread, before each row group, while the metrics are computed:
+:class:`~streamjoin.pipelines.io.results_file.BackgroundWrite`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,13 @@ This is the only place that knows the order of the stages; each stage lives
 in its own module and is testable alone.  ``on_stage(name, seconds)`` is
 called as each stage ends, so the CLI can show a progress bar on a terminal
 and plain log lines in cron.
+
+results.parquet (results on the driver) is final once the join is: it is
+written on a thread of its own from then on, while the metrics and the report
+are computed, into the staging directory entered before the metrics
+(:class:`~streamjoin.pipelines.io.results_file.BackgroundWrite`); the
+``write`` stage ends with the wait for it, and ``timings_s.results`` is the
+writer's own wall time from its start.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from ..analysis.hindsight import MEASURE
 from ..engines.local import CountRequest, JoinOutcome, join
 from ..policies import SYMMETRIC
 from ..io.load import LoadedStream, bad_arrivals_of, load_all, payload_needed, with_file_batches
-from ..io.output import AtomicOutput, locks_out
+from ..io.output import AtomicOutput, act_on_held, interrupts_held, locks_out
 from ..replay.counting import counts
 from ..replay.predicates import space_of, where_of
 from ..report import build as report_build
@@ -354,6 +361,26 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                 em.latency_us = end_to_end_latency(em.emit_us, outcome.combos.rows, [s.arrival for s in original])
             for part in getattr(em, "outer", None) or ():   # outer joins: the padded rows too, per padded stream
                 part.latency_us = part.emit_us - original[part.stream].arrival[part.row]
+        # the outputs' staging directory, before the metrics: the results are final now (the join,
+        # --capacity and --flow-control are done), so they are written on a thread of their own
+        # while the metrics and the report are computed (it only reads the arrays they read);
+        # entered after the staging, it is stopped and waited for before the staging is removed
+        staging = early if early is not None else publish.enter_context(AtomicOutput(cfg.out))
+        results = None
+        if cfg.write_results and not executors:
+            from ..io.results_file import BackgroundWrite
+            from ..replay.results import emitted_row_groups   # with io/chunks: only to write results
+
+            # the combinations are on the driver, and so is --out (the staging directory is
+            # renamed into place there); one file, the same bytes from either engine, one row
+            # group at a time (the next built while this one is written)
+            # started and registered with interrupts held: a signal between the two would leave it
+            # writing while the staging directory is removed
+            with interrupts_held() as pending:
+                results = publish.enter_context(BackgroundWrite(
+                    staging / "results.parquet",
+                    lambda: emitted_row_groups(outcome.combos, outcome.emission, original)))
+            act_on_held(pending)
         with stages("metrics"), ThreadPoolExecutor(max_workers=1) as pool:
             # the HTML report's series (memory, latency histogram, tuning curve)
             # are independent of the metrics: compute them alongside
@@ -385,18 +412,8 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             if hs is not None:   # timed apart too (timings_s.hindsight, part of metrics)
                 report["hindsight"] = hs
                 stages.timings["hindsight"] = time.perf_counter() - t0
-        staging = early if early is not None else publish.enter_context(AtomicOutput(cfg.out))
         outputs: dict[str, str] = {}
         with stages("write"):
-            if cfg.write_results and not executors:
-                from ..io.results_file import write_row_groups
-                from ..replay.results import emitted_row_groups   # with io/chunks: only to write results
-
-                # the combinations are on the driver, and so is --out (the staging
-                # directory is renamed into place there); one file, the same bytes
-                # from either engine, one row group at a time (the next built while
-                # this one is written)
-                write_row_groups(staging / "results.parquet", emitted_row_groups(outcome.combos, outcome.emission, original))
             if cfg.write_results:   # on the executors: a directory of part files, written by the tasks
                 outputs["results"] = str(cfg.out / "results.parquet")
             for s, q in zip(streams, quarantined):
@@ -409,6 +426,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
             # rendered from the report alone, as `streamjoin report DIR` re-renders it
             (staging / "report.html").write_text(report_html.render_report(report), encoding="utf-8")
             outputs["report_html"] = str(cfg.out / "report.html")
+            if results is not None:   # the stage ends with the wait for the results writer
+                results.result()
+                stages.timings["results"] = results.seconds   # the writer's own wall time, from after the join
         report_build.finish(report, cfg.out, outputs, stages.timings, outcome.timings_s, started,
                             sum(s.rows for s in streams))
         if getattr(outcome, "routing", None):

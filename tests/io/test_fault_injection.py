@@ -4,7 +4,8 @@ Each trial starts the real console command on tiny inputs (local engine) over
 a previous complete output, and sends SIGKILL, SIGTERM or SIGINT either at a
 random moment of the run or -- deterministically -- while the process is
 stopped at a named step of the publish protocol (``STREAMJOIN_TEST_PAUSE_AT``,
-``pipelines/io/output.py``: after loading, staged, after the exchange,
+``pipelines/io/output.py``: after loading, in the results writer's thread
+(``run``: the results are written while the metrics are computed), staged, after the exchange,
 between the two renames of the fallback, after publishing).  After each trial:
 
 * ``--out`` (each nightly partition) holds the previous complete output or
@@ -54,9 +55,10 @@ from streamjoin.pipelines.io import output
 TRIALS = int(os.environ.get("STREAMJOIN_FAULT_TRIALS", 50))  # per command
 WORKERS = 2  # per command: four processes at a time in all
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
-RUN_STEPS = ("staged", "exchanged", "trashed", "published")
-NIGHTLY_STEPS = ("loaded", *RUN_STEPS)
-BEFORE_PUBLISHING = ("loaded", "staged")
+PUBLISH_STEPS = ("staged", "exchanged", "trashed", "published")
+RUN_STEPS = ("results", *PUBLISH_STEPS)   # results: the writer's thread, while the metrics run (jobs/run.py)
+NIGHTLY_STEPS = ("loaded", *PUBLISH_STEPS)
+BEFORE_PUBLISHING = ("loaded", "results", "staged")
 D1, D2, D3 = dt.date(2026, 11, 20), dt.date(2026, 11, 21), dt.date(2026, 11, 22)
 DAY_US = 86_400_000_000
 SEED = int(os.environ.get("STREAMJOIN_FAULT_SEED", time.time_ns() % 10**6))
