@@ -645,8 +645,9 @@ def input_columns(cfg: StreamConfig) -> list[str]:
 
 def payload_needed(run) -> bool:
     """Whether a run (its ``RunConfig``) reads the inputs' payload (``payload`` of :func:`load_all`,
-    :func:`.chunks.read_chunks`): for the results, ``--where``, or an engine other than the local one."""
-    return run.write_results or run.where is not None or run.engine != "local"
+    :func:`.chunks.read_chunks`): for the results or ``--where`` -- on either engine (the Spark
+    engine's tasks carry a payload only into the results they write)."""
+    return run.write_results or run.where is not None
 
 
 def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE,

@@ -51,12 +51,14 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ...base.allocator import reuse_freed_memory
 from ...policies import SYMMETRIC
 from ...replay.candidates import BandBounds, enumerate_sorted, enumerate_truth
 from ...replay.counting import Counted, Walk, walk_inputs
 from ...replay.probe_order import smaller_first
 from ...replay.progress import expiry
 from ..local import arrival_periods
+from .handoff import Handoff
 from ...route import atr as atr_mod
 
 
@@ -233,3 +235,33 @@ def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, wind
     stats = {"n_in": int(sum(stored)), "n_cand": int(cand), "n_out": part["pairs"],
              "t_us": (time.perf_counter() - t0) * 1e6}
     return part, stats, stored
+
+
+def spark_count(spark, walk: Walk, all_pieces: Pieces, partitions: int, router: str, plan, ids, windows,
+                handoff: Handoff, alongside=None) -> tuple[Counted, dict[int, dict], np.ndarray]:
+    """One Spark job, one task per partition (:func:`partition_task`): the walk's
+    columns and the key ids go through ``handoff`` once (as files on a local master,
+    every task maps the same pages), each partition's pieces as its own record.
+    Returns the merged :class:`Counted`, each partition's statistics and the rows
+    of each stream each partition holds (``(n, P)``, :attr:`.plane.PlaneResult.stored`).
+    ``alongside``: called once the records are handed off, before the job runs."""
+    sc = spark.sparkContext
+    shared = handoff.put((walk, ids))
+    records = [(p, shared, handoff.put(all_pieces.of(p))) for p in range(partitions)]
+    if alongside is not None:
+        alongside()
+
+    def task(index, recs):
+        reuse_freed_memory()
+        for p, shared_token, own_token in recs:
+            w, i = handoff.get(shared_token)
+            part, stats, stored = partition_task(w, handoff.get(own_token), router, plan, p, i, windows)
+            del w, i
+            stats["_stored"] = stored
+            yield p, stats, handoff.put(part)
+
+    got = sc.parallelize(records, partitions).mapPartitionsWithIndex(task).collect()
+    got.sort(key=lambda g: g[0])
+    stored = np.array([g[1].pop("_stored") for g in got], dtype=np.int64).T.reshape(2, partitions)
+    merged = merge(walk, [handoff.get(g[2], consume=True) for g in got])
+    return merged, {int(g[0]): g[1] for g in got}, stored
