@@ -21,6 +21,9 @@
 * :func:`bands` and :func:`count_walk` -- a two-stream run without results: the band join's
   pairs counted, not built (:mod:`~streamjoin.pipelines.replay.counting`
   calls it and says what it counts; the materialising path is its twin).
+  Given per-band sampling countdowns it walks any runs of bands in any order --
+  a Spark task's router-owned pieces (``engines/spark/counted``) -- and reports
+  each one's emitted pairs.
   :func:`plan_bands` gives :func:`bands` of a plan whose two streams
   :func:`key_order` ordered, from their keys and times in one call: the packed
   codes exist only inside it (issue 21, eighth pass; its numpy twin is the

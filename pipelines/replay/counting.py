@@ -46,6 +46,11 @@ pairs before it, modulo ``every``), its required slacks and latencies follow
 the first's, the codes add, and each half checks one side's rows for
 repeats.  The same CPU, half the wall time where a second core is free.
 
+Its inputs are prepared once, by :func:`walk_inputs` (a :class:`Walk`: int32
+bands and rows, the facts in the kernel's types), for :func:`count_pairs` and
+for the Spark engine, whose tasks walk router-owned pieces of the same plan
+(``engines/spark/counted``).
+
 The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
 ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
 releasing the GIL; the set-up's ``kernels --build`` builds it too);

@@ -190,6 +190,24 @@ def assign(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return key // plan.partitions, key % plan.partitions
 
 
+def received(plan: AtrPlan, k: int, ts: np.ndarray, p: int) -> np.ndarray:
+    """Which of stream ``k``'s tuples partition ``p`` receives (a mask): the same rows as
+    :func:`assign`'s copies to ``p``, from the union of the receive ranges of ``p``'s
+    segments -- a tuple is in it iff, among the ranges starting at or before it,
+    the furthest-reaching one ends after it (one ``searchsorted``, no tuple x
+    segment expansion)."""
+    lo, hi = plan.ranges(k)
+    mine = plan.part == p
+    lo, hi = lo[mine], hi[mine]
+    order = np.argsort(lo, kind="stable")
+    lo, reach = lo[order], np.maximum.accumulate(hi[order])
+    ts = np.asarray(ts, dtype=np.int64)
+    if not len(lo):
+        return np.zeros(len(ts), bool)
+    i = np.searchsorted(lo, ts, side="right") - 1
+    return (i >= 0) & (reach[np.maximum(i, 0)] > ts)
+
+
 def assign_segments(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every (tuple, segment) with the tuple inside the segment's receive range."""
     lo, hi = plan.ranges(k)

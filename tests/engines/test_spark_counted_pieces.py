@@ -30,6 +30,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 def counted_at_any_size():
     with pytest.MonkeyPatch.context() as m:
         m.setattr(counting, "MIN_ROWS", 0)
+        m.setattr(counted, "SPLIT_QUERIES", 2)   # a lone task (--router none) walks two halves on two threads
         assert jit.prebuilt(kernels._count_walk, kernels.COUNT_SIGNATURE) is not None
         yield
 
@@ -74,6 +75,10 @@ def test_router_owned_pieces_merge_into_the_one_walk_and_the_plane_s_partitions(
     plan = atr.plan(histogram(ts), list(windows), T, P)
     tab = attach_facts(tuple_table(ts, arrival, compact_ids(ids) if ids is not None else None, None)[0], f, 2)
     reference = run_plane(tab, 2, np.asarray(windows, np.int64), policy.family, "atr", plan, keyed=ids is not None)
+    for k in range(2):   # the rows a partition receives: assign's copies, from the union of its ranges
+        i, p_of = atr.assign(plan, k, ts[k])
+        for p in range(plan.partitions):
+            assert np.array_equal(np.flatnonzero(atr.received(plan, k, ts[k], p)), np.sort(i[p_of == p]))
     for router, p_count in (("none", 1), ("atr", plan.partitions)):
         pcs = counted.pieces(walk, router, plan)
         assert np.all(np.diff(pcs.pos0) > 0) and np.all(pcs.j1 > pcs.j0)

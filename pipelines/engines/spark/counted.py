@@ -46,6 +46,7 @@ occurs in several pieces, legitimately.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +55,7 @@ import polars as pl
 from ...base.allocator import reuse_freed_memory
 from ...policies import SYMMETRIC
 from ...replay.candidates import BandBounds, enumerate_sorted, enumerate_truth
-from ...replay.counting import Counted, Walk, walk_inputs
+from ...replay.counting import SPLIT_QUERIES, Counted, Walk, split_point, walk_inputs
 from ...replay.probe_order import smaller_first
 from ...replay.progress import expiry
 from ..local import arrival_periods
@@ -139,21 +140,38 @@ def pieces(walk: Walk, router: str, plan=None) -> Pieces:
     return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]), part.astype(np.int64))
 
 
-def count_part(walk: Walk, own: Pieces) -> dict:
+def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
     """One partition's pieces counted: ``pairs``, ``emitted``, ``codes``, ``need`` and
     ``latency`` in the pieces' order, ``emitted_of`` per piece (sorting family; the
-    merge places its latencies), and ``pos0`` / ``length`` of the pieces."""
+    merge places its latencies), and ``pos0`` / ``length`` of the pieces.  ``split``
+    (a task alone on the machine, ``--router none``): from
+    :data:`~streamjoin.pipelines.replay.counting.SPLIT_QUERIES` pieces, two walks
+    over the two halves on two threads (the kernel releases the GIL), as
+    :func:`~streamjoin.pipelines.replay.counting.count_pairs` does."""
     m = len(own.q)
     every = walk.every
-    firsts = 1 + (-own.pos0) % every
+    firsts = np.ascontiguousarray(1 + (-own.pos0) % every, dtype=np.int64)
     emitted_of = np.zeros(m if walk.family != SYMMETRIC else 0, np.int64)
-    got = walk.call(0, m, 1, 0, start=own.j0, end=own.j1, query_rows=np.ascontiguousarray(walk.facts[1][own.q]),
-                    firsts=np.ascontiguousarray(firsts, dtype=np.int64), emitted_of=emitted_of)
-    if got is None:
-        raise RuntimeError("the counting kernel is not loadable in this task")
-    stats, codes, need, latency = got
-    return {"pairs": int(stats[0]), "emitted": int(stats[1]), "codes": codes, "need": need, "latency": latency,
-            "emitted_of": emitted_of, "pos0": own.pos0, "length": (own.j1 - own.j0).astype(np.int64)}
+    rows = np.ascontiguousarray(walk.facts[1][own.q])
+
+    def walk_range(q0, q1):
+        got = walk.call(q0, q1, 1, 0, start=own.j0, end=own.j1, query_rows=rows, firsts=firsts,
+                        emitted_of=emitted_of)
+        if got is None:
+            raise RuntimeError("the counting kernel is not loadable in this task")
+        return got
+
+    if split and m >= SPLIT_QUERIES:
+        mid = split_point(own.j0, own.j1)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            second = pool.submit(walk_range, mid, m)
+            got = [walk_range(0, mid), second.result()]
+    else:
+        got = [walk_range(0, m)]
+    return {"pairs": sum(int(g[0][0]) for g in got), "emitted": sum(int(g[0][1]) for g in got),
+            "codes": sum(g[1] for g in got), "need": np.concatenate([g[2] for g in got]),
+            "latency": np.concatenate([g[3] for g in got]), "emitted_of": emitted_of, "pos0": own.pos0,
+            "length": (own.j1 - own.j0).astype(np.int64)}
 
 
 def distinct_rows(walk: Walk) -> bool:
@@ -214,18 +232,15 @@ def candidates_of(ts: list[np.ndarray], ids: list[np.ndarray] | None, windows) -
 def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, windows) -> tuple[dict, dict, list[int]]:
     """What task ``p`` does: count its pieces (:func:`count_part`) and the routing
     report's numbers for its partition -- the rows of each stream it holds (ATR:
-    :func:`~streamjoin.pipelines.route.atr.assign`, as the materialising task
-    receives them), its local join's candidates (:func:`candidates_of`) and the
+    :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising
+    task receives), its local join's candidates (:func:`candidates_of`) and the
     pairs it owns.  ``ids``: per stream key ids (``None``: one key)."""
     t0 = time.perf_counter()
-    part = count_part(walk, own)
+    part = count_part(walk, own, split=router == "none")
     qs = walk.query_stream
     by_stream = [walk.facts[6], walk.facts[7]] if qs == 0 else [walk.facts[7], walk.facts[6]]
     if router == "atr":
-        rows = []
-        for k, t in enumerate(by_stream):
-            i, q = atr_mod.assign(plan, k, t)
-            rows.append(i[q == p])
+        rows = [np.flatnonzero(atr_mod.received(plan, k, t, p)) for k, t in enumerate(by_stream)]
         stored = [len(r) for r in rows]
         cand = candidates_of([t[r] for t, r in zip(by_stream, rows)],
                              None if ids is None else [i[r] for i, r in zip(ids, rows)], windows)

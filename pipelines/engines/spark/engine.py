@@ -23,6 +23,9 @@ docs/performance.md "Driver memory stage by stage")::
          its own rows from the plan; inline (other masters) the driver
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
+         A run without results (``count``, none / ATR): instead, the local
+         engine's band plan and each partition's pieces of it; each task
+         counts its pieces (.counted) and returns a small count           O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
