@@ -83,3 +83,17 @@ def test_ctr_keeps_materialising(job, tmp_path):
                  "--retention", "20ms")
     assert got["routing"]["counted_in_tasks"] is False
     assert _numbers(got, "plan") == _numbers(local, "plan")
+
+
+def test_tasks_without_the_counting_kernel_materialise(job, tmp_path):
+    """Executors that cannot load the compiled kernels (a cluster whose workers have
+    none built: here ``$STREAMJOIN_KERNELS=numpy`` in the executors only) run the
+    materialising path's numpy fallbacks, as before: the counted run does not fail
+    there, it materialises with the local engine's numbers."""
+    policy = ["--policy", "static", "--retention", "20ms"]
+    local = _run(job, tmp_path / "local", "--engine", "local", "--no-results", *policy)
+    got = _run(job, tmp_path / "numpy", "--engine", "spark", "--master", "local[2]", "--router", "atr",
+               "--partitions", "3", "--no-results", "--spark-conf", "spark.executorEnv.STREAMJOIN_KERNELS=numpy",
+               *policy)
+    assert got["routing"]["counted_in_tasks"] is False
+    assert _numbers(got, "plan") == _numbers(local, "plan")

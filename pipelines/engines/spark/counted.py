@@ -143,7 +143,9 @@ def pieces(walk: Walk, router: str, plan=None) -> Pieces:
 def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
     """One partition's pieces counted: ``pairs``, ``emitted``, ``codes``, ``need`` and
     ``latency`` in the pieces' order, ``emitted_of`` per piece (sorting family; the
-    merge places its latencies), and ``pos0`` / ``length`` of the pieces.  ``split``
+    merge places its latencies), and ``pos0`` / ``length`` of the pieces; ``None``
+    where the counting kernel does not load (an executor with no module built:
+    its other kernels have numpy paths, this one has none).  ``split``
     (a task alone on the machine, ``--router none``): from
     :data:`~streamjoin.pipelines.replay.counting.SPLIT_QUERIES` pieces, two walks
     over the two halves on two threads (the kernel releases the GIL), as
@@ -155,11 +157,8 @@ def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
     rows = np.ascontiguousarray(walk.facts[1][own.q])
 
     def walk_range(q0, q1):
-        got = walk.call(q0, q1, 1, 0, start=own.j0, end=own.j1, query_rows=rows, firsts=firsts,
-                        emitted_of=emitted_of)
-        if got is None:
-            raise RuntimeError("the counting kernel is not loadable in this task")
-        return got
+        return walk.call(q0, q1, 1, 0, start=own.j0, end=own.j1, query_rows=rows, firsts=firsts,
+                         emitted_of=emitted_of)
 
     if split and m >= SPLIT_QUERIES:
         mid = split_point(own.j0, own.j1)
@@ -168,6 +167,8 @@ def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
             got = [walk_range(0, mid), second.result()]
     else:
         got = [walk_range(0, m)]
+    if any(g is None for g in got):   # no counting kernel in this worker: the caller materialises
+        return None
     return {"pairs": sum(int(g[0][0]) for g in got), "emitted": sum(int(g[0][1]) for g in got),
             "codes": sum(g[1] for g in got), "need": np.concatenate([g[2] for g in got]),
             "latency": np.concatenate([g[3] for g in got]), "emitted_of": emitted_of, "pos0": own.pos0,
@@ -234,9 +235,12 @@ def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, wind
     report's numbers for its partition -- the rows of each stream it holds (ATR:
     :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising
     task receives), its local join's candidates (:func:`candidates_of`) and the
-    pairs it owns.  ``ids``: per stream key ids (``None``: one key)."""
+    pairs it owns.  ``ids``: per stream key ids (``None``: one key).  ``None`` where
+    :func:`count_part` is."""
     t0 = time.perf_counter()
     part = count_part(walk, own, split=router == "none")
+    if part is None:
+        return None
     qs = walk.query_stream
     by_stream = [walk.facts[6], walk.facts[7]] if qs == 0 else [walk.facts[7], walk.facts[6]]
     if router == "atr":
@@ -258,7 +262,9 @@ def spark_count(spark, walk: Walk, all_pieces: Pieces, partitions: int, router: 
     columns and the key ids go through ``handoff`` once (as files on a local master,
     every task maps the same pages), each partition's pieces as its own record.
     Returns the merged :class:`Counted`, each partition's statistics and the rows
-    of each stream each partition holds (``(n, P)``, :attr:`.plane.PlaneResult.stored`).
+    of each stream each partition holds (``(n, P)``, :attr:`.plane.PlaneResult.stored`),
+    or ``None`` where a task could not load the counting kernel (executors with no
+    module built): the caller then materialises, as the local engine does without it.
     ``alongside``: called once the records are handed off, before the job runs."""
     sc = spark.sparkContext
     shared = handoff.put((walk, ids))
@@ -270,12 +276,21 @@ def spark_count(spark, walk: Walk, all_pieces: Pieces, partitions: int, router: 
         reuse_freed_memory()
         for p, shared_token, own_token in recs:
             w, i = handoff.get(shared_token)
-            part, stats, stored = partition_task(w, handoff.get(own_token), router, plan, p, i, windows)
+            done = partition_task(w, handoff.get(own_token), router, plan, p, i, windows)
             del w, i
+            if done is None:
+                yield p, None, None
+                continue
+            part, stats, stored = done
             stats["_stored"] = stored
             yield p, stats, handoff.put(part)
 
     got = sc.parallelize(records, partitions).mapPartitionsWithIndex(task).collect()
+    if any(g[1] is None for g in got):
+        for g in got:   # the other tasks' counts, unread (close removes any left)
+            if g[2] is not None:
+                handoff.get(g[2], consume=True)
+        return None
     got.sort(key=lambda g: g[0])
     stored = np.array([g[1].pop("_stored") for g in got], dtype=np.int64).T.reshape(2, partitions)
     merged = merge(walk, [handoff.get(g[2], consume=True) for g in got])

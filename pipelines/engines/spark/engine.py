@@ -123,7 +123,8 @@ def spark_join(
     engine would count (:func:`~streamjoin.pipelines.replay.counting.counts`: two
     streams, no ``--where`` or distance, ...) and the router is ``none`` or ATR, the
     tasks count the pairs their partitions own (:mod:`.counted`) and the outcome
-    has the local engine's ``counted`` instead of combinations; CTR materialises.
+    has the local engine's ``counted`` instead of combinations; CTR materialises, and so
+    does a run whose tasks cannot load the counting kernel (executors with none built).
     """
     settings = settings or RouteSettings()
     if policy.family in EMULATIONS:
@@ -188,6 +189,8 @@ def spark_join(
 
     def start_memory(expiry_index=None):
         nonlocal memory_job
+        if memory_job is not None:   # started for a counted run whose tasks then could not count
+            return
         memory_job = pool.submit(_timed, timings, "memory",
                                  lambda: memory_per_stream(replay, W, dec, expiry_index=expiry_index))
 
@@ -230,11 +233,14 @@ def spark_join(
             walk, expiry_index = counting
             own = pieces(walk, router, route_plan)
             P = 1 if router == "none" else route_plan.partitions
-            tally, stats, stored = spark_count(spark, walk, own, P, router, route_plan, count_ids, W.tolist(), hand,
-                                               alongside=lambda: start_memory(expiry_index))
+            counting = spark_count(spark, walk, own, P, router, route_plan, count_ids, W.tolist(), hand,
+                                   alongside=lambda: start_memory(expiry_index))
+            del walk, own
+        if counting is not None:
+            tally, stats, stored = counting
             res = PlaneResult({}, stats, int(stored.sum()), stored=stored)
-            del walk, own, counting
-        elif plane == "spark" and router != "ctr":
+            counting = None
+        elif plane == "spark" and router != "ctr":   # (or a counted run's tasks without the counting kernel)
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
             ids = None   # the tasks' (narrowed) copies are in per
             if sink is not None:
