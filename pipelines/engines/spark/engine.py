@@ -206,7 +206,8 @@ def spark_join(
     timings["route_plan"] = time.perf_counter() - t0
     counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
     if (count is not None and plane == "spark" and results == "driver" and router in ("none", "atr")
-            and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None)):
+            and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
+                         given_order=order is not None)):
         t0 = time.perf_counter()
         count_ids = key_ids(list(keys)) if keys is not None else None   # the local engine's plan and walk order
         counting = driver_walk(ts, count_ids, W.tolist(), replay, dec, count.period_us, count.sample)
