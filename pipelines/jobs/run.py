@@ -277,7 +277,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     session = spark_in = flow = where_fn = None
     if not native:
         with stages("load"):
-            # the payload columns are read only for an output that reads them (results, --where; Spark carries the rows)
+            # the payload columns are read only for an output that reads them (results, --where; either engine)
             streams = load_all(list(cfg.streams), cfg.max_quarantine, payload=payload_needed(cfg))
             # checked with the inputs, so a bad --where fails before any work
             where_fn = where_of(cfg, streams)
