@@ -21,6 +21,9 @@
 * :func:`bands` and :func:`count_walk` -- a two-stream run without results: the band join's
   pairs counted, not built (:mod:`~streamjoin.pipelines.replay.counting`
   calls it and says what it counts; the materialising path is its twin).
+  Given per-band sampling countdowns it walks any runs of bands in any order --
+  a Spark task's router-owned pieces (``engines/spark/counted``) -- and reports
+  each one's emitted pairs.
   :func:`plan_bands` gives :func:`bands` of a plan whose two streams
   :func:`key_order` ordered, from their keys and times in one call: the packed
   codes exist only inside it (issue 21, eighth pass; its numpy twin is the
@@ -66,7 +69,7 @@ KEY_ORDER_SIGNATURE = "i4[:](i4[:], i8[:], i8)"
 REPLAY_SIGNATURE = "i8(i4[:], i8[:], i8[:], i4[:], i8[:], i4[:], i8[:], i8[:], i8[:, :], b1, i8)"
 COUNT_SIGNATURE = ("Tuple((i8[:], i8[:], i8[:], i8[:]))(i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], i4[:], "
                    "i8[:], i8[:], i8, i8, b1[:], i8[:], i8[:], i8[:], i4[:], i8[:], i8, i8, i8, i8, i8, i8, i8, i8, i8, "
-                   "i8, i8)")
+                   "i8, i8, i8[:], i8[:])")
 BANDS_SIGNATURE = "Tuple((i8[:], i8[:], i8))(i8[:], i8[:], i8[:])"
 FIRST_ABOVE_SIGNATURE = "i8(i8[:], i8[:], i8, i4[:])"
 PLAN_BANDS_SIGNATURE = "Tuple((i4[:], i4[:], i8))(i4[:], i8[:], i4[:], i4[:], i8[:], i4[:], i8, i8, i8, i8)"
@@ -439,14 +442,20 @@ def key_order(key: np.ndarray | None, ts: np.ndarray, radix: int) -> np.ndarray 
 
 def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q, ts_s, w_q, w_s,
                 dropped, release, T, ts_arrival, period_of, arrival, family, N, periods, every, q_rows, s_rows,
-                neg_inf, q0, q1, first, check):   # pragma: no cover
+                neg_inf, q0, q1, first, check, firsts, emitted_of):   # pragma: no cover
     # the queries q0..q1-1 of the bands (start, end) of _bands: their pairs in order, the
-    # stored positions they reach [s_lo, s_hi) (start ascends, end need not)
+    # stored positions they reach [s_lo, s_hi) (neither start nor end need ascend: a
+    # Spark task's pieces, router-owned runs of bands, start anywhere).  ``firsts``
+    # (empty: one countdown from ``first`` over all of them): the sampling countdown
+    # each query (piece) starts with, its pairs' global positions being not contiguous;
+    # then ``emitted_of[q]`` (when not empty) receives the emitted pairs of each query
     stats = np.zeros(4, np.int64)   # pairs, emitted, 0, distinct (1) or not (0)
     s_lo = start[q0] if q1 > q0 else 0
     s_hi = s_lo
     total = 0
     for q in range(q0, q1):
+        if start[q] < s_lo:
+            s_lo = start[q]
         if end[q] > s_hi:
             s_hi = end[q]
         total += end[q] - start[q]
@@ -465,7 +474,7 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 distinct = 0
             seen[r] = 1
     stats[3] = distinct
-    need = np.empty(total // every + 1, np.int64)
+    need = np.empty(total // every + 1 + (q1 - q0 if firsts.shape[0] else 0), np.int64)
     codes = np.zeros(2 * periods, np.int64)
     latency = np.empty(total if family == 1 else 0, np.int64)
     # each member's facts -- in sorted order for the stored side, in band order for
@@ -526,10 +535,15 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
     k = 0
     code = 0        # the counts of one code run up locally until the code changes
     run = 0
+    pieces = firsts.shape[0] > 0
+    emitted_before = 0
     for i in range(nq):
         q = q0 + i
         aq = qa[i]
         bq = qb[i]
+        if pieces:
+            countdown = firsts[q]
+            emitted_before = emitted_n
         for jj in range(start[q], end[q]):
             j = jj - s_lo
             a_s = sa[j]
@@ -560,6 +574,8 @@ def _count_walk(start, end, stored_rows, query_rows, at_q, at_s, e_q, e_s, ts_q,
                 else:
                     need[k] = qx[i] if qx[i] > sx[j] else sx[j]
                 k += 1
+        if pieces and emitted_of.shape[0]:
+            emitted_of[q] = emitted_n - emitted_before
     codes[code] += run
     stats[1] = emitted_n
     return stats, codes, need[:k], latency[:emitted_n]

@@ -255,6 +255,14 @@ def join(
                        timings_s=timings, probe_order=chosen, counted=tally)
 
 
+def arrival_periods(arrival: np.ndarray, period_us: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(period_of, period_ids)`` of a counted join (:func:`~streamjoin.pipelines.replay.counting.walk_inputs`):
+    the occupied period of every arrival index (int32) and those periods
+    (``metrics.periods``' own: by the first arrival); ``arrival`` not empty."""
+    ids, upper = occupied_periods(arrival, int(arrival[0]), period_us)
+    return np.repeat(np.arange(len(upper), dtype=np.int32), np.diff(upper, prepend=0)), ids
+
+
 def _count(plan, replay: Replay, windows: np.ndarray, decisions: Decisions, expiry_index, count: CountRequest
            ) -> Counted | None:
     """:func:`~streamjoin.pipelines.replay.counting.count_pairs` with the occupied
@@ -262,6 +270,5 @@ def _count(plan, replay: Replay, windows: np.ndarray, decisions: Decisions, expi
     arrival = replay.arrival
     if not len(arrival):
         return None
-    ids, upper = occupied_periods(arrival, int(arrival[0]), count.period_us)
-    period_of = np.repeat(np.arange(len(upper), dtype=np.int32), np.diff(upper, prepend=0))
+    period_of, ids = arrival_periods(arrival, count.period_us)
     return count_pairs(plan, replay, windows, decisions, expiry_index, period_of, ids, count.sample)

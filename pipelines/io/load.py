@@ -13,7 +13,7 @@ Each stream becomes a :class:`LoadedStream`:
   (the working columns never mix with the user's); :func:`load_all` first
   refuses inputs whose output columns would collide (io/columns.py).  A run
   whose outputs read no payload (``payload=False``, :func:`payload_needed`:
-  no results, no ``--where``, the local engine) reads only the configured columns where it can
+  no results, no ``--where``; either engine) reads only the configured columns where it can
   (:func:`unread_columns`); its payload is then the key (and ``--distance``
   vector) columns.
 
@@ -645,8 +645,8 @@ def input_columns(cfg: StreamConfig) -> list[str]:
 
 def payload_needed(run) -> bool:
     """Whether a run (its ``RunConfig``) reads the inputs' payload (``payload`` of :func:`load_all`,
-    :func:`.chunks.read_chunks`): for the results, ``--where``, or an engine other than the local one."""
-    return run.write_results or run.where is not None or run.engine != "local"
+    :func:`.chunks.read_chunks`): for the results or ``--where``, on either engine."""
+    return run.write_results or run.where is not None
 
 
 def load_all(configs: list[StreamConfig], max_quarantine: float = MAX_QUARANTINE,

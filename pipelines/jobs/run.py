@@ -284,7 +284,7 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
     session = spark_in = flow = where_fn = None
     if not native:
         with stages("load"):
-            # the payload columns are read only for an output that reads them (results, --where; Spark carries the rows)
+            # the payload columns are read only for an output that reads them (results, --where; either engine)
             streams = load_all(list(cfg.streams), cfg.max_quarantine, payload=payload_needed(cfg))
             # checked with the inputs, so a bad --where fails before any work
             where_fn = where_of(cfg, streams)
@@ -332,7 +332,9 @@ def run_job(cfg: RunConfig, *, command: str = "run", on_stage: StageCallback | N
                                        None if native else space_of(cfg, streams), bad,
                                        results_dir=results_at if cfg.write_results else None,
                                        results="executors" if executors else "driver", native=spark_in,
-                                       series_points=report_build.MAX_SERIES_POINTS, session=session)
+                                       series_points=report_build.MAX_SERIES_POINTS, session=session,
+                                       count=None if native else count_request(cfg, capacity,
+                                                                               rows=sum(len(s.ts) for s in streams)))
             else:
                 outcome = join(
                     [s.ts for s in streams], [s.arrival for s in streams], keys, cfg.windows, cfg.policy,

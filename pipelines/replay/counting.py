@@ -46,6 +46,11 @@ pairs before it, modulo ``every``), its required slacks and latencies follow
 the first's, the codes add, and each half checks one side's rows for
 repeats.  The same CPU, half the wall time where a second core is free.
 
+Its inputs are prepared once, by :func:`walk_inputs` (a :class:`Walk`: int32
+bands and rows, the facts in the kernel's types), for :func:`count_pairs` and
+for the Spark engine, whose tasks walk router-owned pieces of the same plan
+(``engines/spark/counted``).
+
 The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
 ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
 releasing the GIL; the set-up's ``kernels --build`` builds it too);
@@ -130,14 +135,46 @@ class Counted:
     every: int
 
 
-def count_pairs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_index, period_of: np.ndarray,
-                period_ids: np.ndarray, sample: int) -> Counted | None:
-    """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
-    symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
-    or ``None`` where :func:`counts` says no, an index is not int32 / int64 or a row
-    repeats: the caller then materialises.  ``period_of``: the occupied
-    period of every arrival index (int32); ``period_ids``: those periods;
-    ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
+@dataclass
+class Walk:
+    """What :func:`~streamjoin.pipelines.base.kernels.count_walk` reads of a band plan,
+    prepared once (:func:`walk_inputs`): the bands ``start`` / ``end`` (int32 positions
+    of the stored rows' sorted order -- never int64: the kernel is compiled for int32),
+    ``facts`` (the kernel's arguments from ``stored_rows`` to ``neg_inf``, each in its
+    type), ``total`` pairs, the sampling step ``every``, the family, the periods and
+    which stream queries (``facts[6]``: its times) and which is stored (``facts[7]``)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    facts: tuple
+    total: int
+    every: int
+    family: str
+    period_ids: np.ndarray
+    query_stream: int = 0
+    stored_stream: int = 1
+
+    def call(self, q0: int, q1: int, first: int, check: int, *, start=None, end=None, query_rows=None,
+             firsts=None, emitted_of=None):
+        """One :func:`~streamjoin.pipelines.base.kernels.count_walk` over queries ``q0..q1-1``; ``start`` /
+        ``end`` / ``query_rows`` replace the plan's (pieces: runs of bands, ``firsts`` their
+        sampling countdowns, ``emitted_of`` receiving their emitted pairs)."""
+        facts = self.facts if query_rows is None else (self.facts[0], query_rows, *self.facts[2:])
+        start, end = self.start if start is None else start, self.end if end is None else end
+        # the compiled signature is int32 bands and rows: another width would be read as
+        # int32 (a crash, not an error), so it is refused here
+        if any(a.dtype != np.int32 for a in (start, end, facts[1])):
+            raise TypeError("count_walk takes int32 bands and query rows")
+        return kernels.count_walk(start, end, *facts, q0, q1, first, check,
+                                  np.empty(0, np.int64) if firsts is None else firsts,
+                                  np.empty(0, np.int64) if emitted_of is None else emitted_of)
+
+
+def walk_inputs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_index, period_of: np.ndarray,
+                period_ids: np.ndarray, sample: int) -> Walk | None:
+    """The :class:`Walk` of ``plan`` (the one preparation of the kernel's inputs, for
+    :func:`count_pairs` and for the Spark engine's tasks), or ``None`` where
+    :func:`counts` says no or an index is not int32 / int64."""
     family = decisions.family
     if not counts(family, streams=replay.n, rows=replay.N):
         return None
@@ -165,20 +202,39 @@ def count_pairs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_
             return None
         start, end, total = got[0].astype(np.int32), got[1].astype(np.int32), got[2]
     every = (total + sample - 1) // sample if total > sample else 1
+    # the sorting family alone reads the replay's times and arrivals (symmetric: empty)
+    sorting = family != SYMMETRIC
     facts = (c(plan.stored_rows), c(plan.query_rows), at[0], at[1], ends[0], ends[1],
              c(replay.ts_of[qs], dtype=np.int64), c(replay.ts_of[ss], dtype=np.int64), W[qs], W[ss],
-             dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64),
-             c(period_of, dtype=np.int32), c(replay.arrival, dtype=np.int64), 0 if family == SYMMETRIC else 1,
+             dropped, release, c(replay.T, dtype=np.int64), c(replay.ts, dtype=np.int64) if sorting else empty64,
+             c(period_of, dtype=np.int32), c(replay.arrival, dtype=np.int64) if sorting else empty64,
+             0 if family == SYMMETRIC else 1,
              replay.N, len(period_ids), every, sizes[0], sizes[1], NEG_INF)
+    return Walk(start=start, end=end, facts=facts, total=int(total), every=int(every), family=family,
+                period_ids=period_ids, query_stream=qs, stored_stream=ss)
+
+
+def count_pairs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_index, period_of: np.ndarray,
+                period_ids: np.ndarray, sample: int) -> Counted | None:
+    """:class:`Counted` of the combinations of ``plan`` under ``decisions`` (the
+    symmetric family's ``expiry_index`` from :func:`~streamjoin.pipelines.replay.progress.expiry`),
+    or ``None`` where :func:`counts` says no, an index is not int32 / int64 or a row
+    repeats: the caller then materialises.  ``period_of``: the occupied
+    period of every arrival index (int32); ``period_ids``: those periods;
+    ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
+    walk = walk_inputs(plan, replay, windows, decisions, expiry_index, period_of, period_ids, sample)
+    if walk is None:
+        return None
+    start, end, every = walk.start, walk.end, walk.every
     nq = len(start)
     if nq < max(SPLIT_QUERIES, 2):
-        parts = [kernels.count_walk(start, end, *facts, 0, nq, 1, 3)]
+        parts = [walk.call(0, nq, 1, 3)]
     else:   # two range walks, on two threads (the kernel releases the GIL)
         mid = split_point(start, end)
         before = int(end[:mid].sum(dtype=np.int64) - start[:mid].sum(dtype=np.int64))   # pairs of the first half
         with ThreadPoolExecutor(max_workers=1) as pool:
-            second = pool.submit(kernels.count_walk, start, end, *facts, mid, nq, 1 + (-before) % every, 2)
-            parts = [kernels.count_walk(start, end, *facts, 0, mid, 1, 1), second.result()]
+            second = pool.submit(walk.call, mid, nq, 1 + (-before) % every, 2)
+            parts = [walk.call(0, mid, 1, 1), second.result()]
     if any(p is None for p in parts):
         return None
     if not all(p[0][3] for p in parts):   # a row twice: the materialising path counts the duplicates
@@ -187,8 +243,8 @@ def count_pairs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_
     need = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
     latency = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
     emitted = sum(int(p[0][1]) for p in parts)
-    return Counted(truth=int(total), emitted=emitted, codes=codes, period_ids=period_ids,
-                   latency=latency if family != SYMMETRIC else None, need=need, every=int(every))
+    return Counted(truth=walk.total, emitted=emitted, codes=codes, period_ids=period_ids,
+                   latency=latency if walk.family != SYMMETRIC else None, need=need, every=every)
 
 
 def split_point(start: np.ndarray, end: np.ndarray) -> int:

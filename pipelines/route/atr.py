@@ -190,6 +190,24 @@ def assign(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return key // plan.partitions, key % plan.partitions
 
 
+def received(plan: AtrPlan, k: int, ts: np.ndarray, p: int) -> np.ndarray:
+    """Which of stream ``k``'s tuples partition ``p`` receives (a mask): the same rows as
+    :func:`assign`'s copies to ``p``, from the union of the receive ranges of ``p``'s
+    segments -- a tuple is in it iff, among the ranges starting at or before it,
+    the furthest-reaching one ends after it (one ``searchsorted``, no tuple x
+    segment expansion)."""
+    lo, hi = plan.ranges(k)
+    mine = plan.part == p
+    lo, hi = lo[mine], hi[mine]
+    order = np.argsort(lo, kind="stable")
+    lo, reach = lo[order], np.maximum.accumulate(hi[order])
+    ts = np.asarray(ts, dtype=np.int64)
+    if not len(lo):
+        return np.zeros(len(ts), bool)
+    i = np.searchsorted(lo, ts, side="right") - 1
+    return (i >= 0) & (reach[np.maximum(i, 0)] > ts)
+
+
 def assign_segments(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every (tuple, segment) with the tuple inside the segment's receive range."""
     lo, hi = plan.ranges(k)
@@ -205,20 +223,29 @@ def assign_segments(plan: AtrPlan, k: int, ts: np.ndarray) -> tuple[np.ndarray, 
     return idx[ok], seg[ok]
 
 
+def owner_term(plan: AtrPlan, k: int, ts: np.ndarray) -> np.ndarray:
+    """Stream ``k``'s term of :func:`owner_segment` for members at ``ts``: the first
+    segment ``j >= seg(ts)`` whose master is ``k`` (``J`` where there is none).  It
+    never decreases as ``ts`` grows (the Spark engine's counted run splits a band
+    where the stored member's term changes, ``engines/spark/counted``)."""
+    J = len(plan.start)
+    pos = np.flatnonzero(plan.master == k)
+    ts = np.asarray(ts, dtype=np.int64)
+    if not len(pos):
+        return np.full(len(ts), J, dtype=np.int64)
+    seg = np.maximum(np.searchsorted(plan.start, ts, side="right") - 1, 0)
+    i = np.searchsorted(pos, seg)
+    return np.where(i < len(pos), pos[np.minimum(i, len(pos) - 1)], J).astype(np.int64)
+
+
 def owner_segment(plan: AtrPlan, member_ts: Sequence[np.ndarray]) -> np.ndarray:
-    """``min{j : ts of the member from stream A_j < end_j}`` for every combination."""
+    """``min{j : ts of the member from stream A_j < end_j}`` for every combination:
+    the smallest of the members' :func:`owner_term`."""
     J = len(plan.start)
     m = len(member_ts[0]) if member_ts else 0
     best = np.full(m, J, dtype=np.int64)
-    for s in np.unique(plan.master):
-        # next_s[i] = first segment >= i whose master is s
-        is_s = plan.master == s
-        nxt = np.full(J + 1, J, dtype=np.int64)
-        pos = np.flatnonzero(is_s)
-        nxt[:J] = np.where(np.arange(J) <= (pos[-1] if len(pos) else -1),
-                           pos[np.minimum(np.searchsorted(pos, np.arange(J)), max(len(pos) - 1, 0))] if len(pos) else J, J)
-        seg = np.searchsorted(plan.start, member_ts[int(s)], side="right") - 1
-        best = np.minimum(best, nxt[np.maximum(seg, 0)])
+    for k, t in enumerate(member_ts):
+        best = np.minimum(best, owner_term(plan, k, t))
     return best
 
 

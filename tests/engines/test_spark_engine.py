@@ -375,3 +375,26 @@ def test_sql_join_and_outer_joins_on_spark_equal_local(spark, seed, policy, rout
         assert got.routing["progress_pass"] == "driver" and {b for _, _, b in gp.values()} != {None}
     assert go == wo and (policy.join == "inner" or len(go) > 0)
     assert np.array_equal(got.memory, want.memory)
+
+
+def test_a_given_probe_order_keeps_the_counted_run_materialising(spark, monkeypatch):
+    """``counting.counts``' rule on both engines: a given probe order is not counted
+    (the local engine materialises and reports that order), so the Spark engine's
+    tasks do not count either (engines/spark/counted.py)."""
+    from streamjoin.pipelines.engines.local import CountRequest, join
+    from streamjoin.pipelines.replay import counting
+
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    streams, W = random_streams(21, 2, rows=(30, 60))
+    ts = [np.array([t.ts for t in s], dtype=np.int64) for s in streams]
+    ar = [np.array([t.arrival for t in s], dtype=np.int64) for s in streams]
+    policy, count = PolicySpec("static", retention=(5, 5)), CountRequest(period_us=10, sample=7)
+    local = join(ts, ar, key_frames(streams), W, policy, order=[1, 0], count=count)
+    assert local.counted is None and local.probe_order.order == [1, 0]
+    unordered = spark_join(ts, ar, key_frames(streams), W, policy, spark=spark,
+                           settings=RouteSettings("atr", 3, 7), count=count)
+    assert unordered.routing["counted_in_tasks"] is True   # the same run counts without the order
+    out = spark_join(ts, ar, key_frames(streams), W, policy, spark=spark, order=[1, 0],
+                     settings=RouteSettings("atr", 3, 7), count=count)
+    assert out.routing["counted_in_tasks"] is False and out.counted is None
+    assert out.probe_order.order == [1, 0] and len(out.combos) == len(local.combos)

@@ -23,6 +23,9 @@ docs/performance.md "Driver memory stage by stage")::
          its own rows from the plan; inline (other masters) the driver
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
+         A run without results (``count``, none / ATR): instead, the local
+         engine's band plan and each partition's pieces of it; each task
+         counts its pieces (.counted) and returns a small count           O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
@@ -68,13 +71,16 @@ from ...base.errors import InputError, warn_once
 from ...policies import INTERVAL_JOIN, MICROBATCH, SQL_INTERVAL_JOIN, PolicySpec
 from ...replay import partitioned_progress as sp
 from ...replay.candidates import Space, compact_ids, key_ids
-from ...replay.probe_order import ProbeOrder, probe_order
+from ...replay.counting import counts as counts_pairs
+from ...replay.probe_order import ProbeOrder, probe_order, two_stream_order
+from ..local import CountRequest
 from ...replay.progress import memory_per_stream
 from .kernels import INT
 from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
-from .plane import run_plane, spark_plane, ctr_spark
+from .plane import PlaneResult, run_plane, spark_plane, ctr_spark
+from .counted import driver_walk, pieces, spark_count
 from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter,
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
@@ -89,7 +95,7 @@ def spark_join(
     order=None, bad_arrivals=None, settings: RouteSettings | None = None, spark=None,
     progress: str = "auto", progress_threshold: int | None = None, plane: str = "spark",
     handoff: str | None = None, results: str = "driver", results_dir: str | None = None,
-    period_us: int | None = None, names=None, payloads=None,
+    period_us: int | None = None, names=None, payloads=None, count: CountRequest | None = None,
 ) -> SparkOutcome | SummaryOutcome:
     """Replay and join on Spark (or, with ``plane="local"``, the same kernels in-process).
 
@@ -112,6 +118,13 @@ def spark_join(
     its results under ``results_dir`` -- None: not written -- and returns a
     summary, a :class:`SummaryOutcome`; needs ``period_us``, the streams'
     ``names`` and ``payloads``; ``--router auto`` is ATR there).
+
+    ``count`` (a run without results, ``jobs/run.count_request``): where the local
+    engine would count (:func:`~streamjoin.pipelines.replay.counting.counts`: two
+    streams, no ``--where`` or distance, ...) and the router is ``none`` or ATR, the
+    tasks count the pairs their partitions own (:mod:`.counted`) and the outcome
+    has the local engine's ``counted`` instead of combinations; CTR materialises, and so
+    does a run whose tasks cannot load the counting kernel (executors with none built).
     """
     settings = settings or RouteSettings()
     if policy.family in EMULATIONS:
@@ -174,9 +187,12 @@ def spark_join(
     pool = ThreadPoolExecutor(max_workers=1)
     memory_job = None
 
-    def start_memory():
+    def start_memory(expiry_index=None):
         nonlocal memory_job
-        memory_job = pool.submit(_timed, timings, "memory", memory_per_stream, replay, W, dec)
+        if memory_job is not None:   # started for a counted run whose tasks then could not count
+            return
+        memory_job = pool.submit(_timed, timings, "memory",
+                                 lambda: memory_per_stream(replay, W, dec, expiry_index=expiry_index))
 
     t0 = time.perf_counter()
     route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
@@ -188,13 +204,21 @@ def spark_join(
         router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
     route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
+    counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
+    if (count is not None and plane == "spark" and results == "driver" and router in ("none", "atr")
+            and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
+                         given_order=order is not None)):
+        t0 = time.perf_counter()
+        count_ids = key_ids(list(keys)) if keys is not None else None   # the local engine's plan and walk order
+        counting = driver_walk(ts, count_ids, W.tolist(), replay, dec, count.period_us, count.sample)
+        timings["candidates"] = time.perf_counter() - t0
     if not (plane == "spark" and router != "ctr"):
         start_memory()
     t0 = time.perf_counter()
     distance_in_kernel = router != "ctr"
     threshold = space.threshold if space is not None else None
     kdims = dims if distance_in_kernel else 0
-    sink, period_ids = None, None
+    sink, period_ids, tally = None, None, None
     if results == "executors":
         N_rep = len(replay.arrival)
         period_ids, upper = (occupied_periods(replay.arrival, int(replay.arrival[0]), int(period_us)) if N_rep
@@ -206,7 +230,18 @@ def spark_join(
         mode = handoff or spark.conf.get(HANDOFF_CONF_KEY, "auto")
         hand = Handoff.open(mode, spark.sparkContext.master)
     try:
-        if plane == "spark" and router != "ctr":
+        if counting is not None:
+            walk, expiry_index = counting
+            own = pieces(walk, router, route_plan)
+            P = 1 if router == "none" else route_plan.partitions
+            counting = spark_count(spark, walk, own, P, router, route_plan, count_ids, W.tolist(), hand,
+                                   alongside=lambda: start_memory(expiry_index))
+            del walk, own
+        if counting is not None:
+            tally, stats, stored = counting
+            res = PlaneResult({}, stats, int(stored.sum()), stored=stored)
+            counting = None
+        elif plane == "spark" and router != "ctr":   # (or a counted run's tasks without the counting kernel)
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
             ids = None   # the tasks' (narrowed) copies are in per
             if sink is not None:
@@ -226,7 +261,10 @@ def spark_join(
     pool.shutdown(wait=False)
     timings["join"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if sink is not None:
+    if tally is not None:   # the local engine's counted outcome (its probe order from the exact count)
+        out = SparkOutcome(replay=replay, decisions=dec, combos=None, emission=None, memory=memory_job.result(),
+                           timings_s=timings, probe_order=two_stream_order(sizes, tally.truth), counted=tally)
+    elif sink is not None:
         out = SummaryOutcome(replay=replay, decisions=dec, memory=memory_job.result(),
                              summary=merge(res.summaries, len(period_ids)), period_ids=period_ids,
                              timings_s=timings, probe_order=probe)
@@ -244,6 +282,7 @@ def spark_join(
              "progress_pass": "spark" if use_spark_progress else "driver",
              "handoff": hand.mode if plane == "spark" else None,
              "results": results,
+             "counted_in_tasks": tally is not None,   # .counted: the tasks counted their pairs, none built
              "stage_s": {k: v for k, v in timings.items()}}
     if router == "atr":
         extra["atr"] = route_plan.to_dict()
@@ -340,7 +379,7 @@ def _shuffle_partitions(spark, conf, P: int):
 
 def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
                  results: str = "driver", native=None,
-                 series_points: int = 2000, session=None) -> SparkOutcome | SummaryOutcome:
+                 series_points: int = 2000, session=None, count=None) -> SparkOutcome | SummaryOutcome:
     """``streamjoin run --engine spark``: open the run's SparkSession (or use ``session``,
     :func:`open_session`'s) and join; the session stays open until the job is written,
     :meth:`SparkOutcome.close` stops it.
@@ -348,7 +387,8 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
     into ``results_dir`` (the run's staging directory's; None: ``--no-results``).
     ``native``: the native path's input (:func:`.read.read_streams`' :class:`~.read.SparkInput`,
     read in ``session``; ``streams`` is then unused), joined by :func:`.native.native_join`
-    (``series_points``: the report's memory series points)."""
+    (``series_points``: the report's memory series points).  ``count``: :func:`spark_join`'s
+    (a run without results: the tasks count the pairs, :mod:`.counted`)."""
     stack, spark, started = session if session is not None else open_session(cfg)
     partitions = cfg.partitions
     try:
@@ -358,7 +398,7 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
         t0 = time.perf_counter()
         # the current path's tasks unpickle the data plane (.plane: routing, the sink, results);
         # imported by the warm-up in every worker instead of in the job's first tasks
-        warm_up(spark, () if native is not None else (f"{__package__}.plane",))
+        warm_up(spark, () if native is not None else (f"{__package__}.plane", f"{__package__}.counted"))
         started["spark_warmup"] = time.perf_counter() - t0
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         if native is not None:   # one P from the input's size (sizing.native_partitions), an explicit one kept
@@ -387,7 +427,7 @@ def join_for_job(cfg, streams, where_fn, space, bad_arrivals, results_dir=None,
                              [s.keys if s.keys.width else None for s in streams], cfg.windows, cfg.policy,
                              space=space, where=where_fn, bad_arrivals=bad_arrivals, settings=settings,
                              spark=spark, results=results, results_dir=results_dir, period_us=cfg.period_us,
-                             names=[s.name for s in streams], payloads=[s.payload for s in streams])
+                             names=[s.name for s in streams], payloads=[s.payload for s in streams], count=count)
     except BaseException:
         stack.close()
         raise

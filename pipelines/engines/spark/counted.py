@@ -1,0 +1,297 @@
+"""Counting in the Spark tasks: a run without results counts its pairs where the
+router produces them (issue 21, ninth pass).
+
+The local engine counts a two-stream run's pairs in one compiled walk
+(:func:`~streamjoin.pipelines.replay.counting.count_pairs`); the materialising
+Spark plane builds them in its tasks and the driver counts them again.  Here
+each task counts exactly the pairs its partition owns, and the driver merges
+the parts into the local engine's :class:`~streamjoin.pipelines.replay.counting.Counted`.
+
+**Global order.** The local walk visits the band plan's queries in order and,
+per query ``q``, the stored positions ``j`` in ``[start[q], end[q])``; a pair's
+index in that order is its position.  Codes, truth and emitted are sums; the
+required slack of every ``every``-th position and the emitted latencies
+(sorting family) follow that order.
+
+**Pieces** (:func:`pieces`): each query's band split into maximal runs of ``j``
+with one owner partition, ``(q, j0, j1, pos0)``::
+
+    query q, band [start, end):   j = 10 11 12 | 13 14 15 16
+    ATR owner segment:                  3  3  3 |  4  4  4  4
+    partition of the segment:          p0 p0 p0 | p1 p1 p1 p1
+    pieces:  (q, 10, 13, pos0) on p0,  (q, 13, 17, pos0 + 3) on p1
+
+ATR (``route/atr.owner_segment``, two streams): the owner is
+``min(term_q(ts_q), term_s(ts_s[j]))`` with each term the stream's next master
+segment (:func:`~streamjoin.pipelines.route.atr.owner_term`); the query's term is
+constant over its band, so a piece ends only where the stored term changes --
+at most the positions where it changes in sorted order, found with
+``searchsorted`` (no per-pair work; a band rarely crosses a segment, so pieces
+are about the non-empty bands).  ``none``: one partition, one piece per
+non-empty band.  CTR is not counted here: its pairs are produced where the
+partner is stored, by hops of partial combinations; a CTR run keeps the
+materialising path (docs/semantics.md).
+
+**Walk** (:func:`count_part`): the counting kernel over a partition's pieces
+(``count_walk`` given each piece as a band, its query row, and a sampling
+countdown restarted at ``1 + (-pos0) % every``), which also returns each
+piece's emitted pairs.  **Merge** (:func:`merge`): codes, truth and emitted
+add; the slacks and latencies are put back in global piece order (by
+``pos0``; a piece holds ``ceil((pos0 + len) / every) - ceil(pos0 / every)``
+samples).  The duplicate check runs once on the driver over the plan's rows
+(:func:`distinct_rows`: no query row and no stored row twice) -- a split query
+occurs in several pieces, legitimately.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from ...base.allocator import reuse_freed_memory
+from ...policies import SYMMETRIC
+from ...replay.candidates import BandBounds, enumerate_sorted, enumerate_truth
+from ...replay.counting import SPLIT_QUERIES, Counted, Walk, split_point, walk_inputs
+from ...replay.probe_order import smaller_first
+from ...replay.progress import expiry
+from ..local import arrival_periods
+from .handoff import Handoff
+from ...route import atr as atr_mod
+
+
+@dataclass
+class Pieces:
+    """Runs of bands with one owner partition, in global order (``pos0`` ascending):
+    ``q`` the query (index into the plan's queries), ``[j0, j1)`` its stored positions
+    (int32), ``pos0`` the global position of its first pair, ``part`` its owner."""
+
+    q: np.ndarray
+    j0: np.ndarray
+    j1: np.ndarray
+    pos0: np.ndarray
+    part: np.ndarray
+
+    def of(self, p: int) -> "Pieces":
+        sel = np.flatnonzero(self.part == p)
+        return Pieces(self.q[sel], self.j0[sel], self.j1[sel], self.pos0[sel], self.part[sel])
+
+
+def driver_walk(ts, ids, windows, replay, decisions, period_us: int, sample: int):
+    """The driver's part before the tasks: the band plan the local engine counts (the
+    same stable orders: its walk order), the symmetric family's expiry index and
+    the :class:`~streamjoin.pipelines.replay.counting.Walk`; ``(walk, expiry_index)``,
+    or ``None`` where the local engine would not count either (an empty stream, a
+    plan that does not pack, a repeated row: the caller materialises).  ``ids``:
+    :func:`~streamjoin.pipelines.replay.candidates.key_ids` of the keys, or ``None``."""
+    sizes = [len(t) for t in ts]
+    if len(ts) != 2 or not all(sizes) or not len(replay.arrival):
+        return None
+    W = [int(w) for w in windows]
+    plan = enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, W, None, smaller_first(sizes),
+                            plan=True, bounds=True)
+    if plan is None:
+        return None
+    exp = expiry(replay, np.asarray(W, dtype=np.int64), decisions)
+    period_of, period_ids = arrival_periods(replay.arrival, period_us)
+    walk = walk_inputs(plan, replay, W, decisions, exp, period_of, period_ids, sample)
+    if walk is None or not distinct_rows(walk):
+        return None
+    return walk, exp
+
+
+def pieces(walk: Walk, router: str, plan=None) -> Pieces:
+    """The pieces of ``walk``'s bands under ``router`` (``none`` or ``atr`` with
+    ``plan``, an :class:`~streamjoin.pipelines.route.atr.AtrPlan`)."""
+    start, end = walk.start.astype(np.int64), walk.end.astype(np.int64)
+    before = np.cumsum(end - start) - (end - start)   # pairs of the queries before each
+    qi = np.flatnonzero(end > start)
+    s0, e0 = start[qi], end[qi]
+    if router == "none" or not len(qi):   # one owner, or no pair to own
+        return Pieces(qi, s0.astype(np.int32), e0.astype(np.int32), before[qi], np.zeros(len(qi), np.int64))
+    if router != "atr":
+        raise ValueError(f"pieces: router {router} (CTR keeps the materialising path)")
+    stored_rows, query_rows = walk.facts[0], walk.facts[1]
+    ts_q, ts_s = walk.facts[6], walk.facts[7]
+    c = atr_mod.owner_term(plan, walk.query_stream, ts_q[query_rows[qi]])
+    t = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows])
+    change = np.flatnonzero(t[1:] != t[:-1]) + 1       # where the stored term changes, in sorted order
+    lo = np.searchsorted(change, s0, side="right")
+    reps = 1 + np.searchsorted(change, e0, side="left") - lo   # 1 + changes strictly inside the band
+    q = np.repeat(qi, reps)
+    first = np.cumsum(reps) - reps
+    k = np.arange(len(q)) - np.repeat(first, reps)
+    j0 = np.repeat(s0, reps)
+    inner = np.flatnonzero(k > 0)
+    j0[inner] = change[np.repeat(lo, reps)[inner] + k[inner] - 1]
+    j1 = np.empty_like(j0)
+    j1[:-1] = j0[1:]
+    j1[first + reps - 1] = e0
+    part = plan.part[np.minimum(np.repeat(c, reps), t[j0])]
+    # maximal runs: a piece continues the previous one of its query on the same partition
+    keep = np.ones(len(q), bool)
+    keep[1:] = (q[1:] != q[:-1]) | (part[1:] != part[:-1])
+    kept = np.flatnonzero(keep)
+    last = np.append(kept[1:], len(q)) - 1
+    q, j0, j1, part = q[kept], j0[kept], j1[last], part[kept]
+    return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]), part.astype(np.int64))
+
+
+def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
+    """One partition's pieces counted: ``pairs``, ``emitted``, ``codes``, ``need`` and
+    ``latency`` in the pieces' order, ``emitted_of`` per piece (sorting family; the
+    merge places its latencies), and ``pos0`` / ``length`` of the pieces; ``None``
+    where the counting kernel does not load (an executor with no module built:
+    its other kernels have numpy paths, this one has none).  ``split``
+    (a task alone on the machine, ``--router none``): from
+    :data:`~streamjoin.pipelines.replay.counting.SPLIT_QUERIES` pieces, two walks
+    over the two halves on two threads (the kernel releases the GIL), as
+    :func:`~streamjoin.pipelines.replay.counting.count_pairs` does."""
+    m = len(own.q)
+    every = walk.every
+    firsts = np.ascontiguousarray(1 + (-own.pos0) % every, dtype=np.int64)
+    emitted_of = np.zeros(m if walk.family != SYMMETRIC else 0, np.int64)
+    rows = np.ascontiguousarray(walk.facts[1][own.q])
+
+    def walk_range(q0, q1):
+        return walk.call(q0, q1, 1, 0, start=own.j0, end=own.j1, query_rows=rows, firsts=firsts,
+                         emitted_of=emitted_of)
+
+    if split and m >= SPLIT_QUERIES:
+        mid = split_point(own.j0, own.j1)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            second = pool.submit(walk_range, mid, m)
+            got = [walk_range(0, mid), second.result()]
+    else:
+        got = [walk_range(0, m)]
+    if any(g is None for g in got):   # no counting kernel in this worker: the caller materialises
+        return None
+    return {"pairs": sum(int(g[0][0]) for g in got), "emitted": sum(int(g[0][1]) for g in got),
+            "codes": sum(g[1] for g in got), "need": np.concatenate([g[2] for g in got]),
+            "latency": np.concatenate([g[3] for g in got]), "emitted_of": emitted_of, "pos0": own.pos0,
+            "length": (own.j1 - own.j0).astype(np.int64)}
+
+
+def distinct_rows(walk: Walk) -> bool:
+    """The duplicate check of the whole plan (no query row and no stored row twice),
+    without walking a pair: the kernel's own check over an empty range of queries."""
+    got = walk.call(0, 0, 1, 3)
+    return got is not None and bool(got[0][3])
+
+
+def merge(walk: Walk, parts: list[dict]) -> Counted:
+    """The partitions' counts as the one walk's :class:`Counted` (every field)."""
+    every = walk.every
+    codes = np.zeros(2 * len(walk.period_ids), np.int64)
+    for p in parts:
+        codes += p["codes"]
+    pos0 = [p["pos0"] for p in parts]
+    samples = [-(-(x + n) // every) - (-(-x // every)) for x, n in ((p["pos0"], p["length"]) for p in parts)]
+    need = _interleave([p["need"] for p in parts], samples, pos0)
+    latency = None
+    if walk.family != SYMMETRIC:
+        latency = _interleave([p["latency"] for p in parts], [p["emitted_of"] for p in parts], pos0)
+    return Counted(truth=sum(p["pairs"] for p in parts), emitted=sum(p["emitted"] for p in parts), codes=codes,
+                   period_ids=walk.period_ids, latency=latency, need=need, every=every)
+
+
+def _interleave(values: list[np.ndarray], counts: list[np.ndarray], pos0: list[np.ndarray]) -> np.ndarray:
+    """The parts' values (each part's in its pieces' order, ``counts`` per piece) in the
+    global order of the pieces (``pos0`` ascending)."""
+    c = np.concatenate(counts).astype(np.int64) if counts else np.empty(0, np.int64)
+    order = np.argsort(np.concatenate(pos0), kind="stable") if pos0 else np.empty(0, np.int64)
+    offs = np.empty(len(c), np.int64)
+    offs[order] = np.cumsum(c[order]) - c[order]       # each piece's first slot in the global output
+    total = int(c.sum())
+    dest = np.repeat(offs, c) + np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+    out = np.empty(total, np.int64)
+    out[dest] = np.concatenate(values) if values else np.empty(0, np.int64)
+    return out
+
+
+def candidates_of(ts: list[np.ndarray], ids: list[np.ndarray] | None, windows) -> int:
+    """How many pairs of the band join of these rows (a partition's local join, before
+    ownership): what the materialising task reports as ``n_cand``, counted from the
+    band plan without building a pair."""
+    sizes = [len(t) for t in ts]
+    if not all(sizes):
+        return 0
+    got = enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, list(windows), None,
+                           smaller_first(sizes), plan=True, bounds=True)
+    if isinstance(got, BandBounds):
+        return int(got.total)
+    if got is not None:
+        return int((np.searchsorted(got.sorted_values, got.hi, side="right")
+                    - np.searchsorted(got.sorted_values, got.lo, side="left")).sum())
+    return len(enumerate_truth(list(ts), [None if i is None else pl.DataFrame({"__key0": i}) for i in
+                                          (ids if ids is not None else [None] * len(ts))], list(windows)))
+
+
+def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, windows) -> tuple[dict, dict, list[int]]:
+    """What task ``p`` does: count its pieces (:func:`count_part`) and the routing
+    report's numbers for its partition -- the rows of each stream it holds (ATR:
+    :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising
+    task receives), its local join's candidates (:func:`candidates_of`) and the
+    pairs it owns.  ``ids``: per stream key ids (``None``: one key).  ``None`` where
+    :func:`count_part` is."""
+    t0 = time.perf_counter()
+    part = count_part(walk, own, split=router == "none")
+    if part is None:
+        return None
+    qs = walk.query_stream
+    by_stream = [walk.facts[6], walk.facts[7]] if qs == 0 else [walk.facts[7], walk.facts[6]]
+    if router == "atr":
+        rows = [np.flatnonzero(atr_mod.received(plan, k, t, p)) for k, t in enumerate(by_stream)]
+        stored = [len(r) for r in rows]
+        cand = candidates_of([t[r] for t, r in zip(by_stream, rows)],
+                             None if ids is None else [i[r] for i, r in zip(ids, rows)], windows)
+    else:
+        stored = [len(t) for t in by_stream]
+        cand = part["pairs"]
+    stats = {"n_in": int(sum(stored)), "n_cand": int(cand), "n_out": part["pairs"],
+             "t_us": (time.perf_counter() - t0) * 1e6}
+    return part, stats, stored
+
+
+def spark_count(spark, walk: Walk, all_pieces: Pieces, partitions: int, router: str, plan, ids, windows,
+                handoff: Handoff, alongside=None) -> tuple[Counted, dict[int, dict], np.ndarray]:
+    """One Spark job, one task per partition (:func:`partition_task`): the walk's
+    columns and the key ids go through ``handoff`` once (as files on a local master,
+    every task maps the same pages), each partition's pieces as its own record.
+    Returns the merged :class:`Counted`, each partition's statistics and the rows
+    of each stream each partition holds (``(n, P)``, :attr:`.plane.PlaneResult.stored`),
+    or ``None`` where a task could not load the counting kernel (executors with no
+    module built): the caller then materialises, as the local engine does without it.
+    ``alongside``: called once the records are handed off, before the job runs."""
+    sc = spark.sparkContext
+    shared = handoff.put((walk, ids))
+    records = [(p, shared, handoff.put(all_pieces.of(p))) for p in range(partitions)]
+    if alongside is not None:
+        alongside()
+
+    def task(index, recs):
+        reuse_freed_memory()
+        for p, shared_token, own_token in recs:
+            w, i = handoff.get(shared_token)
+            done = partition_task(w, handoff.get(own_token), router, plan, p, i, windows)
+            del w, i
+            if done is None:
+                yield p, None, None
+                continue
+            part, stats, stored = done
+            stats["_stored"] = stored
+            yield p, stats, handoff.put(part)
+
+    got = sc.parallelize(records, partitions).mapPartitionsWithIndex(task).collect()
+    if any(g[1] is None for g in got):
+        for g in got:   # the other tasks' counts, unread (close removes any left)
+            if g[2] is not None:
+                handoff.get(g[2], consume=True)
+        return None
+    got.sort(key=lambda g: g[0])
+    stored = np.array([g[1].pop("_stored") for g in got], dtype=np.int64).T.reshape(2, partitions)
+    merged = merge(walk, [handoff.get(g[2], consume=True) for g in got])
+    return merged, {int(g[0]): g[1] for g in got}, stored

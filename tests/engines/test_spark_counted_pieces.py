@@ -1,0 +1,131 @@
+"""Counting in the Spark tasks (engines/spark/counted.py), without a JVM: the
+router-owned pieces, counted partition by partition and merged, give the local
+engine's one-walk ``Counted`` in every field, and each partition counts the pairs
+(and candidates, and rows) the materialising plane's task for it produces
+(``run_plane`` in-process is the reference for ownership)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from helpers.strategies import fixed_policy
+
+from streamjoin.pipelines.base import jit, kernels
+from streamjoin.pipelines.engines.local import CountRequest, join
+from streamjoin.pipelines.engines.spark import counted
+from streamjoin.pipelines.engines.spark.columns import attach_facts, tuple_table
+from streamjoin.pipelines.engines.spark.plane import run_plane
+from streamjoin.pipelines.replay import counting
+from streamjoin.pipelines.replay import partitioned_progress as sp
+from streamjoin.pipelines.replay.candidates import compact_ids, key_ids
+from streamjoin.pipelines.route import atr, histogram
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def counted_at_any_size():
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(counting, "MIN_ROWS", 0)
+        m.setattr(counted, "SPLIT_QUERIES", 2)   # a lone task (--router none) walks two halves on two threads
+        assert jit.prebuilt(kernels._count_walk, kernels.COUNT_SIGNATURE) is not None
+        yield
+
+
+@st.composite
+def problems(draw):
+    keyed = draw(st.booleans())
+    ts, arrival, keys = [], [], []
+    for k in range(2):
+        size = draw(st.integers(1, 60))
+        t = np.array(draw(st.lists(st.integers(0, 400), min_size=size, max_size=size)), np.int64)
+        d = np.array(draw(st.lists(st.one_of(st.integers(0, 5), st.integers(0, 150)), min_size=size,
+                                   max_size=size)), np.int64)
+        if draw(st.booleans()):   # rows in time order (the band plan's bounds path) or as drawn
+            t = np.sort(t)
+        ts.append(t)
+        arrival.append(t + d)
+        keys.append(pl.DataFrame({"__key0": draw(st.lists(st.integers(0, 2), min_size=size, max_size=size))})
+                    if keyed else None)
+    windows = (draw(st.integers(0, 40)), draw(st.integers(0, 40)))
+    policy = fixed_policy(draw, 2, 80)
+    return (ts, arrival, keys, windows, policy, draw(st.integers(1, 120)), draw(st.integers(1, 12)),
+            draw(st.integers(5, 120)), draw(st.integers(1, 5)))
+
+
+def _walk(ts, arrival, keys, windows, policy, period, sample):
+    f = sp.driver_facts(ts, arrival, np.asarray(windows, np.int64), policy)
+    replay, dec = sp.replay_from_facts(f, 2, policy, [len(t) for t in ts])
+    ids = key_ids(list(keys)) if keys[0] is not None else None
+    return counted.driver_walk(ts, ids, windows, replay, dec, period, sample), f, ids
+
+
+@given(problems())
+@SETTINGS
+def test_router_owned_pieces_merge_into_the_one_walk_and_the_plane_s_partitions(problem):
+    ts, arrival, keys, windows, policy, period, sample, T, P = problem
+    want = join(ts, arrival, keys, windows, policy, count=CountRequest(period_us=period, sample=sample)).counted
+    got, f, ids = _walk(ts, arrival, keys, windows, policy, period, sample)
+    assume(want is not None)
+    assert got is not None
+    walk = got[0]
+    plan = atr.plan(histogram(ts), list(windows), T, P)
+    tab = attach_facts(tuple_table(ts, arrival, compact_ids(ids) if ids is not None else None, None)[0], f, 2)
+    reference = run_plane(tab, 2, np.asarray(windows, np.int64), policy.family, "atr", plan, keyed=ids is not None)
+    for k in range(2):   # the rows a partition receives: assign's copies, from the union of its ranges
+        i, p_of = atr.assign(plan, k, ts[k])
+        for p in range(plan.partitions):
+            assert np.array_equal(np.flatnonzero(atr.received(plan, k, ts[k], p)), np.sort(i[p_of == p]))
+    for router, p_count in (("none", 1), ("atr", plan.partitions)):
+        pcs = counted.pieces(walk, router, plan)
+        assert np.all(np.diff(pcs.pos0) > 0) and np.all(pcs.j1 > pcs.j0)
+        # every pair in exactly one piece: the pieces tile the plan's positions
+        assert int((pcs.j1 - pcs.j0).sum()) == walk.total
+        parts, stats = [], []
+        for p in range(p_count):
+            part, st_p, stored = counted.partition_task(walk, pcs.of(p), router, plan, p, ids, windows)
+            parts.append(part)
+            stats.append((st_p, stored))
+        merged = counted.merge(walk, parts)
+        for field in ("truth", "emitted", "every"):
+            assert getattr(merged, field) == getattr(want, field), field
+        for field in ("codes", "period_ids", "need"):
+            assert np.array_equal(getattr(merged, field), getattr(want, field)), field
+        assert (merged.latency is None) == (want.latency is None)
+        if want.latency is not None:
+            assert np.array_equal(merged.latency, want.latency)
+        if router == "atr":   # each partition: the materialising task's pairs, candidates and rows
+            for p, (st_p, stored) in enumerate(stats):
+                ref = reference.stats[p]
+                assert (st_p["n_out"], st_p["n_cand"], st_p["n_in"]) == (ref["n_out"], ref["n_cand"], ref["n_in"])
+            # the pairs a partition owns: the router's, pair by pair
+            rows = reference.combos
+            own = atr.owner_partition(plan, [ts[0][rows["r0"]], ts[1][rows["r1"]]])
+            assert np.bincount(own, minlength=P).tolist() == [s[0]["n_out"] for s in stats]
+
+
+def test_the_walk_takes_int32_bands_even_from_an_int64_plan():
+    """The counting kernel is compiled for int32 bands: an int64 plan's bands (a
+    BandPlan, one stream's rows out of time order) reach it as int32 through the one
+    preparation (walk_inputs) and as int32 pieces -- an int64 band array read by
+    the compiled call crashes the process (segfault), so Walk.call refuses one."""
+    rng = np.random.default_rng(3)
+    ts = [np.sort(rng.integers(0, 5000, 300)), rng.integers(0, 5000, 200)]   # stream 1 unsorted: a BandPlan
+    arrival = [t + rng.integers(0, 50, len(t)) for t in ts]
+    from streamjoin.pipelines.policies import PolicySpec
+
+    policy = PolicySpec("static", retention=(10, 10))
+    want = join(ts, arrival, [None, None], (30, 20), policy, count=CountRequest(period_us=100, sample=7)).counted
+    got, _, _ = _walk(ts, arrival, [None, None], (30, 20), policy, 100, 7)
+    walk = got[0]
+    assert walk.start.dtype == np.int32 and walk.end.dtype == np.int32
+    plan = atr.plan(histogram(ts), [30, 20], 400, 3)
+    pcs = counted.pieces(walk, "atr", plan)
+    assert pcs.j0.dtype == np.int32 and pcs.j1.dtype == np.int32 and len(pcs.q) > len(set(pcs.q.tolist()))
+    merged = counted.merge(walk, [counted.count_part(walk, pcs.of(p)) for p in range(plan.partitions)])
+    assert merged.truth == want.truth > 0 and np.array_equal(merged.need, want.need)
+    with pytest.raises(TypeError):
+        walk.call(0, len(walk.start), 1, 0, start=walk.start.astype(np.int64), end=walk.end.astype(np.int64))
