@@ -288,7 +288,9 @@ def native_join(spark, df, *, names, payloads, sizes, windows, policy: PolicySpe
     duration_s = (int(span[1]) - int(span[0])) / 1e6 if N else 0.0
     extra = {"requested": settings.router, "segment_us": T, "load_weights": list(settings.weights),
              "predicted": predicted, "progress_pass": "spark", "handoff": None,
-             "results": "executors", "native": True, "stage_s": dict(timings)}
+             "results": "executors", "native": True,
+             "counted_in_tasks": False,   # the tasks build their pairs (and summarise them); .counted is not used
+             "stage_s": dict(timings)}
     if router == "atr":
         extra["atr"] = plan.to_dict()
         extra["theorem_b"] = predicted["atr"]
