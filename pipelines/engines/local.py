@@ -53,8 +53,8 @@ import numpy as np
 import polars as pl
 
 from ..analysis.metrics import occupied_periods
-from ..replay.candidates import Combos, Space, enumerate_sorted, enumerate_truth, key_ids
-from ..replay.counting import Counted, count_pairs
+from ..replay.candidates import Combos, Space, enumerate_truth, key_ids
+from ..replay.counting import Counted, count_pairs, count_plan
 from ..replay.counting import counts as counts_pairs
 from ..replay.count_window import enumerate_counted, with_count_expiry
 from ..replay.emit import Emission, emission, last_arrivals
@@ -182,9 +182,7 @@ def join(
 
     def truth():
         if counting:   # the band join's plan only: counted once the policy's facts are there
-            probe = smaller_first(sizes)
-            plan = timed("candidates", enumerate_sorted, [np.asarray(t, dtype=np.int64) for t in ts],
-                         key_ids(list(keys)), W.tolist(), None, probe, plan=True, bounds=True)
+            plan = timed("candidates", count_plan, ts, key_ids(list(keys)), W.tolist())
             if plan is not None:
                 return None, plan, None
         return materialise()

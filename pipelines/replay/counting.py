@@ -72,7 +72,8 @@ from ..base import kernels
 from ..base.kernels import MIN_ROWS as KERNEL_MIN_ROWS
 from ..policies import SORTING, SYMMETRIC
 from ..base.timeunits import NEG_INF
-from .candidates import BandBounds, BandPlan
+from .candidates import BandBounds, BandPlan, enumerate_sorted
+from .probe_order import smaller_first
 
 #: below this many input rows the engine materialises (the kernel's load costs more than it saves)
 MIN_ROWS = KERNEL_MIN_ROWS
@@ -133,6 +134,15 @@ class Counted:
     latency: np.ndarray | None
     need: np.ndarray
     every: int
+
+
+def count_plan(ts, ids, windows) -> BandPlan | BandBounds | None:
+    """The band plan a counted join walks: the sorted enumeration's, the smaller
+    stream probing (its walk order; ``None`` where it does not pack).  ``ids``:
+    :func:`~streamjoin.pipelines.replay.candidates.key_ids` of the keys, or ``None``;
+    the local engine, the Spark driver and each Spark task's candidate count build it here."""
+    return enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, [int(w) for w in windows], None,
+                            smaller_first([len(t) for t in ts]), plan=True, bounds=True)
 
 
 @dataclass

@@ -199,7 +199,7 @@ def test_without_the_kernel_the_plan_is_not_built_for_nothing(monkeypatch):
         plans.append(kwargs.get("plan"))
         return enumerate_sorted(*args, **kwargs)
 
-    monkeypatch.setattr(local, "enumerate_sorted", spy)
+    monkeypatch.setattr(counting, "enumerate_sorted", spy)   # where a counted join builds its plan (count_plan)
     monkeypatch.setenv("STREAMJOIN_KERNELS", "numpy")
     got = join(ts, arrival, [None, None], (40, 60), policy, count=CountRequest(period_us=100, sample=50))
     assert got.counted is None and got.combos is not None

@@ -54,9 +54,8 @@ import polars as pl
 
 from ...base.allocator import reuse_freed_memory
 from ...policies import SYMMETRIC
-from ...replay.candidates import BandBounds, enumerate_sorted, enumerate_truth
-from ...replay.counting import SPLIT_QUERIES, Counted, Walk, split_point, walk_inputs
-from ...replay.probe_order import smaller_first
+from ...replay.candidates import BandBounds, enumerate_truth
+from ...replay.counting import SPLIT_QUERIES, Counted, Walk, count_plan, split_point, walk_inputs
 from ...replay.progress import expiry
 from ..local import arrival_periods
 from .handoff import Handoff
@@ -91,8 +90,7 @@ def driver_walk(ts, ids, windows, replay, decisions, period_us: int, sample: int
     if len(ts) != 2 or not all(sizes) or not len(replay.arrival):
         return None
     W = [int(w) for w in windows]
-    plan = enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, W, None, smaller_first(sizes),
-                            plan=True, bounds=True)
+    plan = count_plan(ts, ids, W)
     if plan is None:
         return None
     exp = expiry(replay, np.asarray(W, dtype=np.int64), decisions)
@@ -219,8 +217,7 @@ def candidates_of(ts: list[np.ndarray], ids: list[np.ndarray] | None, windows) -
     sizes = [len(t) for t in ts]
     if not all(sizes):
         return 0
-    got = enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, list(windows), None,
-                           smaller_first(sizes), plan=True, bounds=True)
+    got = count_plan(ts, ids, windows)
     if isinstance(got, BandBounds):
         return int(got.total)
     if got is not None:
