@@ -207,6 +207,17 @@ def test_local_slots_from_the_master(master, cpus, task_cpus, slots):
     assert local_slots(master, lambda: cpus, task_cpus) == slots
 
 
+@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[ 4 , 2 ]", "local[2", "local[x]",
+                                    "localhost:7077", "local-cluster[2,1,1024]", "yarn", "spark://h:7077"])
+def test_is_local_agrees_with_local_slots(master):
+    """The driver heap's sizing and the warm-up's barrier read one parser: a master is
+    local (tasks in the driver's JVM) exactly where it has local slots."""
+    from streamjoin.pipelines.engines.spark.session import local_slots
+    from streamjoin.pipelines.engines.spark.sizing import is_local
+
+    assert is_local(master) == (local_slots(master, lambda: 2) is not None)
+
+
 def test_warm_up_is_one_barrier_task_per_local_slot_with_the_data_plane(tmp_path):
     """On local[2] the warm-up runs one task per core as a barrier stage: each core's
     Python worker is started and imports the data plane (docs/performance.md, "Whole

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import importlib
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -41,7 +40,7 @@ from ...base.jit import KERNELS_ENV, executor_mode
 from ...config.options import same_host
 from . import kernels  # noqa: F401 -- imported with this module in a worker: warm_up loads the kernels there
 from .ship import executor_imports, ship
-from .sizing import is_local, local_heap
+from .sizing import LOCAL_MASTER, is_local, local_heap
 
 
 #: where Spark's own output goes (a path; appended to and kept); unset: a temporary file
@@ -202,15 +201,12 @@ def warm_up(spark, modules: Sequence[str] = ()) -> None:
         rdd.mapPartitions(lambda records: _import_kernels(records, tuple(modules))).collect()
 
 
-_LOCAL_MASTER = re.compile(r"local(?:\[\s*([0-9]+|\*)\s*(?:,\s*[0-9]+\s*)?\])?")
-
-
 def local_slots(master: str, cpus: Callable[[], int], task_cpus: int = 1) -> int | None:
     """Tasks a ``local`` / ``local[n]`` / ``local[*]`` / ``local[n, f]`` master runs at once:
     its cores (``*``: ``cpus()``, the JVM's available processors, as Spark's
     ``SparkContext.localCpuCount``) divided by ``spark.task.cpus``, at least 1; None for any
     other master (its slots come and go: a barrier stage there could wait for executors)."""
-    m = _LOCAL_MASTER.fullmatch(master)
+    m = LOCAL_MASTER.fullmatch(master)
     if m is None:
         return None
     cores = 1 if m.group(1) is None else cpus() if m.group(1) == "*" else int(m.group(1))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Iterable
 
 #: tuples one Python task holds at most when the partitions are the engine's choice
@@ -86,9 +87,14 @@ def local_heap(master: str, rows: int | None) -> str:
     return f"{HEAP_MIN_GB}g"
 
 
+#: a ``local`` / ``local[n]`` / ``local[*]`` / ``local[n, f]`` master; group 1: its cores
+LOCAL_MASTER = re.compile(r"local(?:\[\s*([0-9]+|\*)\s*(?:,\s*[0-9]+\s*)?\])?")
+
+
 def is_local(master: str) -> bool:
-    """A ``local`` / ``local[n]`` / ``local[n, f]`` master: the tasks run in the driver's JVM."""
-    return master == "local" or master.startswith("local[")
+    """A ``local`` / ``local[n]`` / ``local[n, f]`` master (:data:`LOCAL_MASTER`, the one
+    parser, which ``session.local_slots`` reads too): the tasks run in the driver's JVM."""
+    return LOCAL_MASTER.fullmatch(master) is not None
 
 
 #: a container's memory limit (cgroup v2, then v1): "max" or a huge number when unlimited
