@@ -21,7 +21,7 @@ tuples, ``--policy static --retention 50ms``: 7.9M emitted pairs):
   once, then only their Parquet encode is timed, alternating: the writer's
   (:class:`~streamjoin.pipelines.io.results_file.ResultsFile`, Arrow's encoder
   on one thread), polars' streaming ``sink_parquet`` fed by the same frames
-  (its encoder on every core) and DuckDB's ``COPY`` from an Arrow reader of
+  (its encoder on every core) and DuckDB's ``COPY`` from an Arrow table of
   them (every core; the ``bench`` extra); each file is read back and compared
   with the frames, and its encodings, row groups and footer are printed
   (issue 21, tenth pass: is there an encoder that uses the second core?).
@@ -241,16 +241,15 @@ def encoders(config: Path, rounds: int) -> None:
         source.sink_parquet(path, compression=RESULTS_COMPRESSION, statistics=True, row_group_size=ROW_GROUP_ROWS)
 
     def duckdb_copy(path: Path) -> None:
-        schema = frames[0].to_arrow().schema
-        reader = pa.RecordBatchReader.from_batches(schema, (b for f in frames for b in f.to_arrow().to_batches()))
+        table = pa.Table.from_batches([b for f in frames for b in f.to_arrow().to_batches()])   # no copy
         with duckdb.connect() as con:
-            con.register("frames", reader)
+            con.register("frames", table)
             con.execute(f"COPY (SELECT * FROM frames) TO '{path}' (FORMAT parquet, COMPRESSION {RESULTS_COMPRESSION}, "
                         f"ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
 
     cases = {"ResultsFile (Arrow, one encoding thread)": arrow_one_thread,
              "polars sink_parquet (every core)": polars_sink,
-             "DuckDB COPY from Arrow (every core)": duckdb_copy}
+             "DuckDB COPY from an Arrow table (every core)": duckdb_copy}
     print(f"{whole.height:,} rows in {len(frames)} frames; {rounds} repetitions after a warm-up, encoders alternating")
     res = {k: ([], []) for k in cases}
     for rnd in range(rounds + 1):
