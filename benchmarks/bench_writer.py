@@ -262,10 +262,10 @@ def encoders(config: Path, rounds: int) -> None:
                 res[k][1].append(time.process_time() - c0)
         print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: load average {os.getloadavg()[0]:.1f}", flush=True)
     med = statistics.median
-    print(f"{'encoder':42} {'wall s':>7} {'spread':>11} {'cpu s':>6} {'spread':>11} {'file MB':>7}")
+    print(f"{'encoder':46} {'wall s':>7} {'spread':>11} {'cpu s':>6} {'spread':>11} {'file MB':>7}")
     for i, (k, (w, c)) in enumerate(res.items()):
         path = folder / f"{i}.parquet"
-        print(f"{k:42} {med(w):7.2f} {min(w):5.2f}..{max(w):<5.2f} {med(c):6.2f} {min(c):5.2f}..{max(c):<5.2f} "
+        print(f"{k:46} {med(w):7.2f} {min(w):5.2f}..{max(w):<5.2f} {med(c):6.2f} {min(c):5.2f}..{max(c):<5.2f} "
               f"{path.stat().st_size / 1e6:7.0f}")
     for i, k in enumerate(cases):   # what a reader sees, and how each file is made
         path = folder / f"{i}.parquet"
