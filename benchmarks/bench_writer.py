@@ -17,9 +17,18 @@ tuples, ``--policy static --retention 50ms``: 7.9M emitted pairs):
   ``--writer-at REV`` also the row-group writer of git revision ``REV``
   (its ``io/results_file.py``) on the same combinations, and whether its
   file is the same bytes.
+* ``--encoders`` -- one process, the same capture: the row groups are built
+  once, then only their Parquet encode is timed, alternating: the writer's
+  (:class:`~streamjoin.pipelines.io.results_file.ResultsFile`, Arrow's encoder
+  on one thread), polars' streaming ``sink_parquet`` fed by the same frames
+  (its encoder on every core) and DuckDB's ``COPY`` from an Arrow table of
+  them (every core; the ``bench`` extra); each file is read back and compared
+  with the frames, and its encodings, row groups and footer are printed
+  (issue 21, tenth pass: is there an encoder that uses the second core?).
 
     python benchmarks/bench_writer.py --rounds 5 --compare <old checkout>
     python benchmarks/bench_writer.py --parts --rounds 5 [--writer-at main]
+    python benchmarks/bench_writer.py --encoders --rounds 5
 
 On a loaded shared host wall time mostly measures the queue; compare CPU.
 """
@@ -119,14 +128,11 @@ def _writer_at(rev: str):
     return module.write_row_groups
 
 
-def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    from streamjoin.pipelines.io.results_file import write_row_groups
-    from streamjoin.pipelines.jobs import run as run_module
+def _capture(config: Path) -> tuple:
+    """The core run's (combinations, emission, streams), taken where its results writer starts (the run
+    imports ``emitted_row_groups`` from its module when it writes results, so that name is replaced for
+    the run; the writer's thread stops there and the run fails with ``_Captured`` at its end)."""
     from streamjoin.pipelines.replay import results as R
-    from streamjoin.pipelines.replay.emit import emission_order
 
     got = {}
 
@@ -134,15 +140,29 @@ def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
         got.update(combos=combos, em=em, streams=streams)
         raise _Captured
 
-    run_module.emitted_row_groups = capture
     from streamjoin.cli.main import app
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            app(["run", str(config), "--engine", "local", "--router", "none", *POLICY, "--out", f"{tmp}/out"],
-                standalone_mode=False)
-        except _Captured:
-            pass
-    combos, em, streams = got["combos"], got["em"], got["streams"]
+    real, R.emitted_row_groups = R.emitted_row_groups, capture
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                app(["run", str(config), "--engine", "local", "--router", "none", *POLICY, "--out", f"{tmp}/out"],
+                    standalone_mode=False)
+            except _Captured:
+                pass
+    finally:
+        R.emitted_row_groups = real
+    return got["combos"], got["em"], got["streams"]
+
+
+def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from streamjoin.pipelines.io.results_file import write_row_groups
+    from streamjoin.pipelines.replay import results as R
+    from streamjoin.pipelines.replay.emit import emission_order
+
+    combos, em, streams = _capture(config)
     m = em.emitted
     rows = [r[m] for r in combos.rows]
     emit, last, lat = np.asarray(em.emit_us)[m], em.last[m], np.asarray(em.latency_us)[m]
@@ -195,15 +215,87 @@ def parts(config: Path, rounds: int, writer_at: str | None = None) -> None:
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 vCPU)")
 
 
+def encoders(config: Path, rounds: int) -> None:
+    import duckdb
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from polars.io.plugins import register_io_source
+
+    from streamjoin.pipelines.io.output import RESULTS_COMPRESSION
+    from streamjoin.pipelines.io.results_file import ROW_GROUP_ROWS, ResultsFile
+    from streamjoin.pipelines.replay import results as R
+
+    frames = list(R.emitted_row_groups(*_capture(config)))
+    whole = pl.concat(frames, rechunk=False)
+    folder = Path(tempfile.mkdtemp())
+
+    def arrow_one_thread(path: Path) -> None:
+        out = ResultsFile(path)
+        for f in frames:
+            out.write(f)
+        out.close()
+
+    def polars_sink(path: Path) -> None:
+        source = register_io_source(lambda *_: iter(frames), schema=frames[0].schema)
+        source.sink_parquet(path, compression=RESULTS_COMPRESSION, statistics=True, row_group_size=ROW_GROUP_ROWS)
+
+    def duckdb_copy(path: Path) -> None:
+        table = pa.Table.from_batches([b for f in frames for b in f.to_arrow().to_batches()])   # no copy
+        with duckdb.connect() as con:
+            con.register("frames", table)
+            con.execute(f"COPY (SELECT * FROM frames) TO '{path}' (FORMAT parquet, COMPRESSION {RESULTS_COMPRESSION}, "
+                        f"ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+
+    cases = {"ResultsFile (Arrow, one encoding thread)": arrow_one_thread,
+             "polars sink_parquet (every core)": polars_sink,
+             "DuckDB COPY from an Arrow table (every core)": duckdb_copy}
+    print(f"{whole.height:,} rows in {len(frames)} frames; {rounds} repetitions after a warm-up, encoders alternating")
+    res = {k: ([], []) for k in cases}
+    for rnd in range(rounds + 1):
+        for k in (list(cases) if rnd % 2 == 0 else list(cases)[::-1]):
+            path = folder / f"{list(cases).index(k)}.parquet"
+            w0, c0 = time.perf_counter(), time.process_time()
+            cases[k](path)
+            if rnd:
+                res[k][0].append(time.perf_counter() - w0)
+                res[k][1].append(time.process_time() - c0)
+        print(f"  round {rnd}{' (warm-up)' if not rnd else ''}: load average {os.getloadavg()[0]:.1f}", flush=True)
+    med = statistics.median
+    print(f"{'encoder':46} {'wall s':>7} {'spread':>11} {'cpu s':>6} {'spread':>11} {'file MB':>7}")
+    for i, (k, (w, c)) in enumerate(res.items()):
+        path = folder / f"{i}.parquet"
+        print(f"{k:46} {med(w):7.2f} {min(w):5.2f}..{max(w):<5.2f} {med(c):6.2f} {min(c):5.2f}..{max(c):<5.2f} "
+              f"{path.stat().st_size / 1e6:7.0f}")
+    for i, k in enumerate(cases):   # what a reader sees, and how each file is made
+        path = folder / f"{i}.parquet"
+        meta = pq.ParquetFile(path).metadata
+        groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        encodings = sorted({e for g in range(meta.num_row_groups) for c in range(meta.num_columns)
+                            for e in meta.row_group(g).column(c).encodings})
+        stats = all(meta.row_group(g).column(c).statistics is not None
+                    and meta.row_group(g).column(c).statistics.has_min_max
+                    for g in range(meta.num_row_groups) for c in range(meta.num_columns))
+        print(f"{k}: read back equal {pl.read_parquet(path).equals(whole)}, row groups {len(groups)} "
+              f"(largest {max(groups):,}), encodings {encodings}, min/max everywhere {stats}, "
+              f"footer keys {sorted(k.decode() for k in (meta.metadata or {}))}, format {meta.format_version}, "
+              f"created by {meta.created_by!r}")
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 vCPU)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="counted rounds (default 5)")
     ap.add_argument("--compare", metavar="PYTHONPATH", help="alternate with another checkout's code")
     ap.add_argument("--parts", action="store_true", help="time the writer's parts in one process")
     ap.add_argument("--writer-at", metavar="REV", help="--parts: also the row-group writer of git revision REV")
+    ap.add_argument("--encoders", action="store_true",
+                    help="time only the Parquet encode of the same row groups: Arrow (the writer's), polars, DuckDB")
     args = ap.parse_args()
     config = ensure_data(1.0)
-    if args.parts:
+    if args.encoders:
+        encoders(config, args.rounds)
+    elif args.parts:
         parts(config, args.rounds, args.writer_at)
     else:
         whole(config, args.rounds, args.compare)
