@@ -20,7 +20,7 @@ from streamjoin.pipelines.engines.spark.columns import attach_facts, tuple_table
 from streamjoin.pipelines.engines.spark.plane import run_plane
 from streamjoin.pipelines.replay import counting
 from streamjoin.pipelines.replay import partitioned_progress as sp
-from streamjoin.pipelines.replay.candidates import compact_ids, key_ids
+from streamjoin.pipelines.replay.candidates import BandBounds, compact_ids, key_ids
 from streamjoin.pipelines.route import atr, histogram
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,8 +85,10 @@ def test_router_owned_pieces_merge_into_the_one_walk_and_the_plane_s_partitions(
         # every pair in exactly one piece: the pieces tile the plan's positions
         assert int((pcs.j1 - pcs.j0).sum()) == walk.total
         parts, stats = [], []
-        for p in range(p_count):
-            part, st_p, stored = counted.partition_task(walk, pcs.of(p), router, plan, p, ids, windows)
+        for p in range(p_count):   # each task finds its own pieces: those of the driver's full split
+            part, st_p, stored = counted.partition_task(walk, router, plan, p)
+            own = pcs.of(p)
+            assert np.array_equal(part["pos0"], own.pos0) and np.array_equal(part["length"], own.j1 - own.j0)
             parts.append(part)
             stats.append((st_p, stored))
         merged = counted.merge(walk, parts)
@@ -129,3 +131,38 @@ def test_the_walk_takes_int32_bands_even_from_an_int64_plan():
     assert merged.truth == want.truth > 0 and np.array_equal(merged.need, want.need)
     with pytest.raises(TypeError):
         walk.call(0, len(walk.start), 1, 0, start=walk.start.astype(np.int64), end=walk.end.astype(np.int64))
+
+
+def _candidates_of(ts, ids, windows) -> int:
+    """The reference for a partition's candidates: the band join of its rows, built
+    anew from them alone (the old per-task count: a band plan per partition)."""
+    if not all(len(t) for t in ts):
+        return 0
+    got = counting.count_plan(ts, ids, windows)
+    if isinstance(got, BandBounds):
+        return int(got.total)
+    assert got is not None
+    return int((np.searchsorted(got.sorted_values, got.hi, side="right")
+                - np.searchsorted(got.sorted_values, got.lo, side="left")).sum())
+
+
+@given(problems(), st.data())
+@SETTINGS
+def test_band_candidates_are_the_band_join_of_the_received_rows(problem, data):
+    """band_candidates (a prefix sum over the global plan's bands) against the band
+    join of a partition's rows built anew, for ATR's received rows on 1-5 partitions
+    (some without a segment: empty) and for any subset of rows (keyed and unkeyed,
+    rows in time order -- bounds -- or not -- a packed plan)."""
+    ts, arrival, keys, windows, policy, period, sample, T, P = problem
+    got, _, ids = _walk(ts, arrival, keys, windows, policy, period, sample)
+    assume(got is not None)
+    walk = got[0]
+    qs, ss = walk.query_stream, walk.stored_stream
+    plan = atr.plan(histogram(ts), list(windows), T, P)
+    masks = [[atr.received(plan, k, ts[k], p) for k in range(2)] for p in range(P)]
+    masks.append([np.array(data.draw(st.lists(st.booleans(), min_size=len(t), max_size=len(t))), bool) for t in ts])
+    for held in masks:
+        rows = [np.flatnonzero(m) for m in held]
+        want = _candidates_of([t[r] for t, r in zip(ts, rows)], None if ids is None else [i[r] for i, r in zip(ids, rows)],
+                              list(windows))
+        assert counted.band_candidates(walk, held[qs][walk.facts[1]], held[ss]) == want

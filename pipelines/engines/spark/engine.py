@@ -7,8 +7,8 @@ docs/performance.md "Driver memory stage by stage")::
 
     tuples on the driver (loaded by io/load.py: ts, arrival, key and
       payload columns)                                                 O(N)  ~40 B
-      -> key ids, probe order (replay/probe_order.py)                  O(N)  8 B, freed after
-                                                                             the tasks' columns
+      -> key ids, probe order (replay/probe_order.py; not built by a   O(N)  8 B, freed after
+         run counted with --router none: it reports the exact one)          the tasks' columns
       -> progress facts: on the driver (replay/partitioned_progress.driver_facts;
          what the CLI uses: the replay order, frontier, delays, releases --
          a fixed policy's running maxima and slack one stream at a time),
@@ -24,8 +24,8 @@ docs/performance.md "Driver memory stage by stage")::
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
          A run without results (``count``, none / ATR): instead, the local
-         engine's band plan and each partition's pieces of it; each task
-         counts its pieces (.counted) and returns a small count           O(N) handed off once
+         engine's band plan; each task finds its partition's pieces of it,
+         counts them (.counted) and returns a small count                 O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
@@ -80,7 +80,7 @@ from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import PlaneResult, run_plane, spark_plane, ctr_spark
-from .counted import driver_walk, pieces, spark_count
+from .counted import driver_walk, spark_count
 from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter,
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
@@ -162,8 +162,18 @@ def spark_join(
             tables["tab"] = tuple_table(ts, arrival, ids, space)[0]
         return tables["tab"]
 
-    probe = probe_order(ts, keys, W.tolist(), space) if order is None else ProbeOrder(order=list(order))
-    timings["plan"] = time.perf_counter() - t0  # report.json's join.plan: the probe order
+    timings["plan"] = time.perf_counter() - t0  # report.json's join.plan: the key ids and the probe order
+    probes: list[ProbeOrder] = []
+
+    def probe_of() -> ProbeOrder:
+        """The sampled probe order, built where read (the route plans, a materialised
+        outcome): a counted ``--router none`` run reports the exact one instead."""
+        if not probes:
+            t0 = time.perf_counter()
+            probes.append(probe_order(ts, keys, W.tolist(), space) if order is None else ProbeOrder(order=list(order)))
+            timings["plan"] += time.perf_counter() - t0
+        return probes[0]
+
     t0 = time.perf_counter()
     use_spark_progress = (plane == "spark" and not policy.adaptive
                           and (progress == "spark" or (progress == "auto" and progress_threshold is not None
@@ -194,9 +204,10 @@ def spark_join(
         memory_job = pool.submit(_timed, timings, "memory",
                                  lambda: memory_per_stream(replay, W, dec, expiry_index=expiry_index))
 
+    probe = probe_of() if settings.router != "none" else None   # the route plans' selectivity
     t0 = time.perf_counter()
     route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
-                             if settings.router != "none" else ({}, None, None))
+                             if probe is not None else ({}, None, None))
     router = settings.router
     predicted = {"atr": route_plans["atr"][1] if "atr" in route_plans else None,
                  "ctr": (route_plans["ctr"][1] + route_plans["ctr"][2]) if "ctr" in route_plans else None}
@@ -232,11 +243,10 @@ def spark_join(
     try:
         if counting is not None:
             walk, expiry_index = counting
-            own = pieces(walk, router, route_plan)
             P = 1 if router == "none" else route_plan.partitions
-            counting = spark_count(spark, walk, own, P, router, route_plan, count_ids, W.tolist(), hand,
+            counting = spark_count(spark, walk, P, router, route_plan, hand,
                                    alongside=lambda: start_memory(expiry_index))
-            del walk, own
+            del walk
         if counting is not None:
             tally, stats, stored = counting
             res = PlaneResult({}, stats, int(stored.sum()), stored=stored)
@@ -267,11 +277,11 @@ def spark_join(
     elif sink is not None:
         out = SummaryOutcome(replay=replay, decisions=dec, memory=memory_job.result(),
                              summary=merge(res.summaries, len(period_ids)), period_ids=period_ids,
-                             timings_s=timings, probe_order=probe)
+                             timings_s=timings, probe_order=probe_of())
         if results_dir is not None:
             mark_complete(Path(results_dir))
     else:
-        out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe, memory_job.result())
+        out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe_of(), memory_job.result())
         post_filter(out, where, space, distance_in_kernel)
         with_outer_rows(out)   # an outer join's null-padded rows: from the pairs left after --where
     timings["collect"] = time.perf_counter() - t0
