@@ -97,3 +97,20 @@ def test_tasks_without_the_counting_kernel_materialise(job, tmp_path):
                *policy)
     assert got["routing"]["counted_in_tasks"] is False
     assert _numbers(got, "plan") == _numbers(local, "plan")
+
+
+def test_a_partition_without_a_segment_counts_nothing(job, tmp_path):
+    """ATR with more partitions than segments (25 s segments over 60 s: three, on four
+    partitions): the counted run's numbers are still the local engine's, and the
+    partition without a segment receives, joins and owns nothing -- each task finds
+    its own pieces and candidates, an empty one included."""
+    policy = ["--policy", "static", "--retention", "20ms"]
+    local = _run(job, tmp_path / "local", "--engine", "local", "--no-results", *policy)
+    got = _run(job, tmp_path / "atr4", "--engine", "spark", "--master", "local[2]", "--router", "atr",
+               "--partitions", "4", "--segment", "25s", "--no-results", *policy)
+    assert got["routing"]["counted_in_tasks"] is True
+    assert _numbers(got) == _numbers(local)
+    per = _per_partition(got)
+    assert len(per) == 4 and per.count((0, 0, 0)) == 1, per
+    assert sum(p[2] for p in per) == local["truth_results"]
+    assert all(p[1] >= p[2] > 0 for p in per if p != (0, 0, 0))
