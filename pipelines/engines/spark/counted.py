@@ -44,9 +44,10 @@ counted from the global plan's bands with one prefix sum of the received
 stored rows (no band plan per partition).  **Merge** (:func:`merge`): codes,
 truth and emitted add (the pieces must hold every pair once); the slacks and
 latencies are put back in global piece order (by ``pos0``; a piece holds
-``ceil((pos0 + len) / every) - ceil(pos0 / every)`` samples).  The duplicate check runs once on the driver over the plan's rows
-(:func:`distinct_rows`: no query row and no stored row twice) -- a split query
-occurs in several pieces, legitimately.
+``ceil((pos0 + len) / every) - ceil(pos0 / every)`` samples).  The duplicate
+check runs once on the driver over the plan's rows (:func:`distinct_rows`: no
+query row and no stored row twice) -- a split query occurs in several pieces,
+legitimately.
 """
 
 from __future__ import annotations
