@@ -28,9 +28,29 @@ constant over its band, so a piece ends only where the stored term changes --
 at most the positions where it changes in sorted order, found with
 ``searchsorted`` (no per-pair work; a band rarely crosses a segment, so pieces
 are about the non-empty bands).  ``none``: one partition, one piece per
-non-empty band.  CTR is not counted here: its pairs are produced where the
-partner is stored, by hops of partial combinations; a CTR run keeps the
-materialising path (docs/semantics.md).
+non-empty band.
+
+CTR (``route/ctr``, two streams: one hop): a pair is produced by its newer
+member (the larger ``(ts, stream)``, the prober) on the host where the *older*
+one is stored, ``host[stream, slot(ts)]`` (the prober visits every host storing
+a segment its window needs and joins only the tuples stored there, each
+segment stored once).  Along a band, ``ts`` ascends, so the stored members
+older than the query come first: up to the query's own position (found per
+band by a binary search of all bands at once, ties by stream) the owner is the
+stored member's host, changing only where that host changes in sorted order;
+after it, the query's own storage host::
+
+    query q = (S0, ts 12): slot 1, stored on p1;  S1 slots 0 | 1 stored on p0 | p2
+    band j:          10  11  12  13  14  15
+    stored S1 ts:     5   8  11  12  14  17      (S1 @ 12 is newer: stream 1 > 0)
+    owner:           p0  p0  p2  p1  p1  p1      older: its host; newer: q's host
+    pieces: (q, 10, 12) on p0, (q, 12, 13) on p2, (q, 13, 16) on p1
+
+The partition's routing numbers come from the columns: rows stored per stream
+(:func:`~streamjoin.pipelines.route.ctr.stored_per_partition`), the hop-1 probe
+copies it receives (:func:`~streamjoin.pipelines.route.ctr.copies_moved_in`,
+per segment), candidates = pairs owned (its one hop's extensions); no
+intermediate results with two streams (docs/semantics.md).
 
 **Walk** (:func:`count_part`): the counting kernel over a partition's pieces
 (``count_walk`` given each piece as a band, its query row, and a sampling
@@ -60,6 +80,7 @@ from ...replay.progress import expiry
 from ..local import arrival_periods
 from .handoff import Handoff
 from ...route import atr as atr_mod
+from ...route import ctr as ctr_mod
 
 
 @dataclass
@@ -102,33 +123,36 @@ def driver_walk(ts, ids, windows, replay, decisions, period_us: int, sample: int
 
 
 def pieces(walk: Walk, router: str, plan=None) -> Pieces:
-    """The pieces of ``walk``'s bands under ``router`` (``none`` or ``atr`` with
-    ``plan``, an :class:`~streamjoin.pipelines.route.atr.AtrPlan`)."""
+    """The pieces of ``walk``'s bands under ``router``: ``none``, ``atr`` with ``plan``
+    an :class:`~streamjoin.pipelines.route.atr.AtrPlan`, or ``ctr`` (two streams) with
+    ``plan`` a :class:`~streamjoin.pipelines.route.ctr.CtrPlan`."""
     start, end = walk.start.astype(np.int64), walk.end.astype(np.int64)
     before = np.cumsum(end - start) - (end - start)   # pairs of the queries before each
     qi = np.flatnonzero(end > start)
     s0, e0 = start[qi], end[qi]
     if router == "none" or not len(qi):   # one owner, or no pair to own
         return Pieces(qi, s0.astype(np.int32), e0.astype(np.int32), before[qi], np.zeros(len(qi), np.int64))
-    if router != "atr":
-        raise ValueError(f"pieces: router {router} (CTR keeps the materialising path)")
     stored_rows, query_rows = walk.facts[0], walk.facts[1]
     ts_q, ts_s = walk.facts[6], walk.facts[7]
-    c = atr_mod.owner_term(plan, walk.query_stream, ts_q[query_rows[qi]])
-    t = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows])
-    change = np.flatnonzero(t[1:] != t[:-1]) + 1       # where the stored term changes, in sorted order
-    lo = np.searchsorted(change, s0, side="right")
-    reps = 1 + np.searchsorted(change, e0, side="left") - lo   # 1 + changes strictly inside the band
-    q = np.repeat(qi, reps)
-    first = np.cumsum(reps) - reps
-    k = np.arange(len(q)) - np.repeat(first, reps)
-    j0 = np.repeat(s0, reps)
-    inner = np.flatnonzero(k > 0)
-    j0[inner] = change[np.repeat(lo, reps)[inner] + k[inner] - 1]
-    j1 = np.empty_like(j0)
-    j1[:-1] = j0[1:]
-    j1[first + reps - 1] = e0
-    part = plan.part[np.minimum(np.repeat(c, reps), t[j0])]
+    if router == "atr":
+        c = atr_mod.owner_term(plan, walk.query_stream, ts_q[query_rows[qi]])
+        t = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows])
+        change = np.flatnonzero(t[1:] != t[:-1]) + 1       # where the stored term changes, in sorted order
+        band, j0, j1 = _cut(s0, e0, change, e0)
+        part = plan.part[np.minimum(c[band], t[j0])]
+    elif router == "ctr":
+        qs, ss = walk.query_stream, walk.stored_stream
+        tq = ts_q[query_rows[qi]]
+        sorted_ts = ts_s[stored_rows]
+        # the stored members older than the query by (ts, stream) come first in its band
+        split = _first_at_least(sorted_ts, s0, e0, tq + (1 if ss < qs else 0))
+        home = plan.host[ss, plan.slot(sorted_ts)]          # ctr.storage of each stored position
+        change = np.flatnonzero(home[1:] != home[:-1]) + 1  # where the stored member's host changes
+        band, j0, j1 = _cut(s0, e0, change, split)
+        part = np.where(j0 < split[band], home[j0], plan.host[qs, plan.slot(tq)][band])
+    else:
+        raise ValueError(f"pieces: router {router}")
+    q = qi[band]
     # maximal runs: a piece continues the previous one of its query on the same partition
     keep = np.ones(len(q), bool)
     keep[1:] = (q[1:] != q[:-1]) | (part[1:] != part[:-1])
@@ -136,6 +160,42 @@ def pieces(walk: Walk, router: str, plan=None) -> Pieces:
     last = np.append(kept[1:], len(q)) - 1
     q, j0, j1, part = q[kept], j0[kept], j1[last], part[kept]
     return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]), part.astype(np.int64))
+
+
+def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, upto: np.ndarray):
+    """Bands ``[s0, e0)`` cut at the positions of ``change`` (ascending) strictly inside
+    ``(s0, upto)`` and at ``upto`` itself where it is inside the band: ``(band, j0, j1)``
+    per piece, in band order, ``band`` indexing ``s0``."""
+    lo = np.searchsorted(change, s0, side="right")
+    inner = np.maximum(np.searchsorted(change, upto, side="left") - lo, 0)
+    extra = ((upto > s0) & (upto < e0)).astype(np.int64)
+    reps = 1 + inner + extra
+    band = np.repeat(np.arange(len(s0)), reps)
+    first = np.cumsum(reps) - reps
+    k = np.arange(len(band)) - first[band]
+    j0 = s0[band].copy()
+    at_change = np.flatnonzero((k > 0) & (k <= inner[band]))
+    j0[at_change] = change[lo[band[at_change]] + k[at_change] - 1]
+    at_upto = np.flatnonzero(k > inner[band])
+    j0[at_upto] = upto[band[at_upto]]
+    j1 = np.empty_like(j0)
+    j1[:-1] = j0[1:]
+    j1[first + reps - 1] = e0
+    return band, j0, j1
+
+
+def _first_at_least(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Per band ``[lo, hi)`` of ``values`` (ascending within each band): the first position
+    whose value is ``>= bound``, else ``hi`` -- a binary search of all bands at once."""
+    lo, hi = lo.copy(), hi.copy()
+    while True:
+        a = np.flatnonzero(lo < hi)
+        if not len(a):
+            return lo
+        mid = (lo[a] + hi[a]) // 2
+        below = values[mid] < bound[a]
+        lo[a[below]] = mid[below] + 1
+        hi[a[~below]] = mid[~below]
 
 
 def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
@@ -231,8 +291,9 @@ def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, wind
     """What task ``p`` does: count its pieces (:func:`count_part`) and the routing
     report's numbers for its partition -- the rows of each stream it holds (ATR:
     :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising
-    task receives), its local join's candidates (:func:`candidates_of`) and the
-    pairs it owns.  ``ids``: per stream key ids (``None``: one key).  ``None`` where
+    task receives; CTR: the rows stored there, its ``n_in`` adding the probe copies
+    it receives), its local join's candidates (:func:`candidates_of`; CTR: the pairs
+    it owns, as its one hop extends) and the pairs it owns.  ``ids``: per stream key ids (``None``: one key).  ``None`` where
     :func:`count_part` is."""
     t0 = time.perf_counter()
     part = count_part(walk, own, split=router == "none")
@@ -240,15 +301,20 @@ def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, wind
         return None
     qs = walk.query_stream
     by_stream = [walk.facts[6], walk.facts[7]] if qs == 0 else [walk.facts[7], walk.facts[6]]
+    moved_in = 0
     if router == "atr":
         rows = [np.flatnonzero(atr_mod.received(plan, k, t, p)) for k, t in enumerate(by_stream)]
         stored = [len(r) for r in rows]
         cand = candidates_of([t[r] for t, r in zip(by_stream, rows)],
                              None if ids is None else [i[r] for i, r in zip(ids, rows)], windows)
+    elif router == "ctr":   # its stored rows, and the probers copied in from elsewhere
+        stored = ctr_mod.stored_per_partition(plan, by_stream)[:, p].tolist()
+        moved_in = int(ctr_mod.copies_moved_in(plan, by_stream)[p])
+        cand = part["pairs"]   # two streams: one hop, every candidate a pair of the partition
     else:
         stored = [len(t) for t in by_stream]
         cand = part["pairs"]
-    stats = {"n_in": int(sum(stored)), "n_cand": int(cand), "n_out": part["pairs"],
+    stats = {"n_in": int(sum(stored)) + moved_in, "n_cand": int(cand), "n_out": part["pairs"],
              "t_us": (time.perf_counter() - t0) * 1e6}
     return part, stats, stored
 
