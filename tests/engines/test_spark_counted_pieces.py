@@ -185,3 +185,27 @@ def test_ctr_pieces_merge_into_the_one_walk_and_the_ctr_plane_s_partitions(probl
     older = np.where(t0 <= t1, 0, 1)   # equal times: stream 0 is older (the prober has the larger stream)
     own = np.where(older == 0, ctr.storage(plan, 0, t0), ctr.storage(plan, 1, t1))
     assert np.bincount(own, minlength=P).tolist() == [d[1]["n_out"] for d in done]
+
+
+@given(st.lists(st.lists(st.integers(-50, 50), max_size=12), min_size=1, max_size=8), st.data(),
+       st.sampled_from([counted.CODE_LIMIT, 0]))
+@SETTINGS
+def test_first_at_least_finds_each_band_s_split(blocks, data, limit):
+    """CTR's split of a band at the query's position: per band (ascending values, the
+    bands inside runs that may descend between them), the first position ``>= bound``,
+    by the one-code search and by the all-bands bisection (``CODE_LIMIT = 0``)."""
+    values = np.array([v for b in blocks for v in sorted(b)], np.int64)
+    assume(len(values))
+    edges = np.cumsum([0] + [len(b) for b in blocks])
+    lo, hi, bound = [], [], []
+    for r in range(len(blocks)):
+        for _ in range(data.draw(st.integers(0, 3))):
+            a = data.draw(st.integers(int(edges[r]), int(edges[r + 1])))
+            lo.append(a)
+            hi.append(data.draw(st.integers(a, int(edges[r + 1]))))
+            bound.append(data.draw(st.integers(-60, 60)))
+    lo, hi, bound = (np.array(x, np.int64) for x in (lo, hi, bound))
+    want = [a + int(np.searchsorted(values[a:b], c, side="left")) for a, b, c in zip(lo, hi, bound)]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(counted, "CODE_LIMIT", limit)
+        assert counted.first_at_least(values, lo, hi, bound).tolist() == want

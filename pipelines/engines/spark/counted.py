@@ -83,6 +83,10 @@ from ...route import atr as atr_mod
 from ...route import ctr as ctr_mod
 
 
+#: :func:`first_at_least` searches one int64 code below this, else bisects
+CODE_LIMIT = 2**62
+
+
 @dataclass
 class Pieces:
     """Runs of bands with one owner partition, in global order (``pos0`` ascending):
@@ -145,11 +149,18 @@ def pieces(walk: Walk, router: str, plan=None) -> Pieces:
         tq = ts_q[query_rows[qi]]
         sorted_ts = ts_s[stored_rows]
         # the stored members older than the query by (ts, stream) come first in its band
-        split = _first_at_least(sorted_ts, s0, e0, tq + (1 if ss < qs else 0))
+        split = first_at_least(sorted_ts, s0, e0, tq + (1 if ss < qs else 0))
         home = plan.host[ss, plan.slot(sorted_ts)]          # ctr.storage of each stored position
+        del sorted_ts
         change = np.flatnonzero(home[1:] != home[:-1]) + 1  # where the stored member's host changes
-        band, j0, j1 = _cut(s0, e0, change, split)
-        part = np.where(j0 < split[band], home[j0], plan.host[qs, plan.slot(tq)][band])
+        mine = plan.host[qs, plan.slot(tq)]                 # the query's host: its newer members' owner
+        # a cut at the query's position only where the owner changes there
+        upto = np.where((split > s0) & (split < e0) & (home[np.maximum(split - 1, 0)] == mine), e0, split)
+        band, j0, j1 = _cut(s0, e0, change, split, upto)
+        part = np.where(j0 < split[band], home[j0], mine[band])
+        q = qi[band]   # maximal runs already: every cut changes the owner
+        return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]),
+                      part.astype(np.int64))
     else:
         raise ValueError(f"pieces: router {router}")
     q = qi[band]
@@ -162,18 +173,18 @@ def pieces(walk: Walk, router: str, plan=None) -> Pieces:
     return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]), part.astype(np.int64))
 
 
-def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, upto: np.ndarray):
+def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, older: np.ndarray, upto: np.ndarray | None = None):
     """Bands ``[s0, e0)`` cut at the positions of ``change`` (ascending) strictly inside
-    ``(s0, upto)`` and at ``upto`` itself where it is inside the band: ``(band, j0, j1)``
-    per piece, in band order, ``band`` indexing ``s0``."""
+    ``(s0, older)``, and at ``upto`` (default ``older``) where it is strictly inside
+    the band: ``(band, j0, j1)`` per piece, in band order, ``band`` indexing ``s0``."""
+    upto = older if upto is None else upto
     lo = np.searchsorted(change, s0, side="right")
-    inner = np.maximum(np.searchsorted(change, upto, side="left") - lo, 0)
-    extra = ((upto > s0) & (upto < e0)).astype(np.int64)
-    reps = 1 + inner + extra
+    inner = np.maximum(np.searchsorted(change, older, side="left") - lo, 0)
+    reps = 1 + inner + ((upto > s0) & (upto < e0))
     band = np.repeat(np.arange(len(s0)), reps)
     first = np.cumsum(reps) - reps
     k = np.arange(len(band)) - first[band]
-    j0 = s0[band].copy()
+    j0 = s0[band]
     at_change = np.flatnonzero((k > 0) & (k <= inner[band]))
     j0[at_change] = change[lo[band[at_change]] + k[at_change] - 1]
     at_upto = np.flatnonzero(k > inner[band])
@@ -184,9 +195,22 @@ def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, upto: np.ndarray):
     return band, j0, j1
 
 
-def _first_at_least(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, bound: np.ndarray) -> np.ndarray:
+def first_at_least(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """Per band ``[lo, hi)`` of ``values`` (ascending within each band): the first position
-    whose value is ``>= bound``, else ``hi`` -- a binary search of all bands at once."""
+    whose value is ``>= bound``, else ``hi``.  One ``searchsorted`` over a code that
+    ascends everywhere -- ``values`` plus, per position, the descents before it times
+    their span (a band has no descent inside it) -- clipped to the band; a binary search
+    of all bands at once where that code would not fit in int64."""
+    if not len(lo):
+        return lo.copy()
+    v0 = int(values.min())
+    span = int(values.max()) - v0 + 1
+    runs = np.cumsum(np.concatenate(([0], values[1:] < values[:-1])))
+    if (int(runs[-1]) + 2) * span < CODE_LIMIT:
+        code = runs * span + (values - v0)
+        b = np.clip(bound - v0, -1, span)   # outside the values' range: before or after a run's codes
+        got = np.searchsorted(code, runs[np.minimum(lo, len(values) - 1)] * span + b, side="left")
+        return np.clip(got, lo, hi)
     lo, hi = lo.copy(), hi.copy()
     while True:
         a = np.flatnonzero(lo < hi)
