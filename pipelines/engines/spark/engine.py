@@ -23,9 +23,10 @@ docs/performance.md "Driver memory stage by stage")::
          its own rows from the plan; inline (other masters) the driver
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
-         A run without results (``count``, none / ATR): instead, the local
-         engine's band plan; each task finds its partition's pieces of it,
-         counts them (.counted) and returns a small count                 O(N) handed off once
+         A run without results (``count``, none / ATR / two-stream CTR):
+         instead, the local engine's band plan; each task finds its
+         partition's pieces of it (CTR: the driver splits the plan), counts
+         them (.counted) and returns a small count                     O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
@@ -121,10 +122,10 @@ def spark_join(
 
     ``count`` (a run without results, ``jobs/run.count_request``): where the local
     engine would count (:func:`~streamjoin.pipelines.replay.counting.counts`: two
-    streams, no ``--where`` or distance, ...) and the router is ``none`` or ATR, the
-    tasks count the pairs their partitions own (:mod:`.counted`) and the outcome
-    has the local engine's ``counted`` instead of combinations; CTR materialises, and so
-    does a run whose tasks cannot load the counting kernel (executors with none built).
+    streams, no ``--where`` or distance, ...), under any router, the tasks count the
+    pairs their partitions own (:mod:`.counted`) and the outcome has the local engine's
+    ``counted`` instead of combinations; a run whose tasks cannot load the counting
+    kernel (executors with none built) materialises.
     """
     settings = settings or RouteSettings()
     if policy.family in EMULATIONS:
@@ -192,8 +193,8 @@ def spark_join(
     replay.drop_running_max()   # the policy has decided; nothing below reads M
     timings["progress"] = time.perf_counter() - t0
     # memory per arrival needs only the replay: counted on the driver while the join
-    # runs -- on the none / ATR Spark plane once the tasks' columns are handed off
-    # (its temporaries never sit beside them), otherwise from here on
+    # runs -- on the none / ATR Spark plane, or a counted run's, once the tasks' records
+    # are handed off (its temporaries never sit beside them), otherwise from here on
     pool = ThreadPoolExecutor(max_workers=1)
     memory_job = None
 
@@ -216,14 +217,14 @@ def spark_join(
     route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
     counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
-    if (count is not None and plane == "spark" and results == "driver" and router in ("none", "atr")
+    if (count is not None and plane == "spark" and results == "driver"
             and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
                          given_order=order is not None)):
         t0 = time.perf_counter()
         count_ids = key_ids(list(keys)) if keys is not None else None   # the local engine's plan and walk order
         counting = driver_walk(ts, count_ids, W.tolist(), replay, dec, count.period_us, count.sample)
         timings["candidates"] = time.perf_counter() - t0
-    if not (plane == "spark" and router != "ctr"):
+    if not (plane == "spark" and (router != "ctr" or counting is not None)):
         start_memory()
     t0 = time.perf_counter()
     distance_in_kernel = router != "ctr"
@@ -249,7 +250,9 @@ def spark_join(
             del walk
         if counting is not None:
             tally, stats, stored = counting
-            res = PlaneResult({}, stats, int(stored.sum()), stored=stored)
+            # the copies of tuples the partitions received (CTR: stored + probe copies; two
+            # streams ship no intermediate results)
+            res = PlaneResult({}, stats, sum(int(s["n_in"]) for s in stats.values()), stored=stored)
             counting = None
         elif plane == "spark" and router != "ctr":   # (or a counted run's tasks without the counting kernel)
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
@@ -262,6 +265,7 @@ def spark_join(
                               sink=sink, alongside=start_memory)
             del per
         elif plane == "spark":
+            start_memory()   # (a counted CTR run whose tasks had no counting kernel)
             res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
     finally:
         hand.close()
