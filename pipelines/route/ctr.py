@@ -177,6 +177,21 @@ def stored_per_partition(plan: CtrPlan, ts: Sequence[np.ndarray]) -> np.ndarray:
                      ) if len(ts) else np.zeros((0, plan.partitions), dtype=np.int64)
 
 
+def copies_moved_in(plan: CtrPlan, ts: Sequence[np.ndarray]) -> np.ndarray:
+    """``(P,)``: hop-1 probe copies each partition receives from another one -- the
+    copies :func:`probe_copies` sends away from the storage host, counted per
+    segment (every tuple of segment ``(i, j)`` goes to the same hosts), never per tuple."""
+    got = np.zeros(plan.partitions, dtype=np.int64)
+    for i, t in enumerate(ts):
+        per_slot = np.bincount(plan.slot(t), minlength=plan.slots) if len(t) else np.zeros(0, np.int64)
+        for j in np.flatnonzero(per_slot).tolist():
+            at = int(plan.host[i, j])
+            for d in plan.dest(i, j, 1, at):
+                if d != at:
+                    got[d] += per_slot[j]
+    return got
+
+
 def probe_copies(plan: CtrPlan, i: int, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hop-1 copies of stream ``i``'s tuples: ``(tuple index, partition)`` (includes the storage host)."""
     slots = plan.slot(ts)

@@ -1,8 +1,8 @@
 """``streamjoin run --engine spark --no-results`` counts the pairs in its tasks
-(engines/spark/counted.py) where the router is ``none`` or ATR: report.json's numbers
+(engines/spark/counted.py): report.json's numbers
 are the local engine's, field by field, and the routing section's per-partition
 numbers are the materialising plane's (a run that writes its results), partition by
-partition.  CTR keeps the materialising path."""
+partition -- under ``none``, ATR and CTR."""
 
 from __future__ import annotations
 
@@ -76,13 +76,29 @@ def test_spark_counts_in_its_tasks_as_the_local_engine_counts(job, tmp_path, pol
             assert _numbers(built, "plan") == _numbers(local, "plan")
 
 
-def test_ctr_keeps_materialising(job, tmp_path):
-    got = _run(job, tmp_path / "ctr", "--engine", "spark", "--master", "local[2]", "--router", "ctr",
-               "--partitions", "2", "--no-results", "--policy", "static", "--retention", "20ms")
-    local = _run(job, tmp_path / "local", "--engine", "local", "--no-results", "--policy", "static",
-                 "--retention", "20ms")
-    assert got["routing"]["counted_in_tasks"] is False
-    assert _numbers(got, "plan") == _numbers(local, "plan")
+def test_ctr_counts_in_its_tasks_as_the_local_engine_and_its_plane_route(job, tmp_path):
+    """CTR too: the pairs counted where their older member is stored; report.json's
+    numbers are the local engine's and the whole routing section (per partition: rows,
+    probe copies, candidates, pairs, the loads from them) the materialising CTR run's."""
+    policy = ["--policy", "static", "--retention", "20ms"]
+    ctr = ["--engine", "spark", "--master", "local[2]", "--router", "ctr", "--partitions", "3", *policy]
+    got = _run(job, tmp_path / "ctr", *ctr, "--no-results")
+    local = _run(job, tmp_path / "local", "--engine", "local", "--no-results", *policy)
+    assert got["routing"]["counted_in_tasks"] is True
+    assert _numbers(got) == _numbers(local)
+    built = _run(job, tmp_path / "built", *ctr)   # results written: the materialising CTR plane
+    assert built["routing"]["counted_in_tasks"] is False
+    assert [p["n_out"] for p in got["routing"]["per_partition"]].count(0) == 0
+    assert got["routing"]["shipped_tuples"] > 75_000   # the 75,000 tuples and their probe copies
+    assert _routing(got) == _routing(built)
+
+
+def _routing(report: dict) -> dict:
+    """The routing section without the run's timings and how it ran."""
+    skip = {"stage_s", "counted_in_tasks"}
+    out = {k: v for k, v in report["routing"].items() if k not in skip}
+    out["per_partition"] = [{k: v for k, v in p.items() if k != "t_us"} for p in out["per_partition"]]
+    return out
 
 
 def test_tasks_without_the_counting_kernel_materialise(job, tmp_path):
@@ -97,3 +113,20 @@ def test_tasks_without_the_counting_kernel_materialise(job, tmp_path):
                *policy)
     assert got["routing"]["counted_in_tasks"] is False
     assert _numbers(got, "plan") == _numbers(local, "plan")
+
+
+def test_a_partition_without_a_segment_counts_nothing(job, tmp_path):
+    """ATR with more partitions than segments (25 s segments over 60 s: three, on four
+    partitions): the counted run's numbers are still the local engine's, and the
+    partition without a segment receives, joins and owns nothing -- each task finds
+    its own pieces and candidates, an empty one included."""
+    policy = ["--policy", "static", "--retention", "20ms"]
+    local = _run(job, tmp_path / "local", "--engine", "local", "--no-results", *policy)
+    got = _run(job, tmp_path / "atr4", "--engine", "spark", "--master", "local[2]", "--router", "atr",
+               "--partitions", "4", "--segment", "25s", "--no-results", *policy)
+    assert got["routing"]["counted_in_tasks"] is True
+    assert _numbers(got) == _numbers(local)
+    per = _per_partition(got)
+    assert len(per) == 4 and per.count((0, 0, 0)) == 1, per
+    assert sum(p[2] for p in per) == local["truth_results"]
+    assert all(p[1] >= p[2] > 0 for p in per if p != (0, 0, 0))

@@ -1,5 +1,5 @@
 """Counting in the Spark tasks: a run without results counts its pairs where the
-router produces them (issue 21, ninth pass).
+router produces them (issue 21, ninth pass; the tasks split the plan since the tenth).
 
 The local engine counts a two-stream run's pairs in one compiled walk
 (:func:`~streamjoin.pipelines.replay.counting.count_pairs`); the materialising
@@ -24,23 +24,53 @@ with one owner partition, ``(q, j0, j1, pos0)``::
 ATR (``route/atr.owner_segment``, two streams): the owner is
 ``min(term_q(ts_q), term_s(ts_s[j]))`` with each term the stream's next master
 segment (:func:`~streamjoin.pipelines.route.atr.owner_term`); the query's term is
-constant over its band, so a piece ends only where the stored term changes --
-at most the positions where it changes in sorted order, found with
-``searchsorted`` (no per-pair work; a band rarely crosses a segment, so pieces
-are about the non-empty bands).  ``none``: one partition, one piece per
-non-empty band.  CTR is not counted here: its pairs are produced where the
-partner is stored, by hops of partial combinations; a CTR run keeps the
-materialising path (docs/semantics.md).
+constant over its band and the stored one never decreases along it (one key,
+times ascending), so a band is split only where its first and last stored
+members' terms differ -- rare (a band rarely crosses a segment), and only
+those bands' positions are looked at: pieces are about the non-empty bands.
+``none``: one partition, one piece per non-empty band.  Each task finds its
+own pieces (:func:`partition_task`): those of the queries its partition
+receives (the owner of a pair receives both its members), kept where it owns
+them -- the driver does not split the plan (none / ATR).
+
+CTR (``route/ctr``, two streams: one hop): a pair is produced by its newer
+member (the larger ``(ts, stream)``, the prober) on the host where the *older*
+one is stored, ``host[stream, slot(ts)]`` (the prober visits every host storing
+a segment its window needs and joins only the tuples stored there, each
+segment stored once).  Along a band, ``ts`` ascends, so the stored members
+older than the query come first: up to the query's own position (found for
+all bands at once by :func:`first_at_least`, ties by stream) the owner is the
+stored member's host, changing only where that host changes in sorted order;
+after it, the query's own storage host::
+
+    query q = (S0, ts 12): slot 1, stored on p1;  S1 slots 0 | 1 stored on p0 | p2
+    band j:          10  11  12  13  14  15
+    stored S1 ts:     5   8  11  12  14  17      (S1 @ 12 is newer: stream 1 > 0)
+    owner:           p0  p0  p2  p1  p1  p1      older: its host; newer: q's host
+    pieces: (q, 10, 12) on p0, (q, 12, 13) on p2, (q, 13, 16) on p1
+
+The partition's routing numbers come from the columns: rows stored per stream
+(:func:`~streamjoin.pipelines.route.ctr.stored_per_partition`), the hop-1 probe
+copies it receives (:func:`~streamjoin.pipelines.route.ctr.copies_moved_in`,
+per segment), candidates = pairs owned (its one hop's extensions); no
+intermediate results with two streams (docs/semantics.md).  The CTR pieces are
+split on the driver, each partition's handed to its task as its own record: a
+CTR partition owns the pairs whose older member it stores, so its pieces are
+not simply those of the queries it receives (nor of those stored there).
 
 **Walk** (:func:`count_part`): the counting kernel over a partition's pieces
 (``count_walk`` given each piece as a band, its query row, and a sampling
 countdown restarted at ``1 + (-pos0) % every``), which also returns each
-piece's emitted pairs.  **Merge** (:func:`merge`): codes, truth and emitted
-add; the slacks and latencies are put back in global piece order (by
-``pos0``; a piece holds ``ceil((pos0 + len) / every) - ceil(pos0 / every)``
-samples).  The duplicate check runs once on the driver over the plan's rows
-(:func:`distinct_rows`: no query row and no stored row twice) -- a split query
-occurs in several pieces, legitimately.
+piece's emitted pairs.  **Candidates** (:func:`band_candidates`): the routing
+report's ``n_cand`` of an ATR partition, the band join of the rows it receives,
+counted from the global plan's bands with one prefix sum of the received
+stored rows (no band plan per partition).  **Merge** (:func:`merge`): codes,
+truth and emitted add (the pieces must hold every pair once); the slacks and
+latencies are put back in global piece order (by ``pos0``; a piece holds
+``ceil((pos0 + len) / every) - ceil(pos0 / every)`` samples).  The duplicate
+check runs once on the driver over the plan's rows (:func:`distinct_rows`: no
+query row and no stored row twice) -- a split query occurs in several pieces,
+legitimately.
 """
 
 from __future__ import annotations
@@ -50,16 +80,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from ...base.allocator import reuse_freed_memory
 from ...policies import SYMMETRIC
-from ...replay.candidates import BandBounds, enumerate_truth
 from ...replay.counting import SPLIT_QUERIES, Counted, Walk, count_plan, split_point, walk_inputs
 from ...replay.progress import expiry
 from ..local import arrival_periods
 from .handoff import Handoff
 from ...route import atr as atr_mod
+from ...route import ctr as ctr_mod
+
+
+#: :func:`first_at_least` searches one int64 code below this, else bisects
+CODE_LIMIT = 2**62
 
 
 @dataclass
@@ -101,34 +134,62 @@ def driver_walk(ts, ids, windows, replay, decisions, period_us: int, sample: int
     return walk, exp
 
 
-def pieces(walk: Walk, router: str, plan=None) -> Pieces:
-    """The pieces of ``walk``'s bands under ``router`` (``none`` or ``atr`` with
-    ``plan``, an :class:`~streamjoin.pipelines.route.atr.AtrPlan`)."""
+def pieces(walk: Walk, router: str, plan=None, queries: np.ndarray | None = None) -> Pieces:
+    """The pieces of ``walk``'s bands under ``router``: ``none``, ``atr`` with ``plan``
+    an :class:`~streamjoin.pipelines.route.atr.AtrPlan`, or ``ctr`` (two streams) with
+    ``plan`` a :class:`~streamjoin.pipelines.route.ctr.CtrPlan`; ``queries``: only
+    the bands of the queries this mask (over the plan's queries) holds -- a task's
+    received ones -- each piece as it is among all the pieces."""
     start, end = walk.start.astype(np.int64), walk.end.astype(np.int64)
     before = np.cumsum(end - start) - (end - start)   # pairs of the queries before each
-    qi = np.flatnonzero(end > start)
+    qi = np.flatnonzero(end > start if queries is None else (end > start) & queries)
     s0, e0 = start[qi], end[qi]
     if router == "none" or not len(qi):   # one owner, or no pair to own
         return Pieces(qi, s0.astype(np.int32), e0.astype(np.int32), before[qi], np.zeros(len(qi), np.int64))
-    if router != "atr":
-        raise ValueError(f"pieces: router {router} (CTR keeps the materialising path)")
     stored_rows, query_rows = walk.facts[0], walk.facts[1]
     ts_q, ts_s = walk.facts[6], walk.facts[7]
-    c = atr_mod.owner_term(plan, walk.query_stream, ts_q[query_rows[qi]])
-    t = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows])
-    change = np.flatnonzero(t[1:] != t[:-1]) + 1       # where the stored term changes, in sorted order
-    lo = np.searchsorted(change, s0, side="right")
-    reps = 1 + np.searchsorted(change, e0, side="left") - lo   # 1 + changes strictly inside the band
-    q = np.repeat(qi, reps)
-    first = np.cumsum(reps) - reps
-    k = np.arange(len(q)) - np.repeat(first, reps)
-    j0 = np.repeat(s0, reps)
-    inner = np.flatnonzero(k > 0)
-    j0[inner] = change[np.repeat(lo, reps)[inner] + k[inner] - 1]
-    j1 = np.empty_like(j0)
-    j1[:-1] = j0[1:]
-    j1[first + reps - 1] = e0
-    part = plan.part[np.minimum(np.repeat(c, reps), t[j0])]
+    if router == "atr":
+        c = atr_mod.owner_term(plan, walk.query_stream, ts_q[query_rows[qi]])
+        # a band's stored times ascend (one key), so its stored term does not decrease:
+        # it changes inside the band iff its first and last members' terms differ (rare)
+        t_first = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows[s0]])
+        cross = np.flatnonzero(t_first != atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows[e0 - 1]]))
+        n_at = e0[cross] - s0[cross]
+        band = np.repeat(np.arange(len(cross)), n_at)      # the crossing bands' positions, band by band
+        at = np.repeat(s0[cross], n_at) + np.arange(len(band)) - np.repeat(np.cumsum(n_at) - n_at, n_at)
+        t = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows[at]])
+        change = np.flatnonzero((t[1:] != t[:-1]) & (band[1:] == band[:-1])) + 1   # where the term changes
+        reps = np.ones(len(qi), np.int64)                   # 1 + changes strictly inside the band
+        reps[cross] += np.bincount(band[change], minlength=len(cross))
+        q = np.repeat(qi, reps)
+        first = np.cumsum(reps) - reps
+        j0, t0 = np.repeat(s0, reps), np.repeat(t_first, reps)
+        inner = np.ones(len(q), bool)
+        inner[first] = False
+        j0[inner], t0[inner] = at[change], t[change]        # the changes, in band and position order
+        j1 = np.empty_like(j0)
+        j1[:-1] = j0[1:]
+        j1[first + reps - 1] = e0
+        part = plan.part[np.minimum(np.repeat(c, reps), t0)]
+    elif router == "ctr":
+        qs, ss = walk.query_stream, walk.stored_stream
+        tq = ts_q[query_rows[qi]]
+        sorted_ts = ts_s[stored_rows]
+        # the stored members older than the query by (ts, stream) come first in its band
+        split = first_at_least(sorted_ts, s0, e0, tq + (1 if ss < qs else 0))
+        home = plan.host[ss, plan.slot(sorted_ts)]          # ctr.storage of each stored position
+        del sorted_ts
+        change = np.flatnonzero(home[1:] != home[:-1]) + 1  # where the stored member's host changes
+        mine = plan.host[qs, plan.slot(tq)]                 # the query's host: its newer members' owner
+        # a cut at the query's position only where the owner changes there
+        upto = np.where((split > s0) & (split < e0) & (home[np.maximum(split - 1, 0)] == mine), e0, split)
+        band, j0, j1 = _cut(s0, e0, change, split, upto)
+        part = np.where(j0 < split[band], home[j0], mine[band])
+        q = qi[band]   # maximal runs already: every cut changes the owner
+        return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]),
+                      part.astype(np.int64))
+    else:
+        raise ValueError(f"pieces: router {router}")
     # maximal runs: a piece continues the previous one of its query on the same partition
     keep = np.ones(len(q), bool)
     keep[1:] = (q[1:] != q[:-1]) | (part[1:] != part[:-1])
@@ -136,6 +197,55 @@ def pieces(walk: Walk, router: str, plan=None) -> Pieces:
     last = np.append(kept[1:], len(q)) - 1
     q, j0, j1, part = q[kept], j0[kept], j1[last], part[kept]
     return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]), part.astype(np.int64))
+
+
+def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, older: np.ndarray, upto: np.ndarray | None = None):
+    """Bands ``[s0, e0)`` cut at the positions of ``change`` (ascending) strictly inside
+    ``(s0, older)``, and at ``upto`` (default ``older``) where it is strictly inside
+    the band: ``(band, j0, j1)`` per piece, in band order, ``band`` indexing ``s0``."""
+    upto = older if upto is None else upto
+    lo = np.searchsorted(change, s0, side="right")
+    inner = np.maximum(np.searchsorted(change, older, side="left") - lo, 0)
+    reps = 1 + inner + ((upto > s0) & (upto < e0))
+    band = np.repeat(np.arange(len(s0)), reps)
+    first = np.cumsum(reps) - reps
+    k = np.arange(len(band)) - first[band]
+    j0 = s0[band]
+    at_change = np.flatnonzero((k > 0) & (k <= inner[band]))
+    j0[at_change] = change[lo[band[at_change]] + k[at_change] - 1]
+    at_upto = np.flatnonzero(k > inner[band])
+    j0[at_upto] = upto[band[at_upto]]
+    j1 = np.empty_like(j0)
+    j1[:-1] = j0[1:]
+    j1[first + reps - 1] = e0
+    return band, j0, j1
+
+
+def first_at_least(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Per band ``[lo, hi)`` of ``values`` (ascending within each band): the first position
+    whose value is ``>= bound``, else ``hi``.  One ``searchsorted`` over a code that
+    ascends everywhere -- ``values`` plus, per position, the descents before it times
+    their span (a band has no descent inside it) -- clipped to the band; a binary search
+    of all bands at once where that code would not fit in int64."""
+    if not len(lo):
+        return lo.copy()
+    v0 = int(values.min())
+    span = int(values.max()) - v0 + 1
+    runs = np.cumsum(np.concatenate(([0], values[1:] < values[:-1])))
+    if (int(runs[-1]) + 2) * span < CODE_LIMIT:
+        code = runs * span + (values - v0)
+        b = np.clip(bound - v0, -1, span)   # outside the values' range: before or after a run's codes
+        got = np.searchsorted(code, runs[np.minimum(lo, len(values) - 1)] * span + b, side="left")
+        return np.clip(got, lo, hi)
+    lo, hi = lo.copy(), hi.copy()
+    while True:
+        a = np.flatnonzero(lo < hi)
+        if not len(a):
+            return lo
+        mid = (lo[a] + hi[a]) // 2
+        below = values[mid] < bound[a]
+        lo[a[below]] = mid[below] + 1
+        hi[a[~below]] = mid[~below]
 
 
 def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
@@ -181,7 +291,11 @@ def distinct_rows(walk: Walk) -> bool:
 
 
 def merge(walk: Walk, parts: list[dict]) -> Counted:
-    """The partitions' counts as the one walk's :class:`Counted` (every field)."""
+    """The partitions' counts as the one walk's :class:`Counted` (every field).  Each
+    task found its own pieces: together they must hold every pair of the plan once
+    (a pair no task owned would be a count short, so that is an error, not a result)."""
+    if sum(int(p["length"].sum()) for p in parts) != walk.total:
+        raise RuntimeError("counted: the tasks' pieces do not tile the band plan's pairs")
     every = walk.every
     codes = np.zeros(2 * len(walk.period_ids), np.int64)
     for p in parts:
@@ -210,71 +324,89 @@ def _interleave(values: list[np.ndarray], counts: list[np.ndarray], pos0: list[n
     return out
 
 
-def candidates_of(ts: list[np.ndarray], ids: list[np.ndarray] | None, windows) -> int:
-    """How many pairs of the band join of these rows (a partition's local join, before
-    ownership): what the materialising task reports as ``n_cand``, counted from the
-    band plan without building a pair."""
-    sizes = [len(t) for t in ts]
-    if not all(sizes):
-        return 0
-    got = count_plan(ts, ids, windows)
-    if isinstance(got, BandBounds):
-        return int(got.total)
-    if got is not None:
-        return int((np.searchsorted(got.sorted_values, got.hi, side="right")
-                    - np.searchsorted(got.sorted_values, got.lo, side="left")).sum())
-    return len(enumerate_truth(list(ts), [None if i is None else pl.DataFrame({"__key0": i}) for i in
-                                          (ids if ids is not None else [None] * len(ts))], list(windows)))
+def band_candidates(walk: Walk, queries: np.ndarray, stored: np.ndarray) -> int:
+    """How many pairs of ``walk``'s plan have their query in ``queries`` (a mask over
+    the plan's queries) and their stored row in ``stored`` (a mask over the stored
+    stream's rows): the band join of those rows alone, what the materialising task
+    of a partition receiving them reports as ``n_cand``.  Each band holds exactly
+    its query's partners (the walk counts every pair in it as one), so that is, per
+    query, the stored rows inside its band -- a difference of one prefix sum over
+    the plan's sorted stored order (no sort, no pair)."""
+    inside = np.zeros(len(walk.facts[0]) + 1, np.int32)   # < 2**31 rows (counting.counts)
+    np.cumsum(stored[walk.facts[0]], out=inside[1:])
+    sel = np.flatnonzero(queries)
+    return int((inside[walk.end[sel]] - inside[walk.start[sel]]).sum(dtype=np.int64))
 
 
-def partition_task(walk: Walk, own: Pieces, router: str, plan, p: int, ids, windows) -> tuple[dict, dict, list[int]]:
-    """What task ``p`` does: count its pieces (:func:`count_part`) and the routing
+def partition_task(walk: Walk, router: str, plan, p: int, own: Pieces | None = None
+                   ) -> tuple[dict, dict, list[int]] | None:
+    """What task ``p`` does: its own pieces (none / ATR: :func:`pieces` of the queries
+    it receives: a pair's owner receives both its members, route/atr.py's theorem A;
+    CTR: ``own``, split on the driver), counted (:func:`count_part`), and the routing
     report's numbers for its partition -- the rows of each stream it holds (ATR:
-    :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising
-    task receives), its local join's candidates (:func:`candidates_of`) and the
-    pairs it owns.  ``ids``: per stream key ids (``None``: one key).  ``None`` where
-    :func:`count_part` is."""
+    :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising task
+    receives; CTR: the rows stored there, its ``n_in`` adding the probe copies it
+    receives), its local join's candidates (ATR: :func:`band_candidates` of those
+    rows; CTR: the pairs it owns, as its one hop extends) and the pairs it owns.
+    ``None`` where :func:`count_part` is."""
     t0 = time.perf_counter()
+    qs, ss = walk.query_stream, walk.stored_stream
+    ts_q, ts_s = walk.facts[6], walk.facts[7]
+    if router == "atr":
+        got_q, got_s = atr_mod.received(plan, qs, ts_q, p), atr_mod.received(plan, ss, ts_s, p)
+        queries = got_q[walk.facts[1]]
+        own = pieces(walk, router, plan, queries=queries).of(p)
+    elif router == "ctr":
+        own = pieces(walk, router, plan).of(p) if own is None else own
+    else:
+        own = pieces(walk, router)
     part = count_part(walk, own, split=router == "none")
     if part is None:
         return None
-    qs = walk.query_stream
-    by_stream = [walk.facts[6], walk.facts[7]] if qs == 0 else [walk.facts[7], walk.facts[6]]
+    moved_in = 0
     if router == "atr":
-        rows = [np.flatnonzero(atr_mod.received(plan, k, t, p)) for k, t in enumerate(by_stream)]
-        stored = [len(r) for r in rows]
-        cand = candidates_of([t[r] for t, r in zip(by_stream, rows)],
-                             None if ids is None else [i[r] for i, r in zip(ids, rows)], windows)
+        held = {qs: int(got_q.sum()), ss: int(got_s.sum())}
+        cand = band_candidates(walk, queries, got_s)
+    elif router == "ctr":   # its stored rows, and the probers copied in from elsewhere
+        by_stream = [ts_q, ts_s] if qs == 0 else [ts_s, ts_q]
+        held = dict(enumerate(ctr_mod.stored_per_partition(plan, by_stream)[:, p].tolist()))
+        moved_in = int(ctr_mod.copies_moved_in(plan, by_stream)[p])
+        cand = part["pairs"]   # two streams: one hop, every candidate a pair of the partition
     else:
-        stored = [len(t) for t in by_stream]
+        held = {qs: len(ts_q), ss: len(ts_s)}
         cand = part["pairs"]
-    stats = {"n_in": int(sum(stored)), "n_cand": int(cand), "n_out": part["pairs"],
+    stored = [held[0], held[1]]
+    stats = {"n_in": int(sum(stored)) + moved_in, "n_cand": int(cand), "n_out": part["pairs"],
              "t_us": (time.perf_counter() - t0) * 1e6}
     return part, stats, stored
 
 
-def spark_count(spark, walk: Walk, all_pieces: Pieces, partitions: int, router: str, plan, ids, windows,
-                handoff: Handoff, alongside=None) -> tuple[Counted, dict[int, dict], np.ndarray]:
-    """One Spark job, one task per partition (:func:`partition_task`): the walk's
-    columns and the key ids go through ``handoff`` once (as files on a local master,
-    every task maps the same pages), each partition's pieces as its own record.
-    Returns the merged :class:`Counted`, each partition's statistics and the rows
-    of each stream each partition holds (``(n, P)``, :attr:`.plane.PlaneResult.stored`),
-    or ``None`` where a task could not load the counting kernel (executors with no
-    module built): the caller then materialises, as the local engine does without it.
-    ``alongside``: called once the records are handed off, before the job runs."""
+def spark_count(spark, walk: Walk, partitions: int, router: str, plan, handoff: Handoff,
+                alongside=None) -> tuple[Counted, dict[int, dict], np.ndarray] | None:
+    """One Spark job, one task per partition (:func:`partition_task`: each finds and
+    counts its own pieces; CTR: the driver splits the plan, each partition's pieces
+    its own record): the walk's columns go through ``handoff`` once (as files on a
+    local master, every task maps the same pages), the router's plan with the task's
+    code.  Returns the merged :class:`Counted`, each partition's statistics
+    and the rows of each stream each partition holds (``(n, P)``,
+    :attr:`.plane.PlaneResult.stored`), or ``None`` where a task could not load the
+    counting kernel (executors with no module built): the caller then materialises,
+    as the local engine does without it.  ``alongside``: called once the records are
+    handed off, before the job runs."""
     sc = spark.sparkContext
-    shared = handoff.put((walk, ids))
-    records = [(p, shared, handoff.put(all_pieces.of(p))) for p in range(partitions)]
+    shared = handoff.put(walk)
+    split = pieces(walk, router, plan) if router == "ctr" else None   # CTR: owned by the older member's host
+    records = [(p, shared, None if split is None else handoff.put(split.of(p))) for p in range(partitions)]
+    del split
     if alongside is not None:
         alongside()
 
     def task(index, recs):
         reuse_freed_memory()
         for p, shared_token, own_token in recs:
-            w, i = handoff.get(shared_token)
-            done = partition_task(w, handoff.get(own_token), router, plan, p, i, windows)
-            del w, i
+            w = handoff.get(shared_token)
+            done = partition_task(w, router, plan, p, None if own_token is None else handoff.get(own_token))
+            del w
             if done is None:
                 yield p, None, None
                 continue

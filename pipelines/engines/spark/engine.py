@@ -7,8 +7,8 @@ docs/performance.md "Driver memory stage by stage")::
 
     tuples on the driver (loaded by io/load.py: ts, arrival, key and
       payload columns)                                                 O(N)  ~40 B
-      -> key ids, probe order (replay/probe_order.py)                  O(N)  8 B, freed after
-                                                                             the tasks' columns
+      -> key ids, probe order (replay/probe_order.py; not built by a   O(N)  8 B, freed after
+         run counted with --router none: it reports the exact one)          the tasks' columns
       -> progress facts: on the driver (replay/partitioned_progress.driver_facts;
          what the CLI uses: the replay order, frontier, delays, releases --
          a fixed policy's running maxima and slack one stream at a time),
@@ -23,9 +23,10 @@ docs/performance.md "Driver memory stage by stage")::
          its own rows from the plan; inline (other masters) the driver
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
-         A run without results (``count``, none / ATR): instead, the local
-         engine's band plan and each partition's pieces of it; each task
-         counts its pieces (.counted) and returns a small count           O(N) handed off once
+         A run without results (``count``, none / ATR / two-stream CTR):
+         instead, the local engine's band plan; each task finds its
+         partition's pieces of it (CTR: the driver splits the plan), counts
+         them (.counted) and returns a small count                     O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
@@ -80,7 +81,7 @@ from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import PlaneResult, run_plane, spark_plane, ctr_spark
-from .counted import driver_walk, pieces, spark_count
+from .counted import driver_walk, spark_count
 from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter,
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
@@ -121,10 +122,10 @@ def spark_join(
 
     ``count`` (a run without results, ``jobs/run.count_request``): where the local
     engine would count (:func:`~streamjoin.pipelines.replay.counting.counts`: two
-    streams, no ``--where`` or distance, ...) and the router is ``none`` or ATR, the
-    tasks count the pairs their partitions own (:mod:`.counted`) and the outcome
-    has the local engine's ``counted`` instead of combinations; CTR materialises, and so
-    does a run whose tasks cannot load the counting kernel (executors with none built).
+    streams, no ``--where`` or distance, ...), under any router, the tasks count the
+    pairs their partitions own (:mod:`.counted`) and the outcome has the local engine's
+    ``counted`` instead of combinations; a run whose tasks cannot load the counting
+    kernel (executors with none built) materialises.
     """
     settings = settings or RouteSettings()
     if policy.family in EMULATIONS:
@@ -162,8 +163,18 @@ def spark_join(
             tables["tab"] = tuple_table(ts, arrival, ids, space)[0]
         return tables["tab"]
 
-    probe = probe_order(ts, keys, W.tolist(), space) if order is None else ProbeOrder(order=list(order))
-    timings["plan"] = time.perf_counter() - t0  # report.json's join.plan: the probe order
+    timings["plan"] = time.perf_counter() - t0  # report.json's join.plan: the key ids and the probe order
+    probes: list[ProbeOrder] = []
+
+    def probe_of() -> ProbeOrder:
+        """The sampled probe order, built where read (the route plans, a materialised
+        outcome): a counted ``--router none`` run reports the exact one instead."""
+        if not probes:
+            t0 = time.perf_counter()
+            probes.append(probe_order(ts, keys, W.tolist(), space) if order is None else ProbeOrder(order=list(order)))
+            timings["plan"] += time.perf_counter() - t0
+        return probes[0]
+
     t0 = time.perf_counter()
     use_spark_progress = (plane == "spark" and not policy.adaptive
                           and (progress == "spark" or (progress == "auto" and progress_threshold is not None
@@ -182,8 +193,8 @@ def spark_join(
     replay.drop_running_max()   # the policy has decided; nothing below reads M
     timings["progress"] = time.perf_counter() - t0
     # memory per arrival needs only the replay: counted on the driver while the join
-    # runs -- on the none / ATR Spark plane once the tasks' columns are handed off
-    # (its temporaries never sit beside them), otherwise from here on
+    # runs -- on the none / ATR Spark plane, or a counted run's, once the tasks' records
+    # are handed off (its temporaries never sit beside them), otherwise from here on
     pool = ThreadPoolExecutor(max_workers=1)
     memory_job = None
 
@@ -194,9 +205,10 @@ def spark_join(
         memory_job = pool.submit(_timed, timings, "memory",
                                  lambda: memory_per_stream(replay, W, dec, expiry_index=expiry_index))
 
+    probe = probe_of() if settings.router != "none" else None   # the route plans' selectivity
     t0 = time.perf_counter()
     route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
-                             if settings.router != "none" else ({}, None, None))
+                             if probe is not None else ({}, None, None))
     router = settings.router
     predicted = {"atr": route_plans["atr"][1] if "atr" in route_plans else None,
                  "ctr": (route_plans["ctr"][1] + route_plans["ctr"][2]) if "ctr" in route_plans else None}
@@ -205,14 +217,14 @@ def spark_join(
     route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
     counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
-    if (count is not None and plane == "spark" and results == "driver" and router in ("none", "atr")
+    if (count is not None and plane == "spark" and results == "driver"
             and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
                          given_order=order is not None)):
         t0 = time.perf_counter()
         count_ids = key_ids(list(keys)) if keys is not None else None   # the local engine's plan and walk order
         counting = driver_walk(ts, count_ids, W.tolist(), replay, dec, count.period_us, count.sample)
         timings["candidates"] = time.perf_counter() - t0
-    if not (plane == "spark" and router != "ctr"):
+    if not (plane == "spark" and (router != "ctr" or counting is not None)):
         start_memory()
     t0 = time.perf_counter()
     distance_in_kernel = router != "ctr"
@@ -232,14 +244,15 @@ def spark_join(
     try:
         if counting is not None:
             walk, expiry_index = counting
-            own = pieces(walk, router, route_plan)
             P = 1 if router == "none" else route_plan.partitions
-            counting = spark_count(spark, walk, own, P, router, route_plan, count_ids, W.tolist(), hand,
+            counting = spark_count(spark, walk, P, router, route_plan, hand,
                                    alongside=lambda: start_memory(expiry_index))
-            del walk, own
+            del walk
         if counting is not None:
             tally, stats, stored = counting
-            res = PlaneResult({}, stats, int(stored.sum()), stored=stored)
+            # the copies of tuples the partitions received (CTR: stored + probe copies; two
+            # streams ship no intermediate results)
+            res = PlaneResult({}, stats, sum(int(s["n_in"]) for s in stats.values()), stored=stored)
             counting = None
         elif plane == "spark" and router != "ctr":   # (or a counted run's tasks without the counting kernel)
             per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
@@ -252,6 +265,7 @@ def spark_join(
                               sink=sink, alongside=start_memory)
             del per
         elif plane == "spark":
+            start_memory()   # (a counted CTR run whose tasks had no counting kernel)
             res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
     finally:
         hand.close()
@@ -267,11 +281,11 @@ def spark_join(
     elif sink is not None:
         out = SummaryOutcome(replay=replay, decisions=dec, memory=memory_job.result(),
                              summary=merge(res.summaries, len(period_ids)), period_ids=period_ids,
-                             timings_s=timings, probe_order=probe)
+                             timings_s=timings, probe_order=probe_of())
         if results_dir is not None:
             mark_complete(Path(results_dir))
     else:
-        out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe, memory_job.result())
+        out = outcome_from(replay, dec, f, res.combos, ts, n, timings, probe_of(), memory_job.result())
         post_filter(out, where, space, distance_in_kernel)
         with_outer_rows(out)   # an outer join's null-padded rows: from the pairs left after --where
     timings["collect"] = time.perf_counter() - t0
