@@ -101,14 +101,16 @@ def _routing(report: dict) -> dict:
     return out
 
 
-def test_tasks_without_the_counting_kernel_materialise(job, tmp_path):
+@pytest.mark.parametrize("router", ["atr", "ctr"])
+def test_tasks_without_the_counting_kernel_materialise(job, tmp_path, router):
     """Executors that cannot load the compiled kernels (a cluster whose workers have
     none built: here ``$STREAMJOIN_KERNELS=numpy`` in the executors only) run the
     materialising path's numpy fallbacks, as before: the counted run does not fail
-    there, it materialises with the local engine's numbers."""
+    there, it materialises with the local engine's numbers (CTR: through ``ctr_spark``,
+    with the memory series started before it)."""
     policy = ["--policy", "static", "--retention", "20ms"]
     local = _run(job, tmp_path / "local", "--engine", "local", "--no-results", *policy)
-    got = _run(job, tmp_path / "numpy", "--engine", "spark", "--master", "local[2]", "--router", "atr",
+    got = _run(job, tmp_path / "numpy", "--engine", "spark", "--master", "local[2]", "--router", router,
                "--partitions", "3", "--no-results", "--spark-conf", "spark.executorEnv.STREAMJOIN_KERNELS=numpy",
                *policy)
     assert got["routing"]["counted_in_tasks"] is False

@@ -49,7 +49,7 @@ class PlaneResult:
     shipped_tuples: int                # copies of original tuples sent to partitions
     shipped_intermediate: int = 0      # CTR partial results sent to another partition
     summaries: list | None = None      # results on the executors (.sink): one ResultSummary per task
-    stored: np.ndarray | None = None   # ATR on Spark: (n, P) tuples of each stream each partition received
+    stored: np.ndarray | None = None   # ATR on Spark, counted CTR: (n, P) tuples of each stream each partition holds
 
 
 def _concat(parts: list[dict], n: int) -> dict:
