@@ -251,3 +251,34 @@ def test_first_at_least_finds_each_band_s_split(blocks, data, limit):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(counted, "CODE_LIMIT", limit)
         assert counted.first_at_least(values, lo, hi, bound).tolist() == want
+
+
+def test_the_stored_term_is_looked_at_once_per_position_however_wide_the_bands(monkeypatch):
+    """Bands wider than a segment (windows beside the default segment: most bands cross
+    a boundary, and neighbouring bands overlap) are split with the stored term looked
+    at once per stored position of their union, not once per pair: the pieces stay
+    about the rows, never the pairs (the walk's own memory), and are the same pieces."""
+    rng = np.random.default_rng(5)
+    ts = [np.sort(rng.integers(0, 20_000, 400)), np.sort(rng.integers(0, 20_000, 500))]
+    arrival = [t + rng.integers(0, 50, len(t)) for t in ts]
+    from streamjoin.pipelines.policies import PolicySpec
+
+    policy = PolicySpec("static", retention=(10, 10))
+    (walk, _), _, _ = _walk(ts, arrival, [None, None], (600, 600), policy, 1000, 7)
+    plan = atr.plan(histogram(ts), [600, 600], 1000, 3)
+    assert walk.total > 20 * len(walk.facts[0])           # wide bands: many pairs per stored row
+    seen, term = [], atr.owner_term
+
+    def owner_term(plan_, k, t):
+        if k == walk.stored_stream:
+            seen.append(len(t))
+        return term(plan_, k, t)
+
+    queries = np.ones(len(walk.start), bool)
+    want = counted.pieces(walk, "atr", plan, queries=queries)
+    monkeypatch.setattr(counted.atr_mod, "owner_term", owner_term)
+    got = counted.pieces(walk, "atr", plan, queries=queries)
+    n_bands = int((walk.end > walk.start).sum())
+    assert sum(seen) <= 2 * n_bands + len(walk.facts[0]), (seen, n_bands, walk.total)
+    for field in ("q", "j0", "j1", "pos0", "part"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field

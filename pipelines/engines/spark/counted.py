@@ -27,7 +27,8 @@ segment (:func:`~streamjoin.pipelines.route.atr.owner_term`); the query's term i
 constant over its band and the stored one never decreases along it (one key,
 times ascending), so a band is split only where its first and last stored
 members' terms differ -- rare (a band rarely crosses a segment), and only
-those bands' positions are looked at: pieces are about the non-empty bands.
+the positions of those bands' union are looked at, each once (wide bands
+overlap: band by band would be once per pair): pieces are about the rows.
 ``none``: one partition, one piece per non-empty band.  Each task finds its
 own pieces (:func:`partition_task`): those of the queries its partition
 receives (the owner of a pair receives both its members), kept where it owns
@@ -154,19 +155,30 @@ def pieces(walk: Walk, router: str, plan=None, queries: np.ndarray | None = None
         # it changes inside the band iff its first and last members' terms differ (rare)
         t_first = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows[s0]])
         cross = np.flatnonzero(t_first != atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows[e0 - 1]]))
-        n_at = e0[cross] - s0[cross]
-        band = np.repeat(np.arange(len(cross)), n_at)      # the crossing bands' positions, band by band
-        at = np.repeat(s0[cross], n_at) + np.arange(len(band)) - np.repeat(np.cumsum(n_at) - n_at, n_at)
+        cs, ce = s0[cross], e0[cross]
+        # the term looked at once per position of the crossing bands' union (bands overlap:
+        # their positions one band at a time would be one per pair where bands are wide)
+        order = np.argsort(cs, kind="stable")
+        reach = np.maximum.accumulate(ce[order])
+        new = np.ones(len(cross), bool)
+        new[1:] = cs[order][1:] > reach[:-1]
+        ub = cs[order][new]
+        n_at = reach[np.append(np.flatnonzero(new)[1:], len(cross)) - 1] - ub if len(cross) else ub
+        at = np.repeat(ub, n_at) + np.arange(int(n_at.sum())) - np.repeat(np.cumsum(n_at) - n_at, n_at)
         t = atr_mod.owner_term(plan, walk.stored_stream, ts_s[stored_rows[at]])
-        change = np.flatnonzero((t[1:] != t[:-1]) & (band[1:] == band[:-1])) + 1   # where the term changes
+        step = np.flatnonzero((t[1:] != t[:-1]) & (at[1:] == at[:-1] + 1)) + 1
+        change, t_change = at[step], t[step]                # where the term changes, in sorted order
+        lo = np.searchsorted(change, cs, side="right")
+        n_in = np.searchsorted(change, ce, side="left") - lo   # changes strictly inside each crossing band
         reps = np.ones(len(qi), np.int64)                   # 1 + changes strictly inside the band
-        reps[cross] += np.bincount(band[change], minlength=len(cross))
+        reps[cross] += n_in
         q = np.repeat(qi, reps)
         first = np.cumsum(reps) - reps
         j0, t0 = np.repeat(s0, reps), np.repeat(t_first, reps)
         inner = np.ones(len(q), bool)
         inner[first] = False
-        j0[inner], t0[inner] = at[change], t[change]        # the changes, in band and position order
+        k = np.repeat(lo, n_in) + np.arange(int(n_in.sum())) - np.repeat(np.cumsum(n_in) - n_in, n_in)
+        j0[inner], t0[inner] = change[k], t_change[k]       # the changes, in band and position order
         j1 = np.empty_like(j0)
         j1[:-1] = j0[1:]
         j1[first + reps - 1] = e0
