@@ -10,6 +10,8 @@ tests/engines/test_spark_engine.py checks the Spark plumbing on fewer cases.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -240,3 +242,29 @@ def test_auto_prefers_atr_for_one_fast_stream_and_small_windows():
     out = spark_join(ts, ts, keys, [2_000, 2_000], PolicySpec("none"), plane="local",
                      settings=RouteSettings("auto", 4, 200_000))
     assert out.routing["router"] == "atr"
+
+
+def test_the_probe_order_is_timed_under_plan_alone(monkeypatch):
+    """A ``--router none`` run builds its sampled probe order after the join, where the
+    outcome reads it: its time goes to ``plan`` and not into ``collect`` as well (a
+    stand-in clock jumps 1000 s while the probe order is built)."""
+    from streamjoin.pipelines.engines.spark import engine
+
+    jump = [0.0]
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return time.perf_counter() + jump[0]
+
+    def probe_order(*args, **kw):
+        jump[0] += 1000.0
+        return real(*args, **kw)
+
+    real = engine.probe_order
+    monkeypatch.setattr(engine, "time", Clock)
+    monkeypatch.setattr(engine, "probe_order", probe_order)
+    ts, keys = stationary(2, [300, 200], 2, 7)
+    out = spark_join(ts, ts, keys, [2_000, 2_000], PolicySpec("none"), plane="local", settings=RouteSettings("none"))
+    assert jump[0] == 1000.0
+    assert out.timings_s["plan"] >= 1000.0 and out.timings_s["collect"] < 1000.0, out.timings_s

@@ -274,6 +274,8 @@ def spark_join(
     tables.clear()
     pool.shutdown(wait=False)
     timings["join"] = time.perf_counter() - t0
+    if tally is None:
+        probe_of()   # where the outcome reads it: timed under plan, not collect too
     t0 = time.perf_counter()
     if tally is not None:   # the local engine's counted outcome (its probe order from the exact count)
         out = SparkOutcome(replay=replay, decisions=dec, combos=None, emission=None, memory=memory_job.result(),
