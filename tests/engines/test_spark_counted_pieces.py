@@ -282,3 +282,20 @@ def test_the_stored_term_is_looked_at_once_per_position_however_wide_the_bands(m
     assert sum(seen) <= 2 * n_bands + len(walk.facts[0]), (seen, n_bands, walk.total)
     for field in ("q", "j0", "j1", "pos0", "part"):
         assert np.array_equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_the_merge_refuses_parts_that_miss_pairs():
+    """A task whose pieces were lost (or a pair no task owned) would make every count
+    short: the merge raises instead of reporting them."""
+    rng = np.random.default_rng(4)
+    ts = [np.sort(rng.integers(0, 5000, 300)), np.sort(rng.integers(0, 5000, 200))]
+    arrival = [t + rng.integers(0, 50, len(t)) for t in ts]
+    from streamjoin.pipelines.policies import PolicySpec
+
+    (walk, _), _, _ = _walk(ts, arrival, [None, None], (30, 20), PolicySpec("static", retention=(10, 10)), 100, 7)
+    plan = atr.plan(histogram(ts), [30, 20], 400, 3)
+    parts = [counted.partition_task(walk, "atr", plan, p)[0] for p in range(plan.partitions)]
+    assert counted.merge(walk, parts).truth == walk.total
+    lost = max(range(len(parts)), key=lambda p: parts[p]["pairs"])
+    with pytest.raises(RuntimeError, match="tile"):
+        counted.merge(walk, parts[:lost] + parts[lost + 1:])
