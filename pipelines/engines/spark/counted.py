@@ -211,11 +211,10 @@ def pieces(walk: Walk, router: str, plan=None, queries: np.ndarray | None = None
     return Pieces(q, j0.astype(np.int32), j1.astype(np.int32), before[q] + (j0 - start[q]), part.astype(np.int64))
 
 
-def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, older: np.ndarray, upto: np.ndarray | None = None):
+def _cut(s0: np.ndarray, e0: np.ndarray, change: np.ndarray, older: np.ndarray, upto: np.ndarray):
     """Bands ``[s0, e0)`` cut at the positions of ``change`` (ascending) strictly inside
-    ``(s0, older)``, and at ``upto`` (default ``older``) where it is strictly inside
-    the band: ``(band, j0, j1)`` per piece, in band order, ``band`` indexing ``s0``."""
-    upto = older if upto is None else upto
+    ``(s0, older)``, and at ``upto`` where it is strictly inside the band:
+    ``(band, j0, j1)`` per piece, in band order, ``band`` indexing ``s0``."""
     lo = np.searchsorted(change, s0, side="right")
     inner = np.maximum(np.searchsorted(change, older, side="left") - lo, 0)
     reps = 1 + inner + ((upto > s0) & (upto < e0))
