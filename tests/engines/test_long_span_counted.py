@@ -11,7 +11,7 @@ be the same:
   and 1 d windows (a 1 d window gives ~1.4M pairs: above
   ``report/build.TUNING_SAMPLE``, so the counted walk samples every 2nd
   required slack), the default 1 d period and ``--period 1s`` (31M periods in
-  the span, ~100k occupied: the walk's codes are per occupied period), and a
+  the span, ~65k occupied: the walk's codes are per occupied period), and a
   ten-year span;
 * the Spark engine's counted runs (``engines/spark/counted``, ``local[2]``,
   ``--router none | atr | ctr --no-results``): ``counted_in_tasks`` is true and
