@@ -176,8 +176,10 @@ def fixed_cut(hist: Histogram, W: np.ndarray, T: int, costs=DEFAULT_COSTS, selec
 def stepwise_cut(hist: Histogram, W: np.ndarray, T: int, partitions: int, delta: int | None = None,
                  costs=DEFAULT_COSTS, selectivity: dict | None = None, adapt: bool = True):
     """The segments one at a time (``--adapt-segment``: ``T`` may change at each end):
-    ``(starts, ends, masters, lengths, adaptations, use, switches)``.  Without
-    ``adapt`` this loop is the reference :func:`fixed_cut` is tested against."""
+    ``(starts, ends, masters, lengths, adaptations, use, switches)``.  ``T`` never
+    goes below a quarter of the ``T`` given (so the segments stay within about
+    four times the checked count).  Without ``adapt`` this loop is the reference
+    :func:`fixed_cut` is tested against."""
     n = len(W)
     starts, ends, masters, lengths, adaptations, use = [], [], [], [], [], []
     rates = hist.rates()
@@ -186,6 +188,7 @@ def stepwise_cut(hist: Histogram, W: np.ndarray, T: int, partitions: int, delta:
     t_end = hist.t_end
     switches = 0
     delta = delta or max(T // 4, 1)
+    floor = max(T // 4, 1)   # adapt never goes below a quarter of the checked T (docs/semantics.md)
     while True:
         end = t + T
         j = len(starts)
@@ -215,7 +218,7 @@ def stepwise_cut(hist: Histogram, W: np.ndarray, T: int, partitions: int, delta:
         def cost(x):
             over = theorem_b(r, W.tolist(), master, x) / max(r.sum(), 1e-12)
             return over + x / horizon   # replication per tuple + load-balance granularity
-        best = min((T - delta, T, T + delta), key=lambda x: (cost(x), x) if x > 0 else (float("inf"), x))
+        best = min((T - delta, T, T + delta), key=lambda x: (cost(x), x) if x >= floor else (float("inf"), x))
         if best != T:
             T = best
             adaptations.append((j + 1, T))

@@ -67,3 +67,17 @@ def test_cli_segment_beyond_the_input_exits_2_with_one_line(tmp_path):
     assert "segments, more than the 2,000 input tuples allow (at most 65,536); the smallest accepted is --segment 8." \
         in lines[0], lines[0]
     assert not (out / "report.json").exists()
+
+
+def test_adapt_segment_never_goes_below_a_quarter_of_the_checked_segment():
+    """``--adapt-segment`` moves T by ``T // 4`` a step: with zero windows (no
+    replication, so a smaller T always looks cheaper) and a T not divisible by 4 it
+    used to walk down to ``T mod (T // 4)`` -- 1 us here, 40 million segments --
+    past the bound the checked T promised (at most about four times it)."""
+    from streamjoin.pipelines.route import atr
+    hist = Histogram(0, 400_000, np.ones((2, 100)))         # 40 s, 200 tuples
+    T = 4_000_001
+    check_segment(hist, T, 2)
+    plan = atr.plan(hist, [0, 0], T, 2, adapt=True)
+    assert min(plan.lengths) >= T // 4
+    assert len(plan.start) <= 4 * -(-40_000_000 // T) + 1
