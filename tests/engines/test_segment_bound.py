@@ -40,11 +40,11 @@ def test_too_many_segments_is_an_error_with_the_smallest_accepted_segment():
 def test_few_tuples_may_always_have_65536_segments_or_16_per_partition():
     hist = _hist(20, 65_536_000)
     check_segment(hist, 1_000, 4)
-    with pytest.raises(InputError, match="65,602 segments, more than the 20 input tuples allow .at most 65,536.; the smallest accepted is --segment 1ms"):
+    with pytest.raises(InputError, match="65,602 segments, more than the 65,536 always allowed .the 20 input tuples allow fewer.; the smallest accepted is --segment 1ms"):
         check_segment(hist, 999, 4)
     hist = _hist(20, 131_072_000)                   # 8,192 partitions: 16 x 8,192 = 131,072
     check_segment(hist, 1_000, 8_192)
-    with pytest.raises(InputError, match="at most 131,072"):
+    with pytest.raises(InputError, match="more than 16 per partition allow .at most 131,072; 20 input tuples."):
         check_segment(hist, 999, 8_192)
 
 
@@ -64,7 +64,8 @@ def test_cli_segment_beyond_the_input_exits_2_with_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith("error: --segment 1min cuts the ")
-    assert "segments, more than the 2,000 input tuples allow (at most 65,536); the smallest accepted is --segment 8." \
+    assert "segments, more than the 65,536 always allowed (the 2,000 input tuples allow fewer); the smallest " \
+        "accepted is --segment 8." \
         in lines[0], lines[0]
     assert not (out / "report.json").exists()
 

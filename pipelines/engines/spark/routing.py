@@ -84,9 +84,14 @@ def check_segment(hist, T: int, partitions: int) -> None:
         digits += 1
     at_least = format_duration(need, digits)
     at_least = at_least if parse_duration(at_least) >= need else f"{need}us"
+    if limit == tuples:
+        why = f"more than the {tuples:,} input tuples allow (at most {limit:,})"
+    elif limit == SEGMENTS_ALWAYS_ALLOWED:
+        why = f"more than the {limit:,} always allowed (the {tuples:,} input tuples allow fewer)"
+    else:
+        why = f"more than 16 per partition allow (at most {limit:,}; {tuples:,} input tuples)"
     raise InputError(f"--segment {format_duration(T)} cuts the {format_duration(span)} span into {segments:,} "
-                     f"segments, more than the {tuples:,} input tuples allow (at most {limit:,}); "
-                     f"the smallest accepted is --segment {at_least}")
+                     f"segments, {why}; the smallest accepted is --segment {at_least}")
 
 
 def route_plans_from(hist, T: int, windows, settings: RouteSettings, order: Sequence[int],
