@@ -21,9 +21,10 @@ def cases(draw):
     n = draw(st.integers(1, 3))
     B = draw(st.integers(1, 40))
     bucket = draw(st.integers(1, 50))
-    # bursty counts: many empty buckets, some streams much faster for a while (role switches)
-    counts = np.array([[draw(st.sampled_from([0, 0, 1, 2, 3, 7, 20, 55])) for _ in range(B)] for _ in range(n)],
-                      dtype=float)
+    # bursty counts: many empty buckets, some streams much faster for a while (role switches);
+    # 3e15 / 1e16 make sums depend on the order of addition (small integers alone cannot)
+    counts = np.array([[draw(st.sampled_from([0, 0, 1, 2, 3, 7, 20, 55, 3e15, 1e16])) for _ in range(B)]
+                       for _ in range(n)], dtype=float)
     t0 = draw(st.integers(-1000, 1000))
     windows = [draw(st.integers(0, 300)) for _ in range(n)]
     T = draw(st.integers(1, 400))
