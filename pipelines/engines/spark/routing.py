@@ -6,6 +6,8 @@ candidate, the load model's ``costs``) and ``--adapt-segment``; :func:`make_rout
 driver from a per-stream rate histogram (a summary, never the tuples), the
 ATR and CTR routing plans (:mod:`~streamjoin.pipelines.route`) with their
 predicted overheads (theorems B and D), which ``--router auto`` compares.
+A user-given ``--segment`` is checked first (:func:`check_segment`: at most
+:func:`most_segments` segments, else a one-line ``InputError``).
 """
 
 from __future__ import annotations
