@@ -109,8 +109,9 @@ class Loads:
         return np.asarray(self.weights) @ self.phi()
 
     def least(self, candidates: Sequence[int] | None = None) -> int:
-        w = self.w()
-        total = self.phi().sum(axis=0)
+        phi = self.phi()
+        w = (np.asarray(self.weights) @ phi).tolist()
+        total = phi.sum(axis=0).tolist()
         cand = range(self.partitions) if candidates is None else candidates
         return min(cand, key=lambda p: (w[p], total[p], p))
 
@@ -134,7 +135,7 @@ def place(use: np.ndarray, partitions: int, weights, capacity: Capacity | None =
     cap = (capacity or Capacity()).of(use.sum(axis=0) / max(partitions, 1))
     loads = Loads(partitions, tuple(weights), cap)
     part = np.empty(len(use), dtype=np.int64)
-    for j, (c, m, n) in enumerate(use):
+    for j, (c, m, n) in enumerate(use.tolist()):
         p = loads.least()
         loads.add(p, c, m, n)
         part[j] = p
@@ -157,6 +158,22 @@ def probe_pairs(hist: "Histogram", counts: Sequence[float], lo, hi, windows: Seq
                 continue
             r = float(hist.count(k, lo - w, hi)) / max(hi - lo + w, 1)
             total += c * sel.get((min(i, k), max(i, k)), 1.0) * r * w
+    return total
+
+
+def probe_pairs_columns(hist: Histogram, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                         windows: Sequence[int], selectivity: dict | None) -> np.ndarray:
+    """:func:`probe_pairs` of every column of ``counts`` (``(n, J)``) over ``[lo, hi)``,
+    the same terms added in the same order."""
+    sel = selectivity or {}
+    total = np.zeros(counts.shape[1])
+    for i in range(counts.shape[0]):
+        c = counts[i]
+        for k, w in enumerate(windows):
+            if k == i or w <= 0:
+                continue
+            r = hist.count(k, lo - w, hi) / np.maximum(hi - lo + w, 1)
+            total = np.where(c != 0, total + c * sel.get((min(i, k), max(i, k)), 1.0) * r * w, total)
     return total
 
 
@@ -218,13 +235,20 @@ class Histogram:
     t0: int
     bucket: int
     counts: np.ndarray        # (n, B)
+    _cum: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def cum(self) -> np.ndarray:
-        return np.concatenate([np.zeros((self.counts.shape[0], 1)), np.cumsum(self.counts, axis=1)], axis=1)
+        """``(n, B + 1)`` cumulative counts, computed once per ``counts`` array (the
+        planners call :meth:`count` once per segment or with arrays of bounds)."""
+        if self._cum is None or self._cum[0] is not self.counts:
+            cum = np.concatenate([np.zeros((self.counts.shape[0], 1)), np.cumsum(self.counts, axis=1)], axis=1)
+            self._cum = (self.counts, cum)
+        return self._cum[1]
 
     def count(self, k: int, lo, hi) -> np.ndarray:
-        """Estimated tuples of stream ``k`` with ``lo <= ts < hi`` (bucket resolution)."""
+        """Estimated tuples of stream ``k`` with ``lo <= ts < hi`` (bucket resolution);
+        ``lo`` and ``hi`` may be arrays (element by element the same numbers)."""
         B = self.counts.shape[1]
         cum = self.cum[k]
         def pos(t):

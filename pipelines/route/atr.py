@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import BIG, DEFAULT_COSTS, Capacity, Histogram, Loads, place, probe_pairs, theorem_b
+from . import BIG, DEFAULT_COSTS, Capacity, Histogram, Loads, place, probe_pairs, probe_pairs_columns, theorem_b
 
 
 #: another stream must be this much faster (over the segment just finished) to
@@ -96,10 +96,91 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
     """Cut the master stream(s) into segments and place them by LLF (seed Fig. 14).
 
     The cut does not depend on the placement: segments first, each with its
-    estimated use (:func:`segment_use`), then LLF places them in order."""
+    estimated use (:func:`segment_use`), then LLF places them in order.  With a
+    fixed ``T`` the cut is columnar (:func:`fixed_cut`: every segment's counts
+    at once, the role switches a scan over them); ``adapt`` (``T`` changes as
+    it goes) steps segment by segment (:func:`stepwise_cut`).  Both give the
+    same segments, masters and uses."""
     W = np.asarray(windows, dtype=np.int64)
-    n = len(W)
     T = max(int(T), 1)
+    if adapt:
+        starts, ends, masters, lengths, adaptations, use, switches = stepwise_cut(
+            hist, W, T, partitions, delta, costs, selectivity)
+    else:
+        starts, ends, masters, use, switches = fixed_cut(hist, W, T, costs, selectivity)
+        lengths, adaptations = [T] * len(starts), []
+    t_end = hist.t_end
+    span = max(t_end - hist.t0, 1)
+    parts, loads = place(np.asarray(use) / np.array([span / 1e6, span, span / 1e6]), partitions, weights, capacity)
+    start = np.asarray(starts, dtype=np.int64)
+    start[0] = -BIG
+    end = np.asarray(ends, dtype=np.int64)
+    end[-1] = BIG
+    return AtrPlan(start=start, end=end, master=np.asarray(masters, dtype=np.int64), part=parts,
+                   windows=W, partitions=partitions, lengths=lengths, switches=switches, adaptations=adaptations,
+                   estimated=loads)
+
+
+def _sum_rows(x: np.ndarray) -> np.ndarray:
+    """Column sums of ``(n, J)`` added in order, ``(x[0] + x[1]) + ...`` -- the order
+    numpy's 1-D ``sum`` adds fewer than 8 numbers in (so each column's sum is the
+    one :func:`segment_use` gets, to the last bit; 8 streams or more: per column)."""
+    n = x.shape[0]
+    if n == 0 or n >= 8:
+        return np.array([float(c.sum()) for c in x.T]) if n else np.zeros(x.shape[1])
+    total = x[0].copy()
+    for k in range(1, n):
+        total = total + x[k]
+    return total
+
+
+def fixed_cut(hist: Histogram, W: np.ndarray, T: int, costs=DEFAULT_COSTS, selectivity: dict | None = None):
+    """The segments of a fixed ``T``: ``(starts, ends, masters, use (J, 3), switches)``,
+    columnar -- what :func:`stepwise_cut` gives without ``adapt``, to the last bit."""
+    n = len(W)
+    t0, t_end = hist.t0, hist.t_end
+    J = max(1, -(-(t_end - t0) // T))
+    starts = t0 + T * np.arange(J, dtype=np.int64)
+    ends = starts + T
+    rates = hist.rates()
+    master0 = int(np.argmax(rates)) if len(rates) else 0
+    seen = np.vstack([hist.count(k, starts, ends) for k in range(n)]) if n else np.zeros((0, J))
+    # role switches: only at a segment end, to the fastest stream of the segment just finished
+    masters = np.empty(J, dtype=np.int64)
+    masters[0] = master0
+    switches = 0
+    if J > 1 and n:
+        fastest = np.argmax(seen, axis=0).tolist()
+        top = seen.max(axis=0).tolist()
+        rows = seen.tolist()
+        m = master0
+        for j in range(J - 1):
+            if top[j] > ROLE_SWITCH_MARGIN * rows[m][j]:
+                m = fastest[j]
+                switches += 1
+            masters[j + 1] = m
+    prev = np.concatenate([[-1], masters[:-1]])
+    L = np.where((np.arange(J) == 0) | (prev == masters), starts, starts - W[masters])
+    got = np.vstack([hist.count(k, np.where(masters == k, L, L - W[k]), np.where(masters == k, ends, ends + W[masters]))
+                     for k in range(n)]) if n else np.zeros((0, J))
+    tc, rc = costs
+    total = _sum_rows(got)
+    work = tc * total
+    if rc:
+        work = work + rc * probe_pairs_columns(hist, seen, starts, ends, W.tolist(), selectivity)
+    held = _sum_rows(got * W.reshape(-1, 1))
+    use = np.column_stack([work, held, total]) if J else np.zeros((0, 3))
+    return starts.tolist(), ends.tolist(), masters.tolist(), use, switches
+
+
+def stepwise_cut(hist: Histogram, W: np.ndarray, T: int, partitions: int, delta: int | None = None,
+                 costs=DEFAULT_COSTS, selectivity: dict | None = None, adapt: bool = True):
+    """The segments one at a time (``--adapt-segment``: ``T`` may change at each end):
+    ``(starts, ends, masters, lengths, adaptations, use, switches)``.  ``T`` never
+    goes below a quarter of the ``T`` given (so the segments stay within about
+    four times the checked count).  Without ``adapt`` this loop is the reference
+    :func:`fixed_cut` is tested against."""
+    n = len(W)
     starts, ends, masters, lengths, adaptations, use = [], [], [], [], [], []
     rates = hist.rates()
     master = int(np.argmax(rates)) if len(rates) else 0
@@ -107,6 +188,7 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
     t_end = hist.t_end
     switches = 0
     delta = delta or max(T // 4, 1)
+    floor = max(T // 4, 1)   # adapt never goes below a quarter of the checked T (docs/semantics.md)
     while True:
         end = t + T
         j = len(starts)
@@ -125,28 +207,23 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, weigh
         if seen[fastest] > ROLE_SWITCH_MARGIN * seen[master]:
             master = fastest
             switches += 1
-        if adapt:   # try T - dT and T + dT on the sample just seen (seed: sampling-based profiling)
-            span = max(end - hist.t0, T)
-            r = np.array([float(hist.count(k, max(hist.t0, end - 8 * T), end)) for k in range(n)]) / (min(span, 8 * T) / 1e6)
-            horizon = max(t_end - hist.t0, 1) / max(partitions, 1)
+        if not adapt:
+            t = end
+            continue
+        # try T - dT and T + dT on the sample just seen (seed: sampling-based profiling)
+        span = max(end - hist.t0, T)
+        r = np.array([float(hist.count(k, max(hist.t0, end - 8 * T), end)) for k in range(n)]) / (min(span, 8 * T) / 1e6)
+        horizon = max(t_end - hist.t0, 1) / max(partitions, 1)
 
-            def cost(x):
-                over = theorem_b(r, W.tolist(), master, x) / max(r.sum(), 1e-12)
-                return over + x / horizon   # replication per tuple + load-balance granularity
-            best = min((T - delta, T, T + delta), key=lambda x: (cost(x), x) if x > 0 else (float("inf"), x))
-            if best != T:
-                T = best
-                adaptations.append((j + 1, T))
+        def cost(x):
+            over = theorem_b(r, W.tolist(), master, x) / max(r.sum(), 1e-12)
+            return over + x / horizon   # replication per tuple + load-balance granularity
+        best = min((T - delta, T, T + delta), key=lambda x: (cost(x), x) if x >= floor else (float("inf"), x))
+        if best != T:
+            T = best
+            adaptations.append((j + 1, T))
         t = end
-    span = max(t_end - hist.t0, 1)
-    parts, loads = place(np.asarray(use) / np.array([span / 1e6, span, span / 1e6]), partitions, weights, capacity)
-    start = np.asarray(starts, dtype=np.int64)
-    start[0] = -BIG
-    end = np.asarray(ends, dtype=np.int64)
-    end[-1] = BIG
-    return AtrPlan(start=start, end=end, master=np.asarray(masters, dtype=np.int64), part=parts,
-                   windows=W, partitions=partitions, lengths=lengths, switches=switches, adaptations=adaptations,
-                   estimated=loads)
+    return starts, ends, masters, lengths, adaptations, use, switches
 
 
 def segment_use(hist: Histogram, W: np.ndarray, master: int, L: int, t: int, end: int, costs=DEFAULT_COSTS,

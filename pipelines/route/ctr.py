@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import DEFAULT_COSTS, Capacity, Histogram, Loads, greedy_set_cover, probe_pairs
+from . import DEFAULT_COSTS, Capacity, Histogram, Loads, greedy_set_cover, probe_pairs_columns
 
 LOCALITY_SLACK = 0.10
 
@@ -120,50 +120,79 @@ def plan(hist: Histogram, windows: Sequence[int], T: int, partitions: int, order
     T = max(int(T), 1)
     base = hist.t0
     slots = max(1, -(-(hist.t_end - base) // T))
-    host = np.zeros((n, slots), dtype=np.int64)
-    span = max(hist.t_end - base, 1)
-    tc, rc = costs
-    cnt = np.array([[float(hist.count(k, base + j * T, base + (j + 1) * T)) for j in range(slots)] for k in range(n)])
-    use = np.zeros((n, slots, 3))
-    use[:, :, 0] = tc * cnt / (span / 1e6)
-    if rc:
-        for k in range(n):
-            for j in range(slots):
-                one = [cnt[k, j] if m == k else 0.0 for m in range(n)]
-                use[k, j, 0] += rc * probe_pairs(hist, one, base + j * T, base + (j + 1) * T, W.tolist(),
-                                                 selectivity) / (span / 1e6)
-    use[:, :, 1] = cnt * W.reshape(-1, 1) / span
-    use[:, :, 2] = cnt / (span / 1e6)
+    cnt, use = segment_use(hist, W, T, slots, costs, selectivity)
     loads = Loads(partitions, tuple(weights), (capacity or Capacity()).of(use.sum(axis=(0, 1)) / max(partitions, 1)))
     wmax = int(W.max()) if n else 0
     back = -(-wmax // T) + 1
-    table, peak = 0, 0
-    for j in range(slots):
-        for k in range(n):
-            w = loads.w()
-            floor = w.min()
-            near = [p for p in range(partitions) if w[p] <= floor * (1 + LOCALITY_SLACK) + 1e-9]
-            # co-location score: partner segments (other streams, slots in reach) already on p
-            def score(p):
-                s = 0.0
-                for m in range(n):
-                    if m == k:
-                        continue
-                    for jj in range(max(0, j - back), j + 1):
-                        if host[m, jj] == p and (jj < j or m < k):
-                            s += cnt[m, jj]
-                return s
-            p = min(near, key=lambda p: (-score(p), w[p], p))
-            host[k, j] = p
-            loads.add(p, *use[k, j])
-        # routing table: slots still reachable by a future tuple
-        table = min(j + 1, back + 1) * n
-        peak = max(peak, table)
+    host, peak = store(loads, cnt, use, partitions, back)
     full = list(order)
     orders = [[k for k in full if k != i] for i in range(n)]
     plan_ = CtrPlan(base=base, T=T, host=host, windows=W, orders=orders, partitions=partitions,
                     weights=loads.w(), table_peak=peak, estimated=loads)
     return plan_
+
+
+def segment_use(hist: Histogram, W: np.ndarray, T: int, slots: int, costs=DEFAULT_COSTS,
+                selectivity: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, slots)`` tuples of every segment and ``(n, slots, 3)`` their estimated
+    use (per second / mean held, as :func:`plan` places them), columnar."""
+    n = len(W)
+    base = hist.t0
+    span = max(hist.t_end - base, 1)
+    tc, rc = costs
+    lo = base + T * np.arange(slots, dtype=np.int64)
+    cnt = np.vstack([hist.count(k, lo, lo + T) for k in range(n)]).reshape(n, slots)
+    use = np.zeros((n, slots, 3))
+    use[:, :, 0] = tc * cnt / (span / 1e6)
+    if rc:
+        for k in range(n):
+            one = np.zeros((n, slots))
+            one[k] = cnt[k]
+            use[k, :, 0] += rc * probe_pairs_columns(hist, one, lo, lo + T, W.tolist(), selectivity) / (span / 1e6)
+    use[:, :, 1] = cnt * W.reshape(-1, 1) / span
+    use[:, :, 2] = cnt / (span / 1e6)
+    return cnt, use
+
+
+def store(loads: Loads, cnt: np.ndarray, use: np.ndarray, partitions: int, back: int) -> tuple[np.ndarray, int]:
+    """Each segment's storage host, slot by slot, stream by stream (LLF, co-location
+    among the near-least hosts); the sequential part of :func:`plan`, over plain
+    floats (the same additions in the same order as numpy scalars would make).
+    Returns the hosts and the routing table's peak."""
+    n, slots = cnt.shape
+    host = np.zeros((n, slots), dtype=np.int64)
+    hosts = [[0] * slots for _ in range(n)]
+    c = cnt.tolist()
+    u = use.tolist()
+    peak = 0
+    for j in range(slots):
+        lo = max(0, j - back)
+        for k in range(n):
+            w = loads.w()
+            floor = w.min()
+            w = w.tolist()
+            near = [p for p in range(partitions) if w[p] <= floor * (1 + LOCALITY_SLACK) + 1e-9]
+            if len(near) > 1:
+                # co-location score: partner segments (other streams, slots in reach) already on p
+                score = dict.fromkeys(near, 0.0)
+                for m in range(n):
+                    if m == k:
+                        continue
+                    hm, cm = hosts[m], c[m]
+                    for jj in range(lo, j + 1 if m < k else j):
+                        q = hm[jj]
+                        if q in score:
+                            score[q] += cm[jj]
+                p = min(near, key=lambda p: (-score[p], w[p], p))
+            else:
+                p = near[0]
+            hosts[k][j] = p
+            loads.add(p, *u[k][j])
+        # routing table: slots still reachable by a future tuple
+        peak = max(peak, min(j + 1, back + 1) * n)
+    if slots:
+        host[:] = np.asarray(hosts, dtype=np.int64).reshape(n, slots)
+    return host, peak
 
 
 def storage(plan: CtrPlan, k: int, ts: np.ndarray) -> np.ndarray:

@@ -6,6 +6,8 @@ candidate, the load model's ``costs``) and ``--adapt-segment``; :func:`make_rout
 driver from a per-stream rate histogram (a summary, never the tuples), the
 ATR and CTR routing plans (:mod:`~streamjoin.pipelines.route`) with their
 predicted overheads (theorems B and D), which ``--router auto`` compares.
+A user-given ``--segment`` is checked first (:func:`check_segment`: at most
+:func:`most_segments` segments, else a one-line ``InputError``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...base.errors import InputError
+from ...base.timeunits import format_duration, parse_duration
 from ...route import atr as atr_mod
 from ...route import ctr as ctr_mod
 from ...route import DEFAULT_COSTS, Capacity, histogram, theorem_b, theorem_d
@@ -52,9 +56,52 @@ def make_route_plans(ts, windows, settings: RouteSettings, order: Sequence[int],
     return route_plans_from(histogram(ts), T, windows, settings, order, selectivity)
 
 
+#: a user-given ``--segment`` may always cut this many segments (the planners take
+#: a fraction of a second for them), however few the tuples
+SEGMENTS_ALWAYS_ALLOWED = 65_536
+
+
+def most_segments(tuples: int, partitions: int) -> int:
+    """The most segments a user-given ``--segment`` may cut the span into: one per
+    input tuple (more segments than tuples are mostly empty, and the plans and
+    report.json list every one), never fewer than :data:`SEGMENTS_ALWAYS_ALLOWED`
+    nor than the default's 16 per partition."""
+    return max(int(tuples), SEGMENTS_ALWAYS_ALLOWED, 16 * max(int(partitions), 1))
+
+
+def check_segment(hist, T: int, partitions: int) -> None:
+    """Raise :class:`InputError` when ``--segment`` ``T`` cuts the histogram's span into
+    more than :func:`most_segments`: one line with the span, the count and the
+    smallest ``--segment`` accepted (docs/semantics.md "Segment length")."""
+    span = max(int(hist.t_end) - int(hist.t0), 1)
+    T = max(int(T), 1)
+    segments = -(-span // T)
+    tuples = int(round(float(np.sum(hist.counts))))
+    limit = most_segments(tuples, partitions)
+    if segments <= limit:
+        return
+    need = -(-span // limit)
+    digits = 3
+    while parse_duration(format_duration(need, digits)) < need and digits < 17:
+        digits += 1
+    at_least = format_duration(need, digits)
+    at_least = at_least if parse_duration(at_least) >= need else f"{need}us"
+    if limit == tuples:
+        why = f"more than the {tuples:,} input tuples allow (at most {limit:,})"
+    elif limit == SEGMENTS_ALWAYS_ALLOWED:
+        why = f"more than the {limit:,} always allowed (the {tuples:,} input tuples allow fewer)"
+    else:
+        why = f"more than 16 per partition allow (at most {limit:,}; {tuples:,} input tuples)"
+    raise InputError(f"--segment {format_duration(T)} cuts the {format_duration(span)} span into {segments:,} "
+                     f"segments, {why}; the smallest accepted is --segment {at_least}")
+
+
 def route_plans_from(hist, T: int, windows, settings: RouteSettings, order: Sequence[int],
                      selectivity: dict | None = None):
-    """:func:`make_route_plans` from the rate histogram (``Histogram``) and segment length ``T``."""
+    """:func:`make_route_plans` from the rate histogram (``Histogram``) and segment length ``T``
+    (a user-given ``T`` is checked first: :func:`check_segment`)."""
+    if settings.segment_us:
+        check_segment(hist, T, settings.partitions)
     rates = hist.rates()
     out = {}
     if settings.router in ("atr", "auto"):
@@ -77,13 +124,13 @@ def _ctr_multiplicity(p: ctr_mod.CtrPlan, hist) -> tuple[list[float], list[list[
     intermediate hop (``M_ik``: copies sent elsewhere), weighted by segment sizes."""
     n = p.n
     M, Mint = [], []
+    lo = p.base + p.T * np.arange(p.slots, dtype=np.int64)
     for i in range(n):
         tot, cnt = 0.0, 0.0
         inter = [0.0] * max(n - 2, 0)
-        for j in range(p.slots):
-            c = float(hist.count(i, p.base + j * p.T, p.base + (j + 1) * p.T))
-            if c == 0:
-                continue
+        per_slot = hist.count(i, lo, lo + p.T).tolist()   # the same numbers as one count per slot
+        for j in np.flatnonzero(per_slot).tolist():
+            c = per_slot[j]
             at = int(p.host[i, j])
             tot += c * len(p.dest(i, j, 1, at))
             cnt += c
