@@ -24,9 +24,10 @@ docs/performance.md "Driver memory stage by stage")::
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
          A run without results (``count``, none / ATR / two-stream CTR):
-         instead, the local engine's band plan; each task finds its
-         partition's pieces of it (CTR: the driver splits the plan), counts
-         them (.counted) and returns a small count                     O(N) handed off once
+         instead, the local engine's band plan (built on a thread beside
+         the progress pass); each task finds its partition's pieces of it
+         (CTR: the driver splits the plan; none: its one task walks it
+         whole), counts them (.counted) and returns a small count      O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
@@ -81,7 +82,7 @@ from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import PlaneResult, run_plane, spark_plane, ctr_spark
-from .counted import driver_walk, spark_count
+from .counted import driver_plan, driver_walk, spark_count
 from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter,
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
@@ -152,9 +153,11 @@ def spark_join(
     sizes = [len(t) for t in ts]
     N = sum(sizes)
     t0 = time.perf_counter()
-    ids = key_ids(list(keys)) if keys is not None else None
-    # dense key ids (same equalities): (key, ts) codes then pack into one sort pass
-    ids = compact_ids(ids) if ids is not None else None
+    # the key ids, once: as they are for the counted walk's plan (the local engine's walk
+    # order) and the adaptive / SQL facts; dense (same equalities) for the tuples' columns,
+    # whose (key, ts) codes then pack into one sort pass
+    raw_ids = key_ids(list(keys)) if keys is not None else None
+    ids = compact_ids(raw_ids) if raw_ids is not None else None
     keyed, dims = ids is not None, (space.dims if space is not None else 0)
     tables: dict[str, dict] = {}
 
@@ -175,6 +178,15 @@ def spark_join(
             timings["plan"] += time.perf_counter() - t0
         return probes[0]
 
+    # a run the tasks count (.counted): its band plan does not read the replay, so it is
+    # built on a thread beside the progress pass, as the local engine builds it beside
+    # the replay; the walk's replay-dependent rest follows the pass
+    pool = ThreadPoolExecutor(max_workers=1)
+    plan_job = None
+    if (count is not None and plane == "spark" and results == "driver"
+            and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
+                             given_order=order is not None)):
+        plan_job = pool.submit(_timed, timings, "candidates", driver_plan, ts, raw_ids, W.tolist())
     t0 = time.perf_counter()
     use_spark_progress = (plane == "spark" and not policy.adaptive
                           and (progress == "spark" or (progress == "auto" and progress_threshold is not None
@@ -185,8 +197,7 @@ def spark_join(
         f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
     elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
         f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
-                            keys=key_ids(list(keys)) if policy.adaptive or policy.family == SQL_INTERVAL_JOIN
-                            else None)
+                            keys=raw_ids if policy.adaptive or policy.family == SQL_INTERVAL_JOIN else None)
     else:
         raise AssertionError(progress)
     replay, dec = sp.replay_from_facts(f, n, policy, sizes)
@@ -195,7 +206,6 @@ def spark_join(
     # memory per arrival needs only the replay: counted on the driver while the join
     # runs -- on the none / ATR Spark plane, or a counted run's, once the tasks' records
     # are handed off (its temporaries never sit beside them), otherwise from here on
-    pool = ThreadPoolExecutor(max_workers=1)
     memory_job = None
 
     def start_memory(expiry_index=None):
@@ -217,13 +227,16 @@ def spark_join(
     route_plan = route_plans[router][0] if router in route_plans else None
     timings["route_plan"] = time.perf_counter() - t0
     counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
-    if (count is not None and plane == "spark" and results == "driver"
-            and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
-                         given_order=order is not None)):
+    if plan_job is not None:
+        count_plan_of = plan_job.result()   # (its time on its thread: candidates)
+        plan_job = None
         t0 = time.perf_counter()
-        count_ids = key_ids(list(keys)) if keys is not None else None   # the local engine's plan and walk order
-        counting = driver_walk(ts, count_ids, W.tolist(), replay, dec, count.period_us, count.sample)
-        timings["candidates"] = time.perf_counter() - t0
+        if count_plan_of is not None:
+            counting = driver_walk(ts, raw_ids, W.tolist(), replay, dec, count.period_us, count.sample,
+                                   plan=count_plan_of)
+        del count_plan_of
+        timings["candidates"] += time.perf_counter() - t0   # + the walk's rest after the pass
+    raw_ids = None   # (the tuples' columns read the dense ones)
     if not (plane == "spark" and (router != "ctr" or counting is not None)):
         start_memory()
     t0 = time.perf_counter()

@@ -1,0 +1,87 @@
+"""The Spark driver's part of a counted run (issue 21, eleventh pass): the band plan
+built on a thread beside the progress pass, the key ids computed once, and the walk
+handed to the tasks the one ``driver_walk`` builds after the pass.  No Spark: the
+job's entry (``spark_count``) is replaced by a recorder that stops the run there."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import polars as pl
+import pytest
+
+from streamjoin.pipelines.engines.local import CountRequest
+from streamjoin.pipelines.engines.spark import counted, engine
+from streamjoin.pipelines.engines.spark.routing import RouteSettings
+from streamjoin.pipelines.policies import PolicySpec, RecallTarget
+from streamjoin.pipelines.replay import counting
+from streamjoin.pipelines.replay import partitioned_progress as sp
+from streamjoin.pipelines.replay.candidates import key_ids
+
+
+class Stop(Exception):
+    """Raised by the recorder in place of the Spark job."""
+
+
+def _problem(seed=3, sizes=(400, 300)):
+    rng = np.random.default_rng(seed)
+    ts = [rng.integers(0, 20_000, n).astype(np.int64) for n in sizes]
+    arrival = [t + rng.integers(0, 300, len(t)) for t in ts]
+    # sparse integer keys: compact_ids renumbers them, the counted plan reads them as key_ids gives them
+    keys = [pl.DataFrame({"__key0": rng.integers(0, 8, len(t)) * 1009}) for t in ts]
+    return ts, arrival, keys
+
+
+@pytest.mark.parametrize("policy", [PolicySpec("static", retention=(40, 40)), PolicySpec("kslack", k=(30, 30)),
+                                    PolicySpec("qkslack", target=RecallTarget(0.9, period_us=500))])
+def test_the_plan_is_built_beside_the_progress_pass_from_the_one_key_ids(monkeypatch, policy):
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    ts, arrival, keys = _problem()
+    windows, period, sample = (60, 90), 500, 50
+    plan_started, pass_started = threading.Event(), threading.Event()
+    overlapped, id_calls, walks = [], [], []
+    real_plan, real_facts = counted.driver_plan, sp.driver_facts
+
+    # each side waits until the other has started: both see it only where they run together
+    # (built before the pass, or after it, one of them waits in vain)
+    def plan_beside(*args):
+        plan_started.set()
+        overlapped.append(("plan", pass_started.wait(timeout=20)))
+        return real_plan(*args)
+
+    def facts_beside(*args, **kwargs):
+        pass_started.set()
+        overlapped.append(("pass", plan_started.wait(timeout=20)))
+        return real_facts(*args, **kwargs)
+
+    def ids_counted(k):
+        id_calls.append(1)
+        return key_ids(k)
+
+    def record(spark, walk, partitions, router, plan, handoff, alongside=None):
+        walks.append(walk)
+        raise Stop
+
+    monkeypatch.setattr(engine, "driver_plan", plan_beside)
+    monkeypatch.setattr(sp, "driver_facts", facts_beside)
+    monkeypatch.setattr(engine, "key_ids", ids_counted)
+    monkeypatch.setattr(engine, "spark_count", record)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"))
+    with pytest.raises(Stop):
+        engine.spark_join(ts, arrival, keys, windows, policy, spark=spark, handoff="files", progress="driver",
+                          settings=RouteSettings(router="none", partitions=1),
+                          count=CountRequest(period_us=period, sample=sample))
+    assert sorted(overlapped) == [("pass", True), ("plan", True)]
+    assert len(id_calls) == 1
+    # the walk handed to the tasks: the one built after the pass, from the pass's replay
+    f = real_facts(ts, arrival, np.asarray(windows, np.int64), policy, keys=key_ids(keys) if policy.adaptive else None)
+    replay, dec = sp.replay_from_facts(f, 2, policy, [len(t) for t in ts])
+    want, _ = counted.driver_walk(ts, key_ids(keys), windows, replay, dec, period, sample)
+    got = walks[0]
+    assert (got.total, got.every, got.family, got.query_stream) == (want.total, want.every, want.family,
+                                                                      want.query_stream)
+    assert np.array_equal(got.start, want.start) and np.array_equal(got.end, want.end)
+    for a, b in zip(got.facts, want.facts):
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
