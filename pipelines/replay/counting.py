@@ -141,7 +141,7 @@ def count_plan(ts, ids, windows) -> BandPlan | BandBounds | None:
     """The band plan a counted join walks: the sorted enumeration's, the smaller
     stream probing (its walk order; ``None`` where it does not pack).  ``ids``:
     :func:`~streamjoin.pipelines.replay.candidates.key_ids` of the keys, or ``None``;
-    the local engine and the Spark driver (``engines/spark/counted.driver_walk``) build it here."""
+    the local engine and the Spark driver (``engines/spark/counted.driver_plan``) build it here."""
     return enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, [int(w) for w in windows], None,
                             smaller_first([len(t) for t in ts]), plan=True, bounds=True)
 
