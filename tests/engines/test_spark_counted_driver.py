@@ -85,3 +85,36 @@ def test_the_plan_is_built_beside_the_progress_pass_from_the_one_key_ids(monkeyp
     assert np.array_equal(got.start, want.start) and np.array_equal(got.end, want.end)
     for a, b in zip(got.facts, want.facts):
         assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+
+
+def test_a_failing_progress_pass_leaves_no_plan_thread_behind(monkeypatch):
+    """The progress pass raises (an input error, Ctrl-C's KeyboardInterrupt) while the plan
+    is built beside it: the error surfaces as it is, and the pool is shut down -- its
+    worker gone once the plan is built -- even while the caller still holds the
+    traceback (the engine's frame, and its pool, alive)."""
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    ts, arrival, keys = _problem()
+    before = set(threading.enumerate())
+    plan_done = threading.Event()
+    real_plan = counted.driver_plan
+
+    def plan_then_done(*args):
+        try:
+            return real_plan(*args)
+        finally:
+            plan_done.set()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "driver_plan", plan_then_done)
+    monkeypatch.setattr(sp, "driver_facts", interrupted)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"))
+    with pytest.raises(KeyboardInterrupt) as raised:
+        engine.spark_join(ts, arrival, keys, (60, 90), PolicySpec("static", retention=(40, 40)), spark=spark,
+                          handoff="files", progress="driver", settings=RouteSettings(router="none", partitions=1),
+                          count=CountRequest(period_us=500, sample=50))
+    assert raised.value is not None and plan_done.wait(timeout=20)
+    for t in set(threading.enumerate()) - before:   # the pool's worker: ends once the plan is built
+        t.join(timeout=20)
+        assert not t.is_alive(), t.name
