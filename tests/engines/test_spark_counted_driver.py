@@ -118,3 +118,35 @@ def test_a_failing_progress_pass_leaves_no_plan_thread_behind(monkeypatch):
     for t in set(threading.enumerate()) - before:   # the pool's worker: ends once the plan is built
         t.join(timeout=20)
         assert not t.is_alive(), t.name
+
+
+def test_a_plan_the_walk_cannot_use_is_freed_before_the_materialising_plane(monkeypatch):
+    """``driver_walk`` gives up after the pass (a repeated row): the caller materialises,
+    and the plan built beside the pass is no longer held when the plane's inputs are built."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    ts, arrival, keys = _problem()
+    plans, alive = [], []
+    real_plan = counted.driver_plan
+
+    def plan_watched(*args):
+        plan = real_plan(*args)
+        plans.append(weakref.ref(plan.start if hasattr(plan, "start") else plan))
+        return plan
+
+    def materialising(*args, **kwargs):
+        gc.collect()
+        alive.append(plans[0]() is not None)
+        raise Stop
+
+    monkeypatch.setattr(engine, "driver_plan", plan_watched)
+    monkeypatch.setattr(engine, "driver_walk", lambda *a, **k: None)
+    monkeypatch.setattr(engine, "kernel_inputs", materialising)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"))
+    with pytest.raises(Stop):
+        engine.spark_join(ts, arrival, keys, (60, 90), PolicySpec("static", retention=(40, 40)), spark=spark,
+                          handoff="files", progress="driver", settings=RouteSettings(router="none", partitions=1),
+                          count=CountRequest(period_us=500, sample=50))
+    assert plans and alive == [False]
