@@ -6,6 +6,7 @@ job's entry (``spark_count``) is replaced by a recorder that stops the run there
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,6 +33,18 @@ def _problem(seed=3, sizes=(400, 300)):
     # sparse integer keys: compact_ids renumbers them, the counted plan reads them as key_ids gives them
     keys = [pl.DataFrame({"__key0": rng.integers(0, 8, len(t)) * 1009}) for t in ts]
     return ts, arrival, keys
+
+
+def _signalling(done: threading.Event):
+    """``driver_plan`` setting ``done`` once it has built the plan (or failed)."""
+    real_plan = counted.driver_plan
+
+    def plan_then_done(*args):
+        try:
+            return real_plan(*args)
+        finally:
+            done.set()
+    return plan_then_done
 
 
 @pytest.mark.parametrize("policy", [PolicySpec("static", retention=(40, 40)), PolicySpec("kslack", k=(30, 30)),
@@ -96,18 +109,11 @@ def test_a_failing_progress_pass_leaves_no_plan_thread_behind(monkeypatch):
     ts, arrival, keys = _problem()
     before = set(threading.enumerate())
     plan_done = threading.Event()
-    real_plan = counted.driver_plan
-
-    def plan_then_done(*args):
-        try:
-            return real_plan(*args)
-        finally:
-            plan_done.set()
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(engine, "driver_plan", plan_then_done)
+    monkeypatch.setattr(engine, "driver_plan", _signalling(plan_done))
     monkeypatch.setattr(sp, "driver_facts", interrupted)
     spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"))
     with pytest.raises(KeyboardInterrupt) as raised:
@@ -150,3 +156,43 @@ def test_a_plan_the_walk_cannot_use_is_freed_before_the_materialising_plane(monk
                           handoff="files", progress="driver", settings=RouteSettings(router="none", partitions=1),
                           count=CountRequest(period_us=500, sample=50))
     assert plans and alive == [False]
+
+
+@pytest.mark.parametrize("count", [None, CountRequest(period_us=500, sample=50)])
+def test_the_raw_key_ids_are_not_held_through_a_pass_that_does_not_read_them(monkeypatch, count):
+    """The key ids as :func:`key_ids` gives them: the tuples' columns read the compacted
+    ones, so a run that neither counts (its plan reads them, on its thread) nor gives them
+    to an adaptive / SQL policy's facts does not keep them through the progress pass."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(counting, "MIN_ROWS", 0)
+    ts, arrival, keys = _problem(sizes=(2000, 1500))   # enough rows for compact_ids to renumber
+    refs, alive = [], []
+    plan_done = threading.Event()
+
+    def ids_watched(k):
+        got = key_ids(k)
+        refs.extend(weakref.ref(i) for i in got)
+        return got
+
+    def facts_watched(*args, **kwargs):
+        if count is not None:   # the plan's thread lets go of them once the plan is built
+            plan_done.wait(timeout=20)
+        for _ in range(100):
+            gc.collect()
+            if not any(r() is not None for r in refs):
+                break
+            time.sleep(0.05)
+        alive.append(any(r() is not None for r in refs))
+        raise Stop
+
+    monkeypatch.setattr(engine, "key_ids", ids_watched)
+    monkeypatch.setattr(engine, "driver_plan", _signalling(plan_done))
+    monkeypatch.setattr(sp, "driver_facts", facts_watched)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"))
+    with pytest.raises(Stop):
+        engine.spark_join(ts, arrival, keys, (60, 90), PolicySpec("static", retention=(40, 40)), spark=spark,
+                          handoff="files", progress="driver", settings=RouteSettings(router="none", partitions=1),
+                          count=count)
+    assert refs and alive == [False]

@@ -188,6 +188,8 @@ def spark_join(
                 and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
                                  given_order=order is not None)):
             plan_job = pool.submit(_timed, timings, "candidates", driver_plan, ts, raw_ids, W.tolist())
+        if not (policy.adaptive or policy.family == SQL_INTERVAL_JOIN):
+            raw_ids = None   # not through the pass: the plan's thread holds them while it reads them
         t0 = time.perf_counter()
         use_spark_progress = (plane == "spark" and not policy.adaptive
                               and (progress == "spark" or (progress == "auto" and progress_threshold is not None
@@ -233,8 +235,8 @@ def spark_join(
             plan_job = None
             t0 = time.perf_counter()
             if count_plan_of is not None:
-                counting = driver_walk(ts, raw_ids, W.tolist(), replay, dec, count.period_us, count.sample,
-                                       plan=count_plan_of)
+                counting = driver_walk(ts, None, W.tolist(), replay, dec, count.period_us, count.sample,
+                                       plan=count_plan_of)   # (the ids only build a plan not given)
             del count_plan_of
             timings["candidates"] += time.perf_counter() - t0   # + the walk's rest after the pass
         raw_ids = None   # (the tuples' columns read the dense ones)
