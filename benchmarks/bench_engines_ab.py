@@ -10,7 +10,8 @@ given as ``<dir>``) and this checkout, alternating version by version and run by
 run so that a change in the machine's speed hits both alike; one warm-up round
 (which also builds the base's kernels) is not counted.  Prints each run, then
 per engine and version the median time beyond session start-up, its ratio to the
-same round's local run (median and per round), the ``join.join`` and ``metrics``
+same round's local run (median and per round), the CPU time (user + sys, the process
+tree), the ``join.progress``, ``join.candidates``, ``join.join`` and ``metrics``
 stages, and the per-round ratio of this checkout to the base.
 """
 
@@ -57,16 +58,17 @@ def main() -> None:
     expect = {(r["truth_results"], r["emitted_results"]) for rs in got.values() for r in rs}
     assert len(expect) == 1, expect
     med = statistics.median
-    print("\nengine      version  beyond s (min..max)   / local (per round)             join.join s  metrics s")
+    stages = ("join.progress", "join.candidates", "join.join", "metrics")
+    print("\nengine      version  beyond s (min..max)   / local (per round)             cpu s  "
+          + "  ".join(f"{s} s" for s in stages))
     for name in runs:
         for v in envs:
             rs, local = got[(v, name)], got[(v, "local")]
             b = [beyond(r) for r in rs]
             ratios = [beyond(r) / beyond(x) for r, x in zip(rs, local)]
             print(f"{name:<11} {v:<8} {med(b):5.2f} ({min(b):.2f}..{max(b):.2f})  {med(ratios):5.2f}x "
-                  f"({', '.join(f'{x:.2f}' for x in ratios)})  "
-                  f"{med(r['timings_s'].get('join.join', 0.0) for r in rs):5.2f}  "
-                  f"{med(r['timings_s'].get('metrics', 0.0) for r in rs):5.2f}")
+                  f"({', '.join(f'{x:.2f}' for x in ratios)})  {med(r['cpu_s'] for r in rs):5.2f}  "
+                  + "  ".join(f"{med(r['timings_s'].get(s, 0.0) for r in rs):{len(s) + 2}.2f}" for s in stages))
     for name in runs:
         per = [beyond(t) / beyond(b) for t, b in zip(got[("this", name)], got[("base", name)])]
         print(f"{name}: this / base per round {', '.join(f'{x:.2f}' for x in per)}")

@@ -49,7 +49,8 @@ repeats.  The same CPU, half the wall time where a second core is free.
 Its inputs are prepared once, by :func:`walk_inputs` (a :class:`Walk`: int32
 bands and rows, the facts in the kernel's types), for :func:`count_pairs` and
 for the Spark engine, whose tasks walk router-owned pieces of the same plan
-(``engines/spark/counted``).
+(``engines/spark/counted``; its lone ``--router none`` task walks the whole
+plan as :func:`count_pairs` does, :func:`walk_counted`).
 
 The kernel (:func:`~streamjoin.pipelines.base.kernels.count_walk`) is built
 ahead of time like the join's others (:func:`~streamjoin.pipelines.base.jit.prebuilt`,
@@ -140,7 +141,7 @@ def count_plan(ts, ids, windows) -> BandPlan | BandBounds | None:
     """The band plan a counted join walks: the sorted enumeration's, the smaller
     stream probing (its walk order; ``None`` where it does not pack).  ``ids``:
     :func:`~streamjoin.pipelines.replay.candidates.key_ids` of the keys, or ``None``;
-    the local engine and the Spark driver (``engines/spark/counted.driver_walk``) build it here."""
+    the local engine and the Spark driver (``engines/spark/counted.driver_plan``) build it here."""
     return enumerate_sorted([np.asarray(t, dtype=np.int64) for t in ts], ids, [int(w) for w in windows], None,
                             smaller_first([len(t) for t in ts]), plan=True, bounds=True)
 
@@ -233,9 +234,15 @@ def count_pairs(plan: BandPlan | BandBounds, replay, windows, decisions, expiry_
     period of every arrival index (int32); ``period_ids``: those periods;
     ``sample``: at most this many required slacks (``report/build.TUNING_SAMPLE``)."""
     walk = walk_inputs(plan, replay, windows, decisions, expiry_index, period_of, period_ids, sample)
-    if walk is None:
-        return None
-    start, end, every = walk.start, walk.end, walk.every
+    return None if walk is None else walk_counted(walk)
+
+
+def walk_counted(walk: Walk) -> Counted | None:
+    """:class:`Counted` of a prepared :class:`Walk` (the whole plan: what :func:`count_pairs`
+    returns for it), or ``None`` where the kernel does not load or a row repeats; from
+    :data:`SPLIT_QUERIES` queries two range walks on two threads.  The Spark engine's
+    lone ``--router none`` task calls it on the driver's walk."""
+    start, end, every, period_ids = walk.start, walk.end, walk.every, walk.period_ids
     nq = len(start)
     if nq < max(SPLIT_QUERIES, 2):
         parts = [walk.call(0, nq, 1, 3)]

@@ -31,7 +31,6 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 def counted_at_any_size():
     with pytest.MonkeyPatch.context() as m:
         m.setattr(counting, "MIN_ROWS", 0)
-        m.setattr(counted, "SPLIT_QUERIES", 2)   # a lone task (--router none) walks two halves on two threads
         assert jit.prebuilt(kernels._count_walk, kernels.COUNT_SIGNATURE) is not None
         yield
 
@@ -87,6 +86,7 @@ def test_router_owned_pieces_merge_into_the_one_walk_and_the_plane_s_partitions(
     plan = atr.plan(histogram(ts), list(windows), T, P)
     tab = attach_facts(tuple_table(ts, arrival, compact_ids(ids) if ids is not None else None, None)[0], f, 2)
     reference = run_plane(tab, 2, np.asarray(windows, np.int64), policy.family, "atr", plan, keyed=ids is not None)
+    alone = run_plane(tab, 2, np.asarray(windows, np.int64), policy.family, "none", None, keyed=ids is not None)
     for k in range(2):   # the rows a partition receives: assign's copies, from the union of its ranges
         i, p_of = atr.assign(plan, k, ts[k])
         for p in range(plan.partitions):
@@ -97,13 +97,24 @@ def test_router_owned_pieces_merge_into_the_one_walk_and_the_plane_s_partitions(
         # every pair in exactly one piece: the pieces tile the plan's positions
         assert int((pcs.j1 - pcs.j0).sum()) == walk.total
         parts, stats = [], []
-        for p in range(p_count):   # each task finds its own pieces: those of the driver's full split
-            part, st_p, stored = counted.partition_task(walk, router, plan, p)
+        for p in range(p_count):   # each ATR task finds its own pieces: those of the driver's full split
+            part = counted.count_part(walk, pcs.of(p))   # (none: the identity split, walked piece by piece)
+            if router == "atr":
+                part, st_p, stored = counted.partition_task(walk, router, plan, p)
+                stats.append((st_p, stored))
             own = pcs.of(p)
             assert np.array_equal(part["pos0"], own.pos0) and np.array_equal(part["length"], own.j1 - own.j0)
             parts.append(part)
-            stats.append((st_p, stored))
         _same_counted(counted.merge(walk, parts), want)
+        if router == "none":   # the one task walks the plan's own bands: its Counted is the merge
+            for split in (2, 1 << 40):   # two halves on two threads / one walk
+                with pytest.MonkeyPatch.context() as m:
+                    m.setattr(counting, "SPLIT_QUERIES", split)
+                    whole, st_0, stored = counted.partition_task(walk, "none", None, 0)
+                _same_counted(whole, want)
+                ref = alone.stats[0]
+                assert (st_0["n_out"], st_0["n_cand"], st_0["n_in"]) == (ref["n_out"], ref["n_cand"], ref["n_in"])
+                assert stored == [len(ts[0]), len(ts[1])]
         if router == "atr":   # each partition: the materialising task's pairs, candidates and rows
             for p, (st_p, stored) in enumerate(stats):
                 ref = reference.stats[p]

@@ -29,10 +29,14 @@ times ascending), so a band is split only where its first and last stored
 members' terms differ -- rare (a band rarely crosses a segment), and only
 the positions of those bands' union are looked at, each once (wide bands
 overlap: band by band would be once per pair): pieces are about the rows.
-``none``: one partition, one piece per non-empty band.  Each task finds its
-own pieces (:func:`partition_task`): those of the queries its partition
-receives (the owner of a pair receives both its members), kept where it owns
-them -- the driver does not split the plan (none / ATR).
+``none``: one partition, one piece per non-empty band -- the identity split,
+so its one task does not split at all: it walks the plan's own bands as the
+local engine does (:func:`~streamjoin.pipelines.replay.counting.walk_counted`:
+two halves on two threads, no query row gathered, no countdowns) and its
+:class:`~streamjoin.pipelines.replay.counting.Counted` is the merge (eleventh
+pass).  Each ATR task finds its own pieces (:func:`partition_task`): those of
+the queries its partition receives (the owner of a pair receives both its
+members), kept where it owns them -- the driver does not split the plan.
 
 CTR (``route/ctr``, two streams: one hop): a pair is produced by its newer
 member (the larger ``(ts, stream)``, the prober) on the host where the *older*
@@ -77,14 +81,13 @@ legitimately.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...base.allocator import reuse_freed_memory
 from ...policies import SYMMETRIC
-from ...replay.counting import SPLIT_QUERIES, Counted, Walk, count_plan, split_point, walk_inputs
+from ...replay.counting import Counted, Walk, count_plan, walk_counted, walk_inputs
 from ...replay.progress import expiry
 from ..local import arrival_periods
 from .handoff import Handoff
@@ -113,20 +116,29 @@ class Pieces:
         return Pieces(self.q[sel], self.j0[sel], self.j1[sel], self.pos0[sel], self.part[sel])
 
 
-def driver_walk(ts, ids, windows, replay, decisions, period_us: int, sample: int):
-    """The driver's part before the tasks: the band plan the local engine counts (the
-    same stable orders: its walk order), the symmetric family's expiry index and
-    the :class:`~streamjoin.pipelines.replay.counting.Walk`; ``(walk, expiry_index)``,
-    or ``None`` where the local engine would not count either (an empty stream, a
-    plan that does not pack, a repeated row: the caller materialises).  ``ids``:
+def driver_plan(ts, ids, windows):
+    """The band plan the local engine counts (:func:`~streamjoin.pipelines.replay.counting.count_plan`:
+    the same stable orders, its walk order), or ``None`` where it would not count
+    (not two non-empty streams, a plan that does not pack).  It does not read the
+    replay: the engine builds it on a thread beside the progress pass, as the local
+    engine builds it beside the replay.  ``ids``:
     :func:`~streamjoin.pipelines.replay.candidates.key_ids` of the keys, or ``None``."""
-    sizes = [len(t) for t in ts]
-    if len(ts) != 2 or not all(sizes) or not len(replay.arrival):
+    if len(ts) != 2 or not all(len(t) for t in ts):
+        return None
+    return count_plan(ts, ids, [int(w) for w in windows])
+
+
+def driver_walk(ts, ids, windows, replay, decisions, period_us: int, sample: int, plan=None):
+    """The driver's part before the tasks: the band plan (``plan``, :func:`driver_plan`'s;
+    ``None``: built here), the symmetric family's expiry index and the
+    :class:`~streamjoin.pipelines.replay.counting.Walk`; ``(walk, expiry_index)``,
+    or ``None`` where the local engine would not count either (an empty stream, a
+    plan that does not pack, a repeated row: the caller materialises)."""
+    if plan is None:
+        plan = driver_plan(ts, ids, windows)
+    if plan is None or not len(replay.arrival):
         return None
     W = [int(w) for w in windows]
-    plan = count_plan(ts, ids, W)
-    if plan is None:
-        return None
     exp = expiry(replay, np.asarray(W, dtype=np.int64), decisions)
     period_of, period_ids = arrival_periods(replay.arrival, period_us)
     walk = walk_inputs(plan, replay, W, decisions, exp, period_of, period_ids, sample)
@@ -259,38 +271,23 @@ def first_at_least(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, bound: np
         hi[a[~below]] = mid[~below]
 
 
-def count_part(walk: Walk, own: Pieces, split: bool = False) -> dict:
+def count_part(walk: Walk, own: Pieces) -> dict:
     """One partition's pieces counted: ``pairs``, ``emitted``, ``codes``, ``need`` and
     ``latency`` in the pieces' order, ``emitted_of`` per piece (sorting family; the
     merge places its latencies), and ``pos0`` / ``length`` of the pieces; ``None``
     where the counting kernel does not load (an executor with no module built:
-    its other kernels have numpy paths, this one has none).  ``split``
-    (a task alone on the machine, ``--router none``): from
-    :data:`~streamjoin.pipelines.replay.counting.SPLIT_QUERIES` pieces, two walks
-    over the two halves on two threads (the kernel releases the GIL), as
-    :func:`~streamjoin.pipelines.replay.counting.count_pairs` does."""
+    its other kernels have numpy paths, this one has none)."""
     m = len(own.q)
     every = walk.every
     firsts = np.ascontiguousarray(1 + (-own.pos0) % every, dtype=np.int64)
     emitted_of = np.zeros(m if walk.family != SYMMETRIC else 0, np.int64)
     rows = np.ascontiguousarray(walk.facts[1][own.q])
 
-    def walk_range(q0, q1):
-        return walk.call(q0, q1, 1, 0, start=own.j0, end=own.j1, query_rows=rows, firsts=firsts,
-                         emitted_of=emitted_of)
-
-    if split and m >= SPLIT_QUERIES:
-        mid = split_point(own.j0, own.j1)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            second = pool.submit(walk_range, mid, m)
-            got = [walk_range(0, mid), second.result()]
-    else:
-        got = [walk_range(0, m)]
-    if any(g is None for g in got):   # no counting kernel in this worker: the caller materialises
+    got = walk.call(0, m, 1, 0, start=own.j0, end=own.j1, query_rows=rows, firsts=firsts, emitted_of=emitted_of)
+    if got is None:   # no counting kernel in this worker: the caller materialises
         return None
-    return {"pairs": sum(int(g[0][0]) for g in got), "emitted": sum(int(g[0][1]) for g in got),
-            "codes": sum(g[1] for g in got), "need": np.concatenate([g[2] for g in got]),
-            "latency": np.concatenate([g[3] for g in got]), "emitted_of": emitted_of, "pos0": own.pos0,
+    return {"pairs": int(got[0][0]), "emitted": int(got[0][1]), "codes": got[1], "need": got[2],
+            "latency": got[3], "emitted_of": emitted_of, "pos0": own.pos0,
             "length": (own.j1 - own.j0).astype(np.int64)}
 
 
@@ -350,10 +347,12 @@ def band_candidates(walk: Walk, queries: np.ndarray, stored: np.ndarray) -> int:
 
 
 def partition_task(walk: Walk, router: str, plan, p: int, own: Pieces | None = None
-                   ) -> tuple[dict, dict, list[int]] | None:
-    """What task ``p`` does: its own pieces (none / ATR: :func:`pieces` of the queries
+                   ) -> tuple[dict | Counted, dict, list[int]] | None:
+    """What task ``p`` does: its own pieces (ATR: :func:`pieces` of the queries
     it receives: a pair's owner receives both its members, route/atr.py's theorem A;
-    CTR: ``own``, split on the driver), counted (:func:`count_part`), and the routing
+    CTR: ``own``, split on the driver), counted (:func:`count_part`; ``none``: the
+    whole plan, :func:`~streamjoin.pipelines.replay.counting.walk_counted`, its
+    :class:`Counted` the merge), and the routing
     report's numbers for its partition -- the rows of each stream it holds (ATR:
     :func:`~streamjoin.pipelines.route.atr.received`, the rows the materialising task
     receives; CTR: the rows stored there, its ``n_in`` adding the probe copies it
@@ -363,6 +362,13 @@ def partition_task(walk: Walk, router: str, plan, p: int, own: Pieces | None = N
     t0 = time.perf_counter()
     qs, ss = walk.query_stream, walk.stored_stream
     ts_q, ts_s = walk.facts[6], walk.facts[7]
+    if router == "none":   # one task, one part: the plan's own bands, as the local engine walks them
+        whole = walk_counted(walk)
+        if whole is None:
+            return None
+        stats = {"n_in": len(ts_q) + len(ts_s), "n_cand": whole.truth, "n_out": whole.truth,
+                 "t_us": (time.perf_counter() - t0) * 1e6}
+        return whole, stats, [len(ts_q), len(ts_s)] if qs == 0 else [len(ts_s), len(ts_q)]
     if router == "atr":
         got_q, got_s = atr_mod.received(plan, qs, ts_q, p), atr_mod.received(plan, ss, ts_s, p)
         queries = got_q[walk.facts[1]]
@@ -370,22 +376,19 @@ def partition_task(walk: Walk, router: str, plan, p: int, own: Pieces | None = N
     elif router == "ctr":
         own = pieces(walk, router, plan).of(p) if own is None else own
     else:
-        own = pieces(walk, router)
-    part = count_part(walk, own, split=router == "none")
+        raise ValueError(f"partition_task: router {router}")
+    part = count_part(walk, own)
     if part is None:
         return None
     moved_in = 0
     if router == "atr":
         held = {qs: int(got_q.sum()), ss: int(got_s.sum())}
         cand = band_candidates(walk, queries, got_s)
-    elif router == "ctr":   # its stored rows, and the probers copied in from elsewhere
+    else:   # CTR: its stored rows, and the probers copied in from elsewhere
         by_stream = [ts_q, ts_s] if qs == 0 else [ts_s, ts_q]
         held = dict(enumerate(ctr_mod.stored_per_partition(plan, by_stream)[:, p].tolist()))
         moved_in = int(ctr_mod.copies_moved_in(plan, by_stream)[p])
         cand = part["pairs"]   # two streams: one hop, every candidate a pair of the partition
-    else:
-        held = {qs: len(ts_q), ss: len(ts_s)}
-        cand = part["pairs"]
     stored = [held[0], held[1]]
     stats = {"n_in": int(sum(stored)) + moved_in, "n_cand": int(cand), "n_out": part["pairs"],
              "t_us": (time.perf_counter() - t0) * 1e6}
@@ -396,7 +399,7 @@ def spark_count(spark, walk: Walk, partitions: int, router: str, plan, handoff: 
                 alongside=None) -> tuple[Counted, dict[int, dict], np.ndarray] | None:
     """One Spark job, one task per partition (:func:`partition_task`: each finds and
     counts its own pieces; CTR: the driver splits the plan, each partition's pieces
-    its own record): the walk's columns go through ``handoff`` once (as files on a
+    its own record; none: one task walks the whole plan): the walk's columns go through ``handoff`` once (as files on a
     local master, every task maps the same pages), the router's plan with the task's
     code.  Returns the merged :class:`Counted`, each partition's statistics
     and the rows of each stream each partition holds (``(n, P)``,
@@ -433,5 +436,6 @@ def spark_count(spark, walk: Walk, partitions: int, router: str, plan, handoff: 
         return None
     got.sort(key=lambda g: g[0])
     stored = np.array([g[1].pop("_stored") for g in got], dtype=np.int64).T.reshape(2, partitions)
-    merged = merge(walk, [handoff.get(g[2], consume=True) for g in got])
+    parts = [handoff.get(g[2], consume=True) for g in got]
+    merged = parts[0] if router == "none" else merge(walk, parts)   # none: the one walk's own Counted
     return merged, {int(g[0]): g[1] for g in got}, stored

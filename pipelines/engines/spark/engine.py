@@ -24,9 +24,10 @@ docs/performance.md "Driver memory stage by stage")::
          gathers each partition's rows (.handoff)                      O(N) while handed off
                                                                              (inline: x replication)
          A run without results (``count``, none / ATR / two-stream CTR):
-         instead, the local engine's band plan; each task finds its
-         partition's pieces of it (CTR: the driver splits the plan), counts
-         them (.counted) and returns a small count                     O(N) handed off once
+         instead, the local engine's band plan (built on a thread beside
+         the progress pass); each task finds its partition's pieces of it
+         (CTR: the driver splits the plan; none: its one task walks it
+         whole), counts them (.counted) and returns a small count      O(N) handed off once
       -> memory per arrival, on a driver thread while the job runs     O(N x streams)
       -> results="driver": combinations collected -> SparkOutcome (.outcome),
          --where (and distance, for CTR) applied on the driver;
@@ -81,7 +82,7 @@ from .columns import tuple_table, attach_facts, kernel_inputs
 from ...route import Capacity
 from .routing import RouteSettings, make_route_plans
 from .plane import PlaneResult, run_plane, spark_plane, ctr_spark
-from .counted import driver_walk, spark_count
+from .counted import driver_plan, driver_walk, spark_count
 from .outcome import (EMULATIONS, SparkOutcome, SummaryOutcome, outcome_from, partition_use, post_filter,
                       routing_report, with_outer_rows)
 from .sink import Sink, add_sink_columns, mark_complete, unsupported
@@ -152,9 +153,11 @@ def spark_join(
     sizes = [len(t) for t in ts]
     N = sum(sizes)
     t0 = time.perf_counter()
-    ids = key_ids(list(keys)) if keys is not None else None
-    # dense key ids (same equalities): (key, ts) codes then pack into one sort pass
-    ids = compact_ids(ids) if ids is not None else None
+    # the key ids, once: as they are for the counted walk's plan (the local engine's walk
+    # order) and the adaptive / SQL facts; dense (same equalities) for the tuples' columns,
+    # whose (key, ts) codes then pack into one sort pass
+    raw_ids = key_ids(list(keys)) if keys is not None else None
+    ids = compact_ids(raw_ids) if raw_ids is not None else None
     keyed, dims = ids is not None, (space.dims if space is not None else 0)
     tables: dict[str, dict] = {}
 
@@ -175,104 +178,120 @@ def spark_join(
             timings["plan"] += time.perf_counter() - t0
         return probes[0]
 
-    t0 = time.perf_counter()
-    use_spark_progress = (plane == "spark" and not policy.adaptive
-                          and (progress == "spark" or (progress == "auto" and progress_threshold is not None
-                                                       and N >= progress_threshold)))
-    if use_spark_progress and policy.family == MICROBATCH:
-        f = _spark_micro_batch_facts(spark, tab(), ts, arrival, W, policy, max(settings.partitions, 1))
-    elif use_spark_progress:
-        f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
-    elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
-        f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
-                            keys=key_ids(list(keys)) if policy.adaptive or policy.family == SQL_INTERVAL_JOIN
-                            else None)
-    else:
-        raise AssertionError(progress)
-    replay, dec = sp.replay_from_facts(f, n, policy, sizes)
-    replay.drop_running_max()   # the policy has decided; nothing below reads M
-    timings["progress"] = time.perf_counter() - t0
-    # memory per arrival needs only the replay: counted on the driver while the join
-    # runs -- on the none / ATR Spark plane, or a counted run's, once the tasks' records
-    # are handed off (its temporaries never sit beside them), otherwise from here on
+    # a run the tasks count (.counted): its band plan does not read the replay, so it is
+    # built on a thread beside the progress pass, as the local engine builds it beside
+    # the replay; the walk's replay-dependent rest follows the pass
     pool = ThreadPoolExecutor(max_workers=1)
-    memory_job = None
-
-    def start_memory(expiry_index=None):
-        nonlocal memory_job
-        if memory_job is not None:   # started for a counted run whose tasks then could not count
-            return
-        memory_job = pool.submit(_timed, timings, "memory",
-                                 lambda: memory_per_stream(replay, W, dec, expiry_index=expiry_index))
-
-    probe = probe_of() if settings.router != "none" else None   # the route plans' selectivity
-    t0 = time.perf_counter()
-    route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
-                             if probe is not None else ({}, None, None))
-    router = settings.router
-    predicted = {"atr": route_plans["atr"][1] if "atr" in route_plans else None,
-                 "ctr": (route_plans["ctr"][1] + route_plans["ctr"][2]) if "ctr" in route_plans else None}
-    if router == "auto":
-        router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
-    route_plan = route_plans[router][0] if router in route_plans else None
-    timings["route_plan"] = time.perf_counter() - t0
-    counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
-    if (count is not None and plane == "spark" and results == "driver"
-            and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
-                         given_order=order is not None)):
-        t0 = time.perf_counter()
-        count_ids = key_ids(list(keys)) if keys is not None else None   # the local engine's plan and walk order
-        counting = driver_walk(ts, count_ids, W.tolist(), replay, dec, count.period_us, count.sample)
-        timings["candidates"] = time.perf_counter() - t0
-    if not (plane == "spark" and (router != "ctr" or counting is not None)):
-        start_memory()
-    t0 = time.perf_counter()
-    distance_in_kernel = router != "ctr"
-    threshold = space.threshold if space is not None else None
-    kdims = dims if distance_in_kernel else 0
-    sink, period_ids, tally = None, None, None
-    if results == "executors":
-        N_rep = len(replay.arrival)
-        period_ids, upper = (occupied_periods(replay.arrival, int(replay.arrival[0]), int(period_us)) if N_rep
-                             else (np.empty(0, INT), np.empty(0, INT)))
-        sink = Sink(n, policy.family, tuple(int(w) for w in W), tuple(names), tuple(sizes), upper,
-                    None if results_dir is None else str(results_dir))
-    hand = Handoff()
-    if plane == "spark":
-        mode = handoff or spark.conf.get(HANDOFF_CONF_KEY, "auto")
-        hand = Handoff.open(mode, spark.sparkContext.master)
     try:
-        if counting is not None:
-            walk, expiry_index = counting
-            P = 1 if router == "none" else route_plan.partitions
-            counting = spark_count(spark, walk, P, router, route_plan, hand,
-                                   alongside=lambda: start_memory(expiry_index))
-            del walk
-        if counting is not None:
-            tally, stats, stored = counting
-            # the copies of tuples the partitions received (CTR: stored + probe copies; two
-            # streams ship no intermediate results)
-            res = PlaneResult({}, stats, sum(int(s["n_in"]) for s in stats.values()), stored=stored)
-            counting = None
-        elif plane == "spark" and router != "ctr":   # (or a counted run's tasks without the counting kernel)
-            per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
-            ids = None   # the tasks' (narrowed) copies are in per
-            if sink is not None:
-                per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family,
-                                       write=results_dir is not None)
-                f = None   # with its cached columns: the results' facts are in per
-            res = spark_plane(spark, per, n, W, policy.family, router, route_plan, keyed, kdims, threshold, hand,
-                              sink=sink, alongside=start_memory)
-            del per
-        elif plane == "spark":
-            start_memory()   # (a counted CTR run whose tasks had no counting kernel)
-            res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
-    finally:
-        hand.close()
-    if plane != "spark":
-        res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, route_plan, keyed, kdims, threshold)
-    tables.clear()
-    pool.shutdown(wait=False)
+        plan_job = None
+        if (count is not None and plane == "spark" and results == "driver"
+                and counts_pairs(policy.family, streams=n, rows=N, filtered=where is not None or space is not None,
+                                 given_order=order is not None)):
+            plan_job = pool.submit(_timed, timings, "candidates", driver_plan, ts, raw_ids, W.tolist())
+        if not (policy.adaptive or policy.family == SQL_INTERVAL_JOIN):
+            raw_ids = None   # not through the pass: the plan's thread holds them while it reads them
+        t0 = time.perf_counter()
+        use_spark_progress = (plane == "spark" and not policy.adaptive
+                              and (progress == "spark" or (progress == "auto" and progress_threshold is not None
+                                                           and N >= progress_threshold)))
+        if use_spark_progress and policy.family == MICROBATCH:
+            f = _spark_micro_batch_facts(spark, tab(), ts, arrival, W, policy, max(settings.partitions, 1))
+        elif use_spark_progress:
+            f = spark_progress(spark, tab(), n, W, policy, max(settings.partitions, 1))
+        elif policy.adaptive or progress in ("driver", "auto") or plane == "local":
+            f = sp.driver_facts(ts, arrival, W, policy, bad_arrivals=bad_arrivals,
+                                keys=raw_ids if policy.adaptive or policy.family == SQL_INTERVAL_JOIN else None)
+        else:
+            raise AssertionError(progress)
+        replay, dec = sp.replay_from_facts(f, n, policy, sizes)
+        replay.drop_running_max()   # the policy has decided; nothing below reads M
+        timings["progress"] = time.perf_counter() - t0
+        # memory per arrival needs only the replay: counted on the driver while the join
+        # runs -- on the none / ATR Spark plane, or a counted run's, once the tasks' records
+        # are handed off (its temporaries never sit beside them), otherwise from here on
+        memory_job = None
+
+        def start_memory(expiry_index=None):
+            nonlocal memory_job
+            if memory_job is not None:   # started for a counted run whose tasks then could not count
+                return
+            memory_job = pool.submit(_timed, timings, "memory",
+                                     lambda: memory_per_stream(replay, W, dec, expiry_index=expiry_index))
+
+        probe = probe_of() if settings.router != "none" else None   # the route plans' selectivity
+        t0 = time.perf_counter()
+        route_plans, T, rates = (make_route_plans(ts, W.tolist(), settings, probe.order, probe.selectivity)
+                                 if probe is not None else ({}, None, None))
+        router = settings.router
+        predicted = {"atr": route_plans["atr"][1] if "atr" in route_plans else None,
+                     "ctr": (route_plans["ctr"][1] + route_plans["ctr"][2]) if "ctr" in route_plans else None}
+        if router == "auto":
+            router = "atr" if predicted["atr"] <= predicted["ctr"] else "ctr"
+        route_plan = route_plans[router][0] if router in route_plans else None
+        timings["route_plan"] = time.perf_counter() - t0
+        counting = None   # (walk, expiry index): the tasks count their pairs (.counted)
+        if plan_job is not None:
+            count_plan_of = plan_job.result()   # (its time on its thread: candidates)
+            plan_job = None
+            t0 = time.perf_counter()
+            if count_plan_of is not None:
+                counting = driver_walk(ts, None, W.tolist(), replay, dec, count.period_us, count.sample,
+                                       plan=count_plan_of)   # (the ids only build a plan not given)
+            del count_plan_of
+            timings["candidates"] += time.perf_counter() - t0   # + the walk's rest after the pass
+        raw_ids = None   # (the tuples' columns read the dense ones)
+        if not (plane == "spark" and (router != "ctr" or counting is not None)):
+            start_memory()
+        t0 = time.perf_counter()
+        distance_in_kernel = router != "ctr"
+        threshold = space.threshold if space is not None else None
+        kdims = dims if distance_in_kernel else 0
+        sink, period_ids, tally = None, None, None
+        if results == "executors":
+            N_rep = len(replay.arrival)
+            period_ids, upper = (occupied_periods(replay.arrival, int(replay.arrival[0]), int(period_us)) if N_rep
+                                 else (np.empty(0, INT), np.empty(0, INT)))
+            sink = Sink(n, policy.family, tuple(int(w) for w in W), tuple(names), tuple(sizes), upper,
+                        None if results_dir is None else str(results_dir))
+        hand = Handoff()
+        if plane == "spark":
+            mode = handoff or spark.conf.get(HANDOFF_CONF_KEY, "auto")
+            hand = Handoff.open(mode, spark.sparkContext.master)
+        try:
+            if counting is not None:
+                walk, expiry_index = counting
+                P = 1 if router == "none" else route_plan.partitions
+                counting = spark_count(spark, walk, P, router, route_plan, hand,
+                                       alongside=lambda: start_memory(expiry_index))
+                del walk
+            if counting is not None:
+                tally, stats, stored = counting
+                # the copies of tuples the partitions received (CTR: stored + probe copies; two
+                # streams ship no intermediate results)
+                res = PlaneResult({}, stats, sum(int(s["n_in"]) for s in stats.values()), stored=stored)
+                counting = None
+            elif plane == "spark" and router != "ctr":   # (or a counted run's tasks without the counting kernel)
+                per = kernel_inputs(ts, ids, space, kdims, replay, dec, policy.family)
+                ids = None   # the tasks' (narrowed) copies are in per
+                if sink is not None:
+                    per = add_sink_columns(per, arrival, payloads, replay, dec, f, policy.family,
+                                           write=results_dir is not None)
+                    f = None   # with its cached columns: the results' facts are in per
+                res = spark_plane(spark, per, n, W, policy.family, router, route_plan, keyed, kdims, threshold, hand,
+                                  sink=sink, alongside=start_memory)
+                del per
+            elif plane == "spark":
+                start_memory()   # (a counted CTR run whose tasks had no counting kernel)
+                res = ctr_spark(spark, attach_facts(tab(), f, n), n, W, policy.family, route_plan, keyed, hand)
+        finally:
+            hand.close()
+        if plane != "spark":
+            res = run_plane(attach_facts(tab(), f, n), n, W, policy.family, router, route_plan, keyed, kdims, threshold)
+        tables.clear()
+        pool.shutdown(wait=False)
+    except BaseException:   # (Ctrl-C too) the plan's or memory's job not left behind: the worker ends
+        pool.shutdown(wait=False, cancel_futures=True)   # once its running job does, the error surfaces now
+        raise
     timings["join"] = time.perf_counter() - t0
     if tally is None:
         probe_of()   # where the outcome reads it: timed under plan, not collect too
