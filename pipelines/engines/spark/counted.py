@@ -399,9 +399,9 @@ def spark_count(spark, walk: Walk, partitions: int, router: str, plan, handoff: 
                 alongside=None) -> tuple[Counted, dict[int, dict], np.ndarray] | None:
     """One Spark job, one task per partition (:func:`partition_task`: each finds and
     counts its own pieces; CTR: the driver splits the plan, each partition's pieces
-    its own record; none: one task walks the whole plan): the walk's columns go through ``handoff`` once (as files on a
-    local master, every task maps the same pages), the router's plan with the task's
-    code.  Returns the merged :class:`Counted`, each partition's statistics
+    its own record; none: one task walks the whole plan): the walk's columns go
+    through ``handoff`` once (as files on a local master, every task maps the same
+    pages), the router's plan with the task's code.  Returns the merged :class:`Counted`, each partition's statistics
     and the rows of each stream each partition holds (``(n, P)``,
     :attr:`.plane.PlaneResult.stored`), or ``None`` where a task could not load the
     counting kernel (executors with no module built): the caller then materialises,
