@@ -58,10 +58,10 @@ def year_of_events(rows: int = 50_000, *, seed: int = 15, days: int = 365) -> di
     return out
 
 
-def write_year(root: Path, rows: int = 50_000, *, seed: int = 15) -> dict[str, Path]:
+def write_year(root: Path, rows: int = 50_000, *, seed: int = 15, days: int = 365) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, frame in year_of_events(rows, seed=seed).items():
+    for name, frame in year_of_events(rows, seed=seed, days=days).items():
         paths[name] = root / f"{name}.parquet"
         frame.write_parquet(paths[name], row_group_size=max(1, frame.height // 8))
     return paths

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import run_cli
-from test_long_span import DAY_US, STREAMS, year_of_events, year_flags
+from test_long_span import DAY_US, STREAMS, write_year, year_flags
 
 from streamjoin.pipelines.replay.counting import MIN_ROWS
 from streamjoin.pipelines.report.build import TUNING_SAMPLE
@@ -45,18 +45,9 @@ PARTITIONS = 2
 MAX_SEGMENTS = 16 * PARTITIONS + 1
 
 
-def _write(root: Path, rows: int, days: int) -> dict[str, Path]:
-    root.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, frame in year_of_events(rows, days=days).items():
-        paths[name] = root / f"{name}.parquet"
-        frame.write_parquet(paths[name], row_group_size=max(1, frame.height // 8))
-    return paths
-
-
 @pytest.fixture(scope="module")
 def big_year(tmp_path_factory) -> dict[str, Path]:
-    return _write(tmp_path_factory.mktemp("big_year"), ROWS, 365)
+    return write_year(tmp_path_factory.mktemp("big_year"), ROWS)
 
 
 def _run(paths: dict[str, Path], tmp: Path, name: str, *args: str, window: str = "1h") -> dict:
@@ -123,7 +114,7 @@ def test_counted_year_with_one_second_periods(big_year, tmp_path):
 def test_counted_ten_years(tmp_path):
     """Ten years (3,650 days) at the same size: counted equals materialised, the
     default period grows to 1 w (<= 1,000 periods), nothing else grows."""
-    paths = _write(tmp_path / "data", ROWS, 3650)
+    paths = write_year(tmp_path / "data", ROWS, days=3650)
     args = [*POLICIES["mpkslack"], "--engine", "local"]
     counted = _run(paths, tmp_path, "counted", *args, "--no-results")
     built = _run(paths, tmp_path, "built", *args)
