@@ -160,11 +160,9 @@ def store(loads: Loads, cnt: np.ndarray, use: np.ndarray, partitions: int, back:
     floats (the same additions in the same order as numpy scalars would make).
     Returns the hosts and the routing table's peak."""
     n, slots = cnt.shape
-    host = np.zeros((n, slots), dtype=np.int64)
     hosts = [[0] * slots for _ in range(n)]
     c = cnt.tolist()
     u = use.tolist()
-    peak = 0
     for j in range(slots):
         lo = max(0, j - back)
         for k in range(n):
@@ -188,11 +186,10 @@ def store(loads: Loads, cnt: np.ndarray, use: np.ndarray, partitions: int, back:
                 p = near[0]
             hosts[k][j] = p
             loads.add(p, *u[k][j])
-        # routing table: slots still reachable by a future tuple
-        peak = max(peak, min(j + 1, back + 1) * n)
-    if slots:
-        host[:] = np.asarray(hosts, dtype=np.int64).reshape(n, slots)
-    return host, peak
+    # routing table: slots still reachable by a future tuple -- at most back + 1 per stream,
+    # the most once that many slots have been stored
+    peak = min(slots, back + 1) * n
+    return np.asarray(hosts, dtype=np.int64).reshape(n, slots), peak
 
 
 def storage(plan: CtrPlan, k: int, ts: np.ndarray) -> np.ndarray:
