@@ -98,10 +98,11 @@ def test_router_owned_pieces_merge_into_the_one_walk_and_the_plane_s_partitions(
         assert int((pcs.j1 - pcs.j0).sum()) == walk.total
         parts, stats = [], []
         for p in range(p_count):   # each ATR task finds its own pieces: those of the driver's full split
-            part = counted.count_part(walk, pcs.of(p))   # (none: the identity split, walked piece by piece)
             if router == "atr":
                 part, st_p, stored = counted.partition_task(walk, router, plan, p)
                 stats.append((st_p, stored))
+            else:   # none: the identity split, walked piece by piece
+                part = counted.count_part(walk, pcs.of(p))
             own = pcs.of(p)
             assert np.array_equal(part["pos0"], own.pos0) and np.array_equal(part["length"], own.j1 - own.j0)
             parts.append(part)
